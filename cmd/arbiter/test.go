@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f folders
+	f.register(fs, true)
+	coverage := fs.Bool("coverage", false, "report coverage of the policy files by the Rego tests")
+	threshold := fs.Float64("threshold", 0, "fail when coverage is below this percentage (implies --coverage)")
+	runRe := fs.String("run", "", "only run tests and fixtures whose name matches this regular expression")
+	format := fs.String("format", "text", "output format: text or json")
+	verbose := fs.Bool("v", false, "list every test, not only failures")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	if *format != "text" && *format != "json" {
+		fmt.Fprintf(stderr, "arbiter test: --format must be text or json, not %q\n", *format)
+		return exitError
+	}
+	if f.tests == "" {
+		fmt.Fprintln(stderr, "arbiter test: --tests is empty: nothing to run")
+		return exitError
+	}
+	rep, err := engine.RunTests(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas},
+		engine.TestOptions{Tests: f.tests, Run: *runRe, Coverage: *coverage || *threshold > 0})
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter test: %v\n", err)
+		return exitError
+	}
+	pass, fail, skip := rep.Counts()
+	belowThreshold := *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold
+	if *format == "json" {
+		writeJSON(stdout, rep)
+	} else {
+		printText(stdout, rep, *verbose)
+		if rep.Coverage != nil {
+			fmt.Fprintf(stdout, "coverage: %.1f%% of policy lines\n", rep.Coverage.Percent)
+			for _, nc := range rep.Coverage.NotCovered {
+				fmt.Fprintf(stdout, "  not covered: %s\n", nc)
+			}
+		}
+		fmt.Fprintf(stdout, "summary: %d passed, %d failed, %d skipped\n", pass, fail, skip)
+	}
+	if belowThreshold {
+		fmt.Fprintf(stderr, "arbiter test: coverage %.1f%% is below the threshold %.1f%%\n", rep.Coverage.Percent, *threshold)
+		return exitError
+	}
+	if fail > 0 || pass == 0 {
+		return exitError
+	}
+	return exitOK
+}
+
+func printText(w io.Writer, rep *engine.TestReport, verbose bool) {
+	for _, p := range rep.Setup {
+		fmt.Fprintf(w, "ERROR %s\n", p)
+	}
+	for _, t := range rep.Results {
+		switch {
+		case t.Skip:
+			if verbose {
+				fmt.Fprintf(w, "SKIP  %s %s\n", t.Kind, t.Name)
+			}
+		case t.Pass:
+			if verbose {
+				fmt.Fprintf(w, "PASS  %s %s (%s)\n", t.Kind, t.Name, t.Duration)
+			}
+		default:
+			loc := t.File
+			if t.Line > 0 {
+				loc = fmt.Sprintf("%s:%d", t.File, t.Line)
+			}
+			fmt.Fprintf(w, "FAIL  %s %s (%s)\n      %s\n", t.Kind, t.Name, loc, t.Message)
+		}
+	}
+}

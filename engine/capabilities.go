@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// refusedPrefixes name builtins that reach outside the process (network,
+// runtime environment, clock, randomness) beyond what OPA marks
+// non-deterministic. A decision must depend on its input and data only, so
+// that replaying a logged input under the same revision gives the same answer.
+var refusedPrefixes = []string{"http.", "net.", "opa.runtime", "rand.", "uuid.", "time.now_ns"}
+
+func refused(b *ast.Builtin) bool {
+	if b.Nondeterministic {
+		return true
+	}
+	for _, p := range refusedPrefixes {
+		if b.Name == p || (strings.HasSuffix(p, ".") && strings.HasPrefix(b.Name, p)) || strings.HasPrefix(b.Name, p+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// Capabilities returns OPA's capabilities for this version minus every
+// builtin that reaches outside the process, with no network access allowed.
+func Capabilities() *ast.Capabilities {
+	caps := ast.CapabilitiesForThisVersion()
+	kept := caps.Builtins[:0]
+	for _, b := range caps.Builtins {
+		if !refused(b) {
+			kept = append(kept, b)
+		}
+	}
+	caps.Builtins = kept
+	caps.AllowNet = []string{}
+	return caps
+}
+
+// RefusedBuiltins lists the names of the builtins Arbiter refuses, sorted.
+func RefusedBuiltins() []string {
+	var out []string
+	for _, b := range ast.CapabilitiesForThisVersion().Builtins {
+		if refused(b) {
+			out = append(out, b.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// refusedBuiltins finds calls of refused builtins, so the load error names
+// the builtin, the file and the line instead of OPA's "undefined function".
+func refusedBuiltins(modules map[string]*ast.Module) []Problem {
+	deny := map[string]bool{}
+	for _, name := range RefusedBuiltins() {
+		deny[name] = true
+	}
+	var probs []Problem
+	for _, m := range modules {
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			ref, ok := t.Value.(ast.Ref)
+			if !ok {
+				return false
+			}
+			name := ref.String()
+			if deny[name] {
+				p := Problem{Message: fmt.Sprintf("builtin %s is refused: it reaches outside the process, and Arbiter policies may only read their input and data", name)}
+				if t.Location != nil {
+					p.File, p.Line = t.Location.File, t.Location.Row
+				}
+				probs = append(probs, p)
+			}
+			return false
+		})
+	}
+	sort.Slice(probs, func(i, j int) bool { return probs[i].String() < probs[j].String() })
+	return probs
+}

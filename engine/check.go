@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Check runs every static check a reliability engineer needs before a
+// change ships, without running the Rego tests: policies compile and
+// type-check against their schemas, use only allowed builtins, are
+// formatted as `opa fmt` formats them; the test modules compile; and every
+// fixture input is accepted or rejected by its schema as the fixture says.
+func Check(_ context.Context, cfg Config, tests string) []Problem {
+	cfg.Tests = ""
+	b, err := build(cfg)
+	if err != nil {
+		return problemsOf(err)
+	}
+	probs := formatProblems(b.policySrcs)
+	if tests == "" {
+		return probs
+	}
+	st, p := loadSuite(tests)
+	probs = append(probs, p...)
+	probs = append(probs, formatProblems(st.files)...)
+	probs = append(probs, b.checkTestModules(st)...)
+	for _, fx := range st.fixtures {
+		if msg := b.snap.checkFixtureSchema(fx); msg != "" {
+			probs = append(probs, Problem{File: fx.File, Message: fmt.Sprintf("fixture %s: %s", fx.Name, msg)})
+		}
+	}
+	return probs
+}
+
+// checkTestModules compiles the test modules together with the policies,
+// as `opa check --strict` would.
+func (b *built) checkTestModules(st *suite) []Problem {
+	if len(st.modules) == 0 {
+		return nil
+	}
+	modules := map[string]*ast.Module{}
+	for k, m := range b.modules {
+		modules[k] = m.Copy()
+	}
+	for k, m := range st.modules {
+		modules[k] = m.Copy()
+	}
+	c := newCompiler(b.caps, b.schemaSet).WithEnablePrintStatements(true)
+	c.Compile(modules)
+	if c.Failed() {
+		return astProblems(c.Errors)
+	}
+	return nil
+}
+
+// checkFixtureSchema reports a fixture whose input its schema treats
+// otherwise than the fixture expects.
+func (s *Snapshot) checkFixtureSchema(fx Fixture) string {
+	def, ok := s.decisions[fx.Decision]
+	if !ok {
+		return fmt.Sprintf("no decision named %q (fixtures/<decision>/ must name one)", fx.Decision)
+	}
+	var got Code
+	doc, _, err := decodeInput(fx.RequestBody(), false)
+	switch {
+	case err != nil:
+		got = AsError(err).Code
+	case def.inputSchema.Validate(doc) != nil:
+		got = CodeInputSchemaInvalid
+	}
+	var want Code
+	if fx.WantError != nil {
+		want = fx.WantError.Code
+		if want != CodeMalformedJSON && want != CodeInputSchemaInvalid {
+			return "" // decided by the policy, not the schema
+		}
+	}
+	switch {
+	case got == want:
+		return ""
+	case want == "":
+		return fmt.Sprintf("wants a result, but its input is rejected (%s)", got)
+	case got == "":
+		return fmt.Sprintf("wants %s, but its input is valid", want)
+	default:
+		return fmt.Sprintf("wants %s, but its input gives %s", want, got)
+	}
+}

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+)
+
+// Options change what Decide returns, never what it decides.
+type Options struct {
+	// Explain adds each reason rule's outcome, title and description.
+	Explain bool
+	// Wrapped means the body is an OPA Data API request, {"input": ...};
+	// violations stay relative to the input document.
+	Wrapped bool
+}
+
+// Decision is one decision made: the envelope of the contract plus what the
+// decision log and metrics need.
+type Decision struct {
+	ID          string          `json:"decision_id"`
+	Name        string          `json:"decision"`
+	Revision    string          `json:"policy_revision"`
+	Result      json.RawMessage `json:"result"`
+	Explanation []RuleOutcome   `json:"explanation,omitempty"`
+
+	// Input is the input document exactly as received.
+	Input json.RawMessage `json:"-"`
+	// Reasons are the result's reasons, when it has a "reasons" array.
+	Reasons []string `json:"-"`
+	// Outcome is the result member named by the result schema's
+	// "x-arbiter-outcome" keyword (default "outcome"), for metrics.
+	Outcome  string        `json:"-"`
+	Duration time.Duration `json:"-"`
+}
+
+// RuleOutcome is one reason rule in an explanation.
+type RuleOutcome struct {
+	RuleInfo
+	// Fired is true when the rule's reason is in the result's reasons.
+	Fired bool `json:"fired"`
+}
+
+// Decide decides one input with this Snapshot. A refusal is a Decision; an
+// error (always an *Error) means that no trustworthy decision exists and the
+// caller must refuse.
+func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Options) (*Decision, error) {
+	start := time.Now()
+	def, ok := s.decisions[name]
+	if !ok {
+		return nil, &Error{Code: CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
+	}
+	doc, raw, err := decodeInput(body, opts.Wrapped)
+	if err != nil {
+		return nil, err
+	}
+	if err := def.inputSchema.Validate(doc); err != nil {
+		return nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + name, Violations: violations(err)}
+	}
+	input, err := ast.InterfaceToValue(doc)
+	if err != nil {
+		return nil, &Error{Code: CodePolicyError, Message: "converting the input failed", Err: err}
+	}
+	result, err := s.eval(ctx, def, input)
+	if err != nil {
+		return nil, err
+	}
+	if err := def.result.Validate(result); err != nil {
+		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a result that does not match the result schema of decision " + name, Violations: violations(err), Err: err}
+	}
+	out, err := json.Marshal(result)
+	if err != nil {
+		return nil, &Error{Code: CodePolicyError, Message: "encoding the result failed", Err: err}
+	}
+	d := &Decision{ID: NewDecisionID(), Name: name, Revision: s.Revision, Result: out, Input: raw}
+	d.Reasons, d.Outcome = summarize(result, def.outcomeKey)
+	if opts.Explain {
+		d.Explanation = explain(def.rules, d.Reasons)
+	}
+	d.Duration = time.Since(start)
+	return d, nil
+}
+
+func decodeInput(body []byte, wrapped bool) (any, json.RawMessage, error) {
+	if !wrapped {
+		doc, err := decodeStrict(body)
+		if err != nil {
+			return nil, nil, &Error{Code: CodeMalformedJSON, Message: err.Error()}
+		}
+		if _, ok := doc.(map[string]any); !ok {
+			return nil, nil, notAnObject()
+		}
+		return doc, body, nil
+	}
+	doc, spans, err := decodeSpans(body)
+	if err != nil {
+		return nil, nil, &Error{Code: CodeMalformedJSON, Message: err.Error()}
+	}
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
+	}
+	in, ok := obj["input"]
+	if !ok {
+		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "the request body has no input member", Violations: []Violation{{Path: "", Message: "missing input"}}}
+	}
+	if _, ok := in.(map[string]any); !ok {
+		return nil, nil, notAnObject()
+	}
+	return in, spans["input"], nil
+}
+
+func notAnObject() error {
+	return &Error{Code: CodeInputSchemaInvalid, Message: "the input must be a JSON object", Violations: []Violation{{Path: "", Message: "expected an object"}}}
+}
+
+func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rs, err := def.query.Eval(ctx, rego.EvalParsedInput(input))
+	if err != nil {
+		var te *topdown.Error
+		if errors.As(err, &te) && te.Code == topdown.CancelErr || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &Error{Code: CodePolicyTimeout, Message: fmt.Sprintf("policy evaluation exceeded %s", s.timeout), Err: err}
+		}
+		return nil, &Error{Code: CodePolicyError, Message: "policy evaluation failed", Err: err}
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, &Error{Code: CodePolicyError, Message: "the policy left decision " + def.name + " undefined for this input"}
+	}
+	if len(rs) > 1 {
+		return nil, &Error{Code: CodePolicyError, Message: "the policy produced more than one result"}
+	}
+	return rs[0].Expressions[0].Value, nil
+}
+
+// summarize reads the conventional "reasons" member of a result, and the
+// member its result schema names as the outcome, for logs and metrics. It is
+// descriptive only: the result itself is what callers act on.
+func summarize(result any, outcomeKey string) ([]string, string) {
+	obj, ok := result.(map[string]any)
+	if !ok {
+		return nil, ""
+	}
+	var reasons []string
+	if arr, ok := obj["reasons"].([]any); ok {
+		for _, r := range arr {
+			if s, ok := r.(string); ok {
+				reasons = append(reasons, s)
+			}
+		}
+	}
+	outcome, _ := obj[outcomeKey].(string)
+	return reasons, outcome
+}
+
+func explain(rules []RuleInfo, reasons []string) []RuleOutcome {
+	fired := map[string]bool{}
+	for _, r := range reasons {
+		fired[r] = true
+	}
+	out := make([]RuleOutcome, len(rules))
+	for i, r := range rules {
+		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
+	}
+	return out
+}
+
+// NewDecisionID returns a random 128-bit identifier in UUID form.
+func NewDecisionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
+}

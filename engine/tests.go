@@ -1,0 +1,405 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/cover"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/tester"
+)
+
+// TestOptions select and report the policy tests of a test folder.
+type TestOptions struct {
+	Tests    string // folder with *_test.rego files and fixtures/<decision>/*.json
+	Run      string // regular expression selecting tests and fixtures by name
+	Coverage bool   // measure coverage of the policy files by the Rego tests
+}
+
+// TestResult is the outcome of one Rego test or one fixture.
+type TestResult struct {
+	Kind     string        `json:"kind"` // "rego" or "fixture"
+	Name     string        `json:"name"` // package.test_name, or decision/case
+	File     string        `json:"file"`
+	Line     int           `json:"line,omitempty"`
+	Pass     bool          `json:"pass"`
+	Skip     bool          `json:"skip,omitempty"`
+	Message  string        `json:"message,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// TestReport is the outcome of a test run.
+type TestReport struct {
+	Results  []TestResult `json:"results"`
+	Setup    []Problem    `json:"setup_problems,omitempty"`
+	Coverage *Coverage    `json:"coverage,omitempty"`
+}
+
+// Coverage of the policy files (tests excluded) by the Rego tests.
+type Coverage struct {
+	Percent float64            `json:"percent"`
+	Files   map[string]float64 `json:"files"`
+	// NotCovered lists file:line ranges no test reached.
+	NotCovered []string `json:"not_covered,omitempty"`
+}
+
+// Counts returns how many tests passed, failed and were skipped.
+func (r *TestReport) Counts() (pass, fail, skip int) {
+	for _, t := range r.Results {
+		switch {
+		case t.Skip:
+			skip++
+		case t.Pass:
+			pass++
+		default:
+			fail++
+		}
+	}
+	return pass, fail + len(r.Setup), skip
+}
+
+// Problems lists the setup problems and failed tests, each located.
+func (r *TestReport) Problems() []Problem {
+	probs := append([]Problem(nil), r.Setup...)
+	for _, t := range r.Results {
+		if !t.Pass && !t.Skip {
+			probs = append(probs, Problem{File: t.File, Line: t.Line, Message: fmt.Sprintf("%s %s failed: %s", t.Kind, t.Name, t.Message)})
+		}
+	}
+	return probs
+}
+
+// RunTests builds a Snapshot from cfg (without the test gate) and runs the
+// Rego tests and fixtures of opts.Tests against it.
+func RunTests(ctx context.Context, cfg Config, opts TestOptions) (*TestReport, error) {
+	cfg.Tests = ""
+	b, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return b.snap.runTests(ctx, b, opts)
+}
+
+func (s *Snapshot) runTests(ctx context.Context, b *built, opts TestOptions) (*TestReport, error) {
+	var filter *regexp.Regexp
+	if opts.Run != "" {
+		var err error
+		if filter, err = regexp.Compile(opts.Run); err != nil {
+			return nil, fmt.Errorf("--run: %w", err)
+		}
+	}
+	suite, probs := loadSuite(opts.Tests)
+	rep := &TestReport{Setup: probs}
+	if err := s.runRego(ctx, b, suite, opts, rep); err != nil {
+		return nil, err
+	}
+	for _, fx := range suite.fixtures {
+		if filter != nil && !filter.MatchString(fx.Decision+"/"+fx.Name) {
+			continue
+		}
+		rep.Results = append(rep.Results, s.RunFixture(ctx, fx))
+	}
+	return rep, nil
+}
+
+// suite is the content of a test folder.
+type suite struct {
+	modules  map[string]*ast.Module
+	data     map[string]any
+	fixtures []Fixture
+	files    []sourceFile
+}
+
+func loadSuite(dir string) (*suite, []Problem) {
+	files, err := readTree(dir, ".rego", ".json")
+	if err != nil {
+		return &suite{}, []Problem{{File: dir, Message: err.Error()}}
+	}
+	modules, data, probs := parsePolicies(files)
+	fixtures, p := parseFixtures(files)
+	return &suite{modules: modules, data: data, fixtures: fixtures, files: files}, append(probs, p...)
+}
+
+func (s *Snapshot) runRego(ctx context.Context, b *built, st *suite, opts TestOptions, rep *TestReport) error {
+	if len(st.modules) == 0 {
+		return nil
+	}
+	modules := map[string]*ast.Module{}
+	for k, m := range b.modules {
+		modules[k] = m.Copy()
+	}
+	for k, m := range st.modules {
+		modules[k] = m
+	}
+	data := deepCopy(b.data).(map[string]any)
+	if err := mergeObjects(data, deepCopy(st.data).(map[string]any), nil); err != nil {
+		rep.Setup = append(rep.Setup, Problem{File: opts.Tests, Message: "test data: " + err.Error()})
+		return nil
+	}
+	store := inmem.NewFromObjectWithOpts(data, inmem.OptRoundTripOnWrite(false))
+	txn, err := store.NewTransaction(ctx, storage.WriteParams)
+	if err != nil {
+		return err
+	}
+	defer store.Abort(ctx, txn)
+
+	var cov *cover.Cover
+	runner := tester.NewRunner().
+		SetCompiler(newCompiler(b.caps, b.schemaSet).WithEnablePrintStatements(true)).
+		SetStore(store).
+		SetModules(modules).
+		CapturePrintOutput(true).
+		SetTimeout(10 * time.Second).
+		Filter(opts.Run)
+	if opts.Coverage {
+		cov = cover.New()
+		runner = runner.SetCoverageQueryTracer(cov)
+	}
+	ch, err := runner.RunTests(ctx, txn)
+	if err != nil {
+		if errs, ok := err.(ast.Errors); ok {
+			rep.Setup = append(rep.Setup, astProblems(errs)...)
+			return nil
+		}
+		rep.Setup = append(rep.Setup, Problem{File: opts.Tests, Message: err.Error()})
+		return nil
+	}
+	for r := range ch {
+		tr := TestResult{Kind: "rego", Name: strings.TrimPrefix(r.Package, "data.") + "." + r.Name, Pass: !r.Fail && r.Error == nil, Skip: r.Skip, Duration: r.Duration}
+		if r.Location != nil {
+			tr.File, tr.Line = r.Location.File, r.Location.Row
+		}
+		switch {
+		case r.Error != nil:
+			tr.Message = r.Error.Error()
+		case r.Fail:
+			tr.Message = "test rule was false or undefined"
+			if r.FailedAt != nil {
+				tr.Message = fmt.Sprintf("failed at %s:%d: %s", r.FailedAt.Location.File, r.FailedAt.Location.Row, r.FailedAt.String())
+			}
+		}
+		if len(r.Output) > 0 && !tr.Pass {
+			tr.Message += "\n" + strings.TrimSpace(string(r.Output))
+		}
+		rep.Results = append(rep.Results, tr)
+	}
+	if cov != nil {
+		rep.Coverage = policyCoverage(cov.Report(modules), b.modules)
+	}
+	return nil
+}
+
+func policyCoverage(r cover.Report, policies map[string]*ast.Module) *Coverage {
+	c := &Coverage{Files: map[string]float64{}}
+	covered, notCovered := 0, 0
+	for file := range policies {
+		fr, ok := r.Files[file]
+		if !ok {
+			c.Files[file] = 0
+			continue
+		}
+		covered += fr.CoveredLines
+		notCovered += fr.NotCoveredLines
+		c.Files[file] = fr.Coverage
+		for _, rg := range fr.NotCovered {
+			c.NotCovered = append(c.NotCovered, fmt.Sprintf("%s:%d-%d", file, rg.Start.Row, rg.End.Row))
+		}
+	}
+	sort.Strings(c.NotCovered)
+	if covered+notCovered > 0 {
+		c.Percent = 100 * float64(covered) / float64(covered+notCovered)
+	}
+	return c
+}
+
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = deepCopy(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = deepCopy(e)
+		}
+		return a
+	default:
+		return v
+	}
+}
+
+// Fixture is one recorded case: an input (or a raw body) and the result or
+// error it must produce. Fixtures live in <tests>/fixtures/<decision>/*.json,
+// each file an object mapping case names to fixtures; stock OPA loads the
+// same files as data.fixtures.<decision>.<case>.
+type Fixture struct {
+	Decision   string          `json:"-"`
+	Name       string          `json:"-"`
+	File       string          `json:"-"`
+	Note       string          `json:"note"`
+	Input      json.RawMessage `json:"input"`
+	Body       *string         `json:"body"`
+	WantResult json.RawMessage `json:"want_result"`
+	WantError  *WantError      `json:"want_error"`
+}
+
+// WantError is the error a fixture expects.
+type WantError struct {
+	Code        Code   `json:"code"`
+	ViolationAt string `json:"violation_at"`
+}
+
+func parseFixtures(files []sourceFile) ([]Fixture, []Problem) {
+	var out []Fixture
+	var probs []Problem
+	seen := map[string]string{}
+	for _, f := range files {
+		parts := strings.Split(f.rel, "/")
+		if len(parts) != 3 || parts[0] != "fixtures" || filepath.Ext(f.rel) != ".json" {
+			continue
+		}
+		decision := parts[1]
+		if _, err := decodeStrict(f.data); err != nil {
+			probs = append(probs, Problem{File: f.path, Message: err.Error()})
+			continue
+		}
+		var cases map[string]json.RawMessage
+		if err := json.Unmarshal(f.data, &cases); err != nil {
+			probs = append(probs, Problem{File: f.path, Message: "a fixture file maps case names to fixtures: " + err.Error()})
+			continue
+		}
+		for name, raw := range cases {
+			var fx Fixture
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			fx.Decision, fx.Name, fx.File = decision, name, f.path
+			err := dec.Decode(&fx)
+			switch {
+			case err != nil:
+				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: %v", name, err)})
+				continue
+			case (fx.Input == nil) == (fx.Body == nil):
+				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: needs exactly one of input and body", name)})
+				continue
+			case (fx.WantResult == nil) == (fx.WantError == nil):
+				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: needs exactly one of want_result and want_error", name)})
+				continue
+			}
+			key := decision + "/" + name
+			if prev, dup := seen[key]; dup {
+				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s is also defined in %s", name, prev)})
+				continue
+			}
+			seen[key] = f.path
+			out = append(out, fx)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Decision != out[j].Decision {
+			return out[i].Decision < out[j].Decision
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, probs
+}
+
+// LoadFixtures reads the fixtures of a test folder.
+func LoadFixtures(dir string) ([]Fixture, error) {
+	files, err := readTree(dir, ".json")
+	if err != nil {
+		return nil, err
+	}
+	fx, probs := parseFixtures(files)
+	if len(probs) > 0 {
+		return fx, &LoadError{Problems: probs}
+	}
+	return fx, nil
+}
+
+// RequestBody is the body a fixture sends: its raw body, or its input.
+func (fx Fixture) RequestBody() []byte {
+	if fx.Body != nil {
+		return []byte(*fx.Body)
+	}
+	return fx.Input
+}
+
+// RunFixture decides one fixture through the full Decide path (decoding,
+// schema validation, evaluation, result validation) and compares.
+func (s *Snapshot) RunFixture(ctx context.Context, fx Fixture) TestResult {
+	start := time.Now()
+	tr := TestResult{Kind: "fixture", Name: fx.Decision + "/" + fx.Name, File: fx.File}
+	d, err := s.Decide(ctx, fx.Decision, fx.RequestBody(), Options{})
+	tr.Duration = time.Since(start)
+	tr.Message = CheckOutcome(fx, d, err)
+	tr.Pass = tr.Message == ""
+	return tr
+}
+
+// CheckOutcome compares a decision (or error) with what a fixture wants and
+// returns "" when they agree, or what differs.
+func CheckOutcome(fx Fixture, d *Decision, err error) string {
+	if fx.WantError != nil {
+		if err == nil {
+			return fmt.Sprintf("want error %s, got result %s", fx.WantError.Code, d.Result)
+		}
+		e := AsError(err)
+		if e.Code != fx.WantError.Code {
+			return fmt.Sprintf("want error %s, got %s: %s", fx.WantError.Code, e.Code, e.Message)
+		}
+		if fx.WantError.ViolationAt != "" {
+			var paths []string
+			for _, v := range e.Violations {
+				if v.Path == fx.WantError.ViolationAt {
+					return ""
+				}
+				paths = append(paths, fmt.Sprintf("%q", v.Path))
+			}
+			return fmt.Sprintf("want a violation at %q, got violations at %s", fx.WantError.ViolationAt, strings.Join(paths, ", "))
+		}
+		return ""
+	}
+	if err != nil {
+		e := AsError(err)
+		return fmt.Sprintf("want result, got error %s: %s %v", e.Code, e.Message, e.Violations)
+	}
+	if !SameJSON(d.Result, fx.WantResult) {
+		return fmt.Sprintf("result differs:\n  want %s\n  got  %s", compact(fx.WantResult), compact(d.Result))
+	}
+	return ""
+}
+
+// SameJSON reports whether two JSON texts hold the same value, numbers
+// compared by their literal text.
+func SameJSON(a, b []byte) bool {
+	var x, y any
+	da := json.NewDecoder(bytes.NewReader(a))
+	da.UseNumber()
+	db := json.NewDecoder(bytes.NewReader(b))
+	db.UseNumber()
+	if da.Decode(&x) != nil || db.Decode(&y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func compact(b []byte) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return string(b)
+	}
+	return buf.String()
+}
