@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -98,11 +98,11 @@ type decisionDef struct {
 // RuleInfo describes one reason rule of a decision, taken from its METADATA.
 type RuleInfo struct {
 	Rank        json.Number `json:"rank"`
-	Reason      string `json:"reason"`
-	Title       string `json:"title"`
-	Description string `json:"description,omitempty"`
-	File        string `json:"file"`
-	Line        int    `json:"line"`
+	Reason      string      `json:"reason"`
+	Title       string      `json:"title"`
+	Description string      `json:"description,omitempty"`
+	File        string      `json:"file"`
+	Line        int         `json:"line"`
 }
 
 // DecisionInfo is the public description of one decision.
