@@ -16,6 +16,8 @@ type Engine struct {
 
 	mu   sync.Mutex // serialises reloads and guards last
 	last ReloadStatus
+
+	reloadsOK, reloadsFailed atomic.Uint64
 }
 
 // ReloadStatus is the outcome of the most recent reload attempt.
@@ -72,7 +74,17 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 	}
 	st.Duration = time.Since(start)
 	e.last = st
+	if st.OK {
+		e.reloadsOK.Add(1)
+	} else {
+		e.reloadsFailed.Add(1)
+	}
 	return st
+}
+
+// ReloadCounts returns how many reload attempts succeeded and failed.
+func (e *Engine) ReloadCounts() (ok, failed uint64) {
+	return e.reloadsOK.Load(), e.reloadsFailed.Load()
 }
 
 // LastReload returns the outcome of the most recent reload attempt.
