@@ -84,8 +84,10 @@ func TestLoadRefusesBrokenPolicies(t *testing.T) {
 		want     []string
 	}{
 		{
-			name:     "misspelt input field is a type error at its line",
-			edit:     func(t *testing.T, root string) { editFile(t, filepath.Join(root, policy), "input.used >=", "input.usd >=") },
+			name: "misspelt input field is a type error at its line",
+			edit: func(t *testing.T, root string) {
+				editFile(t, filepath.Join(root, policy), "input.used >=", "input.usd >=")
+			},
 			wantLine: 12,
 			want:     []string{"policy.rego", "undefined ref: input.usd"},
 		},
@@ -119,8 +121,10 @@ func TestLoadRefusesBrokenPolicies(t *testing.T) {
 			want: []string{"builtin time.now_ns is refused"},
 		},
 		{
-			name:     "syntax error",
-			edit:     func(t *testing.T, root string) { editFile(t, filepath.Join(root, policy), "reasons :=", "reasons := [") },
+			name: "syntax error",
+			edit: func(t *testing.T, root string) {
+				editFile(t, filepath.Join(root, policy), "reasons :=", "reasons := [")
+			},
 			wantLine: 21,
 			want:     []string{"policy.rego", "rego_parse_error"},
 		},
