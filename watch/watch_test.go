@@ -1,0 +1,103 @@
+package watch
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchSeesEveryKindOfReplacement(t *testing.T) {
+	root := t.TempDir()
+	a := filepath.Join(root, "releases", "a")
+	b := filepath.Join(root, "releases", "b")
+	write(t, filepath.Join(a, "sub", "p.rego"), "1")
+	write(t, filepath.Join(b, "sub", "p.rego"), "2")
+	link := filepath.Join(root, "policies")
+	if err := os.Symlink(a, link); err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := Start(ctx, []string{link}, 20*time.Millisecond, func() { n.Add(1) }, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"write in place", func() { write(t, filepath.Join(a, "sub", "p.rego"), "1b") }},
+		{"write then rename over", func() {
+			tmp := filepath.Join(a, "sub", ".p.rego.tmp")
+			write(t, tmp, "1c")
+			if err := os.Rename(tmp, filepath.Join(a, "sub", "p.rego")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"delete", func() { _ = os.Remove(filepath.Join(a, "sub", "p.rego")) }},
+		{"new subfolder", func() { write(t, filepath.Join(a, "new", "q.rego"), "x") }},
+		{"file in the new subfolder", func() { write(t, filepath.Join(a, "new", "q.rego"), "y") }},
+		{"symlink flip", func() {
+			tmp := filepath.Join(root, "policies.tmp")
+			if err := os.Symlink(b, tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, link); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"write in the new target", func() { write(t, filepath.Join(b, "sub", "p.rego"), "2b") }},
+	}
+	for _, s := range steps {
+		before := n.Load()
+		s.do()
+		waitFor(t, s.name, func() bool { return n.Load() > before })
+	}
+}
+
+func TestWatchIgnoresSiblings(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "policies")
+	write(t, filepath.Join(dir, "p.rego"), "1")
+	var n atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := Start(ctx, []string{dir}, 20*time.Millisecond, func() { n.Add(1) }, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(root, "var.log"), "noise")
+	time.Sleep(200 * time.Millisecond)
+	if got := n.Load(); got != 0 {
+		t.Errorf("a sibling file caused %d reloads", got)
+	}
+	write(t, filepath.Join(dir, "p.rego"), "2")
+	waitFor(t, "own change", func() bool { return n.Load() == 1 })
+}
