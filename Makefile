@@ -35,7 +35,7 @@ run: build
 # test: vet, race-enabled Go tests (engine, server, fixtures, the real binary),
 # stock `opa check/fmt/test` on the same files, and `arbiter check`.
 test: vet build $(OPA)
-	$(GOTEST) ./...
+	OPA_BIN=$(abspath $(OPA)) $(GOTEST) ./...
 	$(MAKE) --no-print-directory opa-check
 	$(ARBITER) check
 	$(ARBITER) test --coverage --threshold 95
