@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -158,8 +159,13 @@ func summarize(result any, outcomeKey string) ([]string, string) {
 			}
 		}
 	}
-	outcome, _ := obj[outcomeKey].(string)
-	return reasons, outcome
+	switch o := obj[outcomeKey].(type) {
+	case string:
+		return reasons, o
+	case bool:
+		return reasons, strconv.FormatBool(o)
+	}
+	return reasons, ""
 }
 
 func explain(rules []RuleInfo, reasons []string) []RuleOutcome {

@@ -218,9 +218,9 @@ func TestDecisionAddedWithFilesOnly(t *testing.T) {
 	if !SameJSON(d.Result, []byte(`{"allow":false,"reasons":["quota_exhausted","tenant_suspended"]}`)) {
 		t.Errorf("result = %s", d.Result)
 	}
-	if d.Outcome != "" {
-		// x-arbiter-outcome names "allow", a boolean: no string label.
-		t.Errorf("outcome = %q, want empty for a non-string outcome member", d.Outcome)
+	if d.Outcome != "false" {
+		// x-arbiter-outcome names "allow", a boolean.
+		t.Errorf("outcome = %q, want \"false\"", d.Outcome)
 	}
 	if len(d.Explanation) != 2 || d.Explanation[0].Title != "Quota exhausted" || !d.Explanation[0].Fired || !d.Explanation[1].Fired {
 		t.Errorf("explanation = %+v", d.Explanation)

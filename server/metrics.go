@@ -1,0 +1,134 @@
+package server
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// unknownLabel stands for every decision name the active Snapshot does not
+// serve, so a scanner cannot create one time series per path it tries.
+const unknownLabel = "unknown"
+
+// noOutcome labels a decision whose result has no string outcome member.
+const noOutcome = "none"
+
+type metrics struct {
+	decisions *prometheus.CounterVec
+	reasons   *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+
+	eng   Engine
+	names atomic.Pointer[nameSet] // decision names of the last Snapshot seen
+}
+
+// nameSet caches the names of one Snapshot for label checks.
+type nameSet struct {
+	snap  *engine.Snapshot
+	names map[string]bool
+}
+
+func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config) *metrics {
+	m := &metrics{
+		eng: eng,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "arbiter_decisions_total",
+			Help: "Decision requests answered, by decision and outcome (\"error\" when no decision was made).",
+		}, []string{"decision", "outcome"}),
+		reasons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "arbiter_refusal_reasons_total",
+			Help: "Reasons listed in decision results, by decision and reason.",
+		}, []string{"decision", "reason"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "arbiter_rejected_inputs_total",
+			Help: "Decision requests answered with an error, by decision and error code.",
+		}, []string{"decision", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "arbiter_decision_duration_seconds",
+			Help:    "Time to answer a decision request, from routing to response.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"decision"}),
+	}
+	reg.MustRegister(m.decisions, m.reasons, m.rejected, m.duration, revisionCollector{eng})
+	if cfg.ReloadCounts != nil {
+		for _, result := range []string{"ok", "failed"} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "arbiter_reloads_total",
+				Help:        "Reload attempts, by result.",
+				ConstLabels: prometheus.Labels{"result": result},
+			}, func() float64 {
+				ok, failed := cfg.ReloadCounts()
+				if result == "ok" {
+					return float64(ok)
+				}
+				return float64(failed)
+			}))
+		}
+	}
+	if cfg.DroppedLogRecords != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "arbiter_decision_log_dropped_total",
+			Help: "Decision log records dropped because the log could not keep up.",
+		}, func() float64 { return float64(cfg.DroppedLogRecords()) }))
+	}
+	return m
+}
+
+// label returns name when the active Snapshot serves it, else "unknown".
+func (m *metrics) label(name string) string {
+	snap := m.eng.Snapshot()
+	if snap == nil {
+		return unknownLabel
+	}
+	set := m.names.Load()
+	if set == nil || set.snap != snap {
+		set = &nameSet{snap: snap, names: map[string]bool{}}
+		for _, n := range snap.Names() {
+			set.names[n] = true
+		}
+		m.names.Store(set)
+	}
+	if set.names[name] {
+		return name
+	}
+	return unknownLabel
+}
+
+func (m *metrics) observeDecision(d *engine.Decision, elapsed time.Duration) {
+	label := m.label(d.Name)
+	outcome := d.Outcome
+	if outcome == "" {
+		outcome = noOutcome
+	}
+	m.decisions.WithLabelValues(label, outcome).Inc()
+	for _, r := range d.Reasons {
+		m.reasons.WithLabelValues(label, r).Inc()
+	}
+	m.duration.WithLabelValues(label).Observe(elapsed.Seconds())
+}
+
+func (m *metrics) observeError(name string, code engine.Code, elapsed time.Duration) {
+	label := m.label(name)
+	m.decisions.WithLabelValues(label, "error").Inc()
+	m.rejected.WithLabelValues(label, string(code)).Inc()
+	m.duration.WithLabelValues(label).Observe(elapsed.Seconds())
+}
+
+// revisionCollector exports the active revision as an info metric, read at
+// scrape time so that it follows reloads without hooks.
+type revisionCollector struct{ eng Engine }
+
+var revisionDesc = prometheus.NewDesc("arbiter_policy_revision_info",
+	"The active policy revision (always 1).", []string{"revision"}, nil)
+
+func (c revisionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- revisionDesc }
+
+func (c revisionCollector) Collect(ch chan<- prometheus.Metric) {
+	if snap := c.eng.Snapshot(); snap != nil {
+		ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, 1, snap.Revision)
+	}
+}

@@ -1,0 +1,166 @@
+// Package server answers Arbiter's HTTP API over an engine: routes, request
+// limits, authentication, error documents, decision logging and metrics.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// Engine is what the server needs from the decision engine.
+type Engine interface {
+	Decide(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
+	Snapshot() *engine.Snapshot
+	Reload(ctx context.Context, trigger string) engine.ReloadStatus
+	LastReload() engine.ReloadStatus
+}
+
+// DecisionLog receives one record per answered decision request: decisions
+// and errors on the decision endpoints alike. Log must not block for long
+// and must not keep rec's byte slices beyond what it owns (the server hands
+// over copies).
+type DecisionLog interface {
+	Log(rec decisionlog.Record)
+}
+
+// DefaultMaxBodyBytes is the request body limit when Config leaves it zero:
+// the Runner's own bound on runner-state.json.
+const DefaultMaxBodyBytes = 16 << 20
+
+// Config is everything New needs; cmd fills it from flags and environment.
+type Config struct {
+	MaxBodyBytes int64   // request body limit; 0 means DefaultMaxBodyBytes
+	Tokens       []Token // accepted bearer tokens; empty turns token auth off
+	Logger       *slog.Logger
+	DecisionLog  DecisionLog          // may be nil
+	Registry     *prometheus.Registry // metrics are registered here; nil means a fresh one
+	// ReloadCounts, when set, is exported as arbiter_reloads_total{result}.
+	ReloadCounts func() (ok, failed uint64)
+	// DroppedLogRecords, when set, is exported as arbiter_decision_log_dropped_total.
+	DroppedLogRecords func() uint64
+}
+
+type server struct {
+	cfg     Config
+	eng     Engine
+	log     *slog.Logger
+	auth    *authenticator
+	metrics *metrics
+	started time.Time
+}
+
+// New returns the HTTP handler of the API. Its metrics are registered in
+// cfg.Registry, which must not already hold them (New panics otherwise, as
+// prometheus.MustRegister does).
+func New(cfg Config, eng Engine) http.Handler {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &server{
+		cfg:     cfg,
+		eng:     eng,
+		log:     cfg.Logger,
+		auth:    newAuthenticator(cfg.Tokens),
+		metrics: newMetrics(cfg.Registry, eng, cfg),
+		started: time.Now(),
+	}
+
+	r := chi.NewRouter()
+	r.Use(s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, &engine.Error{Code: CodeNotFound, Message: "no such route"})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", strings.Join(allowedMethods(r, req), ", "))
+		writeError(w, &engine.Error{Code: CodeMethodNotAllowed, Message: "method " + req.Method + " is not allowed here"})
+	})
+
+	r.Get("/health", s.health)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Post("/v1/decisions/{name}", s.decide(false))
+		r.Post("/v1/data/decisions/{name}/decision", s.decide(true))
+		r.Get("/v1/decisions", s.listDecisions)
+		r.Get("/v1/status", s.status)
+		r.Post("/v1/reload", s.reload)
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	})
+	return r
+}
+
+// allowedMethods lists the methods routed for the request's path, for the
+// Allow header of a 405 (chi only computes it for its own default handler).
+func allowedMethods(mux chi.Routes, r *http.Request) []string {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if mux.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// recoverer turns a panic into a policy_error document. Handlers write
+// their answer in one call, so a panic almost always comes before any byte
+// was sent; if one comes after, the connection is aborted rather than
+// finishing a half answer that a client could mistake for a whole one.
+func (s *server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tw := &trackingWriter{ResponseWriter: w}
+		defer func() {
+			rec := recover()
+			if rec == nil {
+				return
+			}
+			if rec == http.ErrAbortHandler {
+				panic(rec)
+			}
+			s.log.Error("panic while serving a request", "method", r.Method, "path", r.URL.Path, "panic", rec, "stack", string(debug.Stack()))
+			if tw.wrote {
+				panic(http.ErrAbortHandler)
+			}
+			writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "internal error"})
+		}()
+		next.ServeHTTP(tw, r)
+	})
+}
+
+// trackingWriter records whether a response was started.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
