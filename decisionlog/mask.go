@@ -1,0 +1,151 @@
+package decisionlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// MaskedValue replaces every masked value of a logged input. A record whose
+// input holds it cannot be decided again faithfully.
+const MaskedValue = "**masked**"
+
+var maskedJSON = []byte(`"` + MaskedValue + `"`)
+
+// masker replaces the values at a set of JSON pointers. The pointers are a
+// tree of reference tokens; a leaf is a value to replace.
+type masker struct {
+	leaf     bool
+	children map[string]*masker
+}
+
+// newMasker compiles RFC 6901 JSON pointers ("" is the whole document).
+func newMasker(pointers []string) (*masker, error) {
+	root := &masker{}
+	for _, p := range pointers {
+		if p != "" && !strings.HasPrefix(p, "/") {
+			return nil, fmt.Errorf("mask %q is not a JSON pointer: it must be empty or start with /", p)
+		}
+		node := root
+		if p != "" {
+			for _, tok := range strings.Split(p[1:], "/") {
+				tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+				if node.children == nil {
+					node.children = map[string]*masker{}
+				}
+				next, ok := node.children[tok]
+				if !ok {
+					next = &masker{}
+					node.children[tok] = next
+				}
+				node = next
+			}
+		}
+		node.leaf = true
+	}
+	return root, nil
+}
+
+// mask returns doc, which must be compact valid JSON, with the value at each
+// pointer replaced by MaskedValue. Everything else keeps its bytes and its
+// order: the record stays the input as received, minus the masked values.
+// Pointers that name nothing in doc are ignored.
+func (m *masker) mask(doc []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	var spans [][2]int64
+	if err := m.walk(dec, &spans); err != nil {
+		return nil, err
+	}
+	if len(spans) == 0 {
+		return doc, nil
+	}
+	out := make([]byte, 0, len(doc))
+	var at int64
+	for _, s := range spans {
+		out = append(out, doc[at:s[0]]...)
+		out = append(out, maskedJSON...)
+		at = s[1]
+	}
+	return append(out, doc[at:]...), nil
+}
+
+// walk consumes one value from dec, recording the byte span of every value
+// to mask. It relies on doc being compact, so that a value decoded into a
+// RawMessage is exactly the bytes that end at the decoder's offset.
+func (m *masker) walk(dec *json.Decoder, spans *[][2]int64) error {
+	if m == nil || m.leaf {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		if m != nil {
+			end := dec.InputOffset()
+			*spans = append(*spans, [2]int64{end - int64(len(raw)), end})
+		}
+		return nil
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch tok {
+	case json.Delim('{'):
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			k, _ := key.(string)
+			if err := m.children[k].walk(dec, spans); err != nil {
+				return err
+			}
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if err := m.children[strconv.Itoa(i)].walk(dec, spans); err != nil {
+				return err
+			}
+		}
+	default:
+		return nil // a scalar where the pointer expects a container: nothing to mask
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
+}
+
+// ContainsMasked reports whether any string value of the JSON document input
+// is MaskedValue, that is whether part of the input was masked when logged.
+func ContainsMasked(input []byte) bool {
+	if !bytes.Contains(input, maskedJSON) {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(input))
+	dec.UseNumber()
+	var doc any
+	if dec.Decode(&doc) != nil {
+		return true // unreadable and carrying the marker: do not trust it
+	}
+	return holdsMasked(doc)
+}
+
+func holdsMasked(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return x == MaskedValue
+	case map[string]any:
+		for _, e := range x {
+			if holdsMasked(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if holdsMasked(e) {
+				return true
+			}
+		}
+	}
+	return false
+}

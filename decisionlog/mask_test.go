@@ -1,0 +1,103 @@
+package decisionlog
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+)
+
+func TestMask(t *testing.T) {
+	const input = `{"run":{"runId":"r1","token":"s3cr3t"},"runnerState":{"diagnostics":["a","b"],"nextSourceSeq":18446744073709551615,"x/y":1,"t~":2},"list":[{"k":"v0"},{"k":"v1"}],"n":1.0e2}`
+	tests := []struct {
+		name string
+		mask []string
+		want string
+	}{
+		{"one leaf", []string{"/run/token"},
+			`{"run":{"runId":"r1","token":"**masked**"},"runnerState":{"diagnostics":["a","b"],"nextSourceSeq":18446744073709551615,"x/y":1,"t~":2},"list":[{"k":"v0"},{"k":"v1"}],"n":1.0e2}`},
+		{"a whole array", []string{"/runnerState/diagnostics"},
+			`{"run":{"runId":"r1","token":"s3cr3t"},"runnerState":{"diagnostics":"**masked**","nextSourceSeq":18446744073709551615,"x/y":1,"t~":2},"list":[{"k":"v0"},{"k":"v1"}],"n":1.0e2}`},
+		{"escaped tokens", []string{"/runnerState/x~1y", "/runnerState/t~0"},
+			`{"run":{"runId":"r1","token":"s3cr3t"},"runnerState":{"diagnostics":["a","b"],"nextSourceSeq":18446744073709551615,"x/y":"**masked**","t~":"**masked**"},"list":[{"k":"v0"},{"k":"v1"}],"n":1.0e2}`},
+		{"array index", []string{"/list/1/k", "/runnerState/diagnostics/0"},
+			`{"run":{"runId":"r1","token":"s3cr3t"},"runnerState":{"diagnostics":["**masked**","b"],"nextSourceSeq":18446744073709551615,"x/y":1,"t~":2},"list":[{"k":"v0"},{"k":"**masked**"}],"n":1.0e2}`},
+		{"missing paths ignored", []string{"/nope", "/run/runId/deeper", "/list/7", "/list/-"}, input},
+		{"whole document", []string{""}, `"**masked**"`},
+		{"parent and child", []string{"/run", "/run/token"},
+			`{"run":"**masked**","runnerState":{"diagnostics":["a","b"],"nextSourceSeq":18446744073709551615,"x/y":1,"t~":2},"list":[{"k":"v0"},{"k":"v1"}],"n":1.0e2}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := newMasker(tc.mask)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := m.mask([]byte(input))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+			if masked := string(got) != input; ContainsMasked(got) != masked {
+				t.Errorf("ContainsMasked = %v, want %v", !masked, masked)
+			}
+		})
+	}
+}
+
+func TestMaskRejectsBadPointer(t *testing.T) {
+	if _, err := Open(Options{Path: filepath.Join(t.TempDir(), "x"), Mask: []string{"run/token"}}); err == nil {
+		t.Fatal("Open accepted a mask that is not a JSON pointer")
+	}
+}
+
+func TestLoggerMasksInput(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	l, err := Open(Options{Path: path, Mask: []string{"/runnerState/diagnostics"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(Record{DecisionID: "a", Input: json.RawMessage("{\"runnerState\": {\"diagnostics\": [\"secret\"], \"n\": 18446744073709551615}, \"z\": \"<&>\"}")})
+	l.Log(Record{DecisionID: "b", Input: json.RawMessage(`{"runnerState": {"diagnostics": "se`), Error: &RecordError{Code: "malformed_json"}})
+	l.Log(Record{DecisionID: "c", Path: "/v1/data/decisions/x/decision", Input: json.RawMessage(`{"input":{"runnerState":{"diagnostics":["secret"]}}}`), Error: &RecordError{Code: "input_schema_invalid"}})
+	l.Log(Record{DecisionID: "d", Path: "/v1/data/decisions/x/decision", Input: json.RawMessage(`{"runnerState":{"diagnostics":["secret"]}}`)})
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, recs := readLines(t, path)
+	if len(recs) != 4 {
+		t.Fatalf("got %d records, want 4", len(recs))
+	}
+	if want := `{"input":{"runnerState":{"diagnostics":"**masked**"}}}`; string(recs[2].Input) != want {
+		t.Errorf("masked Data API body %s, want %s", recs[2].Input, want)
+	}
+	if want := `{"runnerState":{"diagnostics":"**masked**"}}`; string(recs[3].Input) != want {
+		t.Errorf("masked Data API input %s, want %s", recs[3].Input, want)
+	}
+	if want := `{"runnerState":{"diagnostics":"**masked**","n":18446744073709551615},"z":"<&>"}`; string(recs[0].Input) != want {
+		t.Errorf("masked input %s, want %s", recs[0].Input, want)
+	}
+	if recs[1].Input != nil || recs[1].BodyBase64 != "" {
+		t.Errorf("an unmaskable body was logged: input %s body %q", recs[1].Input, recs[1].BodyBase64)
+	}
+}
+
+func TestContainsMasked(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{`{"a":"**masked**"}`, true},
+		{`{"a":["x",{"b":"**masked**"}]}`, true},
+		{`{"**masked**":1}`, false},
+		{`{"a":"not **masked** here"}`, false},
+		{`{"a":1}`, false},
+	}
+	for _, tc := range tests {
+		if got := ContainsMasked([]byte(tc.in)); got != tc.want {
+			t.Errorf("ContainsMasked(%s) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package decisionlog
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// ReadFile calls fn for every record of the JSON lines file at path, in
+// order, with its 1-based line number. Log corruption does not stop an
+// audit: a line that is not a record is skipped, and each warning returned
+// names one skipped line by file and line. A last line without its newline
+// is what a crash leaves mid-write; it is read when it is a whole record and
+// skipped as torn otherwise. Blank lines are ignored. An error from fn stops
+// the reading and is returned as is.
+func ReadFile(path string, fn func(lineNo int, rec Record) error) (warnings []string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// ReadBytes, not a Scanner: one line holds a whole input, up to 16 MiB
+	// and more once base64-encoded.
+	r := bufio.NewReaderSize(f, 64<<10)
+	for lineNo := 1; ; lineNo++ {
+		line, err := r.ReadBytes('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return warnings, fmt.Errorf("%s:%d: %w", path, lineNo, err)
+		}
+		atEOF := err != nil
+		if atEOF && len(line) == 0 {
+			return warnings, nil
+		}
+		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+			var rec Record
+			if perr := json.Unmarshal(trimmed, &rec); perr != nil {
+				if atEOF {
+					warnings = append(warnings, fmt.Sprintf("%s:%d: torn last line skipped (%d bytes without a newline): %v", path, lineNo, len(line), perr))
+				} else {
+					warnings = append(warnings, fmt.Sprintf("%s:%d: line skipped, not a decision record: %v", path, lineNo, perr))
+				}
+			} else if ferr := fn(lineNo, rec); ferr != nil {
+				return warnings, ferr
+			}
+		}
+		if atEOF {
+			return warnings, nil
+		}
+	}
+}
