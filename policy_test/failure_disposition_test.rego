@@ -49,8 +49,10 @@ test_fixtures_well_formed if {
 	fixtures.permanent_first.want_result
 }
 
+# Reliability engineers add codes to data.json without touching tests: the
+# test holds for whatever the list says (the fixtures pin today's twelve).
 test_permanent_failure_code_every_listed_code if {
-	count(data.decisions.failure_disposition.permanent_codes) == 12
+	count(data.decisions.failure_disposition.permanent_codes) > 0
 	every code in data.decisions.failure_disposition.permanent_codes {
 		decide({"attempt": 1, "failureCode": code}) == permanent(code)
 	}

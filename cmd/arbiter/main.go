@@ -13,10 +13,15 @@ import (
 const usage = `arbiter: a policy decision service (Rego policies over schema-validated input)
 
 Usage:
+  arbiter serve   [--addr HOST:PORT] [--policies DIR] [--schemas DIR] [--tests DIR]
+                  [--decision-log PATH|-] [--max-body-bytes N] [--eval-timeout D]
+                  [--auth-token-file F] [--tls-cert-file F --tls-key-file F [--tls-client-ca-file F]]
+                  [--insecure-listen]   (see arbiter serve -h for every flag)
   arbiter eval    --decision NAME --input FILE|- [--explain] [--policies DIR] [--schemas DIR]
   arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v]
+  arbiter replay  --log FILE [--policies DIR] [--schemas DIR] [--format text|json]
   arbiter version
 
 Folders default to the policies/, schemas/ and policy_test/ of the repository
@@ -45,12 +50,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
+	case "serve":
+		return cmdServe(ctx, rest, stdout, stderr)
 	case "eval":
 		return cmdEval(ctx, rest, stdin, stdout, stderr)
 	case "check":
 		return cmdCheck(ctx, rest, stdout, stderr)
 	case "test":
 		return cmdTest(ctx, rest, stdout, stderr)
+	case "replay":
+		return cmdReplay(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		return cmdVersion(stdout)
 	case "help", "-h", "--help":

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/server"
+	"github.com/arbiter-dev/arbiter/watch"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// serveConfig is every setting of `arbiter serve`, parsed and validated here
+// and handed down as plain values.
+type serveConfig struct {
+	folders
+	addr            string
+	decisionLog     string
+	logMaxBytes     int64
+	logMask         string
+	maxBodyBytes    int64
+	evalTimeout     time.Duration
+	shutdownTimeout time.Duration
+	debounce        time.Duration
+	tokenFile       string
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
+	insecureListen  bool
+	logLevel        string
+}
+
+func envDuration(key string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(key); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func envInt(key string, def int64) int64 {
+	if v, ok := os.LookupEnv(key); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+func envBool(key string) bool {
+	b, _ := strconv.ParseBool(os.Getenv(key))
+	return b
+}
+
+func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &serveConfig{}
+	c.folders.register(fs, true)
+	fs.StringVar(&c.addr, "addr", envOr("ARBITER_ADDR", "127.0.0.1:8181"), "listen address HOST:PORT")
+	fs.StringVar(&c.decisionLog, "decision-log", envOr("ARBITER_DECISION_LOG", "var/decisions.log"), "decision log file, - for stdout, '' to disable")
+	fs.Int64Var(&c.logMaxBytes, "decision-log-max-bytes", envInt("ARBITER_DECISION_LOG_MAX_BYTES", 100<<20), "rotate the decision log at this size")
+	fs.StringVar(&c.logMask, "decision-log-mask", envOr("ARBITER_DECISION_LOG_MASK", ""), "comma-separated JSON pointers into the input to mask in the decision log")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", envInt("ARBITER_MAX_BODY_BYTES", 16<<20), "largest request body accepted")
+	fs.DurationVar(&c.evalTimeout, "eval-timeout", envDuration("ARBITER_EVAL_TIMEOUT", engine.DefaultEvalTimeout), "deadline of one policy evaluation")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", envDuration("ARBITER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a graceful stop waits for requests in flight")
+	fs.DurationVar(&c.debounce, "reload-debounce", envDuration("ARBITER_RELOAD_DEBOUNCE", 100*time.Millisecond), "quiet time after file events before a reload")
+	fs.StringVar(&c.tokenFile, "auth-token-file", envOr("ARBITER_AUTH_TOKEN_FILE", ""), "file of bearer tokens, one per line (CALLER TOKEN or TOKEN)")
+	fs.StringVar(&c.tlsCert, "tls-cert-file", envOr("ARBITER_TLS_CERT_FILE", ""), "TLS certificate (PEM)")
+	fs.StringVar(&c.tlsKey, "tls-key-file", envOr("ARBITER_TLS_KEY_FILE", ""), "TLS private key (PEM)")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca-file", envOr("ARBITER_TLS_CLIENT_CA_FILE", ""), "CA bundle (PEM) that client certificates must chain to (mTLS)")
+	fs.BoolVar(&c.insecureListen, "insecure-listen", envBool("ARBITER_INSECURE_LISTEN"), "allow a non-loopback address without authentication")
+	fs.StringVar(&c.logLevel, "log-level", envOr("ARBITER_LOG_LEVEL", "info"), "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.maxBodyBytes <= 0 {
+		return nil, errors.New("--max-body-bytes must be positive")
+	}
+	if c.evalTimeout <= 0 {
+		return nil, errors.New("--eval-timeout must be positive")
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	if c.tlsClientCA != "" && c.tlsCert == "" {
+		return nil, errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+	}
+	if !isLoopback(c.addr) && c.tokenFile == "" && c.tlsClientCA == "" && !c.insecureListen {
+		return nil, fmt.Errorf("refusing to listen on non-loopback address %s without --auth-token-file or --tls-client-ca-file (pass --insecure-listen to override)", c.addr)
+	}
+	return c, nil
+}
+
+// isLoopback reports whether addr only listens on the loopback interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parseServe(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
+		}
+		return exitError
+	}
+	log, err := newLogger(c.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
+		return exitError
+	}
+	if err := serve(ctx, c, log, stdout); err != nil {
+		log.Error("arbiter serve stopped", "err", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writer) error {
+	var tokens []server.Token
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return fmt.Errorf("reading --auth-token-file: %w", err)
+		}
+		if tokens, err = server.ParseTokenFile(b); err != nil {
+			return fmt.Errorf("--auth-token-file: %w", err)
+		}
+	}
+	tlsConfig, err := c.tlsConfig()
+	if err != nil {
+		return err
+	}
+
+	eng, err := engine.New(ctx, engine.Config{Policies: c.policies, Schemas: c.schemas, Tests: c.tests, EvalTimeout: c.evalTimeout})
+	if err != nil {
+		return fmt.Errorf("loading policies: %w", err)
+	}
+	snap := eng.Snapshot()
+	log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
+
+	var dlog *decisionlog.Logger
+	var sink server.DecisionLog
+	if c.decisionLog != "" {
+		var mask []string
+		for _, p := range strings.Split(c.logMask, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				mask = append(mask, p)
+			}
+		}
+		dlog, err = decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, MaxBytes: c.logMaxBytes, Mask: mask, Logger: log})
+		if err != nil {
+			return fmt.Errorf("opening the decision log: %w", err)
+		}
+		sink = dlog
+	} else {
+		log.Warn("decision log disabled")
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	scfg := server.Config{
+		MaxBodyBytes: c.maxBodyBytes,
+		Tokens:       tokens,
+		Logger:       log,
+		DecisionLog:  sink,
+		Registry:     reg,
+		ReloadCounts: eng.ReloadCounts,
+	}
+	if dlog != nil {
+		scfg.DroppedLogRecords = dlog.Dropped
+	}
+	srv := &http.Server{
+		Handler:           server.New(scfg, eng),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second, // a body trickled byte by byte is cut off
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		TLSConfig:         tlsConfig,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return err
+	}
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	reload := func(trigger string) {
+		st := eng.Reload(runCtx, trigger)
+		switch {
+		case !st.OK:
+			probs := make([]string, len(st.Problems))
+			for i, p := range st.Problems {
+				probs[i] = p.String()
+			}
+			log.Error("reload refused; the previous revision keeps serving", "trigger", trigger, "revision", st.Revision, "problems", strings.Join(probs, "; "))
+		case st.Changed:
+			log.Info("reloaded", "trigger", trigger, "revision", st.Revision, "took", st.Duration)
+		default:
+			log.Debug("reload found no change", "trigger", trigger, "revision", st.Revision)
+		}
+	}
+	dirs := []string{c.policies, c.schemas}
+	if c.tests != "" {
+		dirs = append(dirs, c.tests)
+	}
+	if _, err := watch.Start(runCtx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
+		log.Warn("file watching unavailable; reload with SIGHUP or POST /v1/reload", "err", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-hup:
+				reload("sighup")
+			}
+		}
+	}()
+
+	errc := make(chan error, 1)
+	go func() {
+		if tlsConfig != nil {
+			errc <- srv.ServeTLS(ln, c.tlsCert, c.tlsKey)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "mtls", c.tlsClientCA != "", "auth_tokens", len(tokens))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: finishing requests in flight", "timeout", c.shutdownTimeout)
+	case serveErr = <-errc:
+	}
+	stopRun()
+	shutCtx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
+		_ = srv.Close()
+	}
+	if dlog != nil {
+		// Every answered decision was queued before its response was
+		// written, so draining now loses nothing.
+		if err := dlog.Close(shutCtx); err != nil {
+			log.Error("decision log not fully flushed", "err", err)
+			if serveErr == nil {
+				serveErr = err
+			}
+		}
+		log.Info("decision log closed", "written", dlog.Written(), "dropped", dlog.Dropped())
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	log.Info("stopped")
+	return serveErr
+}
+
+func (c *serveConfig) tlsConfig() (*tls.Config, error) {
+	if c.tlsCert == "" {
+		return nil, nil
+	}
+	if _, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey); err != nil {
+		return nil, fmt.Errorf("loading the TLS key pair: %w", err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.tlsClientCA != "" {
+		pem, err := os.ReadFile(c.tlsClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("reading --tls-client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("--tls-client-ca-file holds no PEM certificate")
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

@@ -1,0 +1,449 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// binPath is the arbiter binary built once for the tests that boot it.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "arbiter-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "arbiter")
+	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building arbiter: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's stderr while tests read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *syncBuffer
+	done   chan error
+}
+
+var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+// startServer boots `arbiter serve` on a free loopback port.
+func startServer(t *testing.T, args ...string) *proc {
+	t.Helper()
+	s := &proc{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s.cmd = exec.Command(binPath, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	s.cmd.Stderr = s.stderr
+	s.cmd.Stdout = io.Discard
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		if t.Failed() {
+			t.Logf("server stderr:\n%s", s.stderr.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := listening.FindStringSubmatch(s.stderr.String()); m != nil {
+			s.url = "http://" + m[1]
+			return s
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("arbiter serve exited early: %v\n%s", err, s.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("arbiter serve did not start:\n%s", s.stderr.String())
+	return nil
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *proc) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			t.Fatalf("arbiter serve exited with %v\n%s", err, s.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("arbiter serve did not stop within 30s of SIGTERM")
+	}
+}
+
+// copyRepo copies the repository's policies, schemas and tests into a
+// temporary folder that a test may edit.
+func copyRepo(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, dir := range []string{"policies", "schemas", "policy_test"} {
+		src := filepath.Join("..", "..", dir)
+		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(src, p)
+			dst := filepath.Join(root, dir, rel)
+			if d.IsDir() {
+				return os.MkdirAll(dst, 0o755)
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(dst, b, 0o644)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func folderArgs(root string) []string {
+	return []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas"), "--tests", filepath.Join(root, "policy_test")}
+}
+
+type answer struct {
+	status int
+	id     string
+	body   []byte
+}
+
+func post(t testing.TB, client *http.Client, url string, body []byte) answer {
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Errorf("POST %s: %v", url, err)
+		return answer{}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, id: resp.Header.Get("X-Arbiter-Decision-Id"), body: b}
+}
+
+// waitFor polls cond until it holds; it returns how long that took.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", limit, what)
+	return 0
+}
+
+func status(t *testing.T, client *http.Client, url string) map[string]any {
+	resp, err := client.Get(url + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func editFile(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old) {
+		t.Fatalf("%s does not contain %q", path, old)
+	}
+	// Write then rename, as editors do.
+	tmp := path + ".tmp~"
+	if err := os.WriteFile(tmp, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServeEndToEnd boots the real binary, decides every fixture over TCP on
+// both endpoints, edits policies under load (a data edit goes live, a broken
+// policy and a failing test are refused while the old revision answers, the
+// fix activates), stops it with SIGTERM and checks the decision log against
+// every answer.
+func TestServeEndToEnd(t *testing.T) {
+	root := copyRepo(t)
+	logPath := filepath.Join(t.TempDir(), "decisions.log")
+	srv := startServer(t, append(folderArgs(root), "--decision-log", logPath)...)
+	client := &http.Client{Timeout: 10 * time.Second}
+
+	var mu sync.Mutex
+	answered := map[string]answer{} // decision id -> answer
+	keep := func(a answer) {
+		if a.id == "" {
+			t.Errorf("answer without decision id: %d %s", a.status, a.body)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := answered[a.id]; dup {
+			t.Errorf("decision id %s answered twice", a.id)
+		}
+		answered[a.id] = a
+	}
+
+	fixtures, err := engine.LoadFixtures(filepath.Join(root, "policy_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fx := range fixtures {
+		body := fx.RequestBody()
+		plain := post(t, client, srv.url+"/v1/decisions/"+fx.Decision, body)
+		keep(plain)
+		checkAnswer(t, fx, plain, false)
+		if fx.Body == nil { // the Data API wraps a JSON input
+			wrapped := post(t, client, srv.url+"/v1/data/decisions/"+fx.Decision+"/decision", []byte(`{"input":`+string(body)+`}`))
+			keep(wrapped)
+			checkAnswer(t, fx, wrapped, true)
+		}
+	}
+
+	// Load: keep deciding while the files change underneath.
+	ctx, stopLoad := context.WithCancel(context.Background())
+	var loadWG sync.WaitGroup
+	// Runs before the server is killed (cleanups run last-in first-out), so
+	// no load request outlives the test when it fails early.
+	t.Cleanup(func() { stopLoad(); loadWG.Wait() })
+	var loadCount, loadFailures atomic.Int64
+	typical := fixtureInput(t, fixtures, "bootstrap_restart", "interrupted_bootstrap_unprepared_unrecorded__resumed")
+	for i := 0; i < 4; i++ {
+		loadWG.Add(1)
+		go func() {
+			defer loadWG.Done()
+			for ctx.Err() == nil {
+				a := post(t, client, srv.url+"/v1/decisions/bootstrap_restart", typical)
+				keep(a)
+				loadCount.Add(1)
+				if a.status != http.StatusOK || !bytes.Contains(a.body, []byte(`"allow":true`)) {
+					loadFailures.Add(1)
+				}
+			}
+		}()
+	}
+
+	rev0 := status(t, client, srv.url)["policy_revision"].(string)
+	newCode := []byte(`{"attempt": 1, "failureCode": "native_brand_new_permanent_code"}`)
+	isTerminal := func() bool {
+		a := post(t, client, srv.url+"/v1/decisions/failure_disposition", newCode)
+		keep(a)
+		return bytes.Contains(a.body, []byte(`"terminal_failure"`))
+	}
+	if isTerminal() {
+		t.Fatal("the new code is permanent before the edit")
+	}
+	data := filepath.Join(root, "policies", "decisions", "failure_disposition", "data.json")
+	editFile(t, data, `"permanent_codes": [`, `"permanent_codes": ["native_brand_new_permanent_code", `)
+	took := waitFor(t, 5*time.Second, "the data edit to go live", isTerminal)
+	if took > time.Second {
+		t.Errorf("the data edit took %s to go live, want under a second", took)
+	}
+	t.Logf("data edit live after %s", took)
+	rev1 := status(t, client, srv.url)["policy_revision"].(string)
+	if rev1 == rev0 {
+		t.Fatal("revision did not change")
+	}
+
+	// A policy that does not compile is refused; the last good one answers.
+	policy := filepath.Join(root, "policies", "decisions", "bootstrap_restart", "policy.rego")
+	editFile(t, policy, "allow := count(reasons) == 0", "allow := count(reasons) == ")
+	waitFor(t, 5*time.Second, "the broken policy to be refused", func() bool {
+		lr := status(t, client, srv.url)["last_reload"].(map[string]any)
+		return lr["ok"] == false && strings.Contains(fmt.Sprint(lr["problems"]), "policy.rego")
+	})
+	if got := status(t, client, srv.url)["policy_revision"]; got != rev1 {
+		t.Fatalf("revision after a refused reload = %v, want %s", got, rev1)
+	}
+	editFile(t, policy, "allow := count(reasons) == ", "allow := count(reasons) == 0")
+	waitFor(t, 5*time.Second, "the fixed policy to load", func() bool {
+		return status(t, client, srv.url)["last_reload"].(map[string]any)["ok"] == true
+	})
+
+	// A change that a policy test contradicts is refused, naming the test.
+	editFile(t, data, `"max_attempts": 3`, `"max_attempts": 4`)
+	waitFor(t, 10*time.Second, "the test-breaking edit to be refused", func() bool {
+		lr := status(t, client, srv.url)["last_reload"].(map[string]any)
+		return lr["ok"] == false && strings.Contains(fmt.Sprint(lr["problems"]), "failed")
+	})
+	if got := status(t, client, srv.url)["policy_revision"]; got != rev1 {
+		t.Fatalf("revision after a refused reload = %v, want %s", got, rev1)
+	}
+	editFile(t, data, `"max_attempts": 4`, `"max_attempts": 3`)
+	waitFor(t, 10*time.Second, "the fix to load", func() bool {
+		return status(t, client, srv.url)["last_reload"].(map[string]any)["ok"] == true
+	})
+
+	stopLoad()
+	loadWG.Wait()
+	if n := loadFailures.Load(); n > 0 {
+		t.Errorf("%d of %d decisions under reload failed or changed", n, loadCount.Load())
+	}
+	srv.stop(t)
+
+	// Every answer is in the log exactly once, with the same outcome.
+	seen := map[string]int{}
+	warnings, err := decisionlog.ReadFile(logPath, func(_ int, rec decisionlog.Record) error {
+		seen[rec.DecisionID]++
+		a, ok := answered[rec.DecisionID]
+		if !ok {
+			t.Errorf("logged decision %s was never answered", rec.DecisionID)
+			return nil
+		}
+		if a.status == http.StatusOK {
+			var env struct {
+				Result json.RawMessage `json:"result"`
+			}
+			if err := json.Unmarshal(a.body, &env); err != nil || !engine.SameJSON(env.Result, rec.Result) {
+				t.Errorf("decision %s: logged result %s, answered %s", rec.DecisionID, rec.Result, a.body)
+			}
+		} else if rec.Error == nil || !strings.Contains(string(a.body), rec.Error.Code) {
+			t.Errorf("decision %s: logged %+v, answered %d %s", rec.DecisionID, rec.Error, a.status, a.body)
+		}
+		return nil
+	})
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("reading the decision log: %v %v", err, warnings)
+	}
+	for id := range answered {
+		if seen[id] != 1 {
+			t.Errorf("decision %s is in the log %d times", id, seen[id])
+		}
+	}
+	t.Logf("%d answers, %d under load, all logged once", len(answered), loadCount.Load())
+}
+
+func fixtureInput(t *testing.T, fixtures []engine.Fixture, decision, name string) []byte {
+	for _, fx := range fixtures {
+		if fx.Decision == decision && fx.Name == name {
+			return fx.Input
+		}
+	}
+	t.Fatalf("no fixture %s/%s", decision, name)
+	return nil
+}
+
+// checkAnswer compares an HTTP answer with what a fixture wants.
+func checkAnswer(t *testing.T, fx engine.Fixture, a answer, wrapped bool) {
+	t.Helper()
+	var d *engine.Decision
+	var err error
+	if a.status == http.StatusOK {
+		var env struct {
+			Result json.RawMessage `json:"result"`
+		}
+		if e := json.Unmarshal(a.body, &env); e != nil {
+			t.Errorf("%s: %v", fx.Name, e)
+			return
+		}
+		d = &engine.Decision{Result: env.Result}
+	} else {
+		var doc engine.Document
+		if e := json.Unmarshal(a.body, &doc); e != nil {
+			t.Errorf("%s: status %d, body %s", fx.Name, a.status, a.body)
+			return
+		}
+		err = &engine.Error{Code: doc.Error.Code, Message: doc.Error.Message, Violations: doc.Error.Violations}
+	}
+	if msg := engine.CheckOutcome(fx, d, err); msg != "" {
+		t.Errorf("%s/%s (wrapped %v): %s", fx.Decision, fx.Name, wrapped, msg)
+	}
+}
+
+// TestTypeScriptSDKInterop runs interop/sdk.test.mjs (OPA's official
+// TypeScript SDK) against the real binary.
+func TestTypeScriptSDKInterop(t *testing.T) {
+	interop := filepath.Join("..", "..", "interop")
+	if _, err := os.Stat(filepath.Join(interop, "node_modules", "@open-policy-agent", "opa")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("interop/node_modules is missing: .ci/run installs it with npm ci")
+		}
+		t.Skip("run `npm ci --prefix interop` to enable the TypeScript SDK interop test")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed")
+	}
+	root := copyRepo(t)
+	tokenFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokenFile, []byte("host-preparation s3cret-interop-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, append(folderArgs(root), "--decision-log", filepath.Join(t.TempDir(), "d.log"), "--auth-token-file", tokenFile)...)
+	cmd := exec.Command(node, "--test", "sdk.test.mjs")
+	cmd.Dir = interop
+	cmd.Env = append(os.Environ(), "ARBITER_URL="+srv.url, "ARBITER_TOKEN=s3cret-interop-token")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "# pass") || strings.HasPrefix(line, "# fail") {
+			t.Log(line)
+		}
+	}
+	if strings.Contains(srv.stderr.String(), "s3cret-interop-token") {
+		t.Error("the bearer token appears in the server log")
+	}
+}
