@@ -59,16 +59,9 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if !ok {
 		return nil, &Error{Code: CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
 	}
-	doc, raw, err := decodeInput(body, opts.Wrapped)
+	input, raw, err := def.parseInput(body, opts.Wrapped)
 	if err != nil {
 		return nil, err
-	}
-	if err := def.inputSchema.Validate(doc); err != nil {
-		return nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + name, Violations: violations(err)}
-	}
-	input, err := ast.InterfaceToValue(doc)
-	if err != nil {
-		return nil, &Error{Code: CodePolicyError, Message: "converting the input failed", Err: err}
 	}
 	result, err := s.eval(ctx, def, input)
 	if err != nil {
@@ -88,6 +81,39 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	}
 	d.Duration = time.Since(start)
 	return d, nil
+}
+
+// parseInput turns a request body into the policy's input: strictly
+// decoded, validated against the input schema, as an ast.Value. The fast
+// path does all of it in one pass; the general path (decode to Go values,
+// validate, convert) runs when the schema is beyond the fast validator, and
+// to report the violations of an input the fast path rejected.
+func (def *decisionDef) parseInput(body []byte, wrapped bool) (ast.Value, json.RawMessage, error) {
+	if def.fastInput != nil {
+		v, raw, valid, err := parseValidate(body, def.fastInput, wrapped)
+		if err != nil {
+			return nil, nil, &Error{Code: CodeMalformedJSON, Message: err.Error()}
+		}
+		if valid {
+			return v, raw, nil
+		}
+	}
+	doc, raw, err := decodeInput(body, wrapped)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := def.inputSchema.Validate(doc); err != nil {
+		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + def.name, Violations: violations(err)}
+	}
+	if def.fastInput != nil {
+		// The validators disagree: a bug, and never a reason to decide.
+		return nil, nil, &Error{Code: CodePolicyError, Message: "input validators disagree on this input", Err: fmt.Errorf("fast validator rejected an input the schema accepts")}
+	}
+	input, err := ast.InterfaceToValue(doc)
+	if err != nil {
+		return nil, nil, &Error{Code: CodePolicyError, Message: "converting the input failed", Err: err}
+	}
+	return input, raw, nil
 }
 
 func decodeInput(body []byte, wrapped bool) (any, json.RawMessage, error) {

@@ -13,6 +13,13 @@ import (
 // unbounded stack.
 const MaxDepth = 1000
 
+// MaxNumberLength and MaxExponentDigits bound number literals, which are
+// compared exactly: a u64 counter needs 20 digits, not a million.
+const (
+	MaxNumberLength   = 400
+	MaxExponentDigits = 3
+)
+
 // decodeStrict parses one JSON document strictly: UTF-8 only, no byte-order
 // mark, no duplicate object keys, no trailing data, nesting bounded by
 // MaxDepth. Numbers are kept as json.Number so no precision is lost on the
@@ -288,9 +295,18 @@ func (p *parser) number() (any, error) {
 		if i >= len(d) || !isDigit(d[i]) {
 			return nil, p.errorf(i, "invalid number: digit expected in exponent")
 		}
+		expStart := i
 		for i < len(d) && isDigit(d[i]) {
 			i++
 		}
+		// Exact comparison expands 1e999999999 into a billion digits: RFC
+		// 8259 lets a parser limit the range of numbers, and this one does.
+		if i-expStart > MaxExponentDigits {
+			return nil, p.errorf(start, "number exponent has more than %d digits", MaxExponentDigits)
+		}
+	}
+	if i-start > MaxNumberLength {
+		return nil, p.errorf(start, "number literal longer than %d characters", MaxNumberLength)
 	}
 	p.pos = i
 	if p.spansOnly {

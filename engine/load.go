@@ -87,6 +87,7 @@ type decisionDef struct {
 	title       string
 	description string
 	inputSchema *jsonschema.Schema
+	fastInput   *fastSchema // nil: the input schema needs the general validator
 	result      *jsonschema.Schema
 	inputDoc    any // the input schema as loaded, for GET /v1/decisions
 	resultDoc   any
@@ -458,6 +459,9 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			probs = append(probs, Problem{File: in.path, Message: err.Error()})
 			continue
 		}
+		// The fast validator covers the keywords input schemas use; any
+		// other schema is validated by the general validator alone.
+		def.fastInput, _ = compileFast(in.doc)
 		if def.result, err = compileSchema(out.path, out.doc); err != nil {
 			probs = append(probs, Problem{File: out.path, Message: err.Error()})
 			continue
