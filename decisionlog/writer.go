@@ -114,6 +114,20 @@ func openAppend(path string) (logFile, int64, error) {
 	return f, st.Size(), nil
 }
 
+// endsWithNewline reports whether the file at path, of size n, ends with a
+// newline. When it cannot tell it says no: a stray newline only makes a
+// blank line, which readers skip.
+func endsWithNewline(path string, n int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [1]byte
+	_, err = f.ReadAt(b[:], n-1)
+	return err == nil && b[0] == '\n'
+}
+
 // Open starts a Logger writing to opts.Path, creating its folder (0750) and
 // the file (0640) when missing and appending to it otherwise.
 func Open(opts Options) (*Logger, error) {
@@ -163,6 +177,11 @@ func newLogger(opts Options, open openFunc) (*Logger, error) {
 			return nil, fmt.Errorf("decision log: %w", err)
 		}
 		l.path, l.file, l.size, w = opts.Path, f, n, f
+		// A crash can leave the file ending mid-line. Appending right after
+		// it would glue the first new record to the torn one and lose it
+		// too, so the first write ends the torn line first (found by
+		// cmd/arbiter/crash_test.go).
+		l.torn = n > 0 && !endsWithNewline(opts.Path, n)
 	}
 	l.dest = w
 	l.out = bufio.NewWriterSize(w, 64<<10)

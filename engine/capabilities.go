@@ -14,8 +14,31 @@ import (
 // that replaying a logged input under the same revision gives the same answer.
 var refusedPrefixes = []string{"http.", "net.", "opa.runtime", "rand.", "uuid.", "time.now_ns"}
 
+// refusedExact are builtins that OPA marks deterministic but that Arbiter
+// refuses too, found by engine/sandbox_test.go:
+//   - crypto.x509.parse_and_verify_certificates(_with_options) verify
+//     against the wall clock unless told otherwise: the clock is outside;
+//   - strings.render_template (nested {{range}}), graph.reachable_paths
+//     (exponential in the graph) and bits.lsh (allocates 2^n bits from one
+//     small number) do unbounded work inside one builtin call, which never
+//     checks the evaluation deadline: a 60-element template ran 48 s and
+//     took 2.5 GiB past a 200 ms deadline. Everything else that loops is cut
+//     off at the deadline (numbers.range and concat check it themselves).
+var refusedExact = map[string]string{
+	"crypto.x509.parse_and_verify_certificates":              "it reads the clock",
+	"crypto.x509.parse_and_verify_certificates_with_options": "it reads the clock",
+	"strings.render_template":                                unbounded,
+	"graph.reachable_paths":                                  unbounded,
+	"bits.lsh":                                               unbounded,
+}
+
+const unbounded = "one call can do unbounded work that the evaluation deadline cannot interrupt"
+
 func refused(b *ast.Builtin) bool {
 	if b.Nondeterministic {
+		return true
+	}
+	if _, ok := refusedExact[b.Name]; ok {
 		return true
 	}
 	for _, p := range refusedPrefixes {
@@ -69,7 +92,11 @@ func refusedBuiltins(modules map[string]*ast.Module) []Problem {
 			}
 			name := ref.String()
 			if deny[name] {
-				p := Problem{Message: fmt.Sprintf("builtin %s is refused: it reaches outside the process, and Arbiter policies may only read their input and data", name)}
+				why := "it reaches outside the process, and Arbiter policies may only read their input and data"
+				if r, ok := refusedExact[name]; ok {
+					why = r
+				}
+				p := Problem{Message: fmt.Sprintf("builtin %s is refused: %s", name, why)}
 				if t.Location != nil {
 					p.File, p.Line = t.Location.File, t.Location.Row
 				}
