@@ -97,13 +97,19 @@ func (def *decisionDef) parseInput(body []byte, wrapped bool) (ast.Value, json.R
 		if valid {
 			return v, raw, nil
 		}
+		if viol := reportViolations(body, def.fastInput, wrapped); len(viol) > 0 {
+			return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + def.name, Violations: viol}
+		}
+		// No violation found the second time: only an input that is not an
+		// object (or a wrapper without one) gets here; the general path
+		// words that error.
 	}
 	doc, raw, err := decodeInput(body, wrapped)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := def.inputSchema.Validate(doc); err != nil {
-		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + def.name, Violations: violations(err)}
+		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + def.name, Violations: capViolations(violations(err))}
 	}
 	if def.fastInput != nil {
 		// The validators disagree: a bug, and never a reason to decide.
@@ -223,4 +229,13 @@ func NewDecisionID() string {
 	out[23] = '-'
 	hex.Encode(out[24:], b[10:])
 	return string(out[:])
+}
+
+// capViolations keeps the first MaxViolations and counts the rest.
+func capViolations(v []Violation) []Violation {
+	if len(v) <= MaxViolations {
+		return v
+	}
+	n := len(v) - MaxViolations
+	return append(v[:MaxViolations:MaxViolations], Violation{Path: "", Message: fmt.Sprintf("%d more violations not listed", n)})
 }

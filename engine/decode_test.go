@@ -118,6 +118,9 @@ func FuzzDecodeStrict(f *testing.F) {
 	for _, s := range []string{`{}`, `{"a":1,"a":2}`, `[1,2]`, `"\ud83d\ude00"`, "\xEF\xBB\xBF{}", `{"x":18446744073709551616}`, `[` + strings.Repeat("[", 50)} {
 		f.Add([]byte(s))
 	}
+	for _, s := range fixtureSeeds(f) { // every fixture body (fuzz_test.go)
+		f.Add(s.body)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := decodeStrict(data)
 		if err != nil {

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"fmt"
 	"math/big"
+	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -61,6 +64,14 @@ type vparser struct {
 	parser
 	valid bool // false once the schema is broken: values are no longer built
 
+	// report is the second pass over an input the first pass rejected: it
+	// records violations (at most MaxViolations) instead of stopping at the
+	// first, and builds no values.
+	report     bool
+	violations []Violation
+	extra      int         // violations beyond MaxViolations
+	path       []pathToken // where the parser is, relative to the input
+
 	// Object keys and short strings repeat across the entries of a Runner's
 	// outbox and command maps; one shared term each (terms are immutable)
 	// saves most of the allocations of a large state. A direct-mapped cache:
@@ -74,7 +85,53 @@ type vparser struct {
 	inputRaw    []byte
 }
 
-func (p *vparser) fail() { p.valid = false }
+// pathToken is one step of a JSON pointer: an object key or an array index.
+type pathToken struct {
+	key   string
+	index int // -1 for a key
+}
+
+// MaxViolations bounds the violations reported for one input. A 600 KB body
+// of 200,000 empty outbox entries has a million failing leaves; listing them
+// all took seconds and hundreds of megabytes.
+const MaxViolations = 100
+
+// fail marks the input invalid; in the report pass it records why, at the
+// current location (plus name, for a missing or unexpected property).
+func (p *vparser) fail(msg string, name ...string) {
+	p.valid = false
+	if !p.report {
+		return
+	}
+	if len(p.violations) >= MaxViolations {
+		p.extra++
+		return
+	}
+	ptr := p.pointer()
+	for _, n := range name {
+		ptr += "/" + escapePointer(n)
+	}
+	p.violations = append(p.violations, Violation{Path: ptr, Message: msg})
+}
+
+func (p *vparser) pointer() string {
+	var b []byte
+	for _, t := range p.path {
+		b = append(b, '/')
+		if t.index >= 0 {
+			b = strconv.AppendInt(b, int64(t.index), 10)
+		} else {
+			b = append(b, escapePointer(t.key)...)
+		}
+	}
+	return string(b)
+}
+
+// checking reports whether values below still need validating.
+func (p *vparser) checking() bool { return p.valid || p.report }
+
+// building reports whether values are still being built.
+func (p *vparser) building() bool { return p.valid && !p.report }
 
 // value parses one value at depth with schema fs (nil: anything goes).
 func (p *vparser) value(fs *fastSchema, depth int) (*ast.Term, error) {
@@ -82,9 +139,10 @@ func (p *vparser) value(fs *fastSchema, depth int) (*ast.Term, error) {
 		return nil, p.errorf(p.pos, "unexpected end of input")
 	}
 	if fs != nil && fs.never {
-		p.fail()
+		p.fail("no value is allowed here")
+		fs = nil
 	}
-	if !p.valid {
+	if !p.checking() {
 		fs = nil
 	}
 	c := p.data[p.pos]
@@ -101,7 +159,7 @@ func (p *vparser) value(fs *fastSchema, depth int) (*ast.Term, error) {
 		if fs != nil {
 			p.checkString(fs, s)
 		}
-		if !p.valid {
+		if !p.building() {
 			return nil, nil
 		}
 		return p.stringTerm(s), nil
@@ -117,7 +175,7 @@ func (p *vparser) value(fs *fastSchema, depth int) (*ast.Term, error) {
 		if fs != nil {
 			p.checkScalar(fs, tBool, jsonScalar{kind: tBool, b: b})
 		}
-		if !p.valid {
+		if !p.building() {
 			return nil, nil
 		}
 		return ast.InternedTerm(b), nil
@@ -128,7 +186,7 @@ func (p *vparser) value(fs *fastSchema, depth int) (*ast.Term, error) {
 		if fs != nil {
 			p.checkScalar(fs, tNull, jsonScalar{kind: tNull})
 		}
-		if !p.valid {
+		if !p.building() {
 			return nil, nil
 		}
 		return ast.NullTerm(), nil
@@ -145,7 +203,7 @@ func (p *vparser) value(fs *fastSchema, depth int) (*ast.Term, error) {
 				if fs != nil {
 					p.checkNumber(fs, string(litBytes))
 				}
-				if !p.valid {
+				if !p.building() {
 					return nil, nil
 				}
 				return ast.InternedTerm(n), nil
@@ -155,7 +213,7 @@ func (p *vparser) value(fs *fastSchema, depth int) (*ast.Term, error) {
 		if fs != nil {
 			p.checkNumber(fs, lit)
 		}
-		if !p.valid {
+		if !p.building() {
 			return nil, nil
 		}
 		return ast.NewTerm(ast.Number(lit)), nil
@@ -169,11 +227,11 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 		return nil, p.errorf(p.pos, "nesting deeper than %d levels", MaxDepth)
 	}
 	if fs != nil && fs.types != 0 && fs.types&tObject == 0 {
-		p.fail()
+		p.fail(typeMessage("object", fs.types))
 		fs = nil
 	}
 	if fs != nil && fs.enum != nil {
-		p.fail() // enums hold scalars only
+		p.fail(enumMessage(fs.enum)) // enums hold scalars only
 		fs = nil
 	}
 	p.pos++ // '{'
@@ -184,7 +242,7 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
 		p.checkRequired(fs, nil, nil)
-		if !p.valid {
+		if !p.building() {
 			return nil, nil
 		}
 		return ast.NewTerm(ast.NewObject()), nil
@@ -235,12 +293,14 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 			} else if fs.addl != nil {
 				child = fs.addl
 			} else if !fs.addlAllowed {
-				p.fail()
+				p.fail("property is not allowed", key)
 			}
 		}
 		isInput := p.wantInput && depth == 0 && key == "input"
 		if isInput {
 			child = p.inputSchema
+		} else if p.report {
+			p.path = append(p.path, pathToken{key: key, index: -1})
 		}
 		valStart := p.pos
 		v, err := p.value(child, depth+1)
@@ -251,13 +311,15 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 			p.sawInput = true
 			p.input = v
 			p.inputRaw = p.data[valStart:p.pos]
-			if v == nil {
-				p.fail()
-			} else if _, ok := v.Value.(ast.Object); !ok {
-				p.fail()
+			if p.valid {
+				if _, ok := v.Value.(ast.Object); !ok {
+					p.fail("expected an object")
+				}
 			}
+		} else if p.report {
+			p.path = p.path[:len(p.path)-1]
 		}
-		if p.valid {
+		if p.building() {
 			pairs = append(pairs, [2]*ast.Term{p.stringTerm(key), v})
 		}
 		p.skipSpace()
@@ -270,7 +332,7 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 		case '}':
 			p.pos++
 			p.checkRequired(fs, keys, seen)
-			if !p.valid {
+			if !p.building() {
 				return nil, nil
 			}
 			return ast.NewTerm(ast.NewObject(pairs...)), nil
@@ -281,7 +343,7 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 }
 
 func (p *vparser) checkRequired(fs *fastSchema, keys []string, seen map[string]struct{}) {
-	if fs == nil || !p.valid {
+	if fs == nil || !p.checking() {
 		return
 	}
 	for _, r := range fs.required {
@@ -297,8 +359,10 @@ func (p *vparser) checkRequired(fs *fastSchema, keys []string, seen map[string]s
 			}
 		}
 		if !found {
-			p.fail()
-			return
+			p.fail("missing required property", r)
+			if !p.report {
+				return
+			}
 		}
 	}
 }
@@ -307,8 +371,11 @@ func (p *vparser) array(fs *fastSchema, depth int) (*ast.Term, error) {
 	if depth+1 > MaxDepth {
 		return nil, p.errorf(p.pos, "nesting deeper than %d levels", MaxDepth)
 	}
-	if fs != nil && ((fs.types != 0 && fs.types&tArray == 0) || fs.enum != nil) {
-		p.fail()
+	if fs != nil && fs.types != 0 && fs.types&tArray == 0 {
+		p.fail(typeMessage("array", fs.types))
+		fs = nil
+	} else if fs != nil && fs.enum != nil {
+		p.fail(enumMessage(fs.enum))
 		fs = nil
 	}
 	var item *fastSchema
@@ -324,12 +391,18 @@ func (p *vparser) array(fs *fastSchema, depth int) (*ast.Term, error) {
 	} else {
 		for {
 			p.skipSpace()
+			if p.report {
+				p.path = append(p.path, pathToken{index: n})
+			}
 			v, err := p.value(item, depth+1)
 			if err != nil {
 				return nil, err
 			}
+			if p.report {
+				p.path = p.path[:len(p.path)-1]
+			}
 			n++
-			if p.valid {
+			if p.building() {
 				elems = append(elems, v)
 			}
 			p.skipSpace()
@@ -347,10 +420,13 @@ func (p *vparser) array(fs *fastSchema, depth int) (*ast.Term, error) {
 			return nil, p.errorf(p.pos, "expected ',' or ']' in array")
 		}
 	}
-	if fs != nil && ((fs.minItems >= 0 && n < fs.minItems) || (fs.maxItems >= 0 && n > fs.maxItems)) {
-		p.fail()
+	if fs != nil && fs.minItems >= 0 && n < fs.minItems {
+		p.fail(fmt.Sprintf("expected at least %d items, got %d", fs.minItems, n))
 	}
-	if !p.valid {
+	if fs != nil && fs.maxItems >= 0 && n > fs.maxItems {
+		p.fail(fmt.Sprintf("expected at most %d items, got %d", fs.maxItems, n))
+	}
+	if !p.building() {
 		return nil, nil
 	}
 	return ast.NewTerm(ast.NewArray(elems...)), nil
@@ -358,32 +434,33 @@ func (p *vparser) array(fs *fastSchema, depth int) (*ast.Term, error) {
 
 func (p *vparser) checkString(fs *fastSchema, s string) {
 	if fs.types != 0 && fs.types&tString == 0 {
-		p.fail()
+		p.fail(typeMessage("string", fs.types))
 		return
 	}
 	if fs.minLen >= 0 || fs.maxLen >= 0 {
 		n := utf8.RuneCountInString(s)
-		if (fs.minLen >= 0 && n < fs.minLen) || (fs.maxLen >= 0 && n > fs.maxLen) {
-			p.fail()
-			return
+		if fs.minLen >= 0 && n < fs.minLen {
+			p.fail(fmt.Sprintf("length must be >= %d, but got %d", fs.minLen, n))
+		}
+		if fs.maxLen >= 0 && n > fs.maxLen {
+			p.fail(fmt.Sprintf("length must be <= %d, but got %d", fs.maxLen, n))
 		}
 	}
 	if fs.pattern != nil && !fs.pattern.MatchString(s) {
-		p.fail()
-		return
+		p.fail(fmt.Sprintf("does not match pattern %q", fs.pattern.String()))
 	}
 	if fs.enum != nil && !inEnum(fs.enum, jsonScalar{kind: tString, s: s}) {
-		p.fail()
+		p.fail(enumMessage(fs.enum))
 	}
 }
 
 func (p *vparser) checkScalar(fs *fastSchema, kind typeSet, v jsonScalar) {
 	if fs.types != 0 && fs.types&kind == 0 {
-		p.fail()
+		p.fail(typeMessage(kindName(kind), fs.types))
 		return
 	}
 	if fs.enum != nil && !inEnum(fs.enum, v) {
-		p.fail()
+		p.fail(enumMessage(fs.enum))
 	}
 }
 
@@ -407,7 +484,7 @@ func (p *vparser) checkNumber(fs *fastSchema, lit string) {
 	}
 	if fs.types != 0 && fs.types&tNumber == 0 {
 		if fs.types&tInteger == 0 || (!plain && !getRat().IsInt()) {
-			p.fail()
+			p.fail(typeMessage("number", fs.types))
 			return
 		}
 	}
@@ -416,15 +493,20 @@ func (p *vparser) checkNumber(fs *fastSchema, lit string) {
 			// within bounds, decided without big numbers
 		} else {
 			n := getRat()
-			if (fs.min != nil && n.Cmp(fs.min) < 0) || (fs.max != nil && n.Cmp(fs.max) > 0) ||
-				(fs.exclMin != nil && n.Cmp(fs.exclMin) <= 0) || (fs.exclMx != nil && n.Cmp(fs.exclMx) >= 0) {
-				p.fail()
-				return
+			switch {
+			case fs.min != nil && n.Cmp(fs.min) < 0:
+				p.fail(fmt.Sprintf("must be >= %s, but got %s", fs.min.RatString(), lit))
+			case fs.max != nil && n.Cmp(fs.max) > 0:
+				p.fail(fmt.Sprintf("must be <= %s, but got %s", fs.max.RatString(), lit))
+			case fs.exclMin != nil && n.Cmp(fs.exclMin) <= 0:
+				p.fail(fmt.Sprintf("must be > %s, but got %s", fs.exclMin.RatString(), lit))
+			case fs.exclMx != nil && n.Cmp(fs.exclMx) >= 0:
+				p.fail(fmt.Sprintf("must be < %s, but got %s", fs.exclMx.RatString(), lit))
 			}
 		}
 	}
 	if fs.enum != nil && !inEnum(fs.enum, jsonScalar{kind: tNumber, n: getRat()}) {
-		p.fail()
+		p.fail(enumMessage(fs.enum))
 	}
 }
 
@@ -503,4 +585,79 @@ func (p *vparser) stringTerm(s string) *ast.Term {
 	t := ast.StringTerm(s)
 	*slot = t
 	return t
+}
+
+// reportViolations parses an input the fast validator rejected once more,
+// listing where and why it breaks the schema (at most MaxViolations, the
+// rest counted in a last entry).
+func reportViolations(body []byte, fs *fastSchema, wrapped bool) []Violation {
+	p := vparser{parser: parser{data: body}, report: true, valid: true}
+	if wrapped {
+		p.wantInput, p.inputSchema, fs = true, fs, nil
+	}
+	p.skipSpace()
+	if _, err := p.value(fs, 0); err != nil {
+		return nil
+	}
+	if wrapped && !p.sawInput {
+		return []Violation{{Path: "", Message: "missing input"}}
+	}
+	out := p.violations
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	if p.extra > 0 {
+		out = append(out, Violation{Path: "", Message: fmt.Sprintf("%d more violations not listed", p.extra)})
+	}
+	return out
+}
+
+func kindName(k typeSet) string {
+	switch k {
+	case tNull:
+		return "null"
+	case tBool:
+		return "boolean"
+	case tString:
+		return "string"
+	case tArray:
+		return "array"
+	case tObject:
+		return "object"
+	default:
+		return "number"
+	}
+}
+
+func typeMessage(got string, want typeSet) string {
+	var names []string
+	for _, k := range []typeSet{tNull, tBool, tInteger, tNumber, tString, tArray, tObject} {
+		if want&k != 0 {
+			if k == tInteger {
+				names = append(names, "integer")
+			} else {
+				names = append(names, kindName(k))
+			}
+		}
+	}
+	return fmt.Sprintf("got %s, want %s", got, strings.Join(names, " or "))
+}
+
+func enumMessage(enum []jsonScalar) string {
+	var vals []string
+	for i, e := range enum {
+		if i == 8 {
+			vals = append(vals, "...")
+			break
+		}
+		switch e.kind {
+		case tNull:
+			vals = append(vals, "null")
+		case tBool:
+			vals = append(vals, strconv.FormatBool(e.b))
+		case tString:
+			vals = append(vals, strconv.Quote(e.s))
+		default:
+			vals = append(vals, e.n.RatString())
+		}
+	}
+	return "value must be one of " + strings.Join(vals, ", ")
 }

@@ -36,6 +36,7 @@ type serveConfig struct {
 	logMask         string
 	maxBodyBytes    int64
 	evalTimeout     time.Duration
+	readTimeout     time.Duration
 	shutdownTimeout time.Duration
 	debounce        time.Duration
 	tokenFile       string
@@ -80,6 +81,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.logMask, "decision-log-mask", envOr("ARBITER_DECISION_LOG_MASK", ""), "comma-separated JSON pointers into the input to mask in the decision log")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", envInt("ARBITER_MAX_BODY_BYTES", 16<<20), "largest request body accepted")
 	fs.DurationVar(&c.evalTimeout, "eval-timeout", envDuration("ARBITER_EVAL_TIMEOUT", engine.DefaultEvalTimeout), "deadline of one policy evaluation")
+	// Rarely changed (tests shorten it), so the README's table leaves it out.
+	fs.DurationVar(&c.readTimeout, "read-timeout", envDuration("ARBITER_READ_TIMEOUT", 30*time.Second), "deadline for reading one request, body included: a body trickled byte by byte is cut off")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", envDuration("ARBITER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a graceful stop waits for requests in flight")
 	fs.DurationVar(&c.debounce, "reload-debounce", envDuration("ARBITER_RELOAD_DEBOUNCE", 100*time.Millisecond), "quiet time after file events before a reload")
 	fs.StringVar(&c.tokenFile, "auth-token-file", envOr("ARBITER_AUTH_TOKEN_FILE", ""), "file of bearer tokens, one per line (CALLER TOKEN or TOKEN)")
@@ -99,6 +102,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if c.evalTimeout <= 0 {
 		return nil, errors.New("--eval-timeout must be positive")
+	}
+	if c.readTimeout <= 0 {
+		return nil, errors.New("--read-timeout must be positive")
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
@@ -210,7 +216,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	srv := &http.Server{
 		Handler:           server.New(scfg, eng),
 		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second, // a body trickled byte by byte is cut off
+		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,

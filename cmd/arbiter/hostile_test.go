@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// quickArgs serves a copy of the repository's folders without the reload
+// gate (the policy tests run elsewhere): the server is up in a tenth of a
+// second instead of one and a half. The decision log goes to a temporary file.
+func quickArgs(t *testing.T) (args []string, logPath string) {
+	t.Helper()
+	logPath = filepath.Join(t.TempDir(), "decisions.log")
+	return append(folderArgs(copyRepo(t)), "--tests", "", "--decision-log", logPath), logPath
+}
+
+// allowedFixture is an allowed bootstrap_restart fixture: a correct answer
+// to it is a decision that a broken server is unlikely to produce by chance.
+func allowedFixture(t *testing.T) engine.Fixture {
+	t.Helper()
+	fixtures, err := engine.LoadFixtures(filepath.Join("..", "..", "policy_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fx := range fixtures {
+		if fx.Decision == "bootstrap_restart" && fx.Name == "interrupted_bootstrap_unprepared_unrecorded__resumed" {
+			return fx
+		}
+	}
+	t.Fatal("no allowed bootstrap_restart fixture")
+	return engine.Fixture{}
+}
+
+// tryFixture posts fx and returns the answer, and what is wrong with it
+// when it is a decision that fx does not want ("" otherwise). It never
+// fails the test itself, so goroutines may call it.
+func tryFixture(client *http.Client, url string, fx engine.Fixture, header ...string) (answer, string, error) {
+	req, err := http.NewRequest("POST", url+"/v1/decisions/"+fx.Decision, bytes.NewReader(fx.RequestBody()))
+	if err != nil {
+		return answer{}, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return answer{}, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, "", err
+	}
+	a := answer{status: resp.StatusCode, id: resp.Header.Get("X-Arbiter-Decision-Id"), body: b}
+	if a.status != http.StatusOK {
+		return a, "", nil
+	}
+	var env struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil {
+		return a, fmt.Sprintf("200 without an envelope: %s", b), nil
+	}
+	return a, engine.CheckOutcome(fx, &engine.Decision{Result: env.Result}, nil), nil
+}
+
+// decideFixture is tryFixture for the test goroutine: a transport error or a
+// wrong decision fails the test.
+func decideFixture(t *testing.T, client *http.Client, url string, fx engine.Fixture, header ...string) answer {
+	t.Helper()
+	a, wrong, err := tryFixture(client, url, fx, header...)
+	if err != nil {
+		t.Fatalf("POST %s: %v", fx.Name, err)
+	}
+	if wrong != "" {
+		t.Fatalf("%s: %s", fx.Name, wrong)
+	}
+	return a
+}
+
+// TestTrickledBodyIsCutOff sends a request body one byte every 100 ms over
+// a raw connection: the server's read timeout (2 s here) must cut it off,
+// without a decision, while the server keeps answering other requests.
+func TestTrickledBodyIsCutOff(t *testing.T) {
+	const readTimeout = 2 * time.Second
+	args, _ := quickArgs(t)
+	srv := startServer(t, append(args, "--read-timeout", readTimeout.String())...)
+	fx := allowedFixture(t)
+	body := fx.RequestBody()
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /v1/decisions/bootstrap_restart HTTP/1.1\r\nHost: arbiter\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+
+	var sent atomic.Int64
+	writerDone := make(chan error, 1)
+	go func() {
+		for _, c := range body {
+			if _, err := conn.Write([]byte{c}); err != nil {
+				writerDone <- err
+				return
+			}
+			sent.Add(1)
+			time.Sleep(100 * time.Millisecond)
+		}
+		writerDone <- nil
+	}()
+
+	// Meanwhile, other callers are answered as usual.
+	readerDone := make(chan struct{})
+	var answered atomic.Int64
+	otherDone := make(chan struct{})
+	go func() {
+		defer close(otherDone)
+		client := &http.Client{Timeout: 5 * time.Second}
+		for {
+			select {
+			case <-readerDone:
+				return
+			default:
+			}
+			a, wrong, err := tryFixture(client, srv.url, fx)
+			if err != nil || a.status != http.StatusOK || wrong != "" {
+				t.Errorf("another caller during the trickle: %v %d %s %s", err, a.status, a.body, wrong)
+				return
+			}
+			answered.Add(1)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+
+	// The server either answers the trickled request with an error and
+	// closes, or just closes: in no case does it decide.
+	_ = conn.SetReadDeadline(time.Now().Add(readTimeout + 8*time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	cut := time.Since(start)
+	close(readerDone)
+	<-otherDone
+	switch {
+	case err == nil:
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("the trickled request was decided: %s", b)
+		}
+		var doc engine.Document
+		if json.Unmarshal(b, &doc) != nil || doc.Error.Code != engine.CodeMalformedJSON || resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("answer to the trickled request: %d %s", resp.StatusCode, b)
+		}
+		// After an answer to an unread body the server closes the connection.
+		_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+			t.Errorf("the connection stayed open after the read timeout (read %d bytes, %v)", n, err)
+		}
+	case isTimeout(err):
+		t.Fatalf("the server did not cut the trickled body off within %s", readTimeout+8*time.Second)
+	default:
+		// Connection closed or reset without an answer: cut off too.
+	}
+	if cut < readTimeout-200*time.Millisecond || cut > readTimeout+4*time.Second {
+		t.Errorf("cut off after %s, want about %s", cut, readTimeout)
+	}
+	if n := sent.Load(); n >= int64(len(body)) {
+		t.Errorf("the whole body (%d bytes) went through", n)
+	}
+	if answered.Load() < 3 {
+		t.Errorf("only %d other decisions answered during the trickle", answered.Load())
+	}
+	t.Logf("cut off after %s and %d of %d bytes; %d other decisions meanwhile (%v)", cut.Round(time.Millisecond), sent.Load(), len(body), answered.Load(), err)
+
+	// Still serving afterwards.
+	if a := decideFixture(t, &http.Client{Timeout: 5 * time.Second}, srv.url, fx); a.status != http.StatusOK {
+		t.Fatalf("after the trickle: %d %s", a.status, a.body)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
