@@ -63,18 +63,33 @@ lint: vet
 	$(GO) tool staticcheck ./...
 	$(GO) mod tidy -diff
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./engine/
+# bench: the report of docs/BENCHMARKS.md, printed and written: the engine's
+# in-process benchmarks, Arbiter against stock OPA over loopback (wrk from the
+# machine's packages: apt-get install -y wrk), and Runner state sizes up to
+# 16 MiB. About 6 minutes. BENCHFLAGS passes flags to the driver, e.g.
+# BENCHFLAGS='-reps 5 -duration 20s' (go run ./bench/e2e -h lists them).
+BENCHFLAGS ?=
 
-# Keeps the benchmarks compiling and running in CI; never a timed assertion.
+bench:
+	$(GO) run ./bench/e2e $(BENCHFLAGS)
+
+# Keeps the benchmarks and the driver compiling and running in CI; never a
+# timed assertion. The driver's smoke run needs only Go (it skips its load
+# runs when wrk is missing) and writes nothing.
 bench-quick:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+	$(GO) run ./bench/e2e -quick
 
+# Fuzz targets (engine/fuzz_test.go, engine/decode_test.go). Crashers are
+# kept in engine/testdata/fuzz/. FUZZTIME=10m for a long run.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeStrict -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeStrict$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./engine/
 
+# CI: a short run of each target (FuzzDecide needs ~8 s for its baseline).
 fuzz-quick:
-	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+	$(MAKE) --no-print-directory fuzz FUZZTIME=12s
 
 clean:
 	rm -rf $(BIN)

@@ -1,105 +1,235 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"strings"
+	"sync"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/server/types"
+	"github.com/open-policy-agent/opa/v1/util"
+
+	"github.com/arbiter-dev/arbiter/internal/corpus"
 )
 
-// benchInputs returns a typical bootstrap_restart input (an allowed restart
-// from the shared examples' shape) and the same input with its Runner state
-// grown to about size bytes through a large outbox.
-func benchInput(tb testing.TB, size int) []byte {
+// The benchmarks of docs/BENCHMARKS.md (`make bench` runs them through
+// bench/e2e). Each sub-benchmark decides the same inputs a different way:
+//
+//	decide              Snapshot.Decide: strict decoding, schema validation,
+//	                    conversion, evaluation, result validation, encoding
+//	prepared_eval_only  the prepared query alone on inputs already converted
+//	                    to ast.Value: the interpreter's floor
+//	opa_server_path     what stock OPA's server does per Data API request,
+//	                    minus HTTP: its JSON decoder (util.NewJSONDecoder
+//	                    into types.DataRequestV1), ast.InterfaceToValue, the
+//	                    same prepared query, encoding types.DataResponseV1
+//	reference_go        the rules written by hand in Go (reference_test.go):
+//	                    encoding/json into typed structs, rules, encoding;
+//	                    the floor no interpreter can beat
+//
+// Compare ratios within one run only; the machines are shared and noisy.
+
+const (
+	corpusSize = 1000
+	corpusSeed = 1
+)
+
+var benchCorpus = sync.OnceValues(func() ([]corpus.Input, error) {
+	return corpus.Generate(repoTests, corpusSize, corpusSeed)
+})
+
+func mustCorpus(tb testing.TB) []corpus.Input {
 	tb.Helper()
-	fixtures, err := LoadFixtures(repoTests)
+	in, err := benchCorpus()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var base []byte
-	for _, fx := range fixtures {
-		if fx.Decision == "bootstrap_restart" && fx.Name == "interrupted_bootstrap_unprepared_unrecorded__resumed" {
-			base = fx.Input
-		}
-	}
-	if base == nil {
-		tb.Fatal("fixture interrupted_bootstrap_unprepared_unrecorded__resumed not found")
-	}
-	if size == 0 {
-		return base
-	}
-	var doc map[string]any
-	dec := json.NewDecoder(strings.NewReader(string(base)))
+	return in
+}
+
+// toValue converts an input document as OPA's own tooling does: decoded
+// with json.Number, then ast.InterfaceToValue.
+func toValue(tb testing.TB, body []byte) ast.Value {
+	tb.Helper()
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&doc); err != nil {
 		tb.Fatal(err)
 	}
-	rs := doc["runnerState"].(map[string]any)
-	var outbox []any
-	payload := strings.Repeat("x", 180)
-	for seq := 1; ; seq++ {
-		outbox = append(outbox, map[string]any{
-			"sourceSeq": seq, "priority": seq % 3, "eventType": "provider.event",
-			"envelope": map[string]any{"kind": "delta", "turnId": "turn-1", "text": payload, "index": seq},
-			"byteSize": 256,
-		})
-		if seq%512 == 0 {
-			b, _ := json.Marshal(doc)
-			if len(b)+seq*300 >= size {
-				break
-			}
-		}
-		if seq*300 > size {
-			break
-		}
-	}
-	rs["outbox"] = outbox
-	rs["nextSourceSeq"] = len(outbox) + 1
-	rs["ackedSourceSeq"] = 0
-	out, err := json.Marshal(doc)
+	v, err := ast.InterfaceToValue(doc)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return out
+	return v
 }
 
-func BenchmarkDecide(b *testing.B) {
+// wrapData makes an OPA Data API request body of an input document.
+func wrapData(body []byte) []byte {
+	return append(append([]byte(`{"input":`), body...), '}')
+}
+
+// opaServerPath decides a Data API request body as OPA's server does
+// (v1/server.readInputPostV1, then the evaluation and the response).
+func opaServerPath(ctx context.Context, q rego.PreparedEvalQuery, body []byte) ([]byte, error) {
+	var req types.DataRequestV1
+	if err := util.NewJSONDecoder(bytes.NewBuffer(body)).Decode(&req); err != nil {
+		return nil, err
+	}
+	v, err := ast.InterfaceToValue(*req.Input)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := q.Eval(ctx, rego.EvalParsedInput(v))
+	if err != nil {
+		return nil, err
+	}
+	var result any = rs[0].Expressions[0].Value
+	return json.Marshal(types.DataResponseV1{Result: &result})
+}
+
+// BenchmarkCorpus decides the corpus of internal/corpus (1000 distinct
+// inputs, both decisions, allowed and refused, a few KB each), one input per
+// iteration in rotation, every sub-benchmark on the same inputs.
+func BenchmarkCorpus(b *testing.B) {
 	s := mustLoad(b, repo)
-	def := s.decisions["bootstrap_restart"]
-	for _, size := range []int{0, 4 << 20} {
-		body := benchInput(b, size)
-		label := "typical"
-		if size > 0 {
-			label = fmt.Sprintf("%dMiB", size>>20)
+	inputs := mustCorpus(b)
+	ctx := context.Background()
+	queries := make([]rego.PreparedEvalQuery, len(inputs))
+	for i, in := range inputs {
+		queries[i] = s.decisions[in.Decision].query
+	}
+
+	b.Run("decide", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			in := inputs[i%len(inputs)]
+			i++
+			if _, err := s.Decide(ctx, in.Decision, in.Body, Options{}); err != nil {
+				b.Fatalf("%s: %v", in.Name, err)
+			}
 		}
-		// The floor of the interpreter: a prepared query on an input that is
-		// already an ast.Value.
-		b.Run(label+"/prepared_eval_only", func(b *testing.B) {
-			doc, err := decodeStrict(body)
-			if err != nil {
-				b.Fatal(err)
+	})
+	b.Run("prepared_eval_only", func(b *testing.B) {
+		values := make([]ast.Value, len(inputs))
+		for i, in := range inputs {
+			values[i] = toValue(b, in.Body)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			k := i % len(inputs)
+			i++
+			if rs, err := queries[k].Eval(ctx, rego.EvalParsedInput(values[k])); err != nil || len(rs) != 1 {
+				b.Fatalf("%s: %v", inputs[k].Name, err)
 			}
-			v, err := ast.InterfaceToValue(doc)
-			if err != nil {
-				b.Fatal(err)
+		}
+	})
+	b.Run("opa_server_path", func(b *testing.B) {
+		bodies := make([][]byte, len(inputs))
+		for i, in := range inputs {
+			bodies[i] = wrapData(in.Body)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			k := i % len(inputs)
+			i++
+			if _, err := opaServerPath(ctx, queries[k], bodies[k]); err != nil {
+				b.Fatalf("%s: %v", inputs[k].Name, err)
 			}
+		}
+	})
+	b.Run("reference_go", func(b *testing.B) {
+		ref := loadReference(b, repo.Policies)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			in := inputs[i%len(inputs)]
+			i++
+			if _, err := ref.decide(in.Decision, in.Body); err != nil {
+				b.Fatalf("%s: %v", in.Name, err)
+			}
+		}
+	})
+}
+
+// benchSizes are the Runner state sizes of BenchmarkSize and bench/e2e.
+var benchSizes = []struct {
+	name  string
+	bytes int
+}{
+	{"64KiB", 64 << 10},
+	{"1MiB", 1 << 20},
+	{"4MiB", 4 << 20},
+	{"8MiB", 8 << 20},
+	{"16MiB", 16 << 20},
+}
+
+var sizedBodies sync.Map // size -> []byte
+
+func sizedBody(tb testing.TB, size int) []byte {
+	tb.Helper()
+	if b, ok := sizedBodies.Load(size); ok {
+		return b.([]byte)
+	}
+	b, err := corpus.Sized(repoTests, size)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sizedBodies.Store(size, b)
+	return b
+}
+
+// BenchmarkSize decides one bootstrap_restart input whose Runner outbox
+// grows it to each size (corpus.Sized): the cost should grow linearly.
+func BenchmarkSize(b *testing.B) {
+	s := mustLoad(b, repo)
+	q := s.decisions["bootstrap_restart"].query
+	ctx := context.Background()
+	for _, sz := range benchSizes {
+		b.Run(sz.name+"/decide", func(b *testing.B) {
+			body := sizedBody(b, sz.bytes)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := def.query.Eval(context.Background(), rego.EvalParsedInput(v)); err != nil {
+				if _, err := s.Decide(ctx, "bootstrap_restart", body, Options{}); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
-		b.Run(label+"/decide", func(b *testing.B) {
+		b.Run(sz.name+"/prepared_eval_only", func(b *testing.B) {
+			body := sizedBody(b, sz.bytes)
+			v := toValue(b, body)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Decide(context.Background(), "bootstrap_restart", body, Options{}); err != nil {
+				if _, err := q.Eval(ctx, rego.EvalParsedInput(v)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(sz.name+"/opa_server_path", func(b *testing.B) {
+			body := wrapData(sizedBody(b, sz.bytes))
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := opaServerPath(ctx, q, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(sz.name+"/reference_go", func(b *testing.B) {
+			body := sizedBody(b, sz.bytes)
+			ref := loadReference(b, repo.Policies)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ref.decide("bootstrap_restart", body); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// benchLine is one benchmark, the median of its -count runs.
+type benchLine struct {
+	Name        string // e.g. Corpus/decide, Size/4MiB/decide
+	NsPerOp     float64
+	BytesPerOp  float64
+	AllocsPerOp float64
+	Runs        int
+}
+
+var benchRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+[\d.]+ MB/s)?\s+([\d.]+) B/op\s+([\d.]+) allocs/op`)
+
+func goTestArgs(c config) []string {
+	return []string{"go", "test", "-run", "^$", "-bench", "^Benchmark(Corpus|Size)$", "-benchmem",
+		"-benchtime", c.benchtime, "-count", strconv.Itoa(c.count), "./engine/"}
+}
+
+// runGoBench runs the engine benchmarks, echoing their output, and returns
+// the median of each.
+func runGoBench(ctx context.Context, argv []string) ([]benchLine, string, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// go test runs the test binary as a child: on Ctrl-C or the time limit,
+	// stop the whole group, not only the go command.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Stdout = io.MultiWriter(&out, os.Stderr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+	}
+	lines, cpu := parseGoBench(&out)
+	return lines, cpu, nil
+}
+
+// parseGoBench reads go test -bench output and returns the median of each
+// benchmark over its -count runs, in the order they first appear.
+func parseGoBench(r io.Reader) ([]benchLine, string) {
+	samples := map[string][][3]float64{}
+	var order []string
+	cpu := ""
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "cpu: "); ok {
+			cpu = strings.TrimSpace(v)
+		}
+		m := benchRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var v [3]float64
+		for i := range v {
+			v[i], _ = strconv.ParseFloat(m[i+2], 64)
+		}
+		if _, ok := samples[m[1]]; !ok {
+			order = append(order, m[1])
+		}
+		samples[m[1]] = append(samples[m[1]], v)
+	}
+	var lines []benchLine
+	for _, name := range order {
+		s := samples[name]
+		col := func(i int) float64 {
+			xs := make([]float64, len(s))
+			for k := range s {
+				xs[k] = s[k][i]
+			}
+			return median(xs)
+		}
+		lines = append(lines, benchLine{Name: name, NsPerOp: col(0), BytesPerOp: col(1), AllocsPerOp: col(2), Runs: len(s)})
+	}
+	return lines, cpu
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func findBench(lines []benchLine, name string) (benchLine, bool) {
+	for _, l := range lines {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return benchLine{}, false
+}

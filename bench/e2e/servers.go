@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// server is one process under test, started in its own process group so
+// that stopping it stops everything it started.
+type server struct {
+	name    string
+	addr    string // 127.0.0.1:PORT
+	argv    []string
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	waitErr error
+	client  *http.Client
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func startServer(name, addr, logPath string, argv ...string) (*server, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, killed with the driver even if the driver is
+	// killed outright.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	s := &server{
+		name: name, addr: addr, argv: argv, logPath: logPath, cmd: cmd, done: make(chan struct{}),
+		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}},
+	}
+	go func() {
+		s.waitErr = cmd.Wait()
+		logf.Close()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+func (s *server) url(path string) string { return "http://" + s.addr + path }
+
+// waitReady polls path until it answers 200, the process exits or the
+// deadline passes.
+func (s *server) waitReady(ctx context.Context, path string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path), nil)
+		resp, err := s.client.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("%s exited before it was ready (%v):\n%s", s.name, s.waitErr, s.logTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s:\n%s", s.name, within, s.logTail())
+		}
+	}
+}
+
+func (s *server) logTail() string {
+	b, _ := os.ReadFile(s.logPath)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// stop asks the process group to stop (Arbiter drains its decision log on
+// SIGTERM), then kills it.
+func (s *server) stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-s.pid(), syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-s.pid(), syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+func (s *server) alive() error {
+	select {
+	case <-s.done:
+		return fmt.Errorf("%s exited (%v):\n%s", s.name, s.waitErr, s.logTail())
+	default:
+		return nil
+	}
+}
+
+// post sends body to path and returns the status and answer.
+func (s *server) post(ctx context.Context, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url(path), bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+// allocBytes reads go_memstats_alloc_bytes_total, the bytes the server's Go
+// runtime has allocated since it started, from its /metrics.
+func (s *server) allocBytes(ctx context.Context) (float64, error) {
+	return s.metric(ctx, "go_memstats_alloc_bytes_total")
+}
+
+// metric reads an unlabelled metric from the server's /metrics.
+func (s *server) metric(ctx context.Context, name string) (float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url("/metrics"), nil)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no %s in /metrics", s.name, name)
+}
+
+// procStatus reads a "VmXXX:   1234 kB" line of /proc/PID/status, in bytes.
+func procStatus(pid int, key string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", key, pid)
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat.
+var clockTicks = func() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if n, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 100
+}()
+
+// cpuSeconds is the user and system CPU time the process has used.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc/PID/stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// Fields after the name: state is [0], utime is field 14 of the file, [11] here.
+	if len(f) < 13 {
+		return 0, errors.New("short /proc/PID/stat")
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return (ut + st) / clockTicks, nil
+}
+
+// rssSampler records the largest VmRSS of a process while it runs.
+type rssSampler struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	max  int64
+}
+
+func sampleRSS(pid int, every time.Duration) *rssSampler {
+	r := &rssSampler{stop: make(chan struct{})}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			if v, err := procStatus(pid, "VmRSS"); err == nil && v > r.max {
+				r.max = v
+			}
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return r
+}
+
+func (r *rssSampler) done() int64 {
+	close(r.stop)
+	r.wg.Wait()
+	return r.max
+}
+
+// nullServer answers every request with the same small JSON document after
+// reading the body: the most a Go HTTP server on this machine can do, the
+// ceiling for the two servers under test.
+func nullServer(addr string) error {
+	answer := []byte(`{"result":{"allow":true,"error":null,"outcome":"restart_bootstrap","primary":null,"proof":"sandbox","reasons":[]}}`)
+	srv := &http.Server{
+		Addr:              addr,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+			_, _ = w.Write(answer)
+		}),
+	}
+	return srv.ListenAndServe()
+}
