@@ -18,11 +18,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
 
 // Defaults of Options.
 const (
-	DefaultBufferSize = 65536
+	// 8192 records is seconds of slack at thousands of decisions a second;
+	// a deeper queue only holds more inputs in memory while the disk stalls.
+	DefaultBufferSize = 8192
 	DefaultMaxBytes   = 100 << 20
 	DefaultMaxBackups = 5
 )
@@ -33,7 +37,7 @@ type Options struct {
 	Path string
 	// Stdout is written when Path is "-"; nil means os.Stdout.
 	Stdout io.Writer
-	// BufferSize is how many records may wait to be written; default 65536.
+	// BufferSize is how many records may wait to be written; default 8192.
 	BufferSize int
 	// MaxBytes rotates the file before a record would take it past this
 	// size; 0 means 100 MiB, a negative value never rotates.
@@ -306,14 +310,18 @@ func (l *Logger) write(rec Record) {
 // pretty-printed input has newlines), its input masked.
 func (l *Logger) encode(rec Record) ([]byte, error) {
 	if len(rec.Input) > 0 {
-		l.scratchIn.Reset()
-		if err := json.Compact(&l.scratchIn, rec.Input); err != nil {
+		switch {
+		case !json.Valid(rec.Input):
 			// Not JSON (a malformed body): keep its bytes where any are allowed.
 			if rec.BodyBase64 == "" {
 				rec.BodyBase64 = base64.StdEncoding.EncodeToString(rec.Input)
 			}
 			rec.Input = nil
-		} else {
+		case bytes.ContainsAny(rec.Input, "\r\n"):
+			// Only line breaks would split the record; other whitespace
+			// is kept as received.
+			l.scratchIn.Reset()
+			_ = json.Compact(&l.scratchIn, rec.Input)
 			rec.Input = l.scratchIn.Bytes()
 		}
 	}
@@ -332,19 +340,65 @@ func (l *Logger) encode(rec Record) ([]byte, error) {
 		}
 	}
 	if len(rec.Result) > 0 {
-		l.scratchOut.Reset()
-		if err := json.Compact(&l.scratchOut, rec.Result); err != nil {
-			return nil, fmt.Errorf("result is not JSON: %w", err)
+		if !json.Valid(rec.Result) {
+			return nil, fmt.Errorf("result is not JSON")
 		}
-		rec.Result = l.scratchOut.Bytes()
+		if bytes.ContainsAny(rec.Result, "\r\n") {
+			l.scratchOut.Reset()
+			_ = json.Compact(&l.scratchOut, rec.Result)
+			rec.Result = l.scratchOut.Bytes()
+		}
 	}
 	l.line.Reset()
-	enc := json.NewEncoder(&l.line)
-	enc.SetEscapeHTML(false)
-	err := enc.Encode(rec) // one line, newline-terminated
+	l.line.Write(appendRecord(l.line.AvailableBuffer(), rec))
 	shrink(&l.scratchIn)
 	shrink(&l.scratchOut)
-	return l.line.Bytes(), err
+	return l.line.Bytes(), nil
+}
+
+// appendRecord writes rec as one JSON line, members in the order of
+// Record's fields and with its tags, as encoding/json would; by hand, since
+// this runs once per decision and reflection over RawMessage fields
+// compacts them a second time.
+func appendRecord(b []byte, rec Record) []byte {
+	b = append(b, `{"decision_id":`...)
+	b = jsonenc.AppendString(b, rec.DecisionID)
+	b = append(b, `,"time":"`...)
+	b = rec.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","decision":`...)
+	b = jsonenc.AppendString(b, rec.Decision)
+	if rec.Revision != "" {
+		b = append(b, `,"policy_revision":`...)
+		b = jsonenc.AppendString(b, rec.Revision)
+	}
+	b = append(b, `,"path":`...)
+	b = jsonenc.AppendString(b, rec.Path)
+	if len(rec.Input) > 0 {
+		b = append(b, `,"input":`...)
+		b = append(b, rec.Input...)
+	}
+	if rec.BodyBase64 != "" {
+		b = append(b, `,"body_base64":`...)
+		b = jsonenc.AppendString(b, rec.BodyBase64)
+	}
+	if len(rec.Result) > 0 {
+		b = append(b, `,"result":`...)
+		b = append(b, rec.Result...)
+	}
+	if rec.Error != nil {
+		b = append(b, `,"error":{"code":`...)
+		b = jsonenc.AppendString(b, rec.Error.Code)
+		b = append(b, `,"message":`...)
+		b = jsonenc.AppendString(b, rec.Error.Message)
+		b = append(b, '}')
+	}
+	b = append(b, `,"duration_ns":`...)
+	b = strconv.AppendInt(b, rec.DurationNS, 10)
+	if rec.Caller != "" {
+		b = append(b, `,"caller":`...)
+		b = jsonenc.AppendString(b, rec.Caller)
+	}
+	return append(b, '}', '\n')
 }
 
 // shrink drops a scratch buffer that a huge input grew, rather than hold on

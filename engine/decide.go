@@ -67,12 +67,9 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if err != nil {
 		return nil, err
 	}
-	if err := def.result.Validate(result); err != nil {
-		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a result that does not match the result schema of decision " + name, Violations: violations(err), Err: err}
-	}
-	out, err := json.Marshal(result)
+	out, err := def.checkResult(result)
 	if err != nil {
-		return nil, &Error{Code: CodePolicyError, Message: "encoding the result failed", Err: err}
+		return nil, err
 	}
 	d := &Decision{ID: NewDecisionID(), Name: name, Revision: s.Revision, Result: out, Input: raw}
 	d.Reasons, d.Outcome = summarize(result, def.outcomeKey)
@@ -155,10 +152,10 @@ func notAnObject() error {
 	return &Error{Code: CodeInputSchemaInvalid, Message: "the input must be a JSON object", Violations: []Violation{{Path: "", Message: "expected an object"}}}
 }
 
-func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) (any, error) {
+func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) (ast.Value, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rs, err := def.query.Eval(ctx, rego.EvalParsedInput(input))
+	rs, err := def.query.Eval(ctx, rego.EvalParsedInput(input), keepTerm)
 	if err != nil {
 		var te *topdown.Error
 		if errors.As(err, &te) && te.Code == topdown.CancelErr || errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -172,30 +169,65 @@ func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) 
 	if len(rs) > 1 {
 		return nil, &Error{Code: CodePolicyError, Message: "the policy produced more than one result"}
 	}
-	return rs[0].Expressions[0].Value, nil
+	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
+	if !ok {
+		return nil, &Error{Code: CodePolicyError, Message: "the policy produced an unexpected result", Err: fmt.Errorf("result is %T", rs[0].Expressions[0].Value)}
+	}
+	return t.Value, nil
+}
+
+// checkResult validates a result against the result schema and encodes it.
+// A result that breaks its schema is a policy_error: the caller refuses.
+func (def *decisionDef) checkResult(result ast.Value) (json.RawMessage, error) {
+	if def.treeResult != nil && validValue(def.treeResult, result) {
+		if out, ok := appendJSON(nil, result); ok {
+			return out, nil
+		}
+	}
+	// The general path: also the one that words the violations.
+	doc, err := ast.JSON(result)
+	if err != nil {
+		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a value that is not JSON", Err: err}
+	}
+	if err := def.result.Validate(doc); err != nil {
+		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a result that does not match the result schema of decision " + def.name, Violations: capViolations(violations(err)), Err: err}
+	}
+	if def.treeResult != nil {
+		// The validators disagree: a bug, and never a reason to answer.
+		return nil, &Error{Code: CodePolicyError, Message: "result validators disagree on this result", Err: fmt.Errorf("tree validator rejected a result the schema accepts: %v", result)}
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, &Error{Code: CodePolicyError, Message: "encoding the result failed", Err: err}
+	}
+	return out, nil
 }
 
 // summarize reads the conventional "reasons" member of a result, and the
 // member its result schema names as the outcome, for logs and metrics. It is
 // descriptive only: the result itself is what callers act on.
-func summarize(result any, outcomeKey string) ([]string, string) {
-	obj, ok := result.(map[string]any)
+func summarize(result ast.Value, outcomeKey string) ([]string, string) {
+	obj, ok := result.(ast.Object)
 	if !ok {
 		return nil, ""
 	}
 	var reasons []string
-	if arr, ok := obj["reasons"].([]any); ok {
-		for _, r := range arr {
-			if s, ok := r.(string); ok {
-				reasons = append(reasons, s)
+	if t := obj.Get(ast.InternedTerm("reasons")); t != nil {
+		if arr, ok := t.Value.(*ast.Array); ok {
+			for i := 0; i < arr.Len(); i++ {
+				if s, ok := arr.Elem(i).Value.(ast.String); ok {
+					reasons = append(reasons, string(s))
+				}
 			}
 		}
 	}
-	switch o := obj[outcomeKey].(type) {
-	case string:
-		return reasons, o
-	case bool:
-		return reasons, strconv.FormatBool(o)
+	if t := obj.Get(ast.StringTerm(outcomeKey)); t != nil {
+		switch o := t.Value.(type) {
+		case ast.String:
+			return reasons, string(o)
+		case ast.Boolean:
+			return reasons, strconv.FormatBool(bool(o))
+		}
 	}
 	return reasons, ""
 }

@@ -32,6 +32,11 @@ type fastSchema struct {
 	exclMin, exclMx *big.Rat
 
 	enum []jsonScalar // enum or const; nil: any value
+
+	// Only the tree validator (validValue, for results) implements these;
+	// a schema using them is not compiled for the streaming input parser.
+	cond, then, els *fastSchema
+	unique          bool
 }
 
 type typeSet uint8
@@ -62,19 +67,33 @@ var fastKeywords = map[string]bool{
 	"items": true, "minItems": true, "maxItems": true, "minLength": true, "maxLength": true,
 	"pattern": true, "minimum": true, "maximum": true, "exclusiveMinimum": true,
 	"exclusiveMaximum": true, "enum": true, "const": true, "$ref": true,
+	"if": true, "then": true, "else": true, "uniqueItems": true,
 	// annotations, no effect on validity
 	"$schema": true, "$comment": true, "title": true, "description": true, "definitions": true,
 	"default": true, "examples": true, "readOnly": true, "writeOnly": true,
 }
 
 type fastCompiler struct {
-	root any
-	refs map[string]*fastSchema
+	root     any
+	refs     map[string]*fastSchema
+	treeOnly bool // the schema uses keywords only validValue implements
 }
 
-// compileFast compiles a whole schema document, or returns an error naming
-// the first construct it does not implement.
+// compileFast compiles a whole schema document for the streaming input
+// parser, or returns an error naming the first construct it does not
+// implement.
 func compileFast(doc any) (*fastSchema, error) {
+	c := &fastCompiler{root: doc, refs: map[string]*fastSchema{}}
+	fs, err := c.compile(doc, "#")
+	if err == nil && c.treeOnly {
+		return nil, fmt.Errorf("if/then/else and uniqueItems need the tree validator")
+	}
+	return fs, err
+}
+
+// compileTree compiles a schema for validValue, which also implements
+// if/then/else and uniqueItems.
+func compileTree(doc any) (*fastSchema, error) {
 	c := &fastCompiler{root: doc, refs: map[string]*fastSchema{}}
 	return c.compile(doc, "#")
 }
@@ -198,6 +217,28 @@ func (c *fastCompiler) object(s map[string]any, at string) (*fastSchema, error) 
 					return nil, fmt.Errorf("%s: enum: %w", at, err)
 				}
 				fs.enum = append(fs.enum, sc)
+			}
+		case "if", "then", "else":
+			c.treeOnly = true
+			var sub *fastSchema
+			if sub, err = c.compile(v, at+"/"+k); err == nil {
+				switch k {
+				case "if":
+					fs.cond = sub
+				case "then":
+					fs.then = sub
+				default:
+					fs.els = sub
+				}
+			}
+		case "uniqueItems":
+			b, ok := v.(bool)
+			if !ok {
+				return nil, fmt.Errorf("%s: uniqueItems is not a boolean", at)
+			}
+			if b {
+				c.treeOnly = true
+				fs.unique = true
 			}
 		case "const":
 			sc, err := scalar(v)

@@ -89,7 +89,8 @@ type decisionDef struct {
 	inputSchema *jsonschema.Schema
 	fastInput   *fastSchema // nil: the input schema needs the general validator
 	result      *jsonschema.Schema
-	inputDoc    any // the input schema as loaded, for GET /v1/decisions
+	treeResult  *fastSchema // nil: the result schema needs the general validator
+	inputDoc    any         // the input schema as loaded, for GET /v1/decisions
 	resultDoc   any
 	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
 	query       rego.PreparedEvalQuery
@@ -462,6 +463,7 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 		// The fast validator covers the keywords input schemas use; any
 		// other schema is validated by the general validator alone.
 		def.fastInput, _ = compileFast(in.doc)
+		def.treeResult, _ = compileTree(out.doc)
 		if def.result, err = compileSchema(out.path, out.doc); err != nil {
 			probs = append(probs, Problem{File: out.path, Message: err.Error()})
 			continue
