@@ -354,8 +354,8 @@ func TestCloseDrainsFlushesAndSyncs(t *testing.T) {
 	}
 }
 
-// A record reaches the file as soon as the queue is empty, without Close:
-// a crash loses at most what was in flight.
+// A record reaches the file within FlushDelay, without Close: a crash
+// loses at most the last few milliseconds.
 func TestLogFlushesWhenIdle(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
 	l, err := Open(Options{Path: path})

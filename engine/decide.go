@@ -153,12 +153,20 @@ func notAnObject() error {
 }
 
 func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) (ast.Value, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	rs, err := def.query.Eval(ctx, rego.EvalParsedInput(input), keepTerm)
+	// The deadline and the caller going away both cancel the evaluation
+	// through callbacks: rego's own ctx watch costs a goroutine per call.
+	c := topdown.NewCancel()
+	timer := time.AfterFunc(s.timeout, c.Cancel)
+	stopWatch := context.AfterFunc(ctx, c.Cancel)
+	rs, err := def.query.Eval(ctx, rego.EvalParsedInput(input), keepTerm, rego.EvalExternalCancel(c))
+	timer.Stop()
+	stopWatch()
 	if err != nil {
 		var te *topdown.Error
-		if errors.As(err, &te) && te.Code == topdown.CancelErr || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if errors.As(err, &te) && te.Code == topdown.CancelErr {
+			if ctx.Err() != nil {
+				return nil, &Error{Code: CodePolicyTimeout, Message: "the request was cancelled during policy evaluation", Err: err}
+			}
 			return nil, &Error{Code: CodePolicyTimeout, Message: fmt.Sprintf("policy evaluation exceeded %s", s.timeout), Err: err}
 		}
 		return nil, &Error{Code: CodePolicyError, Message: "policy evaluation failed", Err: err}
