@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// runCLI runs the built binary and returns stdout, stderr and exit code.
+func runCLI(t *testing.T, stdin []byte, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// TestEvalExitCodes: eval prints the envelope and exits 0 for a decision
+// (allowed or refused), prints the error document and exits 2 for bad
+// input, and exits 1 for anything else; every fixture and shared example
+// gives its wanted outcome through the binary.
+func TestEvalExitCodes(t *testing.T) {
+	root := copyRepo(t)
+	fixtures, err := engine.LoadFixtures(filepath.Join(root, "policy_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Shared examples, when the checkout has them beside it.
+	examples, _ := filepath.Glob(filepath.Join("..", "..", "..", "shared", "examples", "*.json"))
+	for _, f := range examples {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ex struct {
+			Decision string `json:"decision"`
+			engine.Fixture
+		}
+		if err := json.Unmarshal(b, &ex); err != nil {
+			t.Fatal(err)
+		}
+		ex.Fixture.Decision, ex.Fixture.Name = ex.Decision, filepath.Base(f)
+		fixtures = append(fixtures, ex.Fixture)
+	}
+	args := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
+	checked := 0
+	for i, fx := range fixtures {
+		// Every example and every tenth fixture: each eval is a process.
+		if i%10 != 0 && !strings.HasSuffix(fx.Name, ".json") {
+			continue
+		}
+		out, stderr, code := runCLI(t, fx.RequestBody(), append([]string{"eval", "--decision", fx.Decision, "--input", "-"}, args...)...)
+		var d *engine.Decision
+		var derr error
+		if fx.WantError != nil {
+			want := 1
+			if fx.WantError.Code == engine.CodeMalformedJSON || fx.WantError.Code == engine.CodeInputSchemaInvalid {
+				want = 2
+			}
+			if code != want {
+				t.Errorf("%s: exit %d, want %d (%s)", fx.Name, code, want, stderr)
+				continue
+			}
+			var doc engine.Document
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Errorf("%s: stdout is not an error document: %s", fx.Name, out)
+				continue
+			}
+			derr = &engine.Error{Code: doc.Error.Code, Violations: doc.Error.Violations}
+		} else {
+			if code != 0 {
+				t.Errorf("%s: exit %d, want 0 (%s)", fx.Name, code, stderr)
+				continue
+			}
+			d = &engine.Decision{}
+			if err := json.Unmarshal([]byte(out), d); err != nil || d.ID == "" || d.Name != fx.Decision || d.Revision == "" {
+				t.Errorf("%s: envelope %s (%v)", fx.Name, out, err)
+				continue
+			}
+		}
+		if msg := engine.CheckOutcome(fx, d, derr); msg != "" {
+			t.Errorf("%s: %s", fx.Name, msg)
+		}
+		checked++
+	}
+	if checked < 30 {
+		t.Errorf("only %d fixtures went through arbiter eval", checked)
+	}
+
+	// From a file, with --explain.
+	in := filepath.Join(t.TempDir(), "in.json")
+	if err := os.WriteFile(in, []byte(`{"attempt": 3, "failureCode": "x"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := runCLI(t, nil, append([]string{"eval", "--decision", "failure_disposition", "--input", in, "--explain"}, args...)...)
+	if code != 0 || !strings.Contains(out, `"title": "Retry budget exhausted"`) || !strings.Contains(out, `"fired": true`) {
+		t.Errorf("explain: exit %d\n%s", code, out)
+	}
+	// Anything else is exit 1.
+	for name, a := range map[string][]string{
+		"unknown decision": {"eval", "--decision", "nope", "--input", in},
+		"missing input":    {"eval", "--decision", "failure_disposition", "--input", filepath.Join(root, "missing.json")},
+		"no flags":         {"eval"},
+		"broken policies":  {"eval", "--decision", "failure_disposition", "--input", in, "--policies", filepath.Join(root, "schemas")},
+	} {
+		if _, _, code := runCLI(t, nil, append(a, args[2:]...)...); code != 1 {
+			t.Errorf("%s: exit %d, want 1", name, code)
+		}
+	}
+}
+
+// TestCheckAndTestCommands: check and test pass on the repository and name
+// file and line of what breaks them.
+func TestCheckAndTestCommands(t *testing.T) {
+	root := copyRepo(t)
+	args := folderArgs(root)
+	if out, stderr, code := runCLI(t, nil, append([]string{"check"}, args...)...); code != 0 {
+		t.Fatalf("check: exit %d\n%s%s", code, out, stderr)
+	}
+	out, stderr, code := runCLI(t, nil, append([]string{"test", "--coverage", "--threshold", "95"}, args...)...)
+	if code != 0 || !strings.Contains(out, "summary: ") || !strings.Contains(out, " 0 failed") {
+		t.Fatalf("test: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, code = runCLI(t, nil, append([]string{"test", "--format", "json", "--run", "runner_connected"}, args...)...)
+	var rep engine.TestReport
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Results) == 0 {
+		t.Fatalf("test --format json --run: exit %d\n%s", code, out)
+	}
+	for _, r := range rep.Results {
+		if !strings.Contains(r.Name, "runner_connected") {
+			t.Errorf("--run runner_connected selected %s", r.Name)
+		}
+	}
+
+	// Break a policy (misspelt field) and a fixture (a wrong want_result).
+	policy := filepath.Join(root, "policies", "decisions", "bootstrap_restart", "policy.rego")
+	editFile(t, policy, "input.runnerState.reconnectCount", "input.runnerState.reconectCount")
+	out, _, code = runCLI(t, nil, append([]string{"check"}, args...)...)
+	if code != 1 || !strings.Contains(out, "policy.rego:") || !strings.Contains(out, "undefined ref: input.runnerState.reconectCount") {
+		t.Errorf("check on a misspelt field: exit %d\n%s", code, out)
+	}
+	editFile(t, policy, "input.runnerState.reconectCount", "input.runnerState.reconnectCount")
+	data := filepath.Join(root, "policies", "decisions", "failure_disposition", "data.json")
+	editFile(t, data, `"retry_after_seconds": 30`, `"retry_after_seconds": 31`)
+	out, _, code = runCLI(t, nil, append([]string{"test"}, args...)...)
+	if code != 1 || !strings.Contains(out, "FAIL  fixture failure_disposition/") || !strings.Contains(out, "boundaries.json") {
+		t.Errorf("test after a data edit the fixtures contradict: exit %d\n%s", code, out)
+	}
+
+	if out, _, code := runCLI(t, nil, "version"); code != 0 || !strings.HasPrefix(out, "arbiter ") || !strings.Contains(out, "opa 1.22.4") {
+		t.Errorf("version: exit %d %q", code, out)
+	}
+}
