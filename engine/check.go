@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-
-	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // Check runs every static check a reliability engineer needs before a
@@ -40,13 +38,7 @@ func (b *built) checkTestModules(st *suite) []Problem {
 	if len(st.modules) == 0 {
 		return nil
 	}
-	modules := map[string]*ast.Module{}
-	for k, m := range b.modules {
-		modules[k] = m.Copy()
-	}
-	for k, m := range st.modules {
-		modules[k] = m.Copy()
-	}
+	modules := b.withTests(st)
 	c := newCompiler(b.caps, b.schemaSet).WithEnablePrintStatements(true)
 	c.Compile(modules)
 	if c.Failed() {

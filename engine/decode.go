@@ -175,21 +175,10 @@ func (p *parser) object() (any, error) {
 		return obj, nil
 	}
 	for {
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return nil, p.errorf(p.pos, "expected a string object key")
-		}
-		keyAt := p.pos
-		key, err := p.str()
+		key, keyAt, err := p.memberKey()
 		if err != nil {
 			return nil, err
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return nil, p.errorf(p.pos, "expected ':' after object key")
-		}
-		p.pos++
-		p.skipSpace()
 		v, err := p.value()
 		if err != nil {
 			return nil, err
@@ -215,6 +204,26 @@ func (p *parser) object() (any, error) {
 			return nil, p.errorf(p.pos, "expected ',' or '}' in object")
 		}
 	}
+}
+
+// memberKey reads an object member's key and the ':' after it, leaving the
+// parser at the member's value; keyAt is where the key starts.
+func (p *parser) memberKey() (key string, keyAt int, err error) {
+	p.skipSpace()
+	if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+		return "", p.pos, p.errorf(p.pos, "expected a string object key")
+	}
+	keyAt = p.pos
+	if key, err = p.str(); err != nil {
+		return "", keyAt, err
+	}
+	p.skipSpace()
+	if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+		return "", keyAt, p.errorf(p.pos, "expected ':' after object key")
+	}
+	p.pos++
+	p.skipSpace()
+	return key, keyAt, nil
 }
 
 func (p *parser) array() (any, error) {

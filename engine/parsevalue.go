@@ -248,12 +248,7 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 		return ast.NewTerm(ast.NewObject()), nil
 	}
 	for {
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return nil, p.errorf(p.pos, "expected a string object key")
-		}
-		keyAt := p.pos
-		key, err := p.str()
+		key, keyAt, err := p.memberKey()
 		if err != nil {
 			return nil, err
 		}
@@ -279,12 +274,6 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 			}
 		}
 		keys = append(keys, key)
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return nil, p.errorf(p.pos, "expected ':' after object key")
-		}
-		p.pos++
-		p.skipSpace()
 
 		var child *fastSchema
 		if fs != nil {

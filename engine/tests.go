@@ -143,13 +143,7 @@ func (s *Snapshot) runRego(ctx context.Context, b *built, st *suite, opts TestOp
 	if len(st.modules) == 0 {
 		return nil
 	}
-	modules := map[string]*ast.Module{}
-	for k, m := range b.modules {
-		modules[k] = m.Copy()
-	}
-	for k, m := range st.modules {
-		modules[k] = m
-	}
+	modules := b.withTests(st)
 	data := deepCopy(b.data).(map[string]any)
 	if err := mergeObjects(data, deepCopy(st.data).(map[string]any), nil); err != nil {
 		rep.Setup = append(rep.Setup, Problem{File: opts.Tests, Message: "test data: " + err.Error()})
@@ -206,6 +200,20 @@ func (s *Snapshot) runRego(ctx context.Context, b *built, st *suite, opts TestOp
 		rep.Coverage = policyCoverage(cov.Report(modules), b.modules)
 	}
 	return nil
+}
+
+// withTests returns copies of the policy and test modules together: a
+// compiler annotates the modules it compiles, and the Snapshot's own must
+// stay as they were.
+func (b *built) withTests(st *suite) map[string]*ast.Module {
+	modules := make(map[string]*ast.Module, len(b.modules)+len(st.modules))
+	for k, m := range b.modules {
+		modules[k] = m.Copy()
+	}
+	for k, m := range st.modules {
+		modules[k] = m.Copy()
+	}
+	return modules
 }
 
 func policyCoverage(r cover.Report, policies map[string]*ast.Module) *Coverage {
