@@ -18,6 +18,11 @@ type Engine struct {
 	last ReloadStatus
 
 	reloadsOK, reloadsFailed atomic.Uint64
+
+	// OnActivate, when set before the Engine is shared, is called with each
+	// Snapshot a reload activates (under the reload lock, off the request
+	// path).
+	OnActivate func(*Snapshot)
 }
 
 // ReloadStatus is the outcome of the most recent reload attempt.
@@ -71,6 +76,9 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 	default:
 		e.current.Store(snap)
 		st.OK, st.Changed, st.Revision, st.Candidate = true, true, snap.Revision, snap.Revision
+		if e.OnActivate != nil {
+			e.OnActivate(snap)
+		}
 	}
 	st.Duration = time.Since(start)
 	e.last = st

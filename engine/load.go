@@ -79,6 +79,10 @@ type Snapshot struct {
 	decisions map[string]*decisionDef
 	names     []string
 	timeout   time.Duration
+
+	// The bytes it was built from, for SaveTo: policies, schemas, and the
+	// tests that gated it (when a test folder was configured).
+	policySrc, schemaSrc, testSrc []sourceFile
 }
 
 // decisionDef is one decision of a Snapshot.
@@ -235,6 +239,8 @@ func build(cfg Config) (*built, error) {
 		LoadedAt:  time.Now().UTC(),
 		decisions: map[string]*decisionDef{},
 		timeout:   timeout,
+		policySrc: policyFiles,
+		schemaSrc: schemaFiles,
 	}
 	probs = append(probs, snap.discover(compiler, store, modules, schemaDocs)...)
 	if len(probs) > 0 {

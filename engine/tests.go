@@ -99,6 +99,7 @@ func (s *Snapshot) runTests(ctx context.Context, b *built, opts TestOptions) (*T
 		}
 	}
 	suite, probs := loadSuite(opts.Tests)
+	s.testSrc = suite.files
 	rep := &TestReport{Setup: probs}
 	// Fixtures run beside the Rego tests: a reload is gated on both, and
 	// halving its latency is what makes an edit live within a second.

@@ -347,7 +347,7 @@ func TestMutualTLS(t *testing.T) {
 // is killed at once and reported with listened=true.
 func runServe(t *testing.T, env []string, args ...string) (code int, stderr string, listened bool) {
 	t.Helper()
-	cmd := exec.Command(binPath, append([]string{"serve"}, args...)...)
+	cmd := exec.Command(binPath, append([]string{"serve", "--state-dir", t.TempDir()}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	out := &syncBuffer{}
 	cmd.Stderr = out

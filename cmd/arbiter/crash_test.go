@@ -223,7 +223,7 @@ func TestServeRefusesBrokenPoliciesAtStart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, append([]string{"serve", "--addr", "127.0.0.1:0", "--decision-log", ""}, folderArgs(root)...)...)
+	cmd := exec.CommandContext(ctx, binPath, append([]string{"serve", "--addr", "127.0.0.1:0", "--decision-log", "", "--state-dir", t.TempDir()}, folderArgs(root)...)...)
 	out, err := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); err == nil || code <= 0 {
 		t.Fatalf("serve with a syntax error: exit %d (%v)\n%s", code, err, out)
@@ -232,4 +232,56 @@ func TestServeRefusesBrokenPoliciesAtStart(t *testing.T) {
 	if !strings.Contains(string(out), want) || strings.Contains(string(out), "msg=listening") {
 		t.Errorf("output does not name %s, or it listened:\n%s", want, out)
 	}
+}
+
+// TestServeFallsBackToLastGoodAtStart: a process restarted while its
+// configured folders are broken serves the last revision that passed its
+// tests (saved in --state-dir), says why, and takes the configured folders
+// back as soon as they load.
+func TestServeFallsBackToLastGoodAtStart(t *testing.T) {
+	root := copyRepo(t)
+	state := t.TempDir()
+	args := append(folderArgs(root), "--decision-log", "", "--state-dir", state)
+	client := &http.Client{Timeout: 10 * time.Second}
+	fixtures, err := engine.LoadFixtures(filepath.Join(root, "policy_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fixtureInput(t, fixtures, "bootstrap_restart", "interrupted_bootstrap_unprepared_unrecorded__resumed")
+
+	first := startServer(t, args...)
+	good := status(t, client, first.url)["policy_revision"].(string)
+	if err := first.cmd.Process.Kill(); err != nil { // a crash, not a stop
+		t.Fatal(err)
+	}
+	<-first.done
+	first.done <- nil
+
+	policy := filepath.Join(root, "policies", "decisions", "bootstrap_restart", "policy.rego")
+	editFile(t, policy, "allow := count(reasons) == 0", "allow := count(reasons)) == 0")
+
+	second := startServer(t, args...)
+	st := status(t, client, second.url)
+	if st["policy_revision"] != good {
+		t.Fatalf("restarted on revision %v, want the last good %s", st["policy_revision"], good)
+	}
+	lr := st["last_reload"].(map[string]any)
+	if lr["ok"] != false || !strings.Contains(fmt.Sprint(lr["problems"]), "bootstrap_restart/policy.rego line:") {
+		t.Errorf("last_reload = %v, want the start reported as failed, naming policy.rego", lr)
+	}
+	if !strings.Contains(second.stderr.String(), "serving the last good revision") {
+		t.Errorf("the log does not say it serves the last good revision:\n%s", second.stderr.String())
+	}
+	a := post(t, client, second.url+"/v1/decisions/bootstrap_restart", body)
+	if a.status != http.StatusOK || !bytes.Contains(a.body, []byte(`"allow":true`)) || !bytes.Contains(a.body, []byte(good)) {
+		t.Errorf("answer on the last good revision: %d %s", a.status, a.body)
+	}
+
+	// Fixing the configured folders activates them.
+	editFile(t, policy, "allow := count(reasons)) == 0", "allow := count(reasons) == 0 # fixed")
+	waitFor(t, 10*time.Second, "the fixed folders to load", func() bool {
+		st := status(t, client, second.url)
+		return st["last_reload"].(map[string]any)["ok"] == true && st["policy_revision"] != good
+	})
+	second.stop(t)
 }

@@ -49,6 +49,7 @@ type serveConfig struct {
 	logLevel        string
 	debugAddr       string
 	gcPercent       int64
+	stateDir        string
 }
 
 func envDuration(key string, def time.Duration) time.Duration {
@@ -95,6 +96,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca-file", envOr("ARBITER_TLS_CLIENT_CA_FILE", ""), "CA bundle (PEM) that client certificates must chain to (mTLS)")
 	fs.BoolVar(&c.insecureListen, "insecure-listen", envBool("ARBITER_INSECURE_LISTEN"), "allow a non-loopback address without authentication")
 	fs.StringVar(&c.logLevel, "log-level", envOr("ARBITER_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.StringVar(&c.stateDir, "state-dir", envOr("ARBITER_STATE_DIR", "var/state"), "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
 	fs.Int64Var(&c.gcPercent, "gc-percent", envInt("ARBITER_GC_PERCENT", 200), "Go garbage collector target (GOGC); the environment's GOGC wins when set")
 	fs.StringVar(&c.debugAddr, "debug-addr", envOr("ARBITER_DEBUG_ADDR", ""), "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	if err := fs.Parse(args); err != nil {
@@ -191,9 +193,33 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		return err
 	}
 
-	eng, err := engine.New(ctx, engine.Config{Policies: c.policies, Schemas: c.schemas, Tests: c.tests, EvalTimeout: c.evalTimeout})
+	ecfg := engine.Config{Policies: c.policies, Schemas: c.schemas, Tests: c.tests, EvalTimeout: c.evalTimeout}
+	var eng *engine.Engine
+	if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
+		eng, err = engine.NewOrFallback(ctx, ecfg, saved)
+	} else {
+		eng, err = engine.New(ctx, ecfg)
+	}
 	if err != nil {
 		return fmt.Errorf("loading policies: %w", err)
+	}
+	if st := eng.LastReload(); !st.OK {
+		probs := make([]string, len(st.Problems))
+		for i, p := range st.Problems {
+			probs[i] = p.String()
+		}
+		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", strings.Join(probs, "; "))
+	}
+	if c.stateDir != "" {
+		save := func(s *engine.Snapshot) {
+			if err := s.SaveTo(c.stateDir); err != nil {
+				log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
+			}
+		}
+		if eng.LastReload().OK {
+			save(eng.Snapshot())
+		}
+		eng.OnActivate = save
 	}
 	snap := eng.Snapshot()
 	log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")

@@ -74,7 +74,11 @@ var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 func startServer(t *testing.T, args ...string) *proc {
 	t.Helper()
 	s := &proc{stderr: &syncBuffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(binPath, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	base := []string{"serve", "--addr", "127.0.0.1:0"}
+	if !containsArg(args, "--state-dir") {
+		base = append(base, "--state-dir", t.TempDir())
+	}
+	s.cmd = exec.Command(binPath, append(base, args...)...)
 	s.cmd.Stderr = s.stderr
 	s.cmd.Stdout = io.Discard
 	if err := s.cmd.Start(); err != nil {
@@ -103,6 +107,15 @@ func startServer(t *testing.T, args ...string) *proc {
 	}
 	t.Fatalf("arbiter serve did not start:\n%s", s.stderr.String())
 	return nil
+}
+
+func containsArg(args []string, name string) bool {
+	for _, a := range args {
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // stop sends SIGTERM and waits for a clean exit.
