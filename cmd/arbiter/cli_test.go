@@ -167,3 +167,23 @@ func TestCheckAndTestCommands(t *testing.T) {
 		t.Errorf("version: exit %d %q", code, out)
 	}
 }
+
+// TestBenchCommand: bench decides the input repeatedly and reports per
+// decision figures; an input that gives an error is refused up front.
+func TestBenchCommand(t *testing.T) {
+	root := copyRepo(t)
+	args := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
+	in := filepath.Join("..", "..", "docs", "examples", "bootstrap_restart_allowed.json")
+	out, stderr, code := runCLI(t, nil, append([]string{"bench", "--decision", "bootstrap_restart", "--input", in, "--duration", "200ms", "--format", "json"}, args...)...)
+	var res struct {
+		Decisions   int   `json:"decisions"`
+		NsPerOp     int64 `json:"ns_per_op"`
+		AllocsPerOp int64 `json:"allocs_per_op"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Decisions < 1 || res.NsPerOp <= 0 || res.AllocsPerOp <= 0 {
+		t.Fatalf("bench: exit %d, %s%s", code, out, stderr)
+	}
+	if out, _, code := runCLI(t, []byte(`{"x": 1}`), append([]string{"bench", "--decision", "failure_disposition", "--input", "-"}, args...)...); code != 2 || !strings.Contains(out, "input_schema_invalid") {
+		t.Errorf("bench on an invalid input: exit %d, %s", code, out)
+	}
+}

@@ -22,6 +22,7 @@ Usage:
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v]
   arbiter replay  --log FILE [--policies DIR] [--schemas DIR] [--format text|json]
+  arbiter bench   --decision NAME --input FILE|- [--duration D] [--format text|json]
   arbiter version
 
 Folders default to the policies/, schemas/ and policy_test/ of the repository
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cmdServe(ctx, rest, stdout, stderr)
 	case "eval":
 		return cmdEval(ctx, rest, stdin, stdout, stderr)
+	case "bench":
+		return cmdBench(ctx, rest, stdin, stdout, stderr)
 	case "check":
 		return cmdCheck(ctx, rest, stdout, stderr)
 	case "test":
