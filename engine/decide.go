@@ -39,8 +39,7 @@ type Decision struct {
 	Reasons []string `json:"-"`
 	// Outcome is the result member named by the result schema's
 	// "x-arbiter-outcome" keyword (default "outcome"), for metrics.
-	Outcome  string        `json:"-"`
-	Duration time.Duration `json:"-"`
+	Outcome string `json:"-"`
 }
 
 // RuleOutcome is one reason rule in an explanation.
@@ -54,7 +53,6 @@ type RuleOutcome struct {
 // error (always an *Error) means that no trustworthy decision exists and the
 // caller must refuse.
 func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Options) (*Decision, error) {
-	start := time.Now()
 	def, ok := s.decisions[name]
 	if !ok {
 		return nil, &Error{Code: CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
@@ -76,7 +74,6 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if opts.Explain {
 		d.Explanation = explain(def.rules, d.Reasons)
 	}
-	d.Duration = time.Since(start)
 	return d, nil
 }
 

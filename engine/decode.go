@@ -189,20 +189,29 @@ func (p *parser) object() (any, error) {
 			}
 			obj[key] = v
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errorf(p.pos, "unexpected end of input in object")
-		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
+		if done, err := p.next('}', "object"); err != nil || done {
 			p.depth--
-			return obj, nil
-		default:
-			return nil, p.errorf(p.pos, "expected ',' or '}' in object")
+			return obj, err
 		}
+	}
+}
+
+// next consumes the ',' or the closing byte after a member or element:
+// done is true at the close. what names the container for errors.
+func (p *parser) next(close byte, what string) (done bool, err error) {
+	p.skipSpace()
+	if p.pos >= len(p.data) {
+		return false, p.errorf(p.pos, "unexpected end of input in %s", what)
+	}
+	switch p.data[p.pos] {
+	case ',':
+		p.pos++
+		return false, nil
+	case close:
+		p.pos++
+		return true, nil
+	default:
+		return false, p.errorf(p.pos, "expected ',' or '%c' in %s", close, what)
 	}
 }
 
@@ -250,19 +259,9 @@ func (p *parser) array() (any, error) {
 		if !p.spansOnly {
 			arr = append(arr, v)
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errorf(p.pos, "unexpected end of input in array")
-		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
+		if done, err := p.next(']', "array"); err != nil || done {
 			p.depth--
-			return arr, nil
-		default:
-			return nil, p.errorf(p.pos, "expected ',' or ']' in array")
+			return arr, err
 		}
 	}
 }

@@ -311,22 +311,16 @@ func (p *vparser) object(fs *fastSchema, depth int) (*ast.Term, error) {
 		if p.building() {
 			pairs = append(pairs, [2]*ast.Term{p.stringTerm(key), v})
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errorf(p.pos, "unexpected end of input in object")
+		done, err := p.next('}', "object")
+		if err != nil {
+			return nil, err
 		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
+		if done {
 			p.checkRequired(fs, keys, seen)
 			if !p.building() {
 				return nil, nil
 			}
 			return ast.NewTerm(ast.NewObject(pairs...)), nil
-		default:
-			return nil, p.errorf(p.pos, "expected ',' or '}' in object")
 		}
 	}
 }
@@ -394,19 +388,13 @@ func (p *vparser) array(fs *fastSchema, depth int) (*ast.Term, error) {
 			if p.building() {
 				elems = append(elems, v)
 			}
-			p.skipSpace()
-			if p.pos >= len(p.data) {
-				return nil, p.errorf(p.pos, "unexpected end of input in array")
+			done, err := p.next(']', "array")
+			if err != nil {
+				return nil, err
 			}
-			if p.data[p.pos] == ',' {
-				p.pos++
-				continue
-			}
-			if p.data[p.pos] == ']' {
-				p.pos++
+			if done {
 				break
 			}
-			return nil, p.errorf(p.pos, "expected ',' or ']' in array")
 		}
 	}
 	if fs != nil && fs.minItems >= 0 && n < fs.minItems {

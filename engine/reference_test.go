@@ -8,7 +8,6 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"testing"
 
@@ -325,20 +324,6 @@ func (r *reference) failureDisposition(in *refFailureInput) refFailureResult {
 	}
 }
 
-// sameJSON reports whether two JSON documents are equal as values, numbers
-// compared by their text.
-func sameJSON(a, b []byte) bool {
-	var x, y any
-	da := json.NewDecoder(bytes.NewReader(a))
-	da.UseNumber()
-	db := json.NewDecoder(bytes.NewReader(b))
-	db.UseNumber()
-	if da.Decode(&x) != nil || db.Decode(&y) != nil {
-		return false
-	}
-	return reflect.DeepEqual(x, y)
-}
-
 // TestReferenceMatchesEngine decides every benchmark corpus input and every
 // fixture with a recorded result both with the engine and with the
 // hand-written reference: any difference is a bug in the policy, the engine
@@ -383,11 +368,11 @@ func TestReferenceMatchesEngine(t *testing.T) {
 			failed++
 			continue
 		}
-		if !sameJSON(d.Result, got) {
+		if !SameJSON(d.Result, got) {
 			t.Errorf("%s: the engine and the reference disagree\nengine:    %s\nreference: %s\ninput: %s", c.name, d.Result, got, c.body)
 			failed++
 		}
-		if c.want != nil && !sameJSON(c.want, got) {
+		if c.want != nil && !SameJSON(c.want, got) {
 			t.Errorf("%s: the reference disagrees with the recorded result\nrecorded:  %s\nreference: %s", c.name, c.want, got)
 			failed++
 		}

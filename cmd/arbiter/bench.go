@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"time"
 
@@ -31,13 +30,7 @@ func cmdBench(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "arbiter bench: --decision and --input are required; --duration must be positive; --format text or json")
 		return exitError
 	}
-	var body []byte
-	var err error
-	if *input == "-" {
-		body, err = io.ReadAll(stdin)
-	} else {
-		body, err = os.ReadFile(*input)
-	}
+	body, err := readInput(*input, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter bench: reading input: %v\n", err)
 		return exitError

@@ -26,13 +26,7 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintln(stderr, "arbiter eval: --decision and --input are required")
 		return exitError
 	}
-	var body []byte
-	var err error
-	if *input == "-" {
-		body, err = io.ReadAll(stdin)
-	} else {
-		body, err = os.ReadFile(*input)
-	}
+	body, err := readInput(*input, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter eval: reading input: %v\n", err)
 		return exitError
@@ -56,6 +50,14 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	writeJSON(stdout, d)
 	return exitOK
+}
+
+// readInput reads an input document from a file, or from stdin for "-".
+func readInput(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(stdin)
+	}
+	return os.ReadFile(path)
 }
 
 func writeJSON(w io.Writer, v any) {
