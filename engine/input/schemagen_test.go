@@ -29,10 +29,10 @@ var (
 	genFormats  = []string{"date-time", "email", "ipv4", "uri"}
 )
 
-func (g *gen) pick(n int) int { return g.r.IntN(n) }
+func (g *gen) pick(n int) int        { return g.r.IntN(n) }
 func (g *gen) chance(p float64) bool { return g.r.Float64() < p }
 
-func (g *gen) num() json.Number { return json.Number(genNumbers[g.pick(len(genNumbers))]) }
+func (g *gen) num() json.Number      { return json.Number(genNumbers[g.pick(len(genNumbers))]) }
 func (g *gen) smallInt() json.Number { return json.Number(fmt.Sprint(g.pick(4))) }
 
 func (g *gen) scalar() any {
