@@ -116,7 +116,9 @@ type pass struct {
 // walk runs one pass: the first (report false) builds the projected input
 // and says whether it is valid; the report pass lists the violations.
 func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapped bool, maxValues int, report bool) (pass, error) {
-	w := &walker{scanner: scanner{data: body}, ctx: ctx, maxValues: maxValues, valid: true, report: report}
+	w := getWalker()
+	defer putWalker(w)
+	w.scanner, w.ctx, w.maxValues, w.valid, w.report = scanner{data: body}, ctx, maxValues, true, report
 	if err := w.start(); err != nil {
 		return pass{}, err
 	}
@@ -183,4 +185,41 @@ func parseWithLibrary(ctx context.Context, body []byte, s *Schema, wrapped bool,
 		return Input{}, err
 	}
 	return Input{Value: p.value.Value, Raw: p.raw}, nil
+}
+
+// Walkers are reused: each carries a term cache and scratch buffers that
+// would otherwise be allocated and cleared per request. A bounded free list
+// rather than a sync.Pool, which the collector empties every cycle.
+var walkers = make(chan *walker, 64)
+
+func getWalker() *walker {
+	select {
+	case w := <-walkers:
+		return w
+	default:
+		return new(walker)
+	}
+}
+
+// putWalker clears everything that refers to a request (its body, its
+// values) and keeps the scratch space. The term cache holds immutable terms
+// of earlier requests: sharing them is safe, and they are at most
+// termCacheSize short strings.
+func putWalker(w *walker) {
+	*w = walker{
+		keys: w.keys[:0], arena: w.arena[:0], numBuf: w.numBuf[:0], canonBuf: w.canonBuf[:0], strBuf: w.strBuf[:0],
+		terms: w.terms, rep: reporter{path: w.rep.path[:0]}, sets: w.sets,
+	}
+	if cap(w.strBuf) > 1<<16 {
+		w.strBuf = nil // one huge escaped string must not stay pinned
+	}
+	clear(w.keys[:cap(w.keys)])
+	clear(w.arena[:cap(w.arena)])
+	for _, m := range w.sets {
+		clear(m)
+	}
+	select {
+	case walkers <- w:
+	default:
+	}
 }

@@ -15,7 +15,7 @@ const MaxPlainDigits = 40
 // (empty for zero).
 type number struct {
 	neg    bool
-	digits []byte // significant digits, in a scratch buffer
+	digits []byte // significant digits (a plain integer literal keeps its trailing zeros, exp 0)
 	exp    int
 }
 

@@ -1,6 +1,7 @@
 package input
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -160,6 +161,16 @@ func (s *scanner) str() (raw []byte, escaped bool, err error) {
 	start := s.pos + 1
 	i := start
 	for {
+		// Eight bytes at a time while none needs a look of its own: no
+		// control character, quote, backslash or non-ASCII byte.
+		for i+8 <= len(d) {
+			v := binary.LittleEndian.Uint64(d[i:])
+			if (v-0x2020202020202020)&^v&0x8080808080808080|v&0x8080808080808080|
+				hasZero(v^0x2222222222222222)|hasZero(v^0x5C5C5C5C5C5C5C5C) != 0 {
+				break
+			}
+			i += 8
+		}
 		for i < len(d) && plain[d[i]] {
 			i++
 		}
@@ -209,6 +220,9 @@ func (s *scanner) str() (raw []byte, escaped bool, err error) {
 		}
 	}
 }
+
+// hasZero is non-zero when one of the eight bytes of v is zero.
+func hasZero(v uint64) uint64 { return (v - 0x0101010101010101) &^ v & 0x8080808080808080 }
 
 // unescape appends the characters of a string that str accepted with
 // escapes to dst.

@@ -32,6 +32,12 @@ type walker struct {
 
 	keys  []string // the keys of the objects being read, innermost last
 	arena []*node  // child sets of the values being read
+	// sets are key sets of the large objects being read (by depth of
+	// large object), kept between requests.
+	sets  []map[string]struct{}
+	large int // large objects being read
+
+	emptyObj, emptyArr *ast.Term
 
 	numBuf   []byte
 	canonBuf []byte
@@ -249,15 +255,26 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 		return nil, nil
 	}
 	var n number
-	n, w.numBuf = parseNumber(lit, w.numBuf)
-	got := tNumber
-	if n.integral() {
-		got = tInteger
-	}
 	var canon []byte
+	got := tNumber
+	if plainInteger(lit) {
+		// The common case: digits only, which JSON writes without leading
+		// zeros, so the literal is its own canonical text.
+		n, canon, got = number{digits: lit}, lit, tInteger
+		if len(lit) == 1 && lit[0] == '0' {
+			n = number{}
+		}
+	} else {
+		n, w.numBuf = parseNumber(lit, w.numBuf)
+		if n.integral() {
+			got = tInteger
+		}
+	}
 	if len(set) > 0 {
-		w.canonBuf = n.appendCanonical(w.canonBuf[:0])
-		canon = w.canonBuf
+		if canon == nil {
+			w.canonBuf = n.appendCanonical(w.canonBuf[:0])
+			canon = w.canonBuf
+		}
 		v := scalar{kind: tNumber, s: unsafe.String(unsafe.SliceData(canon), len(canon))}
 		alive := w.check(set, got, v, func() any { return json.Number(lit) })
 		for i, nd := range set {
@@ -398,7 +415,13 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 	var pairs [][2]*ast.Term
 	frame := len(w.keys)
 	var seen map[string]struct{}
-	defer func() { w.keys = w.keys[:frame] }()
+	defer func() {
+		w.keys = w.keys[:frame]
+		if seen != nil {
+			clear(seen)
+			w.large--
+		}
+	}()
 	top := w.wrapped && depth == 0
 	if w.open('}') {
 		w.closeObject(set, alive, frame, seen)
@@ -408,7 +431,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		if !build || !w.valid {
 			return nil, nil
 		}
-		return ast.NewTerm(ast.NewObject()), nil
+		return w.emptyObject(), nil
 	}
 	for {
 		raw, escaped, at, err := w.key()
@@ -435,8 +458,8 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 					return nil, w.errorf(at, "duplicate object key %q", key)
 				}
 			}
-			if len(w.keys)-frame == 16 {
-				seen = make(map[string]struct{}, 64)
+			if len(w.keys)-frame == 24 {
+				seen = w.keySet()
 				for _, k := range w.keys[frame:] {
 					seen[k] = struct{}{}
 				}
@@ -490,6 +513,16 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		return nil, nil
 	}
 	return ast.NewTerm(ast.NewObject(pairs...)), nil
+}
+
+// keySet returns an empty set for the keys of one more large object.
+func (w *walker) keySet() map[string]struct{} {
+	if w.large == len(w.sets) {
+		w.sets = append(w.sets, make(map[string]struct{}, 64))
+	}
+	m := w.sets[w.large]
+	w.large++
+	return m
 }
 
 // topMember reads one member of a Data API body: "input" is the input, any
@@ -679,7 +712,27 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 	if !build || !w.valid {
 		return nil, nil
 	}
+	if len(elems) == 0 {
+		return w.emptyArray(), nil
+	}
 	return ast.NewTerm(ast.NewArray(elems...)), nil
+}
+
+// emptyObject and emptyArray share one term per walk: policies never
+// mutate their input, and a body of a million {} then costs a pointer each,
+// not a million objects.
+func (w *walker) emptyObject() *ast.Term {
+	if w.emptyObj == nil {
+		w.emptyObj = ast.NewTerm(ast.NewObject())
+	}
+	return w.emptyObj
+}
+
+func (w *walker) emptyArray() *ast.Term {
+	if w.emptyArr == nil {
+		w.emptyArr = ast.NewTerm(ast.NewArray())
+	}
+	return w.emptyArr
 }
 
 // elementSet returns the nodes that apply to element i of an array read
@@ -728,4 +781,18 @@ func (w *walker) delegate(n *node, raw []byte) {
 			w.rep.addAt(at+v.Path, v.Message)
 		}
 	}
+}
+
+// plainInteger reports whether lit is a non-negative integer in plain
+// digits of at most MaxPlainDigits (so already canonical).
+func plainInteger(lit []byte) bool {
+	if len(lit) > MaxPlainDigits {
+		return false
+	}
+	for _, c := range lit {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
