@@ -101,7 +101,8 @@ func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
 // accepts too and reads as the same value (so the policy and any other
 // reader of the body agree on what it says).
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":1,"a":2}`, `[1,2]`, `"\ud83d\ude00"`, "\xEF\xBB\xBF{}", `{"x":18446744073709551616}`, `[` + strings.Repeat("[", 50)} {
+	for _, s := range []string{`{}`, `{"a":1,"a":2}`, `[1,2]`, `"\ud83d\ude00"`, "\xEF\xBB\xBF{}", `{"x":18446744073709551616}`, `[` + strings.Repeat("[", 50),
+		`[1.0e0, 1000000000000000000.0e0, 1000000000000000001.0e0, -0.0, 1E+3, 18446744073709551615.000, 1.8446744073709551615e19, 15e-1]`} {
 		f.Add([]byte(s))
 	}
 	for _, b := range fixtureBodies(f) {
