@@ -247,8 +247,8 @@ func arrayIndex(tok string) (int, bool) {
 	return n, true
 }
 
-// FuzzValidate: schema validation of any JSON document against the
-// bootstrap_restart input schema never panics, agrees with a reference
+// FuzzValidate: schema validation of any JSON document against the input
+// schema of every repository decision never panics, agrees with a reference
 // validator compiled independently, and reports violations as sorted,
 // distinct JSON pointers that resolve in the document (or, for a missing
 // key, in its parent).
@@ -260,35 +260,40 @@ func FuzzValidate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	snap := repoSnapshot(f)
-	def := snap.decisions["bootstrap_restart"]
-	if def == nil {
-		f.Fatal("the repository has no bootstrap_restart decision")
+	names := snap.Names()
+	if len(names) == 0 {
+		f.Fatal("the repository has no decision")
 	}
-	ref := referenceSchema(f, "bootstrap_restart", "input")
+	for _, name := range names {
+		referenceSchema(f, name, "input") // compiled before the workers start
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc, err := decodeStrict(data)
 		if err != nil {
 			return
 		}
-		verr := def.inputSchema.Validate(doc)
-		vs := []Violation(nil)
-		if verr != nil {
-			vs = violations(verr)
-			if len(vs) == 0 {
-				t.Fatalf("invalid document without violations: %v", verr)
-			}
-		}
 		refDoc, ok := referenceInput(data, false)
 		if !ok {
 			t.Fatalf("encoding/json cannot read a document the strict decoder accepts: %q", data)
 		}
-		if refErr := ref.Validate(refDoc); (refErr == nil) != (verr == nil) {
-			t.Fatalf("validity differs from the reference validator: engine %v, reference %v", verr, refErr)
-		}
-		checkPointers(t, doc, vs)
-		// The same document again gives the same violations.
-		if again := def.inputSchema.Validate(doc); again != nil && !reflect.DeepEqual(violations(again), vs) {
-			t.Fatalf("violations differ between two validations:\n%+v\n%+v", vs, violations(again))
+		for _, name := range names {
+			def := snap.decisions[name]
+			verr := def.inputSchema.Validate(doc)
+			vs := []Violation(nil)
+			if verr != nil {
+				vs = violations(verr)
+				if len(vs) == 0 {
+					t.Fatalf("%s: invalid document without violations: %v", name, verr)
+				}
+			}
+			if refErr := referenceSchema(t, name, "input").Validate(refDoc); (refErr == nil) != (verr == nil) {
+				t.Fatalf("%s: validity differs from the reference validator: engine %v, reference %v", name, verr, refErr)
+			}
+			checkPointers(t, doc, vs)
+			// The same document again gives the same violations.
+			if again := def.inputSchema.Validate(doc); again != nil && !reflect.DeepEqual(violations(again), vs) {
+				t.Fatalf("%s: violations differ between two validations:\n%+v\n%+v", name, vs, violations(again))
+			}
 		}
 	})
 }
@@ -307,9 +312,9 @@ const unknownDecision = 255
 // both endpoints' body shapes. Invariants: nothing panics; the outcome is a
 // *Decision or an *Error with a contract code; an input that fails its
 // schema (checked by a reference validator) is never decided; a decided
-// result passes its result schema and, for bootstrap_restart, allow holds
-// exactly when reasons is empty (and then the outcome is restart_bootstrap);
-// deciding the same body twice gives the same answer.
+// result passes its result schema, and its reasons are codes of the
+// decision's reason rules, each once; deciding the same body twice gives the
+// same answer.
 func FuzzDecide(f *testing.F) {
 	snap := repoSnapshot(f)
 	names := snap.Names()
@@ -407,16 +412,22 @@ func checkDecided(t *testing.T, name string, body []byte, wrapped bool, d *Decis
 	if refErr := referenceSchema(t, name, "result").Validate(result); refErr != nil {
 		t.Fatalf("result fails its schema: %v\n%s", refErr, d.Result)
 	}
-	if name == "bootstrap_restart" {
-		r := result.(map[string]any)
-		reasons, _ := r["reasons"].([]any)
-		switch allow := r["allow"]; {
-		case allow == true && (reasons == nil || len(reasons) != 0 || r["outcome"] != "restart_bootstrap"):
-			t.Fatalf("allowed with reasons or another outcome: %s", d.Result)
-		case allow != true && (len(reasons) == 0 || r["outcome"] != "refuse"):
-			t.Fatalf("refused without reasons or with another outcome: %s", d.Result)
-		}
+	codes := map[string]bool{}
+	for _, r := range snapshotRules(t, name) {
+		codes[r.Reason] = true
 	}
+	seen := map[string]bool{}
+	for _, r := range d.Reasons {
+		if !codes[r] || seen[r] {
+			t.Fatalf("reason %q is not a reason rule's code or comes twice: %s", r, d.Result)
+		}
+		seen[r] = true
+	}
+}
+
+// snapshotRules are the reason rules of a repository decision.
+func snapshotRules(tb testing.TB, name string) []RuleInfo {
+	return repoSnapshot(tb).decisions[name].rules
 }
 
 func sameOutcome(d1 *Decision, err1 error, d2 *Decision, err2 error) bool {
