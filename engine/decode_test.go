@@ -115,7 +115,8 @@ func TestDecodeSpans(t *testing.T) {
 // accepts too and reads as the same value (so the policy and any other
 // reader of the body agree on what it says).
 func FuzzDecodeStrict(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":1,"a":2}`, `[1,2]`, `"\ud83d\ude00"`, "\xEF\xBB\xBF{}", `{"x":18446744073709551616}`, `[` + strings.Repeat("[", 50)} {
+	// Inputs that found or guard against bugs are in testdata/fuzz/FuzzDecodeStrict.
+	for _, s := range []string{`{}`, `[1,2]`} {
 		f.Add([]byte(s))
 	}
 	for _, s := range fixtureSeeds(f) { // every fixture body (fuzz_test.go)

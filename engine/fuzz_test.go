@@ -21,8 +21,11 @@ import (
 //	go test -run '^$' -fuzz '^FuzzDecide$' -fuzztime 60s ./engine/
 //
 // Every target is seeded with every fixture of ../policy_test (inputs and
-// raw malformed bodies alike); crashers are kept in testdata/fuzz/<Target>/
-// and then run as ordinary tests by `go test`.
+// raw malformed bodies alike). testdata/fuzz/<Target>/ keeps the inputs
+// that found bugs (numbers that cost seconds to compare exactly, a body
+// with a million failing leaves, pointers of keys that need escaping, what
+// a lenient decoder accepts) and every crasher a run finds: `go test` runs
+// them all as ordinary tests.
 
 // fixtureSeed is one fixture body and the decision it is addressed to.
 type fixtureSeed struct {
@@ -139,9 +142,14 @@ func referenceInput(body []byte, wrapped bool) (doc any, ok bool) {
 	return doc, ok
 }
 
-// checkPointers fails t with every pointerProblems finding.
+// checkPointers fails t with every pointerProblems finding. A list capped
+// at MaxViolations ends with one entry at "" counting the rest, which is
+// not a pointer to check (testdata/fuzz/FuzzDecide/violation_explosion).
 func checkPointers(t *testing.T, doc any, vs []Violation) {
 	t.Helper()
+	if n := len(vs); n == MaxViolations+1 && vs[n-1].Path == "" && strings.HasSuffix(vs[n-1].Message, " more violations not listed") {
+		vs = vs[:n-1]
+	}
 	for _, p := range pointerProblems(doc, vs) {
 		t.Error(p)
 	}
@@ -256,7 +264,7 @@ func FuzzValidate(f *testing.F) {
 	for _, s := range fixtureSeeds(f) {
 		f.Add(s.body)
 	}
-	for _, s := range []string{`{}`, `[]`, `null`, `{"runnerState":{"outbox":[{}],"processedCommands":{"a/b~c":{}}}}`, `{"run":{"a/b":1,"~":2}}`} {
+	for _, s := range []string{`{}`, `[]`, `null`} { // and testdata/fuzz/FuzzValidate
 		f.Add([]byte(s))
 	}
 	snap := repoSnapshot(f)
@@ -326,9 +334,7 @@ func FuzzDecide(f *testing.F) {
 		f.Add(index[s.decision], s.body, false)
 		f.Add(index[s.decision], wrap(s.body), true)
 	}
-	f.Add(uint8(unknownDecision), []byte(`{}`), false)
-	f.Add(uint8(0), []byte(`{"inputs":{}}`), true)
-	f.Add(uint8(0), []byte(`{"input":[]}`), true)
+	f.Add(uint8(unknownDecision), []byte(`{}`), false) // and testdata/fuzz/FuzzDecide
 
 	f.Fuzz(func(t *testing.T, sel uint8, body []byte, wrapped bool) {
 		name := "no_such_decision"
