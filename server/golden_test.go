@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/golden"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // Golden files of what callers read: every error code's answer, the
@@ -38,14 +38,7 @@ func goldenAnswer(out *bytes.Buffer, title, method, path string, r response, dir
 func quotaEdited(t *testing.T, old, new string, timeout time.Duration) *harness {
 	t.Helper()
 	dir := quotaDir(t)
-	policy := filepath.Join(dir, "policies", "decisions", "quota_check", "policy.rego")
-	b, err := os.ReadFile(policy)
-	if err != nil || !bytes.Contains(b, []byte(old)) {
-		t.Fatalf("%s: %v, or it lacks %q", policy, err, old)
-	}
-	if err := os.WriteFile(policy, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testfiles.Edit(t, filepath.Join(dir, "policies", "decisions", "quota_check", "policy.rego"), old, new)
 	eng, err := engine.New(context.Background(), engine.Config{Policies: filepath.Join(dir, "policies"), Schemas: filepath.Join(dir, "schemas"), EvalTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // binPath is the arbiter binary built once for the tests that boot it.
@@ -141,23 +141,7 @@ func copyRepo(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, dir := range []string{"policies", "schemas", "policy_test"} {
-		src := filepath.Join("..", "..", dir)
-		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(src, p)
-			dst := filepath.Join(root, dir, rel)
-			if d.IsDir() {
-				return os.MkdirAll(dst, 0o755)
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(dst, b, 0o644)
-		})
-		if err != nil {
+		if err := os.CopyFS(filepath.Join(root, dir), os.DirFS(filepath.Join("..", "..", dir))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,24 +196,9 @@ func status(t *testing.T, client *http.Client, url string) map[string]any {
 	return st
 }
 
-func editFile(t *testing.T, path, old, new string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), old) {
-		t.Fatalf("%s does not contain %q", path, old)
-	}
-	// Write then rename, as editors do.
-	tmp := path + ".tmp~"
-	if err := os.WriteFile(tmp, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
+// editFile replaces old by new in a file as an editor does (write, then
+// rename), failing when old is absent.
+var editFile = testfiles.Edit
 
 // TestServeEndToEnd boots the real binary, decides every fixture over TCP on
 // both endpoints, edits policies under load (a data edit goes live, a broken

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -418,8 +419,8 @@ func TestReloadStormUnderLoad(t *testing.T) {
 	}
 }
 
-// reloadsRefused returns the count of refused reloads.
-func reloadsRefused(t *testing.T, client *http.Client, url string) int {
+// reloadCounts scrapes arbiter_reloads_total: result -> count.
+func reloadCounts(t *testing.T, client *http.Client, url string) map[string]int {
 	t.Helper()
 	resp, err := client.Get(url + "/metrics")
 	if err != nil {
@@ -427,31 +428,29 @@ func reloadsRefused(t *testing.T, client *http.Client, url string) int {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	counts := map[string]int{}
 	for _, m := range reloadMetric.FindAllStringSubmatch(string(b), -1) {
-		if m[1] == "failed" {
-			n, _ := strconv.Atoi(m[2])
-			return n
-		}
+		counts[m[1]], _ = strconv.Atoi(m[2])
 	}
-	return 0
+	return counts
 }
 
 var reloadMetric = regexp.MustCompile(`(?m)^arbiter_reloads_total\{result="(\w+)"\} (\d+)`)
 
+// reloadsRefused returns the count of refused reloads.
+func reloadsRefused(t *testing.T, client *http.Client, url string) int {
+	return reloadCounts(t, client, url)["failed"]
+}
+
 // stormMetrics returns the reload counters, e.g. `result="ok" 12`.
 func stormMetrics(t *testing.T, client *http.Client, url string) string {
 	t.Helper()
-	resp, err := client.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	var out []string
-	for _, m := range reloadMetric.FindAllStringSubmatch(string(b), -1) {
-		if m[2] != "0" {
-			out = append(out, fmt.Sprintf("result=%q %s", m[1], m[2]))
+	for result, n := range reloadCounts(t, client, url) {
+		if n != 0 {
+			out = append(out, fmt.Sprintf("result=%q %d", result, n))
 		}
 	}
+	sort.Strings(out)
 	return "reloads " + strings.Join(out, ", ")
 }
