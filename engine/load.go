@@ -404,7 +404,7 @@ func mergeObjects(dst, src map[string]any, path []string) error {
 }
 
 // parseSchemas decodes every schema file and keys it as `opa check -s` does:
-// schemas/bootstrap_restart/input.json is schema.bootstrap_restart.input.
+// schemas/NAME/input.json is schema.NAME.input.
 func parseSchemas(files []sourceFile) (*ast.SchemaSet, map[string]schemaDoc, []Problem) {
 	var probs []Problem
 	ss := ast.NewSchemaSet()

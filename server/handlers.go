@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -69,7 +70,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 // fail answers a decision request that has no decision: it is logged,
 // counted and answered with the error document.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, start time.Time, elapsed time.Duration, name string, body []byte, e *engine.Error) {
-	id := engine.NewDecisionID()
+	id := uuid.NewString()
 	rec := decisionlog.Record{
 		DecisionID: id, Time: start.UTC(), Decision: name, Path: r.URL.Path,
 		Error:      &decisionlog.RecordError{Code: string(e.Code), Message: e.Message},

@@ -110,7 +110,7 @@ func agree(t *testing.T, s *Schema, body []byte) bool {
 // TestRepositorySchemasStream: the shipped input schemas are validated in
 // the stream, not by the library alone.
 func TestRepositorySchemasStream(t *testing.T) {
-	for _, d := range []string{"bootstrap_restart", "failure_disposition"} {
+	for _, d := range decisions(t) {
 		s := NewSchema(repoSchema(t, d))
 		if ok, why := s.Streaming(); !ok {
 			t.Errorf("%s: not streamed: %s", d, why)
@@ -246,9 +246,9 @@ func TestEveryLibraryFieldIsClassified(t *testing.T) {
 	}
 }
 
-// FuzzRepositorySchemas: any body against the shipped bootstrap_restart
-// input schema, seeded with every fixture: the walk agrees with the
-// library (validity, built value, violations that name places).
+// FuzzRepositorySchemas: any body against every shipped input schema,
+// seeded with every fixture: the walk agrees with the library (validity,
+// built value, violations that name places).
 func FuzzRepositorySchemas(f *testing.F) {
 	for _, b := range fixtureBodies(f) {
 		f.Add(b)
@@ -256,8 +256,13 @@ func FuzzRepositorySchemas(f *testing.F) {
 	for _, s := range []string{`{}`, `[]`, `null`, `{"runnerState":{"outbox":[{}],"processedCommands":{"a/b~c":{}}}}`, `{"run":{"a/b":1,"~":2}}`} {
 		f.Add([]byte(s))
 	}
-	s := NewSchema(repoSchema(f, "bootstrap_restart"))
+	var schemas []*Schema
+	for _, d := range decisions(f) {
+		schemas = append(schemas, NewSchema(repoSchema(f, d)))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		agree(t, s, body)
+		for _, s := range schemas {
+			agree(t, s, body)
+		}
 	})
 }

@@ -3,6 +3,7 @@ package input
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -29,41 +30,69 @@ import (
 
 const corpusDir = repoRoot + "/policy_test/fixtures"
 
-var benchInputs = sync.OnceValues(func() (map[string][][]byte, error) {
-	in, err := corpus.Generate(corpusDir, 500, 1)
-	if err != nil {
-		return nil, err
-	}
-	var typical [][]byte
-	for _, c := range in {
-		if c.Decision == "bootstrap_restart" {
-			typical = append(typical, c.Body)
+// benchBody is one body and the schema of its decision.
+type benchBody struct {
+	s    *Schema
+	body []byte
+}
+
+var benchInputs = sync.OnceValues(func() (map[string][]benchBody, error) {
+	schemas := map[string]*Schema{}
+	schemaOf := func(decision string) *Schema {
+		if schemas[decision] == nil {
+			schemas[decision] = NewSchema(repoSchema(nil, decision))
 		}
+		return schemas[decision]
 	}
-	big, err := corpus.Sized(corpusDir, 4<<20)
+	valid := func(decision string, body []byte) bool {
+		_, err := Parse(context.Background(), body, schemaOf(decision), Options{})
+		return err == nil
+	}
+	in, err := corpus.Generate(corpusDir, 500, 1, valid)
 	if err != nil {
 		return nil, err
 	}
-	return map[string][][]byte{"typical": typical, "4MiB": {big}, "amplifying": {amplifying(typical[0], 4<<20)}}, nil
+	var typical []benchBody
+	for _, c := range in {
+		typical = append(typical, benchBody{schemaOf(c.Decision), c.Body})
+	}
+	decision, big, err := corpus.Sized(corpusDir, 4<<20, valid)
+	if err != nil {
+		return nil, err
+	}
+	s := schemaOf(decision)
+	amp := amplifying(4<<20, typical)
+	if amp.body == nil {
+		return nil, fmt.Errorf("no corpus input has an object that takes an unknown member")
+	}
+	return map[string][]benchBody{"typical": typical, "4MiB": {{s, big}}, "amplifying": {amp}}, nil
 })
 
-// amplifying returns base with an unknown runnerState member holding empty
-// objects up to size bytes: valid, and the most values per byte.
-func amplifying(base []byte, size int) []byte {
-	i := bytes.Index(base, []byte(`"runnerState":{`))
-	if i < 0 {
-		panic("base input has no runnerState object")
+// amplifying returns a valid body of about size bytes made mostly of empty
+// objects, in an unknown member of the first object of a corpus input that
+// its schema lets take one: the most values per byte a body can hold.
+func amplifying(size int, inputs []benchBody) benchBody {
+	for _, in := range inputs {
+		for at := 1; at < len(in.body); at++ {
+			if in.body[at-1] != '{' {
+				continue
+			}
+			probe := append(append(append([]byte{}, in.body[:at]...), `"x-junk":[{}],`...), in.body[at:]...)
+			if _, err := Parse(context.Background(), probe, in.s, Options{}); err != nil {
+				continue
+			}
+			n := (size - len(in.body)) / 3
+			var b bytes.Buffer
+			b.Grow(size + 64)
+			b.Write(in.body[:at])
+			b.WriteString(`"x-junk":[`)
+			b.WriteString(strings.Repeat(`{},`, n-1))
+			b.WriteString(`{}],`)
+			b.Write(in.body[at:])
+			return benchBody{in.s, b.Bytes()}
+		}
 	}
-	at := i + len(`"runnerState":{`)
-	n := (size - len(base)) / 3
-	var b bytes.Buffer
-	b.Grow(size + 64)
-	b.Write(base[:at])
-	b.WriteString(`"x-junk":[`)
-	b.WriteString(strings.Repeat(`{},`, n-1))
-	b.WriteString(`{}],`)
-	b.Write(base[at:])
-	return b.Bytes()
+	return benchBody{}
 }
 
 func BenchmarkParse(b *testing.B) {
@@ -71,14 +100,13 @@ func BenchmarkParse(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := NewSchema(repoSchema(b, "bootstrap_restart"))
 	nothing := Normalize(&Projection{})
 	ctx := context.Background()
 	for _, kind := range []string{"typical", "4MiB", "amplifying"} {
 		bodies := inputs[kind]
 		total := 0
-		for _, body := range bodies {
-			total += len(body)
+		for _, in := range bodies {
+			total += len(in.body)
 		}
 		for _, mode := range []string{"build", "validate", "library"} {
 			b.Run(kind+"/"+mode, func(b *testing.B) {
@@ -88,7 +116,8 @@ func BenchmarkParse(b *testing.B) {
 				runtime.ReadMemStats(&before)
 				i := 0
 				for b.Loop() {
-					body := bodies[i%len(bodies)]
+					in := bodies[i%len(bodies)]
+					body, s := in.body, in.s
 					i++
 					var err error
 					switch mode {

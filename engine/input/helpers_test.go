@@ -2,6 +2,7 @@ package input
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -92,6 +93,9 @@ var (
 // repoSchema compiles ../../schemas/<decision>/input.json with the library
 // alone (its own JSON reader, not ours).
 func repoSchema(tb testing.TB, decision string) *jsonschema.Schema {
+	if tb == nil {
+		tb = panicTB{}
+	}
 	tb.Helper()
 	repoSchemasMu.Lock()
 	defer repoSchemasMu.Unlock()
@@ -176,4 +180,23 @@ func resolves(doc any, v Violation) bool {
 		}
 	}
 	return true
+}
+
+// panicTB stands in for a testing.TB outside a test (in a sync.Once).
+type panicTB struct{ testing.TB }
+
+func (panicTB) Helper()           {}
+func (panicTB) Fatal(args ...any) { panic(fmt.Sprint(args...)) }
+
+// decisions lists the repository's decisions: the folders of ../../schemas.
+func decisions(tb testing.TB) []string {
+	dirs, err := filepath.Glob(filepath.Join(repoRoot, "schemas", "*", "input.json"))
+	if err != nil || len(dirs) == 0 {
+		tb.Fatalf("no input schemas under %s/schemas: %v", repoRoot, err)
+	}
+	var out []string
+	for _, d := range dirs {
+		out = append(out, filepath.Base(filepath.Dir(d)))
+	}
+	return out
 }

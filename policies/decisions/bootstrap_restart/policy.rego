@@ -25,24 +25,31 @@ decision := {
 # sorting orders the codes by rule, and a failing rule can never be dropped.
 reasons := [code | some [_, code] in sort(failures)]
 
-allow := count(reasons) == 0
+default allow := false
 
-outcome := "restart_bootstrap" if {
-	allow
-} else := "refuse"
+allow if count(reasons) == 0
+
+default outcome := "refuse"
+
+outcome := "restart_bootstrap" if allow
+
+default proof := null
 
 proof := "local" if {
 	allow
 	input.host.localProofRecorded
 } else := "sandbox" if {
 	allow
-} else := null
+}
 
 default primary := null
 
 primary := reasons[0]
 
-# The first matching row of the contract's error table.
+# The first matching row of the contract's error table; the last row is the
+# default.
+default error_message := "runner_harness_state_mismatch: resumed_unavailable"
+
 error_message := null if {
 	allow
 } else := null if {
@@ -57,7 +64,7 @@ error_message := null if {
 	"provider_state_present" in reasons
 	state_present
 	input.runnerState.lifecycle != "suspended"
-} else := "runner_harness_state_mismatch: resumed_unavailable"
+}
 
 # Helpers (no METADATA: only reason rules carry it). Absent and null are the
 # same for every optional field: a reference to a missing key is undefined, and
