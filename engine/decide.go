@@ -61,7 +61,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if err != nil {
 		return nil, err
 	}
-	result, err := s.eval(ctx, def, input)
+	result, err := s.evaluate(ctx, def, input, raw) // compiled or topdown: engine/compiled.go
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,9 @@ type Config struct {
 	Tests string
 	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
 	EvalTimeout time.Duration
+	// SelfCheck, when set, re-decides a sample of compiled decisions with
+	// topdown in the background (engine/compiled.go).
+	SelfCheck *SelfCheck
 }
 
 // DefaultEvalTimeout bounds one policy evaluation when Config leaves it zero.
@@ -79,6 +82,7 @@ type Snapshot struct {
 	decisions map[string]*decisionDef
 	names     []string
 	timeout   time.Duration
+	checker   *selfChecker // nil: no self-check (engine/compiled.go)
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
@@ -99,6 +103,7 @@ type decisionDef struct {
 	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
 	query       rego.PreparedEvalQuery
 	rules       []RuleInfo
+	compiled    *compiledDecision // engine/compiled.go
 }
 
 // RuleInfo describes one reason rule of a decision, taken from its METADATA.
@@ -246,6 +251,7 @@ func build(cfg Config) (*built, error) {
 	if len(probs) > 0 {
 		return nil, &LoadError{Problems: probs}
 	}
+	snap.compileDecisions(cfg, compiler, store, modules)
 	return &built{snap: snap, cfg: cfg, modules: modules, data: data, schemaSet: schemaSet, caps: caps, policySrcs: policyFiles}, nil
 }
 
