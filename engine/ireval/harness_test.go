@@ -103,8 +103,8 @@ type diffCase struct {
 type verdict int
 
 const (
-	agree       verdict = iota // same result set, both undefined, or both errors
-	deferred                   // compiled errored or was undefined, topdown answered: the engine re-decides on topdown
+	agree    verdict = iota // same result set, both undefined, or both errors
+	deferred                // compiled errored or was undefined, topdown answered: the engine re-decides on topdown
 	unsupportedPlan
 	disagree
 )
