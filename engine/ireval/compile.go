@@ -210,6 +210,12 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 			callees = c.allDynamic(callees)
 		}
 		for g := range callees {
+			if seen[g] && !f.callee[g] {
+				// Only a dynamic call leads back here: the table holds
+				// every function, this one's callers included. Rego has
+				// no recursion; the stack grows should a plan do it.
+				continue
+			}
 			n, err := depth(g, seen)
 			if err != nil {
 				return 0, err

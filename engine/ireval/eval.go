@@ -198,6 +198,12 @@ func (p *Program) EvalResultSet(ctx context.Context, input ast.Value, opts EvalO
 
 // push reserves n locals on the state's stack.
 func (st *state) push(n int) []*ast.Term {
+	if st.sp+n > len(st.stack) {
+		// Frames in use keep their own slices of the old array.
+		grown := make([]*ast.Term, 2*(st.sp+n))
+		copy(grown, st.stack)
+		st.stack = grown
+	}
 	l := st.stack[st.sp : st.sp+n : st.sp+n]
 	st.sp += n
 	return l

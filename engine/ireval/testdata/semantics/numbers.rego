@@ -1,0 +1,26 @@
+# Exact integers at and beyond the u64 limit, in every JSON form.
+package semantics.numbers
+
+import rego.v1
+
+max_u64 := 18446744073709551615
+
+at_max if input.n == max_u64
+
+above_max if input.n > max_u64
+
+below_max if input.n < max_u64
+
+plus_one := input.n + 1
+
+minus_one := input.n - 1
+
+times := input.n * input.n
+
+compared := [input.n == input.m, input.n < input.m, input.n > input.m]
+
+as_set := {input.n, input.m}
+
+as_key := {input.n: "n"}
+
+count_of := count(input.list)
