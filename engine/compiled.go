@@ -341,6 +341,7 @@ func (c *selfChecker) drain() {
 // projection), and compares.
 func (c *selfChecker) check(job checkJob) {
 	s := c.snap
+	c.cfg.checked.Add(1)
 	doc, err := decodeStrict(job.raw)
 	if err != nil {
 		c.disagree(job, fmt.Sprintf("the input the compiled program answered does not decode: %v", err))
@@ -352,7 +353,6 @@ func (c *selfChecker) check(job checkJob) {
 		return
 	}
 	want, err := s.eval(context.Background(), job.def, input)
-	c.cfg.checked.Add(1)
 	if err != nil {
 		if AsError(err).Code == CodePolicyTimeout {
 			return // inconclusive: the background check ran out of time
