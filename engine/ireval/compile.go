@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -36,6 +37,8 @@ type Program struct {
 	funcs     []*function // every function reachable from the plan
 	pool      statePool
 	kinds     map[string]int
+	projOnce  sync.Once
+	proj      *Projection
 }
 
 // StatementKinds counts the IR statements compiled into p (functions

@@ -114,6 +114,7 @@ func TestSemantics(t *testing.T) {
 			switch {
 			case r.verdict == agree:
 				agreed++
+				checkProjected(t, lastProgram(), in, r.topdown, ref)
 			case r.verdict == deferred && expectedDeferrals[ref]:
 			default:
 				t.Errorf("%s on input %d: verdict %d: %s", ref, i, r.verdict, indent(r.describe()))
@@ -145,4 +146,32 @@ func lastProgram() *Program {
 		return nil
 	}
 	return current.prog
+}
+
+// checkProjected evaluates prog on in built under its InputProjection and
+// compares with topdown's outcome on the whole input.
+func checkProjected(t *testing.T, prog *Program, in ast.Value, want outcome, what string) {
+	t.Helper()
+	if prog == nil || in == nil || want.err != nil {
+		return
+	}
+	doc, err := ast.JSON(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj, err := Apply(doc, prog.InputProjection())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := prog.EvalResultSet(context.Background(), proj, EvalOptions{})
+	if err != nil {
+		return // the engine asks topdown
+	}
+	got := outcome{rs: ast.NewSet(), n: len(rs)}
+	for _, v := range rs {
+		got.rs.Add(ast.NewTerm(v))
+	}
+	if r := compare(want, got); r.verdict == disagree {
+		t.Errorf("%s projected by %s: %s", what, prog.InputProjection(), indent(r.describe()))
+	}
 }
