@@ -73,6 +73,17 @@ func (cd *compiledDecision) info(name string) CompiledInfo {
 	return CompiledInfo{Decision: name, Compiled: true}
 }
 
+// CompiledDecisions builds the configured folders (without running their
+// tests) and says which decisions run compiled, for `arbiter check`.
+func CompiledDecisions(cfg Config) ([]CompiledInfo, error) {
+	cfg.Tests, cfg.SelfCheck = "", nil
+	b, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return b.snap.Compiled(), nil
+}
+
 // program returns the program to run, nil when the decision runs on topdown.
 func (cd *compiledDecision) program() *ireval.Program {
 	if cd == nil || cd.prog == nil || cd.off.Load() != nil {
