@@ -80,16 +80,21 @@ bench-quick:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 	$(GO) run ./bench/e2e -quick
 
-# Fuzz targets (engine/fuzz_test.go, engine/decode_test.go). Crashers are
-# kept in engine/testdata/fuzz/. FUZZTIME=10m for a long run.
+# Fuzz targets (engine/fuzz_test.go, engine/decode_test.go, and the compiled
+# evaluator's differential targets in engine/compiled_test.go and
+# engine/projection_test.go). Crashers are kept in engine/testdata/fuzz/.
+# FUZZTIME=10m for a long run.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeStrict$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzCompiledAgrees$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzProjectionAgrees$$' -fuzztime $(FUZZTIME) ./engine/
 
-# CI: a short run of each target (FuzzDecide needs ~8 s for its baseline).
+# CI: a short run of each target (FuzzDecide needs ~8 s for its baseline,
+# the two differential targets ~15 s for their ~750 seeds).
 fuzz-quick:
-	$(MAKE) --no-print-directory fuzz FUZZTIME=12s
+	$(MAKE) --no-print-directory fuzz FUZZTIME=25s
 
 clean:
 	rm -rf $(BIN)
