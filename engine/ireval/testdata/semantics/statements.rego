@@ -92,3 +92,8 @@ leaves contains [path, v] if {
 	walk(input.point, [path, v])
 	not is_object(v)
 }
+
+# Comparisons of composite input values read them whole.
+point_is_known := input.point == {"x": 1, "y": {"z": [1, 2]}}
+
+same_numbers := input.numbers == input.pair
