@@ -92,6 +92,22 @@ func (cd *compiledDecision) program() *ireval.Program {
 	return cd.prog
 }
 
+// inputProjection is what the input path must build of an input of def:
+// nil (the whole input) unless the decision runs compiled. Topdown, which
+// decides whatever the compiled program does not, answers the same on the
+// projected input (TestProjectionAgrees*); a decision the self-check turned
+// off gets whole inputs again.
+func (def *decisionDef) inputProjection() *ireval.Projection {
+	prog := def.compiled.program()
+	if prog == nil {
+		return nil
+	}
+	if p := prog.InputProjection(); !p.All {
+		return p
+	}
+	return nil
+}
+
 // compileDecisions plans every decision's query with OPA's planner and
 // compiles the plans. Nothing here can fail a load: a decision that does
 // not compile runs on topdown.
@@ -138,6 +154,7 @@ func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.S
 			cd.reason = why
 			continue
 		}
+		prog.InputProjection() // derived at load, not on a request
 		cd.prog = prog
 	}
 }

@@ -300,6 +300,9 @@ func TestSelfCheckTurnsOffADisagreeingDecision(t *testing.T) {
 	def.compiled.tamper = func(ast.Value) ast.Value {
 		return ast.MustParseTerm(`{"allow": true, "reasons": []}`).Value
 	}
+	if def.inputProjection() == nil {
+		t.Fatal("a compiled decision builds its whole input")
+	}
 	body := []byte(`{"tenant": "t", "used": 20}`)
 	d, err := s.Decide(context.Background(), "quota_check", body, Options{})
 	if err != nil || !SameJSON(d.Result, []byte(`{"allow":true,"reasons":[]}`)) {
@@ -320,6 +323,9 @@ func TestSelfCheckTurnsOffADisagreeingDecision(t *testing.T) {
 	}
 	if ci := s.Compiled()[0]; ci.Compiled || !strings.Contains(ci.Reason, "self-check") {
 		t.Errorf("after the disagreement: %+v", ci)
+	}
+	if p := def.inputProjection(); p != nil {
+		t.Errorf("after the disagreement the input path still projects: %s", p)
 	}
 	d, err = s.Decide(context.Background(), "quota_check", body, Options{})
 	if err != nil || !SameJSON(d.Result, []byte(`{"allow":false,"reasons":["quota_exhausted"]}`)) {

@@ -28,7 +28,7 @@ func projectionAgrees(t testing.TB, s *Snapshot, def *decisionDef, doc any, what
 	if err != nil {
 		return
 	}
-	proj, err := ireval.Apply(doc, prog.InputProjection())
+	proj, err := ireval.Apply(doc, def.inputProjection())
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}

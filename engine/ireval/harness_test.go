@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -245,20 +244,6 @@ func compare(td, ir outcome) runResult {
 
 func (r runResult) describe() string {
 	return fmt.Sprintf("%s\n  topdown:  %s\n  compiled: %s", r.why, r.topdown, r.compiled)
-}
-
-// mustAgree runs c and fails t on anything but agreement.
-func mustAgree(t *testing.T, c diffCase) runResult {
-	t.Helper()
-	r := runDiff(context.Background(), c)
-	switch r.verdict {
-	case agree:
-	case unsupportedPlan:
-		t.Fatalf("%s: not compiled: %s", c.name, r.why)
-	default:
-		t.Fatalf("%s: %s", c.name, r.describe())
-	}
-	return r
 }
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
