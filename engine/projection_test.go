@@ -81,7 +81,7 @@ func TestProjectionAgreesOnFixtures(t *testing.T) {
 }
 
 func TestProjectionAgreesOnCorpus(t *testing.T) {
-	s := mustLoad(t, repo)
+	s := mustLoad(t, patient(repo))
 	for _, in := range mustCorpus(t) {
 		doc, err := decodeStrict(in.Body)
 		if err != nil {
@@ -118,7 +118,7 @@ func TestProjectionLeavesOutWhatNoRuleReads(t *testing.T) {
 
 // FuzzProjectionAgrees: generated inputs, whole and projected.
 func FuzzProjectionAgrees(f *testing.F) {
-	s := repoSnapshot(f)
+	s := patientSnapshot(f)
 	names := s.Names()
 	for i, b := range fuzzSeeds(f) {
 		f.Add(uint8(i), b)
