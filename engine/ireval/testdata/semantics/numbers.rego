@@ -24,3 +24,15 @@ as_set := {input.n, input.m}
 as_key := {input.n: "n"}
 
 count_of := count(input.list)
+
+# Equal values spelt differently: the first one made is kept, in topdown's
+# order.
+spelt contains 1.0 if true
+
+spelt contains 1 if true
+
+spelt_once := 1.0 if true
+
+spelt_once := 1 if input.a
+
+spelt_members := {k: v | some k, v in {"a": 1.0, "b": 1, "c": input.n}}
