@@ -37,6 +37,9 @@ type Config struct {
 	// MaxInputValues caps the JSON values of one input (body_too_large
 	// beyond it); zero means input.DefaultMaxValues.
 	MaxInputValues int
+	// SelfCheck, when set, re-decides a sample of compiled decisions with
+	// topdown in the background (engine/compiled.go).
+	SelfCheck *SelfCheck
 }
 
 // DefaultEvalTimeout bounds one policy evaluation when Config leaves it zero.
@@ -85,6 +88,7 @@ type Snapshot struct {
 	names     []string
 	timeout   time.Duration
 	maxValues int
+	checker   *selfChecker // nil: no self-check (engine/compiled.go)
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
@@ -98,15 +102,13 @@ type decisionDef struct {
 	description string
 	inputSchema *jsonschema.Schema
 	input       *input.Schema // the input schema, prepared for the one-pass walk
-	// projection names the parts of an input the evaluation can read; nil
-	// builds all of it.
-	projection *input.Projection
-	result     *jsonschema.Schema
-	inputDoc   any // the input schema as loaded, for GET /v1/decisions
-	resultDoc  any
-	outcomeKey string // result member that labels metrics, see OutcomeKeyword
-	query      rego.PreparedEvalQuery
-	rules      []RuleInfo
+	result      *jsonschema.Schema
+	inputDoc    any // the input schema as loaded, for GET /v1/decisions
+	resultDoc   any
+	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
+	query       rego.PreparedEvalQuery
+	rules       []RuleInfo
+	compiled    *compiledDecision // engine/compiled.go
 }
 
 // RuleInfo describes one reason rule of a decision, taken from its METADATA.
@@ -255,6 +257,7 @@ func build(cfg Config) (*built, error) {
 	if len(probs) > 0 {
 		return nil, &LoadError{Problems: probs}
 	}
+	snap.compileDecisions(cfg, compiler, store, modules)
 	return &built{snap: snap, cfg: cfg, modules: modules, data: data, schemaSet: schemaSet, caps: caps, policySrcs: policyFiles}, nil
 }
 

@@ -278,6 +278,8 @@ type statusDoc struct {
 	LastReload    engine.ReloadStatus `json:"last_reload"`
 	StartedAt     time.Time           `json:"started_at"`
 	UptimeSeconds float64             `json:"uptime_seconds"`
+	// Compiled says which decisions run compiled, and why the others not.
+	Compiled []engine.CompiledInfo `json:"compiled"`
 }
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
@@ -296,6 +298,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		if names := snap.Names(); names != nil {
 			doc.Decisions = names
 		}
+		doc.Compiled = snap.Compiled()
 	}
 	writeJSON(w, http.StatusOK, doc)
 }

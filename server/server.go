@@ -49,6 +49,9 @@ type Config struct {
 	ReloadCounts func() (ok, failed uint64)
 	// DroppedLogRecords, when set, is exported as arbiter_decision_log_dropped_total.
 	DroppedLogRecords func() uint64
+	// CompiledDisagreements, when set, is exported as
+	// arbiter_compiled_disagreements_total{decision}.
+	CompiledDisagreements func() map[string]uint64
 }
 
 type server struct {

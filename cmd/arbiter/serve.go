@@ -50,12 +50,22 @@ type serveConfig struct {
 	debugAddr       string
 	gcPercent       int64
 	stateDir        string
+	selfCheckRate   float64
 }
 
 func envDuration(key string, def time.Duration) time.Duration {
 	if v, ok := os.LookupEnv(key); ok {
 		if d, err := time.ParseDuration(v); err == nil {
 			return d
+		}
+	}
+	return def
+}
+
+func envFloat(key string, def float64) float64 {
+	if v, ok := os.LookupEnv(key); ok {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			return f
 		}
 	}
 	return def
@@ -98,6 +108,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&c.logLevel, "log-level", envOr("ARBITER_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.StringVar(&c.stateDir, "state-dir", envOr("ARBITER_STATE_DIR", "var/state"), "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
 	fs.Int64Var(&c.gcPercent, "gc-percent", envInt("ARBITER_GC_PERCENT", 200), "Go garbage collector target (GOGC); the environment's GOGC wins when set")
+	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", envFloat("ARBITER_SELFCHECK_RATE", 0.01), "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
 	fs.StringVar(&c.debugAddr, "debug-addr", envOr("ARBITER_DEBUG_ADDR", ""), "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -113,6 +124,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if c.readTimeout <= 0 {
 		return nil, errors.New("--read-timeout must be positive")
+	}
+	if !(c.selfCheckRate >= 0 && c.selfCheckRate <= 1) {
+		return nil, errors.New("--selfcheck-rate must be between 0 and 1")
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
@@ -193,7 +207,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		return err
 	}
 
-	ecfg := engine.Config{Policies: c.policies, Schemas: c.schemas, Tests: c.tests, EvalTimeout: c.evalTimeout}
+	ecfg := engine.Config{Policies: c.policies, Schemas: c.schemas, Tests: c.tests, EvalTimeout: c.evalTimeout, SelfCheck: selfCheck(c.selfCheckRate, log)}
 	var eng *engine.Engine
 	if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
 		eng, err = engine.NewOrFallback(ctx, ecfg, saved)
@@ -223,6 +237,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	snap := eng.Snapshot()
 	log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
+	for _, ci := range snap.Compiled() {
+		if !ci.Compiled {
+			log.Info("decision runs on topdown", "decision", ci.Decision, "reason", ci.Reason)
+		}
+	}
 
 	var dlog *decisionlog.Logger
 	var sink server.DecisionLog
@@ -251,6 +270,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		DecisionLog:  sink,
 		Registry:     reg,
 		ReloadCounts: eng.ReloadCounts,
+	}
+	if ecfg.SelfCheck != nil {
+		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
 	}
 	if dlog != nil {
 		scfg.DroppedLogRecords = dlog.Dropped
@@ -399,4 +421,20 @@ func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
 	}()
 	log.Info("serving profiles", "addr", ln.Addr().String())
 	return nil
+}
+
+// selfCheck is the runtime self-check of compiled decisions (nil when the
+// rate is 0): a disagreement is logged with both answers.
+func selfCheck(rate float64, log *slog.Logger) *engine.SelfCheck {
+	if rate <= 0 {
+		return nil
+	}
+	return &engine.SelfCheck{Rate: rate, OnDisagreement: func(d engine.Disagreement) {
+		input := string(d.Input)
+		if len(input) > 4096 {
+			input = fmt.Sprintf("(%d bytes, in the decision log)", len(d.Input))
+		}
+		log.Error("compiled evaluation disagrees with topdown; the decision runs on topdown until the next reload",
+			"decision", d.Decision, "revision", d.Revision, "compiled", d.Compiled, "topdown", d.Topdown, "input", input)
+	}}
 }
