@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// AllowKeyword is the result-schema keyword that lists the values of the
+// outcome member (the member OutcomeKeyword names) which allow what the
+// caller asked, for example "x-arbiter-allow": ["restart_bootstrap"].
+// Every other value, a result without the member, and every error refuse:
+// an error is never an allowance.
+//
+// It is what shadow evaluation and replay read to tell a refusal that
+// became an allowance (the dangerous change) from any other change. A
+// decision whose result schema lacks it has no notion of allowance there:
+// its changes are only ever classified as reasons, errors or other
+// members changing. Nothing in Go knows which decision allows what.
+const AllowKeyword = "x-arbiter-allow"
+
+// Verdict says how to read allowance out of one decision's results.
+type Verdict struct {
+	// OutcomeKey is the result member that labels the outcome.
+	OutcomeKey string
+	// Allow lists the outcome values that allow (strings or booleans).
+	Allow []any
+	// Declared is false when the result schema has no AllowKeyword.
+	Declared bool
+}
+
+// Verdict returns how to read allowance out of the results of the decision
+// name, and false when the Snapshot has no such decision.
+func (s *Snapshot) Verdict(name string) (Verdict, bool) {
+	def, ok := s.decisions[name]
+	if !ok {
+		return Verdict{}, false
+	}
+	v := Verdict{OutcomeKey: def.outcomeKey}
+	if obj, ok := def.resultDoc.(map[string]any); ok {
+		if list, ok := obj[AllowKeyword].([]any); ok {
+			v.Allow, v.Declared = list, true
+		}
+	}
+	return v, true
+}
+
+// Outcome returns the JSON text of result's outcome member, nil when
+// result is not an object or has no such member.
+func (v Verdict) Outcome(result []byte) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(result, &obj) != nil {
+		return nil
+	}
+	return bytes.TrimSpace(obj[v.OutcomeKey])
+}
+
+// Allows reports whether result allows: its outcome member holds one of
+// the values the schema lists. Without the keyword nothing allows, and
+// known is false.
+func (v Verdict) Allows(result []byte) (allowed, known bool) {
+	if !v.Declared {
+		return false, false
+	}
+	var got any
+	if json.Unmarshal(v.Outcome(result), &got) != nil {
+		return false, true
+	}
+	switch got.(type) {
+	case string, bool: // what checkAllow lets the list hold
+	default:
+		return false, true
+	}
+	for _, a := range v.Allow {
+		if a == got {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// checkAllow is part of the gate: a misspelt allowed value would make
+// every allowance look like a refusal to shadow evaluation and replay, and
+// hide exactly the change they exist to show. Each listed value must be a
+// string or a boolean that the outcome member's own schema (properties.KEY
+// of the result schema) accepts, checked by the schema library.
+func checkAllow(path string, doc any, outcomeKey string) []Problem {
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return nil
+	}
+	raw, ok := obj[AllowKeyword]
+	if !ok {
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return []Problem{{File: path, Message: fmt.Sprintf("%s must be an array of the outcome values that allow", AllowKeyword)}}
+	}
+	props, _ := obj["properties"].(map[string]any)
+	if _, ok := props[outcomeKey]; !ok {
+		return []Problem{{File: path, Message: fmt.Sprintf("%s needs the outcome member %q declared under properties", AllowKeyword, outcomeKey)}}
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft7)
+	if err := c.AddResource(path, doc); err != nil {
+		return []Problem{{File: path, Message: err.Error()}}
+	}
+	member, err := c.Compile(path + "#/properties/" + pointerToken(outcomeKey))
+	if err != nil {
+		return []Problem{{File: path, Message: err.Error()}}
+	}
+	var probs []Problem
+	for _, v := range list {
+		switch v.(type) {
+		case string, bool:
+		default:
+			probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s lists %v: only strings and booleans can name an outcome", AllowKeyword, v)})
+			continue
+		}
+		if err := member.Validate(v); err != nil {
+			probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s lists %s, which the outcome member %q cannot hold", AllowKeyword, jsonText(v), outcomeKey)})
+		}
+	}
+	return probs
+}
+
+// pointerToken escapes a member name for a JSON pointer inside a URL
+// fragment.
+func pointerToken(s string) string {
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+	return strings.NewReplacer("%", "%25", "#", "%23", " ", "%20").Replace(s)
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
