@@ -1,0 +1,189 @@
+package shadow
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// DefaultExamples is how many decision ids a report keeps per decision and
+// class when the caller does not say.
+const DefaultExamples = 10
+
+// Report is the impact of a candidate: per decision, and for all decisions
+// together, how many requests fell in each class, with the ids of the
+// first ones (a bounded sample: the full list is in the decision log).
+// Every class is listed, in the order of Classes, refuse_to_allow first.
+type Report struct {
+	Total     uint64           `json:"total"`
+	Classes   []ClassCount     `json:"classes"`
+	Decisions []DecisionReport `json:"decisions"`
+}
+
+// DecisionReport is the impact on one decision.
+type DecisionReport struct {
+	Decision string       `json:"decision"`
+	Total    uint64       `json:"total"`
+	Classes  []ClassCount `json:"classes"`
+}
+
+// ClassCount is one class of a report.
+type ClassCount struct {
+	Class    Class    `json:"class"`
+	Count    uint64   `json:"count"`
+	Examples []string `json:"examples"`
+}
+
+// Count returns the count of class c.
+func (r Report) Count(c Class) uint64 {
+	if i := c.index(); i >= 0 && i < len(r.Classes) {
+		return r.Classes[i].Count
+	}
+	return 0
+}
+
+// Examples returns the example decision ids of class c.
+func (r Report) Examples(c Class) []string {
+	if i := c.index(); i >= 0 && i < len(r.Classes) {
+		return r.Classes[i].Examples
+	}
+	return nil
+}
+
+// Tally counts judgements into a Report. It is safe for concurrent use.
+type Tally struct {
+	examples int
+	mu       sync.Mutex
+	per      map[string]*tallyRow
+}
+
+type tallyRow struct {
+	counts   [6]uint64
+	examples [6][]string
+}
+
+// NewTally returns a Tally keeping at most examples ids per decision and
+// class (DefaultExamples when examples <= 0).
+func NewTally(examples int) *Tally {
+	if examples <= 0 {
+		examples = DefaultExamples
+	}
+	return &Tally{examples: examples, per: map[string]*tallyRow{}}
+}
+
+// Add counts one judged request.
+func (t *Tally) Add(decision string, c Class, id string) {
+	i := c.index()
+	if i < 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	row := t.per[decision]
+	if row == nil {
+		row = &tallyRow{}
+		t.per[decision] = row
+	}
+	row.counts[i]++
+	if len(row.examples[i]) < t.examples {
+		row.examples[i] = append(row.examples[i], id)
+	}
+}
+
+// Report returns the counts so far.
+func (t *Tally) Report() Report {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	names := make([]string, 0, len(t.per))
+	for n := range t.per {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var all tallyRow
+	rep := Report{Decisions: make([]DecisionReport, 0, len(names))}
+	for _, n := range names {
+		row := t.per[n]
+		dr := DecisionReport{Decision: n, Classes: classCounts(row)}
+		for i, c := range row.counts {
+			dr.Total += c
+			all.counts[i] += c
+			if room := t.examples - len(all.examples[i]); room > 0 {
+				all.examples[i] = append(all.examples[i], row.examples[i][:min(room, len(row.examples[i]))]...)
+			}
+		}
+		rep.Total += dr.Total
+		rep.Decisions = append(rep.Decisions, dr)
+	}
+	rep.Classes = classCounts(&all)
+	return rep
+}
+
+func classCounts(row *tallyRow) []ClassCount {
+	out := make([]ClassCount, len(Classes))
+	for i, c := range Classes {
+		out[i] = ClassCount{Class: c, Count: row.counts[i], Examples: append([]string{}, row.examples[i]...)}
+	}
+	return out
+}
+
+// WriteText prints r for people: one line per class of all decisions
+// together, then per decision, refuse_to_allow first, with the example ids
+// of every class but same.
+func (r Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "%d decisions judged\n", r.Total)
+	writeClasses(w, "  ", r.Classes)
+	for _, d := range r.Decisions {
+		fmt.Fprintf(w, "decision %s: %d judged\n", d.Decision, d.Total)
+		writeClasses(w, "  ", d.Classes)
+	}
+}
+
+func writeClasses(w io.Writer, indent string, classes []ClassCount) {
+	for _, c := range classes {
+		line := fmt.Sprintf("%s%-16s %d", indent, c.Class, c.Count)
+		if c.Class != Same && len(c.Examples) > 0 {
+			more := ""
+			if uint64(len(c.Examples)) < c.Count {
+				more = fmt.Sprintf(" (first %d)", len(c.Examples))
+			}
+			line += "  e.g." + more + " " + strings.Join(c.Examples, " ")
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// Gate is what a candidate must have shown before it is promoted.
+type Gate struct {
+	// MinDecisions is the fewest judged requests, all decisions together.
+	MinDecisions uint64 `json:"min_decisions"`
+	// Forbidden are the classes of which a single request refuses the
+	// promotion.
+	Forbidden []Class `json:"forbidden"`
+}
+
+// Refusals returns why r does not pass g, empty when it does.
+func (g Gate) Refusals(r Report) []string {
+	var out []string
+	if r.Total < g.MinDecisions {
+		out = append(out, fmt.Sprintf("the candidate has judged %d decisions, fewer than the %d required", r.Total, g.MinDecisions))
+	}
+	// In report order, so refuse_to_allow comes first here too.
+	for _, c := range Classes {
+		if !containsClass(g.Forbidden, c) || r.Count(c) == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d decisions are %s (forbidden), e.g. %s", r.Count(c), c, strings.Join(r.Examples(c), " ")))
+	}
+	return out
+}
+
+func containsClass(list []Class, c Class) bool {
+	for _, x := range list {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}

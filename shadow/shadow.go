@@ -1,0 +1,480 @@
+package shadow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// Defaults of Config.
+const (
+	DefaultRate       = 1.0
+	DefaultQueue      = 64
+	DefaultQueueBytes = 16 << 20
+	DefaultWorkers    = 1
+	DefaultCPU        = 0.25
+)
+
+// Config bounds what shadow evaluation may take from the live service. The
+// zero value of each field means its default. cmd fills it from flags.
+type Config struct {
+	// Rate is the fraction of live decisions offered to the candidate, in
+	// (0, 1].
+	Rate float64
+	// Queue and QueueBytes bound the decisions waiting for the candidate,
+	// by count and by the bytes of their inputs and results. A decision
+	// that finds the queue full is not shadowed, and counted as dropped.
+	Queue      int
+	QueueBytes int64
+	// Workers is how many candidate evaluations run at once.
+	Workers int
+	// CPU is the cores the candidate's evaluations may use on average
+	// (see budget); 0.25 is a quarter of one core.
+	CPU float64
+	// Timeout, when set, bounds one candidate decision, parsing included;
+	// the candidate's own evaluation deadline (its engine.Config's
+	// EvalTimeout) applies in any case.
+	Timeout time.Duration
+	// Examples is how many decision ids a report keeps per decision and
+	// class.
+	Examples int
+	// Logger receives the shadow's own warnings; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Candidate is a revision that went through the gate and runs in shadow.
+type Candidate struct {
+	Snapshot *engine.Snapshot
+	// Origin says where it was read from: its folders, or a bundle's URL.
+	Origin   string
+	LoadedAt time.Time
+	// LoadedBy is the caller that loaded it, "" when it came from flags.
+	LoadedBy string
+}
+
+// Result is what the candidate made of one sampled decision.
+type Result struct {
+	Judgement
+	Duration time.Duration
+}
+
+// Shadow holds at most one candidate and judges sampled live decisions
+// with it, off the request path: Sample decides (cheaply, before the
+// answer) whether a decision is shadowed, and Ticket.Start, called after
+// the answer is written, queues it for the shadow's own workers. Nothing
+// the candidate does reaches a caller: its workers are bounded in number
+// and in CPU, its queue in count and bytes, and its evaluations by their
+// own deadline.
+type Shadow struct {
+	cfg    Config
+	log    *slog.Logger
+	budget *budget
+	jobs   chan *Ticket
+	queued atomic.Int64 // bytes of the tickets in jobs
+
+	cur atomic.Pointer[run] // nil: no candidate
+
+	// closeMu orders Start against Close: once Close holds it, no ticket
+	// enters jobs, so draining jobs finishes every ticket.
+	closeMu sync.RWMutex
+	closed  bool
+	adminMu sync.Mutex // serialises Set, Clear and Promote
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+
+	sampled, dropped, abandoned, unjudged atomic.Uint64
+	evalNS, waitNS, inflight              atomic.Int64
+	promotions                            [3]atomic.Uint64 // promoted, forced, refused
+
+	classMu sync.Mutex
+	classes map[string]*[6]uint64 // cumulative over candidates, for metrics
+}
+
+// run is one candidate's time in shadow: a new candidate starts a new
+// tally and cancels what the previous one was still evaluating.
+type run struct {
+	cand   *Candidate
+	tally  *Tally
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New starts a Shadow's workers; it holds no candidate yet.
+func New(cfg Config) *Shadow {
+	if cfg.Rate <= 0 || cfg.Rate > 1 {
+		cfg.Rate = DefaultRate
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.CPU <= 0 {
+		cfg.CPU = DefaultCPU
+	}
+	if cfg.Examples <= 0 {
+		cfg.Examples = DefaultExamples
+	}
+	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: make(chan *Ticket, cfg.Queue), classes: map[string]*[6]uint64{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	for range cfg.Workers {
+		s.wg.Add(1)
+		go s.work()
+	}
+	return s
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (s *Shadow) Config() Config { return s.cfg }
+
+// Set makes c the candidate. The previous one stops: what it was still
+// evaluating is abandoned, and the new one starts a new report.
+func (s *Shadow) Set(c *Candidate) {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	ctx, cancel := context.WithCancel(s.ctx)
+	r := &run{cand: c, tally: NewTally(s.cfg.Examples), ctx: ctx, cancel: cancel}
+	if old := s.cur.Swap(r); old != nil {
+		old.cancel()
+	}
+	if s.ctx.Err() != nil { // closed meanwhile
+		s.cur.CompareAndSwap(r, nil)
+		cancel()
+	}
+}
+
+// Clear stops shadowing and returns the candidate it held, nil if none.
+func (s *Shadow) Clear() *Candidate {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	return s.clear()
+}
+
+func (s *Shadow) clear() *Candidate {
+	old := s.cur.Swap(nil)
+	if old == nil {
+		return nil
+	}
+	old.cancel()
+	return old.cand
+}
+
+// Candidate returns the candidate in shadow, nil if none.
+func (s *Shadow) Candidate() *Candidate {
+	if r := s.cur.Load(); r != nil {
+		return r.cand
+	}
+	return nil
+}
+
+// Report returns the impact of the candidate so far, and false when there
+// is no candidate.
+func (s *Shadow) Report() (Report, bool) {
+	r := s.cur.Load()
+	if r == nil {
+		return Report{}, false
+	}
+	return r.tally.Report(), true
+}
+
+// Ticket is one sampled live decision on its way to the candidate. Its
+// done function is called exactly once: with the candidate's result, or
+// with nil when the decision was dropped, abandoned or could not be
+// decided again.
+type Ticket struct {
+	s    *Shadow
+	run  *run
+	rec  decisionlog.Record
+	done func(*Result)
+	size int64
+	over atomic.Bool
+}
+
+// Sample decides whether the decision logged as rec is shadowed: there is a
+// candidate, the sampler picks it, and it is a record that can be decided
+// again. It returns nil when not. It reads nothing of the input and copies
+// nothing, so that it costs the live request next to nothing; rec's
+// slices are kept and must not be modified afterwards.
+func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
+	r := s.cur.Load()
+	if r == nil || !Redecidable(&rec) {
+		return nil
+	}
+	if s.cfg.Rate < 1 && rand.Float64() >= s.cfg.Rate {
+		return nil
+	}
+	s.sampled.Add(1)
+	return &Ticket{s: s, run: r, rec: rec, done: done,
+		size: int64(len(rec.Input) + len(rec.Result) + len(rec.BodyBase64))}
+}
+
+// Start queues the ticket for the candidate. It is called once the live
+// answer is written, never blocks, and is a no-op on a nil Ticket. A full
+// queue drops the ticket (counted).
+func (t *Ticket) Start() {
+	if t == nil {
+		return
+	}
+	s := t.s
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		s.abandoned.Add(1)
+		t.finish(nil)
+		return
+	}
+	if q := s.queued.Add(t.size); q > s.cfg.QueueBytes && q != t.size {
+		s.queued.Add(-t.size)
+		s.drop(t)
+		return
+	}
+	select {
+	case s.jobs <- t:
+	default:
+		s.queued.Add(-t.size)
+		s.drop(t)
+	}
+}
+
+func (s *Shadow) drop(t *Ticket) {
+	if n := s.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, ...: a flood warns a few times, not per request
+		s.log.Warn("shadow queue full: decisions not shadowed", "dropped_total", n, "queue", s.cfg.Queue, "queue_bytes", s.cfg.QueueBytes)
+	}
+	t.finish(nil)
+}
+
+func (t *Ticket) finish(r *Result) {
+	if t.over.CompareAndSwap(false, true) && t.done != nil {
+		t.done(r)
+	}
+}
+
+func (s *Shadow) work() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case t := <-s.jobs:
+			s.queued.Add(-t.size)
+			s.judge(t)
+		}
+	}
+}
+
+func (s *Shadow) judge(t *Ticket) {
+	r := t.run
+	if s.cur.Load() != r || r.ctx.Err() != nil {
+		s.abandon(t)
+		return
+	}
+	waited, err := s.budget.wait(r.ctx)
+	s.waitNS.Add(int64(waited))
+	if err != nil {
+		s.abandon(t)
+		return
+	}
+	req, skip := FromRecord(t.rec)
+	if skip != "" {
+		s.unjudged.Add(1)
+		t.finish(nil)
+		return
+	}
+	ctx := r.ctx
+	if s.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+	}
+	s.inflight.Add(1)
+	start := time.Now()
+	j := Judge(ctx, r.cand.Snapshot, req)
+	d := time.Since(start)
+	s.inflight.Add(-1)
+	s.budget.spend(d)
+	s.evalNS.Add(int64(d))
+	if r.ctx.Err() != nil {
+		// Replaced, promoted or closed while it ran: its answer, cut off,
+		// says nothing about the candidate.
+		s.abandon(t)
+		return
+	}
+	r.tally.Add(j.Decision, j.Class, j.DecisionID)
+	s.count(j.Decision, j.Class)
+	t.finish(&Result{Judgement: j, Duration: d})
+}
+
+func (s *Shadow) abandon(t *Ticket) {
+	s.abandoned.Add(1)
+	t.finish(nil)
+}
+
+func (s *Shadow) count(decision string, c Class) {
+	s.classMu.Lock()
+	row := s.classes[decision]
+	if row == nil {
+		row = new([6]uint64)
+		s.classes[decision] = row
+	}
+	row[c.index()]++
+	s.classMu.Unlock()
+}
+
+// Close stops the workers, cancelling the evaluations in flight, and
+// finishes every ticket still queued (with nil), so that every record
+// waiting for its candidate's result can be written. It returns ctx's
+// error when a worker does not stop in time.
+func (s *Shadow) Close(ctx context.Context) error {
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
+	s.adminMu.Lock()
+	s.clear()
+	s.stop()
+	s.adminMu.Unlock()
+	stopped := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(stopped)
+	}()
+	var err error
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		err = fmt.Errorf("shadow: workers still evaluating at close: %w", ctx.Err())
+	}
+	for {
+		select {
+		case t := <-s.jobs:
+			s.queued.Add(-t.size)
+			s.abandon(t)
+		default:
+			return err
+		}
+	}
+}
+
+// Stats is the account of the decisions offered to the shadow.
+type Stats struct {
+	// Sampled decisions were picked for the candidate. Each ends judged
+	// (counted in the report), dropped (the queue was full), abandoned
+	// (the candidate changed or the shadow closed first) or unjudged (its
+	// record could not be decided again).
+	Sampled   uint64 `json:"sampled"`
+	Dropped   uint64 `json:"dropped"`
+	Abandoned uint64 `json:"abandoned"`
+	Unjudged  uint64 `json:"unjudged"`
+	Queued    int    `json:"queued"`
+	InFlight  int64  `json:"in_flight"`
+	// EvaluationSeconds is the time the workers spent evaluating, and
+	// ThrottledSeconds the time they waited for the CPU budget.
+	EvaluationSeconds float64 `json:"evaluation_seconds"`
+	ThrottledSeconds  float64 `json:"throttled_seconds"`
+}
+
+// Stats returns the account so far.
+func (s *Shadow) Stats() Stats {
+	return Stats{
+		Sampled: s.sampled.Load(), Dropped: s.dropped.Load(), Abandoned: s.abandoned.Load(), Unjudged: s.unjudged.Load(),
+		Queued: len(s.jobs), InFlight: s.inflight.Load(),
+		EvaluationSeconds: time.Duration(s.evalNS.Load()).Seconds(), ThrottledSeconds: time.Duration(s.waitNS.Load()).Seconds(),
+	}
+}
+
+// ErrNoCandidate is returned by Promote when no candidate is loaded.
+var ErrNoCandidate = errors.New("no candidate is loaded in shadow")
+
+// ErrRefused is returned by Promote when the gate refuses; the Promotion
+// says why.
+var ErrRefused = errors.New("the promotion gate refused the candidate")
+
+// RevisionError is returned by Promote when the candidate in shadow is not
+// the revision the operator meant to promote.
+type RevisionError struct{ Want, Have string }
+
+func (e *RevisionError) Error() string {
+	return fmt.Sprintf("the candidate in shadow is revision %s, not %s", e.Have, e.Want)
+}
+
+// PromoteOptions say what to promote and on what evidence.
+type PromoteOptions struct {
+	// Revision, when set, is the candidate revision whose report the
+	// operator read; another candidate in shadow is not promoted.
+	Revision string
+	Gate     Gate
+	// Force promotes even when the gate refuses (the refusals are still
+	// reported and logged).
+	Force bool
+	// By is the caller asking.
+	By string
+}
+
+// Promotion is the record of one promotion attempt: who asked, what, on
+// what evidence, and whether it happened.
+type Promotion struct {
+	At       time.Time `json:"at"`
+	By       string    `json:"by,omitempty"`
+	Revision string    `json:"policy_revision"`
+	Origin   string    `json:"origin,omitempty"`
+	// From is the live revision it replaced (set by the caller's activate).
+	From     string   `json:"from_revision,omitempty"`
+	Promoted bool     `json:"promoted"`
+	Forced   bool     `json:"forced"`
+	Gate     Gate     `json:"gate"`
+	Refusals []string `json:"refusals"`
+	Report   Report   `json:"report"`
+}
+
+// Promote makes the candidate live when its report passes o.Gate (or
+// o.Force): activate is handed the candidate and swaps it in; then the
+// shadow holds no candidate any more (the candidate is what is live). It
+// returns ErrNoCandidate, a *RevisionError, ErrRefused, or activate's
+// error, always with the Promotion record of the attempt when there was a
+// candidate.
+func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(context.Context, *Candidate) (from string, err error)) (Promotion, error) {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	r := s.cur.Load()
+	if r == nil {
+		return Promotion{}, ErrNoCandidate
+	}
+	p := Promotion{At: time.Now().UTC(), By: o.By, Revision: r.cand.Snapshot.Revision, Origin: r.cand.Origin, Gate: o.Gate, Refusals: []string{}}
+	if o.Revision != "" && o.Revision != p.Revision {
+		return p, &RevisionError{Want: o.Revision, Have: p.Revision}
+	}
+	p.Report = r.tally.Report()
+	p.Refusals = append(p.Refusals, o.Gate.Refusals(p.Report)...)
+	if len(p.Refusals) > 0 && !o.Force {
+		s.promotions[2].Add(1)
+		return p, ErrRefused
+	}
+	from, err := activate(ctx, r.cand)
+	if err != nil {
+		s.promotions[2].Add(1)
+		return p, err
+	}
+	p.From, p.Promoted, p.Forced = from, true, len(p.Refusals) > 0
+	if p.Forced {
+		s.promotions[1].Add(1)
+	} else {
+		s.promotions[0].Add(1)
+	}
+	s.clear()
+	return p, nil
+}
