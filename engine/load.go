@@ -21,16 +21,39 @@ type Config struct {
 	Tests string
 	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
 	EvalTimeout time.Duration
+	// MaxInputValues caps the number of JSON values in one input (an input
+	// over it is body_too_large); zero means the engine's default.
+	MaxInputValues int
+	// TestTimeout bounds each Rego test and fixture of the reload gate; zero
+	// means DefaultTestTimeout. It is not EvalTimeout: a gate that shared
+	// the request deadline would refuse a good candidate on a busy machine.
+	TestTimeout time.Duration
+	// ReloadTimeout bounds a whole reload, reading, compiling and testing
+	// included; zero means DefaultReloadTimeout.
+	ReloadTimeout time.Duration
+	// MaxFileBytes caps each file read; zero means DefaultMaxFileBytes.
+	MaxFileBytes int64
 }
 
-// DefaultEvalTimeout bounds one policy evaluation when Config leaves it zero.
-const DefaultEvalTimeout = 2 * time.Second
+// Defaults of Config.
+const (
+	DefaultEvalTimeout   = 2 * time.Second
+	DefaultTestTimeout   = 10 * time.Second
+	DefaultReloadTimeout = time.Minute
+)
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
 
 // Load reads, compiles and checks the configured folders and returns a
 // Snapshot ready to serve, or a *LoadError listing every problem found.
 // When cfg.Tests is set, the policy tests and fixtures must pass too.
 func Load(ctx context.Context, cfg Config) (*Snapshot, error) {
-	b, err := build(cfg)
+	b, err := build(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -40,8 +63,9 @@ func Load(ctx context.Context, cfg Config) (*Snapshot, error) {
 			return nil, err
 		}
 		if probs := rep.Problems(); len(probs) > 0 {
-			return nil, &LoadError{Problems: probs}
+			return nil, &LoadError{Problems: probs, Skipped: b.snap.Skipped}
 		}
+		b.snap.Gated = true
 	}
 	return b.snap, nil
 }
@@ -57,15 +81,12 @@ type built struct {
 	policySrcs []sourceFile
 }
 
-func build(cfg Config) (*built, error) {
-	var probs []Problem
-	policyFiles, err := readTree(cfg.Policies, ".rego", ".json", ".yaml", ".yml")
-	if err != nil {
-		return nil, &LoadError{Problems: []Problem{{File: cfg.Policies, Message: err.Error()}}}
-	}
-	schemaFiles, err := readTree(cfg.Schemas, ".json")
-	if err != nil {
-		return nil, &LoadError{Problems: []Problem{{File: cfg.Schemas, Message: err.Error()}}}
+func build(ctx context.Context, cfg Config) (*built, error) {
+	r := newTreeReader(ctx, cfg)
+	policyFiles, probs := r.read(cfg.Policies, ".rego", ".json", ".yaml", ".yml")
+	schemaFiles, p := r.read(cfg.Schemas, ".json")
+	if probs = append(probs, p...); len(probs) > 0 {
+		return nil, &LoadError{Problems: probs, Skipped: r.skipped}
 	}
 
 	h := sha256.New()
@@ -92,32 +113,30 @@ func build(cfg Config) (*built, error) {
 	caps := Capabilities()
 	probs = append(probs, refusedBuiltins(modules)...)
 	if len(probs) > 0 {
-		return nil, &LoadError{Problems: probs}
+		return nil, &LoadError{Problems: probs, Skipped: r.skipped}
 	}
 
 	compiler := newCompiler(caps, schemaSet)
 	compiler.Compile(modules)
 	if compiler.Failed() {
-		return nil, &LoadError{Problems: astProblems(compiler.Errors)}
+		return nil, &LoadError{Problems: astProblems(compiler.Errors), Skipped: r.skipped}
 	}
 
 	store := inmem.NewFromObjectWithOpts(data, inmem.OptRoundTripOnWrite(false))
-	timeout := cfg.EvalTimeout
-	if timeout <= 0 {
-		timeout = DefaultEvalTimeout
-	}
 	snap := &Snapshot{
-		Revision:  revision,
-		Files:     files,
-		LoadedAt:  time.Now().UTC(),
-		decisions: map[string]*decisionDef{},
-		timeout:   timeout,
-		policySrc: policyFiles,
-		schemaSrc: schemaFiles,
+		Revision:    revision,
+		Files:       files,
+		Skipped:     r.skipped,
+		LoadedAt:    time.Now().UTC(),
+		decisions:   map[string]*decisionDef{},
+		timeout:     orDefault(cfg.EvalTimeout, DefaultEvalTimeout),
+		testTimeout: orDefault(cfg.TestTimeout, DefaultTestTimeout),
+		policySrc:   policyFiles,
+		schemaSrc:   schemaFiles,
 	}
 	probs = append(probs, snap.discover(compiler, store, modules, schemaDocs)...)
 	if len(probs) > 0 {
-		return nil, &LoadError{Problems: probs}
+		return nil, &LoadError{Problems: probs, Skipped: r.skipped}
 	}
 	return &built{snap: snap, cfg: cfg, modules: modules, data: data, schemaSet: schemaSet, caps: caps, policySrcs: policyFiles}, nil
 }

@@ -28,6 +28,7 @@ func (p Problem) String() string {
 // LoadError lists every problem found while building a Snapshot.
 type LoadError struct {
 	Problems []Problem
+	Skipped  []SkippedFile // files that were not read, see SkippedFile
 }
 
 func (e *LoadError) Error() string {

@@ -16,10 +16,17 @@ type Snapshot struct {
 	Revision string    // content hash of every policy, data and schema file
 	Files    []string  // the files it was built from
 	LoadedAt time.Time // when it was built
+	// Skipped lists the files with a policy extension that were not read.
+	Skipped []SkippedFile
+	// Gated is true when the policy tests and fixtures of a test folder
+	// passed against this Snapshot before it was returned.
+	Gated bool
 
 	decisions map[string]*decisionDef
 	names     []string
 	timeout   time.Duration
+	// testTimeout replaces timeout while the gate runs fixtures.
+	testTimeout time.Duration
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
