@@ -212,11 +212,10 @@ func TestReloadDeadline(t *testing.T) {
 
 // TestGateUsesItsOwnTimeout: the reload gate's fixtures run under
 // TestTimeout, so a request deadline too short for a busy machine (here:
-// one nanosecond) cannot refuse a good candidate.
+// one nanosecond) cannot refuse a good candidate. The repository's own
+// policies, so that each fixture's evaluation outlasts the nanosecond.
 func TestGateUsesItsOwnTimeout(t *testing.T) {
-	cfg := quotaConfig(quota)
-	cfg.Tests = filepath.Join(quota, "tests")
-	cfg.EvalTimeout = time.Nanosecond
+	cfg := Config{Policies: "../policies", Schemas: "../schemas", Tests: repoTests, EvalTimeout: time.Nanosecond}
 	snap, err := Load(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("the gate used the request deadline: %v", err)
