@@ -220,3 +220,9 @@ func problemsOf(err error) []Problem {
 	}
 	return []Problem{{Message: err.Error()}}
 }
+
+// Has reports whether the active Snapshot serves a decision of that name.
+func (e *Engine) Has(name string) bool {
+	s := e.current.Load()
+	return s != nil && s.Has(name)
+}

@@ -92,3 +92,9 @@ func (s *Snapshot) Names() []string { return append([]string(nil), s.names...) }
 const OutcomeKeyword = "x-arbiter-outcome"
 
 var decisionName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// Has reports whether the Snapshot serves a decision of that name.
+func (s *Snapshot) Has(name string) bool {
+	_, ok := s.decisions[name]
+	return ok
+}
