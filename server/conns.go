@@ -12,7 +12,8 @@ import (
 // (117 idle sockets exhausted a 128-descriptor process, and the accept loop
 // then spins on EMFILE while reloads cannot open a file). At the cap it
 // closes the connection idle the longest to make room; when none is idle,
-// a new connection waits in the kernel's backlog until one closes.
+// the new connection waits for one to close, and later ones wait in the
+// kernel's backlog.
 //
 // Use Listener on the server's listener and ConnState as the server's
 // ConnState hook (it also sees connections wrapped in TLS).
@@ -80,6 +81,13 @@ type limitedListener struct {
 }
 
 func (ll *limitedListener) Accept() (net.Conn, error) {
+	// Accept first: a connection past the cap is a caller waiting, and only
+	// then is an idle one worth closing. At most one connection over the cap
+	// is open at a time (this one, while it waits for its slot).
+	c, err := ll.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case ll.l.slots <- struct{}{}:
 	default:
@@ -87,13 +95,9 @@ func (ll *limitedListener) Accept() (net.Conn, error) {
 		select {
 		case ll.l.slots <- struct{}{}:
 		case <-ll.closed:
+			_ = c.Close()
 			return nil, net.ErrClosed
 		}
-	}
-	c, err := ll.Listener.Accept()
-	if err != nil {
-		<-ll.l.slots
-		return nil, err
 	}
 	return &limitedConn{Conn: c, l: ll.l}, nil
 }
