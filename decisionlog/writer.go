@@ -188,6 +188,11 @@ func (l *Logger) openFile(opts Options) error {
 			return fmt.Errorf("rotating away a torn last line: %w", err)
 		}
 	}
+	// lumberjack opens its file on the first write; an empty one opens it
+	// now, so that a process short of descriptors later still logs.
+	if _, err := l.rotating.Write(nil); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -415,3 +415,26 @@ func TestLogFlushesWhenIdle(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestOpenOpensTheFile: the log file is open once Open returns (lumberjack
+// would open it at the first write), so that a process that later runs out
+// of descriptors still logs. Seen here through an unlinked file: the
+// records go to the file opened at Open, not to a new one.
+func TestOpenOpensTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := Open(Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	l.Log(rec("after-unlink"))
+	closeLog(t, l)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the file was opened again after Open (stat: %v)", err)
+	}
+	if l.Written() != 1 {
+		t.Errorf("Written %d, want 1", l.Written())
+	}
+}

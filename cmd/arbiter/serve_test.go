@@ -73,6 +73,13 @@ var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 // startServer boots `arbiter serve` on a free loopback port.
 func startServer(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startServerWith(t, func(*exec.Cmd) {}, args...)
+}
+
+// startServerWith is startServer with the command adjusted by setup before
+// it starts (its stdout, environment or program).
+func startServerWith(t *testing.T, setup func(*exec.Cmd), args ...string) *proc {
+	t.Helper()
 	s := &proc{stderr: &syncBuffer{}, done: make(chan error, 1)}
 	base := []string{"serve", "--addr", "127.0.0.1:0"}
 	if !containsArg(args, "--state-dir") {
@@ -81,6 +88,7 @@ func startServer(t *testing.T, args ...string) *proc {
 	s.cmd = exec.Command(binPath, append(base, args...)...)
 	s.cmd.Stderr = s.stderr
 	s.cmd.Stdout = io.Discard
+	setup(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
