@@ -72,12 +72,15 @@ func (t *ticket) release() {
 
 // valueCounter counts the JSON values of a text as it arrives, chunk by
 // chunk: containers, strings that are not object keys, numbers and
-// literals. For valid JSON the count is exact; for anything else it is what
-// a parser would build before failing, at most. It is the admission
+// literals. For valid JSON the count is exact. At the first byte that no
+// JSON text may hold where it stands (a letter outside a string, a control
+// character inside one) it stops counting: the parser stops there too, so
+// garbage costs no more than what came before it. It is the admission
 // measure of a request's memory, taken while the body is read, so that a
 // body of millions of empty objects is refused long before it is decoded.
 type valueCounter struct {
 	n        int64
+	invalid  bool
 	inString bool
 	escape   bool
 	inScalar bool
@@ -92,6 +95,9 @@ type valueCounter struct {
 const maxTrackedDepth = 1024
 
 func (c *valueCounter) write(p []byte) {
+	if c.invalid {
+		return
+	}
 	for _, ch := range p {
 		if c.inString {
 			switch {
@@ -101,6 +107,9 @@ func (c *valueCounter) write(p []byte) {
 				c.escape = true
 			case ch == '"':
 				c.inString = false
+			case ch < 0x20:
+				c.invalid = true
+				return
 			}
 			continue
 		}
@@ -134,6 +143,10 @@ func (c *valueCounter) write(p []byte) {
 			}
 			c.key = false
 		default:
+			if !scalarByte[ch] {
+				c.invalid = true
+				return
+			}
 			if !c.inScalar {
 				c.inScalar = true
 				c.n++
@@ -141,3 +154,11 @@ func (c *valueCounter) write(p []byte) {
 		}
 	}
 }
+
+// scalarByte marks the bytes of numbers and of true, false and null.
+var scalarByte = func() (t [256]bool) {
+	for _, ch := range []byte("0123456789-+.eEtruefalsn") {
+		t[ch] = true
+	}
+	return t
+}()

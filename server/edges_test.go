@@ -382,3 +382,18 @@ func TestConnLimiterEvictsIdle(t *testing.T) {
 		c.CloseIdleConnections()
 	}
 }
+
+// TestValueCounterStopsAtGarbage: random bytes are not JSON past their first
+// few bytes, and are not charged as millions of values.
+func TestValueCounterStopsAtGarbage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	garbage := make([]byte, 1<<20)
+	for i := range garbage {
+		garbage[i] = byte(rng.Uint32())
+	}
+	var c valueCounter
+	c.write(garbage)
+	if c.n > 100 {
+		t.Errorf("1 MiB of random bytes counted as %d values", c.n)
+	}
+}
