@@ -454,9 +454,15 @@ func TestTypeScriptSDKInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startServer(t, append(folderArgs(root), "--decision-log", filepath.Join(t.TempDir(), "d.log"), "--auth-token-file", tokenFile)...)
+	// A second server whose failure_disposition returns a member its result
+	// schema does not allow: every decision is a policy_error (500), for the
+	// SDK's ServerError. Without the gate, which would refuse it.
+	broken := copyRepo(t)
+	editFile(t, filepath.Join(broken, "policies", "decisions", "failure_disposition", "policy.rego"), `"reasons": [row],`, `"reasons": [row], "unexpected": true,`)
+	brokenSrv := startServer(t, append(folderArgs(broken), "--tests", "", "--decision-log", "")...)
 	cmd := exec.Command(node, "--test", "sdk.test.mjs")
 	cmd.Dir = interop
-	cmd.Env = append(os.Environ(), "ARBITER_URL="+srv.url, "ARBITER_TOKEN=s3cret-interop-token")
+	cmd.Env = append(os.Environ(), "ARBITER_URL="+srv.url, "ARBITER_TOKEN=s3cret-interop-token", "ARBITER_BROKEN_URL="+brokenSrv.url)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
