@@ -438,3 +438,24 @@ func TestOpenOpensTheFile(t *testing.T) {
 		t.Errorf("Written %d, want 1", l.Written())
 	}
 }
+
+// TestCloseDrainsTheQueue: Close waits for every queued record to be
+// written, even behind a slow sink, and reports nothing unwritten.
+func TestCloseDrainsTheQueue(t *testing.T) {
+	l, gate, _ := stuckLog(t, Options{})
+	const n = 500
+	for i := range n {
+		if !l.Log(rec(fmt.Sprint(i))) {
+			t.Fatal("record refused")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(context.Background()) }()
+	close(gate.release) // the sink resumes only once Close is waiting, or soon after
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := strings.Count(gate.out.String(), "\n"); got != n+1 || l.Written() != n+1 || l.Stats().Unwritten != 0 {
+		t.Errorf("%d lines, stats %+v; want %d written, none unwritten", got, l.Stats(), n+1)
+	}
+}
