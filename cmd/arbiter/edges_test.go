@@ -415,3 +415,29 @@ func TestInputReadAtMostMaxBody(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryLimitByDefault: serve sets a Go memory limit of 1 GiB unless
+// told otherwise; GOMEMLIMIT in the environment wins over the flag.
+func TestMemoryLimitByDefault(t *testing.T) {
+	args, _ := quickArgs(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want float64
+	}{
+		{"", nil, 1 << 30},
+		{"", []string{"--memory-limit", "768MiB"}, 768 << 20},
+		{"GOMEMLIMIT=512MiB", []string{"--memory-limit", "768MiB"}, 512 << 20},
+	} {
+		srv := startServerWith(t, func(c *exec.Cmd) {
+			if tc.env != "" {
+				c.Env = append(os.Environ(), tc.env)
+			}
+		}, append(args, tc.args...)...)
+		if got := metricValue(t, client, srv.url, "go_gc_gomemlimit_bytes"); got != tc.want {
+			t.Errorf("%s %v: memory limit %v, want %v", tc.env, tc.args, got, tc.want)
+		}
+		srv.stop(t)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/server"
 )
 
 // inputFlags are the flags of the commands that decide one input.
@@ -24,7 +25,7 @@ func (f *inputFlags) register(c *command) {
 	c.StringVar(&f.decision, "decision", "", "decision to evaluate (required)")
 	c.StringVar(&f.input, "input", "", "input document file, or - for stdin (required)")
 	c.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest input read, as the server's limit: more is body_too_large")
-	c.IntVar(&f.maxInputValues, "max-input-values", 0, "most JSON values in one input; 0 means the engine's default")
+	c.IntVar(&f.maxInputValues, "max-input-values", server.DefaultMaxInputValues, "most JSON values in one input (body_too_large past it), as the server's limit")
 	c.fromEnv("max-body-bytes", "max-input-values")
 }
 
