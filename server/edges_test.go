@@ -391,9 +391,15 @@ func TestValueCounterStopsAtGarbage(t *testing.T) {
 	for i := range garbage {
 		garbage[i] = byte(rng.Uint32())
 	}
-	var c valueCounter
-	c.write(garbage)
-	if c.n > 100 {
-		t.Errorf("1 MiB of random bytes counted as %d values", c.n)
+	words := make([]byte, 1<<20) // text without quotes: letters and spaces
+	for i := range words {
+		words[i] = "abcdefghijklmnopqrstuvwxyz "[rng.IntN(27)]
+	}
+	for name, text := range map[string][]byte{"random bytes": garbage, "words": words} {
+		var c valueCounter
+		c.write(text)
+		if c.n > 100 {
+			t.Errorf("1 MiB of %s counted as %d values", name, c.n)
+		}
 	}
 }
