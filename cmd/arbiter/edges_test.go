@@ -282,25 +282,30 @@ func TestEveryCommandHelp(t *testing.T) {
 // refused from the environment too, naming the variable.
 func TestMalformedEnvironmentIsAnError(t *testing.T) {
 	in := filepath.Join("..", "..", "docs", "examples", "bootstrap_restart_allowed.json")
-	for _, tc := range []struct {
-		env  string
-		args []string
-	}{
-		{"ARBITER_MAX_BODY_BYTES=32MiB", []string{"serve"}},
-		{"ARBITER_MAX_BODY_BYTES=32MiB", []string{"eval", "--decision", "bootstrap_restart", "--input", in}},
-		{"ARBITER_EVAL_TIMEOUT=2", []string{"serve"}},
-		{"ARBITER_INSECURE_LISTEN=maybe", []string{"serve"}},
-		{"ARBITER_MEMORY_LIMIT=lots", []string{"serve"}},
-		{"ARBITER_MAX_INPUT_VALUES=-", []string{"bench", "--decision", "bootstrap_restart", "--input", in}},
+	quiet := []string{"--addr", "127.0.0.1:0", "--tests", "", "--decision-log", ""}
+	for _, env := range []string{"ARBITER_MAX_BODY_BYTES=32MiB", "ARBITER_EVAL_TIMEOUT=2", "ARBITER_INSECURE_LISTEN=maybe", "ARBITER_MEMORY_LIMIT=lots"} {
+		name, _, _ := strings.Cut(env, "=")
+		// A server that ignores the variable starts: runServe stops it and says so.
+		code, stderr, listened := runServe(t, []string{env}, quiet...)
+		if listened || code != 1 || !strings.Contains(stderr, name) {
+			t.Errorf("%s arbiter serve: exit %d, listened %v, stderr %q; want 1 naming %s", env, code, listened, stderr, name)
+		}
+	}
+	for _, tc := range []struct{ env, cmd string }{
+		{"ARBITER_MAX_BODY_BYTES=32MiB", "eval"},
+		{"ARBITER_MAX_INPUT_VALUES=-", "bench"},
 	} {
-		cmd := exec.Command(binPath, tc.args...)
+		cmd := exec.Command(binPath, tc.cmd, "--decision", "bootstrap_restart", "--input", in, "--duration", "1ms")
+		if tc.cmd == "eval" {
+			cmd.Args = cmd.Args[:len(cmd.Args)-2]
+		}
 		cmd.Env = append(os.Environ(), tc.env)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
-		err := cmd.Run()
+		_ = cmd.Run()
 		name, _, _ := strings.Cut(tc.env, "=")
 		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), name) {
-			t.Errorf("%s arbiter %s: exit %d (%v), stderr %q; want 1 naming %s", tc.env, tc.args[0], code, err, stderr.String(), name)
+			t.Errorf("%s arbiter %s: exit %d, stderr %q; want 1 naming %s", tc.env, tc.cmd, code, stderr.String(), name)
 		}
 	}
 }
