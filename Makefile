@@ -5,6 +5,7 @@ GO        ?= go
 BIN       := bin
 ARBITER   := $(BIN)/arbiter
 OPA       := $(BIN)/opa
+REGAL     := $(BIN)/regal
 POLICIES  := policies
 SCHEMAS   := schemas
 TESTS     := policy_test
@@ -12,7 +13,7 @@ ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
 GOTEST    := $(GO) test -race -count=1
 
-.PHONY: all build run test ci check opa-check fmt lint vet bench bench-quick fuzz fuzz-quick clean
+.PHONY: all build run test ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick clean
 
 all: build
 
@@ -26,6 +27,11 @@ $(ARBITER): FORCE
 # yardstick and compatibility target.
 $(OPA): go.mod go.sum
 	$(GO) build -o $@ github.com/open-policy-agent/opa
+
+# Regal, the Rego linter, from its own module (tools/regal): it pins an
+# older OPA than ours, so it cannot be a tool of the main module.
+$(REGAL): tools/regal/go.mod tools/regal/go.sum
+	cd tools/regal && $(GO) build -o ../../$@ github.com/open-policy-agent/regal
 
 FORCE:
 
@@ -58,10 +64,16 @@ fmt: $(OPA)
 	gofmt -w $$(git ls-files '*.go')
 	$(OPA) fmt -w $(POLICIES) $(TESTS)
 
-lint: vet
+lint: vet regal
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) tool staticcheck ./...
 	$(GO) mod tidy -diff
+	cd tools/regal && $(GO) mod tidy -diff
+
+# regal: Regal lints the Rego (configuration and the reason for each rule
+# turned off: .regal/config.yaml); any finding fails.
+regal: $(REGAL)
+	$(REGAL) lint $(POLICIES) $(TESTS)
 
 # bench: the report of docs/BENCHMARKS.md, printed and written: the engine's
 # in-process benchmarks, Arbiter against stock OPA over loopback (wrk from the
@@ -74,17 +86,23 @@ bench:
 	$(GO) run ./bench/e2e $(BENCHFLAGS)
 
 # Keeps the benchmarks and the driver compiling and running in CI; never a
-# timed assertion. The driver's smoke run needs only Go (it skips its load
+# timed assertion. -tags benchfloor builds the hand-written floor
+# (engine/testdata/floor), which restates the rules and so stays out of
+# make test. The driver's smoke run needs only Go (it skips its load
 # runs when wrk is missing) and writes nothing.
 bench-quick:
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+	$(GO) test -tags benchfloor -run '^$$' -bench . -benchtime 3x ./...
 	$(GO) run ./bench/e2e -quick
 
-# Fuzz targets (engine/fuzz_test.go, engine/decode_test.go). Crashers are
-# kept in engine/testdata/fuzz/. FUZZTIME=10m for a long run.
+# Fuzz targets: the input boundary (engine/input: the strict decoder, the
+# walk against the shipped schema and against generated schemas, each
+# compared with the JSON Schema library) and the whole decision path
+# (engine/fuzz_test.go). Crashers are kept in testdata/fuzz/<Target>/.
+# FUZZTIME=10m for a long run.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeStrict$$' -fuzztime $(FUZZTIME) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/input/
+	$(GO) test -run '^$$' -fuzz '^FuzzRepositorySchemas$$' -fuzztime $(FUZZTIME) ./engine/input/
+	$(GO) test -run '^$$' -fuzz '^FuzzGeneratedSchemas$$' -fuzztime $(FUZZTIME) ./engine/input/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./engine/
 
 # CI: a short run of each target (FuzzDecide needs ~8 s for its baseline).

@@ -26,7 +26,8 @@ import (
 //	                    minus HTTP: its JSON decoder (util.NewJSONDecoder
 //	                    into types.DataRequestV1), ast.InterfaceToValue, the
 //	                    same prepared query, encoding types.DataResponseV1
-//	reference_go        the rules written by hand in Go (reference_test.go):
+//	reference_go        the rules written by hand in Go (testdata/floor,
+//	                    only with -tags benchfloor, which make bench sets):
 //	                    encoding/json into typed structs, rules, encoding;
 //	                    the floor no interpreter can beat
 //
@@ -37,13 +38,22 @@ const (
 	corpusSeed = 1
 )
 
-var benchCorpus = sync.OnceValues(func() ([]corpus.Input, error) {
-	return corpus.Generate(repoTests, corpusSize, corpusSeed)
-})
+// floorDecide, when the build has the hand-written floor (bench_floor_test.go,
+// -tags benchfloor), returns its decide function.
+var floorDecide func(tb testing.TB) func(decision string, body []byte) ([]byte, error)
 
-func mustCorpus(tb testing.TB) []corpus.Input {
+// decidedBy keeps the generated inputs that s decides: each one then costs
+// a whole decision, whatever the rules say about it.
+func decidedBy(s *Snapshot) corpus.Keep {
+	return func(decision string, body []byte) bool {
+		_, err := s.Decide(context.Background(), decision, body, Options{})
+		return err == nil
+	}
+}
+
+func mustCorpus(tb testing.TB, s *Snapshot) []corpus.Input {
 	tb.Helper()
-	in, err := benchCorpus()
+	in, err := corpus.Generate(repoTests, corpusSize, corpusSeed, decidedBy(s))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -96,7 +106,7 @@ func opaServerPath(ctx context.Context, q rego.PreparedEvalQuery, body []byte) (
 // iteration in rotation, every sub-benchmark on the same inputs.
 func BenchmarkCorpus(b *testing.B) {
 	s := mustLoad(b, repo)
-	inputs := mustCorpus(b)
+	inputs := mustCorpus(b, s)
 	ctx := context.Background()
 	queries := make([]rego.PreparedEvalQuery, len(inputs))
 	for i, in := range inputs {
@@ -144,14 +154,17 @@ func BenchmarkCorpus(b *testing.B) {
 			}
 		}
 	})
+	if floorDecide == nil {
+		return
+	}
 	b.Run("reference_go", func(b *testing.B) {
-		ref := loadReference(b, repo.Policies)
+		decide := floorDecide(b)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
 			in := inputs[i%len(inputs)]
 			i++
-			if _, err := ref.decide(in.Decision, in.Body); err != nil {
+			if _, err := decide(in.Decision, in.Body); err != nil {
 				b.Fatalf("%s: %v", in.Name, err)
 			}
 		}
@@ -170,42 +183,47 @@ var benchSizes = []struct {
 	{"16MiB", 16 << 20},
 }
 
-var sizedBodies sync.Map // size -> []byte
+type sized struct {
+	decision string
+	body     []byte
+}
 
-func sizedBody(tb testing.TB, size int) []byte {
+var sizedBodies sync.Map // size -> sized
+
+func sizedBody(tb testing.TB, s *Snapshot, size int) sized {
 	tb.Helper()
 	if b, ok := sizedBodies.Load(size); ok {
-		return b.([]byte)
+		return b.(sized)
 	}
-	b, err := corpus.Sized(repoTests, size)
+	decision, body, err := corpus.Sized(repoTests, size, decidedBy(s))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sizedBodies.Store(size, b)
-	return b
+	sizedBodies.Store(size, sized{decision, body})
+	return sized{decision, body}
 }
 
-// BenchmarkSize decides one bootstrap_restart input whose Runner outbox
-// grows it to each size (corpus.Sized): the cost should grow linearly.
+// BenchmarkSize decides one input whose Runner outbox grows it to each size
+// (corpus.Sized): the cost should grow linearly.
 func BenchmarkSize(b *testing.B) {
 	s := mustLoad(b, repo)
-	q := s.decisions["bootstrap_restart"].query
 	ctx := context.Background()
 	for _, sz := range benchSizes {
 		b.Run(sz.name+"/decide", func(b *testing.B) {
-			body := sizedBody(b, sz.bytes)
-			b.SetBytes(int64(len(body)))
+			in := sizedBody(b, s, sz.bytes)
+			b.SetBytes(int64(len(in.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Decide(ctx, "bootstrap_restart", body, Options{}); err != nil {
+				if _, err := s.Decide(ctx, in.decision, in.body, Options{}); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(sz.name+"/prepared_eval_only", func(b *testing.B) {
-			body := sizedBody(b, sz.bytes)
-			v := toValue(b, body)
-			b.SetBytes(int64(len(body)))
+			in := sizedBody(b, s, sz.bytes)
+			v := toValue(b, in.body)
+			q := s.decisions[in.decision].query
+			b.SetBytes(int64(len(in.body)))
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := q.Eval(ctx, rego.EvalParsedInput(v)); err != nil {
@@ -214,7 +232,9 @@ func BenchmarkSize(b *testing.B) {
 			}
 		})
 		b.Run(sz.name+"/opa_server_path", func(b *testing.B) {
-			body := wrapData(sizedBody(b, sz.bytes))
+			in := sizedBody(b, s, sz.bytes)
+			body := wrapData(in.body)
+			q := s.decisions[in.decision].query
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -223,13 +243,16 @@ func BenchmarkSize(b *testing.B) {
 				}
 			}
 		})
+		if floorDecide == nil {
+			continue
+		}
 		b.Run(sz.name+"/reference_go", func(b *testing.B) {
-			body := sizedBody(b, sz.bytes)
-			ref := loadReference(b, repo.Policies)
-			b.SetBytes(int64(len(body)))
+			in := sizedBody(b, s, sz.bytes)
+			decide := floorDecide(b)
+			b.SetBytes(int64(len(in.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := ref.decide("bootstrap_restart", body); err != nil {
+				if _, err := decide(in.decision, in.body); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/arbiter-dev/arbiter/engine/input"
 	"path/filepath"
 	"strings"
 
@@ -26,7 +27,7 @@ func parsePolicies(files []sourceFile) (map[string]*ast.Module, map[string]any, 
 		case ".yaml", ".yml":
 			probs = append(probs, Problem{File: f.path, Message: "data files must be JSON (.json)"})
 		default:
-			doc, err := decodeStrict(f.data)
+			doc, err := input.Decode(f.data)
 			if err != nil {
 				probs = append(probs, Problem{File: f.path, Message: err.Error()})
 				continue

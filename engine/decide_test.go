@@ -141,15 +141,9 @@ func TestDecideFailsClosedOnPolicyFaults(t *testing.T) {
 			cfg := quotaConfig(root)
 			cfg.EvalTimeout = tt.timeout
 			s := mustLoad(t, cfg)
-			start := time.Now()
 			e := decideErr(t, s, "quota_check", `{"tenant":"t","used":1,"suspended":true}`, Options{})
 			if e.Code != tt.wantCode || !strings.Contains(e.Message, tt.wantMsg) {
 				t.Fatalf("got %s: %s; want %s containing %q", e.Code, e.Message, tt.wantCode, tt.wantMsg)
-			}
-			if tt.timeout > 0 {
-				if el := time.Since(start); el > 20*tt.timeout {
-					t.Errorf("timeout took %s", el)
-				}
 			}
 		})
 	}

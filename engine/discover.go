@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/arbiter-dev/arbiter/engine/input"
 	"sort"
 	"strings"
 
@@ -12,13 +13,13 @@ import (
 )
 
 // parseSchemas decodes every schema file and keys it as `opa check -s` does:
-// schemas/bootstrap_restart/input.json is schema.bootstrap_restart.input.
+// schemas/NAME/input.json is schema.NAME.input.
 func parseSchemas(files []sourceFile) (*ast.SchemaSet, map[string]schemaDoc, []Problem) {
 	var probs []Problem
 	ss := ast.NewSchemaSet()
 	docs := map[string]schemaDoc{}
 	for _, f := range files {
-		doc, err := decodeStrict(f.data)
+		doc, err := input.Decode(f.data)
 		if err != nil {
 			probs = append(probs, Problem{File: f.path, Message: err.Error()})
 			continue
@@ -83,10 +84,7 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			probs = append(probs, Problem{File: in.path, Message: err.Error()})
 			continue
 		}
-		// The fast validator covers the keywords input schemas use; any
-		// other schema is validated by the general validator alone.
-		def.fastInput, _ = compileFast(in.doc)
-		def.treeResult, _ = compileTree(out.doc)
+		def.input = input.NewSchema(def.inputSchema)
 		if def.result, err = compileSchema(out.path, out.doc); err != nil {
 			probs = append(probs, Problem{File: out.path, Message: err.Error()})
 			continue

@@ -21,8 +21,8 @@ type Config struct {
 	Tests string
 	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
 	EvalTimeout time.Duration
-	// MaxInputValues caps the number of JSON values in one input (an input
-	// over it is body_too_large); zero means the engine's default.
+	// MaxInputValues caps the JSON values of one input (body_too_large
+	// beyond it); zero means input.DefaultMaxValues.
 	MaxInputValues int
 	// TestTimeout bounds each Rego test and fixture of the reload gate; zero
 	// means DefaultTestTimeout. It is not EvalTimeout: a gate that shared
@@ -131,6 +131,7 @@ func build(ctx context.Context, cfg Config) (*built, error) {
 		decisions:   map[string]*decisionDef{},
 		timeout:     orDefault(cfg.EvalTimeout, DefaultEvalTimeout),
 		testTimeout: orDefault(cfg.TestTimeout, DefaultTestTimeout),
+		maxValues:   cfg.MaxInputValues,
 		policySrc:   policyFiles,
 		schemaSrc:   schemaFiles,
 	}

@@ -3,11 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 const quota = "testdata/quota"
@@ -16,21 +17,7 @@ const quota = "testdata/quota"
 func copyTree(t testing.TB, src string) string {
 	t.Helper()
 	dst := t.TempDir()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
 	return dst
@@ -40,21 +27,8 @@ func quotaConfig(root string) Config {
 	return Config{Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas")}
 }
 
-// editFile replaces old by new in a file, failing when old is absent so an
-// edit that silently does nothing cannot make a test pass.
-func editFile(t testing.TB, path, old, new string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), old) {
-		t.Fatalf("%s does not contain %q", path, old)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+// editFile replaces old by new in a file, failing when old is absent.
+var editFile = testfiles.Edit
 
 func mustLoad(t testing.TB, cfg Config) *Snapshot {
 	t.Helper()
@@ -272,7 +246,7 @@ func TestLoadGateRefusesFailingTests(t *testing.T) {
 	for _, p := range probs {
 		joined += p.String() + "\n"
 	}
-	for _, w := range []string{"test_quota_within_limit", "fixture quota_check/below_limit", "quota_check_test.rego"} {
+	for _, w := range []string{"test_fixtures_all_pass", "fixture quota_check/below_limit", "quota_check_test.rego"} {
 		if !strings.Contains(joined, w) {
 			t.Errorf("problems do not name %q:\n%s", w, joined)
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"github.com/arbiter-dev/arbiter/engine/input"
 	"regexp"
 	"time"
 
@@ -27,6 +28,7 @@ type Snapshot struct {
 	timeout   time.Duration
 	// testTimeout replaces timeout while the gate runs fixtures.
 	testTimeout time.Duration
+	maxValues   int
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
@@ -39,14 +41,16 @@ type decisionDef struct {
 	title       string
 	description string
 	inputSchema *jsonschema.Schema
-	fastInput   *fastSchema // nil: the input schema needs the general validator
-	result      *jsonschema.Schema
-	treeResult  *fastSchema // nil: the result schema needs the general validator
-	inputDoc    any         // the input schema as loaded, for GET /v1/decisions
-	resultDoc   any
-	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
-	query       rego.PreparedEvalQuery
-	rules       []RuleInfo
+	input       *input.Schema // the input schema, prepared for the one-pass walk
+	// projection names the parts of an input the evaluation can read; nil
+	// builds all of it.
+	projection *input.Projection
+	result     *jsonschema.Schema
+	inputDoc   any // the input schema as loaded, for GET /v1/decisions
+	resultDoc  any
+	outcomeKey string // result member that labels metrics, see OutcomeKeyword
+	query      rego.PreparedEvalQuery
+	rules      []RuleInfo
 }
 
 // RuleInfo describes one reason rule of a decision, taken from its METADATA.

@@ -113,8 +113,9 @@ test("schema violations: a typed ClientError listing every violation", async () 
 });
 
 test("policy errors: a typed ServerError with code policy_error", async () => {
+  // A server on the engine's quota test decision whose result breaks its schema.
   const broken = new OPAClient(process.env.ARBITER_BROKEN_URL);
-  await assert.rejects(broken.evaluate("decisions/failure_disposition/decision", { attempt: 1, failureCode: "x" }), (err) => {
+  await assert.rejects(broken.evaluate("decisions/quota_check/decision", { tenant: "a", used: 1 }), (err) => {
     assert.ok(err instanceof ServerError, `got ${err?.constructor?.name}: ${err}`);
     assert.equal(err.code, "policy_error");
     assert.equal(err.errors?.[0]?.code, "policy_error");

@@ -25,13 +25,18 @@ patched(patch) := object.union(base, patch)
 # with_state deep-merges patch into the baseline's runnerState.
 with_state(patch) := object.union(base, {"runnerState": patch})
 
-with_state_local(patch) := object.union(object.union(base, local_proof), {"runnerState": patch})
+with_state_local(patch) := object.union_n([base, local_proof, {"runnerState": patch}])
 
 has_body(fx) := "body" in object.keys(fx)
 
-wants_malformed_json(fx) := object.get(fx, ["want_error", "code"], "") == "malformed_json"
+default wants_malformed_json(_) := false
 
-result_cases := {name | some name, fx in fixtures; fx.want_result}
+wants_malformed_json(fx) if fx.want_error.code == "malformed_json"
+
+result_cases contains name if {
+	some name, fx in fixtures
+	fx.want_result
+}
 
 fixture_matches(fx) if decide(fx.input) == fx.want_result
 

@@ -20,9 +20,14 @@ transient := "native_runner_process_exited"
 
 has_body(fx) := "body" in object.keys(fx)
 
-wants_malformed_json(fx) := object.get(fx, ["want_error", "code"], "") == "malformed_json"
+default wants_malformed_json(_) := false
 
-result_cases := {name | some name, fx in fixtures; fx.want_result}
+wants_malformed_json(fx) if fx.want_error.code == "malformed_json"
+
+result_cases contains name if {
+	some name, fx in fixtures
+	fx.want_result
+}
 
 fixture_matches(fx) if decide(fx.input) == fx.want_result
 
@@ -52,8 +57,8 @@ test_fixtures_well_formed if {
 # Reliability engineers add codes to data.json without touching tests: the
 # test holds for whatever the list says (the fixtures pin today's twelve).
 test_permanent_failure_code_every_listed_code if {
-	count(data.decisions.failure_disposition.permanent_codes) > 0
-	every code in data.decisions.failure_disposition.permanent_codes {
+	count(failure_disposition.permanent_codes) > 0
+	every code in failure_disposition.permanent_codes {
 		decide({"attempt": 1, "failureCode": code}) == permanent(code)
 	}
 }
@@ -69,8 +74,8 @@ test_permanent_failure_code_exact_match_only if {
 }
 
 test_permanent_failure_code_list_is_data if {
-	decide({"attempt": 1, "failureCode": transient}) == permanent(transient) with data.decisions.failure_disposition.permanent_codes as [transient]
-	decide({"attempt": 1, "failureCode": "native_permission_declined"}) == retryable with data.decisions.failure_disposition.permanent_codes as []
+	decide({"attempt": 1, "failureCode": transient}) == permanent(transient) with failure_disposition.permanent_codes as [transient]
+	decide({"attempt": 1, "failureCode": "native_permission_declined"}) == retryable with failure_disposition.permanent_codes as []
 }
 
 test_retry_budget_exhausted_at_max_attempts if {
@@ -80,12 +85,12 @@ test_retry_budget_exhausted_at_max_attempts if {
 }
 
 test_retry_budget_exhausted_follows_data if {
-	decide({"attempt": 4, "failureCode": transient}) == retryable with data.decisions.failure_disposition.max_attempts as 5
-	decide({"attempt": 5, "failureCode": transient}) == exhausted with data.decisions.failure_disposition.max_attempts as 5
+	decide({"attempt": 4, "failureCode": transient}) == retryable with failure_disposition.max_attempts as 5
+	decide({"attempt": 5, "failureCode": transient}) == exhausted with failure_disposition.max_attempts as 5
 }
 
 test_retry_budget_exhausted_fails_closed_without_budget if {
-	decide({"attempt": 1, "failureCode": transient}) == exhausted with data.decisions.failure_disposition.max_attempts as null
+	decide({"attempt": 1, "failureCode": transient}) == exhausted with failure_disposition.max_attempts as null
 }
 
 test_retry_within_budget_attempts_1_and_2 if {
@@ -94,7 +99,7 @@ test_retry_within_budget_attempts_1_and_2 if {
 }
 
 test_retry_within_budget_delay_is_data if {
-	decide({"attempt": 1, "failureCode": transient}).retryAfterSeconds == 60 with data.decisions.failure_disposition.retry_after_seconds as 60
+	decide({"attempt": 1, "failureCode": transient}).retryAfterSeconds == 60 with failure_disposition.retry_after_seconds as 60
 }
 
 test_retry_within_budget_ignores_checkpoint_flags if {

@@ -19,11 +19,14 @@ import (
 // corpus: handler, metrics and the decision log (to a file), without TCP.
 // Compare with engine's BenchmarkCorpus/decide in the same run.
 func BenchmarkServeDecision(b *testing.B) {
-	inputs, err := corpus.Generate("../policy_test", 1000, 1)
+	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	inputs, err := corpus.Generate("../policy_test", 1000, 1, func(decision string, body []byte) bool {
+		_, err := eng.Decide(context.Background(), decision, body, engine.Options{})
+		return err == nil
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

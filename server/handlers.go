@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -139,7 +140,7 @@ const (
 // the request, nil when nothing was.
 func (s *server) fail(q *query, body []byte, e *engine.Error) {
 	elapsed := time.Since(q.start)
-	id := engine.NewDecisionID()
+	id := uuid.NewString()
 	rec := decisionlog.Record{
 		DecisionID: id, Time: q.start.UTC(), Decision: q.name, Path: q.r.URL.Path,
 		Error:      &decisionlog.RecordError{Code: string(e.Code), Message: e.Message},

@@ -21,16 +21,17 @@ import (
 // gets its contract error (code and status), and afterwards the server still
 // decides a fixture correctly.
 
-const (
-	brPlain = "/v1/decisions/bootstrap_restart"
-	brData  = "/v1/data/decisions/bootstrap_restart/decision"
-	// baseFixture is an allowed bootstrap_restart: a hostile request that
-	// leaks into the next one would most likely turn it into a refusal.
-	baseFixture = "interrupted_bootstrap_unprepared_unrecorded__resumed"
-)
+// endpoints are the two decision paths of fx's decision.
+func endpoints(fx engine.Fixture) (plain, data string) {
+	return "/v1/decisions/" + fx.Decision, "/v1/data/decisions/" + fx.Decision + "/decision"
+}
 
 // repoHarness serves ../policies and ../schemas (the fixtures and Rego tests
-// run in the engine's own tests, so the load gate is skipped here).
+// run in the engine's own tests, so the load gate is skipped here), and
+// returns the base fixture: the first that records a result for an input
+// with a Runner state, which the hostile bodies below are made from. A
+// hostile request that leaks into the next one would most likely change
+// the answer to it.
 func repoHarness(t *testing.T, cfg Config) (*harness, engine.Fixture) {
 	t.Helper()
 	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
@@ -42,11 +43,14 @@ func repoHarness(t *testing.T, cfg Config) (*harness, engine.Fixture) {
 		t.Fatal(err)
 	}
 	for _, fx := range fixtures {
-		if fx.Decision == "bootstrap_restart" && fx.Name == baseFixture {
+		var in struct {
+			RunnerState map[string]any `json:"runnerState"`
+		}
+		if fx.WantResult != nil && json.Unmarshal(fx.Input, &in) == nil && in.RunnerState != nil {
 			return serve(t, cfg, eng), fx
 		}
 	}
-	t.Fatalf("no fixture bootstrap_restart/%s", baseFixture)
+	t.Fatal("no fixture records a result for an input with a Runner state")
 	return nil, engine.Fixture{}
 }
 
@@ -54,6 +58,7 @@ func repoHarness(t *testing.T, cfg Config) (*harness, engine.Fixture) {
 // both endpoints.
 func (h *harness) stillDecides(t *testing.T, fx engine.Fixture) {
 	t.Helper()
+	brPlain, brData := endpoints(fx)
 	for _, path := range []string{brPlain, brData} {
 		body := string(fx.Input)
 		if path == brData {
@@ -106,6 +111,7 @@ func withRaw(t *testing.T, input []byte, raw string, path ...string) []byte {
 
 func TestHostileBodies(t *testing.T) {
 	h, fx := repoHarness(t, Config{})
+	brPlain, brData := endpoints(fx)
 	in := []byte(fx.Input)
 	const mib = 1 << 20
 	hugeString := `"` + strings.Repeat("x", 10*mib) + `"`
@@ -254,6 +260,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // from it: a server that read the body would have made it hand over all of it.
 func TestHostileBodyLimit(t *testing.T) {
 	h, fx := repoHarness(t, Config{}) // the default limit, 16 MiB
+	brPlain, _ := endpoints(fx)
 	const limit = DefaultMaxBodyBytes
 	tests := []struct {
 		name          string

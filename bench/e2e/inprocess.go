@@ -27,7 +27,7 @@ type benchLine struct {
 var benchRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+[\d.]+ MB/s)?\s+([\d.]+) B/op\s+([\d.]+) allocs/op`)
 
 func goTestArgs(c config) []string {
-	return []string{"go", "test", "-run", "^$", "-bench", "^Benchmark(Corpus|Size)$", "-benchmem",
+	return []string{"go", "test", "-tags", "benchfloor", "-run", "^$", "-bench", "^Benchmark(Corpus|Size)$", "-benchmem",
 		"-benchtime", c.benchtime, "-count", strconv.Itoa(c.count), "./engine/"}
 }
 

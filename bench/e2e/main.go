@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
 )
 
@@ -160,11 +161,35 @@ func run(ctx context.Context, c config) (err error) {
 		}
 	}
 
-	inputs, err := corpus.Generate(tests, c.corpusN, c.seed)
+	// The engine in process keeps the generated inputs it decides and says
+	// what each decides, for the report: the driver knows no rule.
+	snap, err := engine.Load(ctx, engine.Config{Policies: "policies", Schemas: "schemas"})
+	if err != nil {
+		return err
+	}
+	r.outcomes = map[string]map[string]int{}
+	keep := func(decision string, body []byte) bool {
+		d, err := snap.Decide(ctx, decision, body, engine.Options{})
+		if err != nil {
+			return false
+		}
+		if r.outcomes[decision] == nil {
+			r.outcomes[decision] = map[string]int{}
+		}
+		r.outcomes[decision][d.Outcome]++
+		return true
+	}
+	inputs, err := corpus.Generate(tests, c.corpusN, c.seed, keep)
 	if err != nil {
 		return err
 	}
 	r.mix = corpus.Summarize(inputs)
+	r.sized = func(size int) (string, []byte, error) {
+		return corpus.Sized(tests, size, func(decision string, body []byte) bool {
+			_, err := snap.Decide(ctx, decision, body, engine.Options{})
+			return err == nil
+		})
+	}
 
 	tmp, err := os.MkdirTemp("", "arbiter-bench-")
 	if err != nil {
@@ -367,7 +392,7 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 		scrape[s.name] = a2 - a1
 	}
 	for _, sz := range c.sizes {
-		doc, err := corpus.Sized(tests, sz.bytes)
+		decision, doc, err := r.sized(sz.bytes)
 		if err != nil {
 			return err
 		}
@@ -376,7 +401,7 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 		// One unmeasured request each, which must succeed.
 		var answers [2]string
 		for k, s := range servers {
-			status, out, err := s.post(ctx, dataPath("bootstrap_restart"), body)
+			status, out, err := s.post(ctx, dataPath(decision), body)
 			if err != nil || status != 200 {
 				return fmt.Errorf("%s: %s input: status %d, %v: %.300s", s.name, sz.name, status, err, out)
 			}
@@ -400,7 +425,7 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 			for k := range servers {
 				s := servers[(i+k)%2]
 				t0 := time.Now()
-				status, _, err := s.post(ctx, dataPath("bootstrap_restart"), body)
+				status, _, err := s.post(ctx, dataPath(decision), body)
 				d := time.Since(t0)
 				if err != nil || status != 200 {
 					return fmt.Errorf("%s: %s input: status %d, %v", s.name, sz.name, status, err)

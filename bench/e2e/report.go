@@ -114,6 +114,8 @@ type report struct {
 	tmp              string
 	bench            []benchLine
 	mix              []corpus.Mix
+	outcomes         map[string]map[string]int // decision -> outcome -> corpus inputs, as the engine decides them
+	sized            func(size int) (decision string, body []byte, err error)
 	checked          int
 	runs             []loadRun
 	hwmAfterLoad     []int64 // arbiter, opa
@@ -220,11 +222,16 @@ func (r *report) markdown() string {
 
 	w("## Corpus\n\n")
 	w("`internal/corpus.Generate(\"policy_test\", %d, %d)`: distinct inputs derived from the recorded fixtures\n", r.cfg.corpusN, r.cfg.seed)
-	w("(identifiers, counters, lifecycles, claims, leases, proofs, diagnostics, commands and outboxes varied;\n")
-	w("every input schema-valid and its outcome known by construction, both checked by `go test ./internal/corpus`).\n\n")
-	w("| decision | allowed | refused | min | median | max size |\n|---|---:|---:|---:|---:|---:|\n")
+	w("(members swapped between fixtures of the same decision, Runner histories of realistic size written in;\n")
+	w("only inputs the engine decides are kept, and the outcomes are the engine's: the generator knows no rule).\n\n")
+	w("| decision | inputs | outcomes | min | median | max size |\n|---|---:|---|---:|---:|---:|\n")
 	for _, x := range r.mix {
-		w("| %s | %d | %d | %s | %s | %s |\n", x.Decision, x.Allowed, x.Refused, kb(x.MinBytes), kb(x.MedianBytes), kb(x.MaxBytes))
+		var outs []string
+		for o, n := range r.outcomes[x.Decision] {
+			outs = append(outs, fmt.Sprintf("%s %d", o, n))
+		}
+		sort.Strings(outs)
+		w("| %s | %d | %s | %s | %s | %s |\n", x.Decision, x.Count, strings.Join(outs, ", "), kb(x.MinBytes), kb(x.MedianBytes), kb(x.MaxBytes))
 	}
 	w("\n")
 
@@ -290,8 +297,9 @@ func (r *report) writeInProcess(w func(string, ...any)) {
 	w("conversion, evaluation, result validation, encoding); `prepared_eval_only` the prepared query alone on inputs\n")
 	w("already converted to `ast.Value`; `opa_server_path` what stock OPA's server does per Data API request minus\n")
 	w("HTTP (its JSON decoder, `ast.InterfaceToValue`, the same prepared query, its response encoding);\n")
-	w("`reference_go` the rules written by hand in Go (`engine/reference_test.go`: `encoding/json` into typed\n")
-	w("structs, the 22 rules, encoding), the floor no interpreter can beat. BenchmarkCorpus rotates through the corpus.\n\n")
+	w("`reference_go` the rules written by hand in Go (`engine/testdata/floor`, built only with `-tags benchfloor`:\n")
+	w("`encoding/json` into typed structs, the 22 rules, encoding), the floor no interpreter can beat.\n")
+	w("BenchmarkCorpus rotates through the corpus.\n\n")
 	w("| benchmark | µs/op | KB/op | allocs/op | / prepared_eval_only | / reference_go |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, l := range r.bench {
 		group := l.Name[:strings.LastIndexByte(l.Name, '/')+1]

@@ -266,7 +266,7 @@ func (r *rssSampler) done() int64 {
 // reading the body: the most a Go HTTP server on this machine can do, the
 // ceiling for the two servers under test.
 func nullServer(addr string) error {
-	answer := []byte(`{"result":{"allow":true,"error":null,"outcome":"restart_bootstrap","primary":null,"proof":"sandbox","reasons":[]}}`)
+	answer := []byte(`{"result":{"answer":"the null server's","of the size":"of a decision","reasons":[]}}`)
 	srv := &http.Server{
 		Addr:              addr,
 		ReadHeaderTimeout: 5 * time.Second,

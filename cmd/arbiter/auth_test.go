@@ -68,7 +68,7 @@ func TestBearerTokens(t *testing.T) {
 	}
 	srv := startServer(t, append(args, "--auth-token-file", tokenFile, "--log-level", "debug")...)
 	client := &http.Client{Timeout: 10 * time.Second}
-	fx := allowedFixture(t)
+	fx := decidedFixture(t)
 
 	tests := []struct {
 		name, method, path, auth string
@@ -76,11 +76,11 @@ func TestBearerTokens(t *testing.T) {
 		challenge                string // WWW-Authenticate on a 401
 	}{
 		{name: "health needs no token", method: "GET", path: "/health", status: 200},
-		{name: "missing token", method: "POST", path: "/v1/decisions/bootstrap_restart", status: 401, challenge: `Bearer realm="arbiter"`},
-		{name: "wrong token", method: "POST", path: "/v1/decisions/bootstrap_restart", auth: "Bearer " + wrongToken, status: 401, challenge: `Bearer realm="arbiter", error="invalid_token"`},
-		{name: "token as a basic credential", method: "POST", path: "/v1/decisions/bootstrap_restart", auth: "Basic " + secret, status: 401, challenge: `Bearer realm="arbiter"`},
-		{name: "right token", method: "POST", path: "/v1/decisions/bootstrap_restart", auth: "Bearer " + secret, status: 200},
-		{name: "bare token, data api", method: "POST", path: "/v1/data/decisions/bootstrap_restart/decision", auth: "Bearer " + bareSecret, status: 200},
+		{name: "missing token", method: "POST", path: "/v1/decisions/" + fx.Decision, status: 401, challenge: `Bearer realm="arbiter"`},
+		{name: "wrong token", method: "POST", path: "/v1/decisions/" + fx.Decision, auth: "Bearer " + wrongToken, status: 401, challenge: `Bearer realm="arbiter", error="invalid_token"`},
+		{name: "token as a basic credential", method: "POST", path: "/v1/decisions/" + fx.Decision, auth: "Basic " + secret, status: 401, challenge: `Bearer realm="arbiter"`},
+		{name: "right token", method: "POST", path: "/v1/decisions/" + fx.Decision, auth: "Bearer " + secret, status: 200},
+		{name: "bare token, data api", method: "POST", path: "/v1/data/decisions/" + fx.Decision + "/decision", auth: "Bearer " + bareSecret, status: 200},
 		{name: "status without a token", method: "GET", path: "/v1/status", status: 401, challenge: `Bearer realm="arbiter"`},
 		{name: "status with a token", method: "GET", path: "/v1/status", auth: "Bearer " + bareSecret, status: 200},
 	}
@@ -270,7 +270,7 @@ func TestMutualTLS(t *testing.T) {
 		"--tls-client-ca-file", writeFile(t, dir, "ca.pem", ca.pem),
 		"--log-level", "debug")...)
 	url := strings.Replace(srv.url, "http://", "https://", 1)
-	fx := allowedFixture(t)
+	fx := decidedFixture(t)
 
 	// A certificate from the right CA is accepted, and its common name is
 	// the caller the decision log records.
@@ -420,7 +420,7 @@ func TestNonLoopbackNeedsAuthentication(t *testing.T) {
 		})
 	}
 
-	fx := allowedFixture(t)
+	fx := decidedFixture(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	t.Run("starts with --insecure-listen", func(t *testing.T) {
 		srv := startServer(t, append(append([]string{}, folders...), "--addr", "0.0.0.0:0", "--insecure-listen")...)

@@ -103,23 +103,20 @@ func TestEvalExitCodes(t *testing.T) {
 		t.Errorf("only %d fixtures went through arbiter eval", checked)
 	}
 
-	// From a file, with --explain.
+	// Anything else is exit 1 (explanations: golden_test.go).
+	quota := copyQuota(t)
 	in := filepath.Join(t.TempDir(), "in.json")
-	if err := os.WriteFile(in, []byte(`{"attempt": 3, "failureCode": "x"}`), 0o644); err != nil {
+	if err := os.WriteFile(in, []byte(`{"tenant": "t", "used": 3}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, _, code := runCLI(t, nil, append([]string{"eval", "--decision", "failure_disposition", "--input", in, "--explain"}, args...)...)
-	if code != 0 || !strings.Contains(out, `"title": "Retry budget exhausted"`) || !strings.Contains(out, `"fired": true`) {
-		t.Errorf("explain: exit %d\n%s", code, out)
-	}
-	// Anything else is exit 1.
+	policies, schemas := filepath.Join(quota, "policies"), filepath.Join(quota, "schemas")
 	for name, a := range map[string][]string{
-		"unknown decision": {"eval", "--decision", "nope", "--input", in},
-		"missing input":    {"eval", "--decision", "failure_disposition", "--input", filepath.Join(root, "missing.json")},
+		"unknown decision": {"eval", "--decision", "nope", "--input", in, "--policies", policies, "--schemas", schemas},
+		"missing input":    {"eval", "--decision", quotaDecision, "--input", filepath.Join(quota, "missing.json"), "--policies", policies, "--schemas", schemas},
 		"no flags":         {"eval"},
-		"broken policies":  {"eval", "--decision", "failure_disposition", "--input", in, "--policies", filepath.Join(root, "schemas")},
+		"broken policies":  {"eval", "--decision", quotaDecision, "--input", in, "--policies", schemas, "--schemas", schemas},
 	} {
-		if _, _, code := runCLI(t, nil, append(a, args[2:]...)...); code != 1 {
+		if _, _, code := runCLI(t, nil, a...); code != 1 {
 			t.Errorf("%s: exit %d, want 1", name, code)
 		}
 	}
@@ -137,29 +134,32 @@ func TestCheckAndTestCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "summary: ") || !strings.Contains(out, " 0 failed") {
 		t.Fatalf("test: exit %d\n%s%s", code, out, stderr)
 	}
-	out, _, code = runCLI(t, nil, append([]string{"test", "--format", "json", "--run", "runner_connected"}, args...)...)
+	// The rest on the test decision, whose rules the test may name.
+	quota := copyQuota(t)
+	args = folderArgs(quota)
+	out, _, code = runCLI(t, nil, append([]string{"test", "--format", "json", "--run", "exhausted"}, args...)...)
 	var rep engine.TestReport
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Results) == 0 {
 		t.Fatalf("test --format json --run: exit %d\n%s", code, out)
 	}
 	for _, r := range rep.Results {
-		if !strings.Contains(r.Name, "runner_connected") {
-			t.Errorf("--run runner_connected selected %s", r.Name)
+		if !strings.Contains(r.Name, "exhausted") {
+			t.Errorf("--run exhausted selected %s", r.Name)
 		}
 	}
 
 	// Break a policy (misspelt field) and a fixture (a wrong want_result).
-	policy := filepath.Join(root, "policies", "decisions", "bootstrap_restart", "policy.rego")
-	editFile(t, policy, "input.runnerState.reconnectCount", "input.runnerState.reconectCount")
+	policy := filepath.Join(quota, "policies", "decisions", quotaDecision, "policy.rego")
+	editFile(t, policy, "input.used >=", "input.usd >=")
 	out, _, code = runCLI(t, nil, append([]string{"check"}, args...)...)
-	if code != 1 || !strings.Contains(out, "policy.rego:") || !strings.Contains(out, "undefined ref: input.runnerState.reconectCount") {
+	if code != 1 || !strings.Contains(out, "policy.rego:") || !strings.Contains(out, "undefined ref: input.usd") {
 		t.Errorf("check on a misspelt field: exit %d\n%s", code, out)
 	}
-	editFile(t, policy, "input.runnerState.reconectCount", "input.runnerState.reconnectCount")
-	data := filepath.Join(root, "policies", "decisions", "failure_disposition", "data.json")
-	editFile(t, data, `"retry_after_seconds": 30`, `"retry_after_seconds": 31`)
+	editFile(t, policy, "input.usd >=", "input.used >=")
+	data := filepath.Join(quota, "policies", "decisions", quotaDecision, "data.json")
+	editFile(t, data, `"limit": 10`, `"limit": 9`)
 	out, _, code = runCLI(t, nil, append([]string{"test"}, args...)...)
-	if code != 1 || !strings.Contains(out, "FAIL  fixture failure_disposition/") || !strings.Contains(out, "boundaries.json") {
+	if code != 1 || !strings.Contains(out, "FAIL  fixture "+quotaDecision+"/") || !strings.Contains(out, "cases.json") {
 		t.Errorf("test after a data edit the fixtures contradict: exit %d\n%s", code, out)
 	}
 
@@ -171,10 +171,13 @@ func TestCheckAndTestCommands(t *testing.T) {
 // TestBenchCommand: bench decides the input repeatedly and reports per
 // decision figures; an input that gives an error is refused up front.
 func TestBenchCommand(t *testing.T) {
-	root := copyRepo(t)
-	args := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
-	in := filepath.Join("..", "..", "docs", "examples", "bootstrap_restart_allowed.json")
-	out, stderr, code := runCLI(t, nil, append([]string{"bench", "--decision", "bootstrap_restart", "--input", in, "--duration", "200ms", "--format", "json"}, args...)...)
+	quota := copyQuota(t)
+	args := []string{"--policies", filepath.Join(quota, "policies"), "--schemas", filepath.Join(quota, "schemas")}
+	in := filepath.Join(t.TempDir(), "in.json")
+	if err := os.WriteFile(in, []byte(`{"tenant": "t", "used": 3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runCLI(t, nil, append([]string{"bench", "--decision", quotaDecision, "--input", in, "--duration", "200ms", "--format", "json"}, args...)...)
 	var res struct {
 		Decisions   int   `json:"decisions"`
 		NsPerOp     int64 `json:"ns_per_op"`
@@ -183,7 +186,7 @@ func TestBenchCommand(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Decisions < 1 || res.NsPerOp <= 0 || res.AllocsPerOp <= 0 {
 		t.Fatalf("bench: exit %d, %s%s", code, out, stderr)
 	}
-	if out, _, code := runCLI(t, []byte(`{"x": 1}`), append([]string{"bench", "--decision", "failure_disposition", "--input", "-"}, args...)...); code != 2 || !strings.Contains(out, "input_schema_invalid") {
+	if out, _, code := runCLI(t, []byte(`{"x": 1}`), append([]string{"bench", "--decision", quotaDecision, "--input", "-"}, args...)...); code != 2 || !strings.Contains(out, "input_schema_invalid") {
 		t.Errorf("bench on an invalid input: exit %d, %s", code, out)
 	}
 }

@@ -220,18 +220,18 @@ func TestCrashKill9(t *testing.T) {
 // TestServeRefusesBrokenPoliciesAtStart: there is no last good copy to fall
 // back to at start, so a broken file is a non-zero exit naming file and line.
 func TestServeRefusesBrokenPoliciesAtStart(t *testing.T) {
-	root := copyRepo(t)
-	policy := filepath.Join(root, "policies", "decisions", "bootstrap_restart", "policy.rego")
+	root := copyQuota(t)
+	policy := filepath.Join(root, "policies", "decisions", quotaDecision, "policy.rego")
 	b, err := os.ReadFile(policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := bytes.Index(b, []byte("allow := count(reasons) == 0"))
+	i := bytes.Index(b, []byte(quotaAllow))
 	if i < 0 {
-		t.Fatal("policy.rego changed: no allow rule")
+		t.Fatal("the quota policy changed: no allow member")
 	}
 	line := bytes.Count(b[:i], []byte("\n")) + 1
-	if err := os.WriteFile(policy, bytes.Replace(b, []byte("allow := count(reasons) == 0"), []byte("allow := count(reasons)) == 0"), 1), 0o644); err != nil {
+	if err := os.WriteFile(policy, bytes.Replace(b, []byte(quotaAllow), []byte(quotaAllowBroken), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -252,15 +252,11 @@ func TestServeRefusesBrokenPoliciesAtStart(t *testing.T) {
 // tests (saved in --state-dir), says why, and takes the configured folders
 // back as soon as they load.
 func TestServeFallsBackToLastGoodAtStart(t *testing.T) {
-	root := copyRepo(t)
+	root := copyQuota(t)
 	state := t.TempDir()
 	args := append(folderArgs(root), "--decision-log", "", "--state-dir", state)
 	client := &http.Client{Timeout: 10 * time.Second}
-	fixtures, err := engine.LoadFixtures(filepath.Join(root, "policy_test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := fixtureInput(t, fixtures, "bootstrap_restart", "interrupted_bootstrap_unprepared_unrecorded__resumed")
+	body := []byte(`{"tenant": "t", "used": 1}`)
 
 	first := startServer(t, args...)
 	good := status(t, client, first.url)["policy_revision"].(string)
@@ -270,8 +266,8 @@ func TestServeFallsBackToLastGoodAtStart(t *testing.T) {
 	<-first.done
 	first.done <- nil
 
-	policy := filepath.Join(root, "policies", "decisions", "bootstrap_restart", "policy.rego")
-	editFile(t, policy, "allow := count(reasons) == 0", "allow := count(reasons)) == 0")
+	policy := filepath.Join(root, "policies", "decisions", quotaDecision, "policy.rego")
+	editFile(t, policy, quotaAllow, quotaAllowBroken)
 
 	second := startServer(t, args...)
 	st := status(t, client, second.url)
@@ -279,19 +275,19 @@ func TestServeFallsBackToLastGoodAtStart(t *testing.T) {
 		t.Fatalf("restarted on revision %v, want the last good %s", st["policy_revision"], good)
 	}
 	lr := st["last_reload"].(map[string]any)
-	if lr["ok"] != false || !strings.Contains(fmt.Sprint(lr["problems"]), "bootstrap_restart/policy.rego line:") {
+	if lr["ok"] != false || !strings.Contains(fmt.Sprint(lr["problems"]), quotaDecision+"/policy.rego line:") {
 		t.Errorf("last_reload = %v, want the start reported as failed, naming policy.rego", lr)
 	}
 	if !strings.Contains(second.stderr.String(), "serving the last good revision") {
 		t.Errorf("the log does not say it serves the last good revision:\n%s", second.stderr.String())
 	}
-	a := post(t, client, second.url+"/v1/decisions/bootstrap_restart", body)
+	a := post(t, client, second.url+"/v1/decisions/"+quotaDecision, body)
 	if a.status != http.StatusOK || !bytes.Contains(a.body, []byte(`"allow":true`)) || !bytes.Contains(a.body, []byte(good)) {
 		t.Errorf("answer on the last good revision: %d %s", a.status, a.body)
 	}
 
 	// Fixing the configured folders activates them.
-	editFile(t, policy, "allow := count(reasons)) == 0", "allow := count(reasons) == 0 # fixed")
+	editFile(t, policy, quotaAllowBroken, `{"allow": 0 == count(reasons),`) // fixed, and another revision
 	waitFor(t, 10*time.Second, "the fixed folders to load", func() bool {
 		st := status(t, client, second.url)
 		return st["last_reload"].(map[string]any)["ok"] == true && st["policy_revision"] != good

@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/server"
 )
 
 // exitCode waits for a stopped server and returns its exit status.
@@ -50,7 +53,7 @@ var closedLine = regexp.MustCompile(`msg="decision log closed" written=(\d+) unw
 // is answered without its record queued).
 func TestStalledDecisionLogIsAccounted(t *testing.T) {
 	const n = 150
-	fx := allowedFixture(t)
+	fx := decidedFixture(t)
 	for _, mode := range []string{"drop", "refuse"} {
 		t.Run(mode, func(t *testing.T) {
 			pr, pw, err := os.Pipe()
@@ -243,7 +246,7 @@ func TestIdleConnectionsCannotExhaustDescriptors(t *testing.T) {
 		idle = append(idle, c)
 	}
 	fresh := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	fx := allowedFixture(t)
+	fx := decidedFixture(t)
 	if a, wrong, err := tryFixture(fresh, srv.url, fx); err != nil || a.status != http.StatusOK || wrong != "" {
 		t.Fatalf("a new caller beside 117 idle connections: %v %d %s", err, a.status, wrong)
 	}
@@ -281,7 +284,8 @@ func TestEveryCommandHelp(t *testing.T) {
 // TestMalformedEnvironmentIsAnError: a value the flag would refuse is
 // refused from the environment too, naming the variable.
 func TestMalformedEnvironmentIsAnError(t *testing.T) {
-	in := filepath.Join("..", "..", "docs", "examples", "bootstrap_restart_allowed.json")
+	fx := decidedFixture(t)
+	in := writeFile(t, t.TempDir(), "input.json", fx.Input)
 	quiet := []string{"--addr", "127.0.0.1:0", "--tests", "", "--decision-log", ""}
 	for _, env := range []string{"ARBITER_MAX_BODY_BYTES=32MiB", "ARBITER_EVAL_TIMEOUT=2", "ARBITER_INSECURE_LISTEN=maybe", "ARBITER_MEMORY_LIMIT=lots"} {
 		name, _, _ := strings.Cut(env, "=")
@@ -295,7 +299,7 @@ func TestMalformedEnvironmentIsAnError(t *testing.T) {
 		{"ARBITER_MAX_BODY_BYTES=32MiB", "eval"},
 		{"ARBITER_MAX_INPUT_VALUES=-", "bench"},
 	} {
-		cmd := exec.Command(binPath, tc.cmd, "--decision", "bootstrap_restart", "--input", in, "--duration", "1ms")
+		cmd := exec.Command(binPath, tc.cmd, "--decision", fx.Decision, "--input", in, "--duration", "1ms")
 		if tc.cmd == "eval" {
 			cmd.Args = cmd.Args[:len(cmd.Args)-2]
 		}
@@ -314,12 +318,10 @@ func TestMalformedEnvironmentIsAnError(t *testing.T) {
 // directory or of its git repository's root, never of another ancestor.
 func TestFolderDefaults(t *testing.T) {
 	root := copyRepo(t)
-	in, err := filepath.Abs(filepath.Join("..", "..", "docs", "examples", "bootstrap_restart_allowed.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx := decidedFixture(t)
+	in := writeFile(t, t.TempDir(), "input.json", fx.Input)
 	evalIn := func(dir string) (string, int) {
-		cmd := exec.Command(binPath, "eval", "--decision", "bootstrap_restart", "--input", in)
+		cmd := exec.Command(binPath, "eval", "--decision", fx.Decision, "--input", in)
 		cmd.Dir = dir
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "ARBITER_") {
@@ -357,13 +359,14 @@ func TestFolderDefaults(t *testing.T) {
 func TestSignalStopsEveryCommand(t *testing.T) {
 	root := copyRepo(t)
 	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
+	decision := decidedFixture(t).Decision
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		for name, args := range map[string]func(fifo string) []string{
 			"eval": func(f string) []string {
-				return append([]string{"eval", "--decision", "bootstrap_restart", "--input", f}, dirs...)
+				return append([]string{"eval", "--decision", decision, "--input", f}, dirs...)
 			},
 			"bench": func(f string) []string {
-				return append([]string{"bench", "--decision", "bootstrap_restart", "--input", f}, dirs...)
+				return append([]string{"bench", "--decision", decision, "--input", f}, dirs...)
 			},
 			"replay": func(f string) []string { return append([]string{"replay", "--log", f}, dirs...) },
 		} {
@@ -413,8 +416,9 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 func TestInputReadAtMostMaxBody(t *testing.T) {
 	root := copyRepo(t)
 	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
+	decision := decidedFixture(t).Decision
 	for _, cmd := range []string{"eval", "bench"} {
-		out, stderr, code := runCLI(t, nil, append([]string{cmd, "--decision", "bootstrap_restart", "--input", "/dev/zero", "--max-body-bytes", "1048576"}, dirs...)...)
+		out, stderr, code := runCLI(t, nil, append([]string{cmd, "--decision", decision, "--input", "/dev/zero", "--max-body-bytes", "1048576"}, dirs...)...)
 		if code != exitInput || !strings.Contains(out, `"body_too_large"`) {
 			t.Errorf("%s --input /dev/zero: exit %d\n%s%s", cmd, code, out, stderr)
 		}
@@ -444,5 +448,13 @@ func TestMemoryLimitByDefault(t *testing.T) {
 			t.Errorf("%s %v: memory limit %v, want %v", tc.env, tc.args, got, tc.want)
 		}
 		srv.stop(t)
+	}
+}
+
+// TestValueCapsAgree: the server counts values against the same default cap
+// as the engine.
+func TestValueCapsAgree(t *testing.T) {
+	if server.DefaultMaxInputValues != input.DefaultMaxValues {
+		t.Errorf("server cap %d, engine cap %d", server.DefaultMaxInputValues, input.DefaultMaxValues)
 	}
 }

@@ -2,37 +2,116 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
-// amplifying is a valid bootstrap_restart input of size bytes whose
-// runnerState holds an unknown member of empty objects: millions of JSON
-// values in 16 MiB, a gigabyte of memory per request when decoded whole.
-func amplifying(t *testing.T, size int) []byte {
+// amplifying returns the decision and a valid input of size bytes that
+// holds, in an object whose schema accepts unknown members, an unknown
+// member of empty objects: millions of JSON values in 16 MiB, a gigabyte of
+// memory per request when decoded whole. Which decision and which object,
+// the fixtures and the schemas say.
+func amplifying(t *testing.T, size int) (string, []byte) {
 	t.Helper()
-	base, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "bootstrap_restart_allowed.json"))
+	fixtures, err := engine.LoadFixtures(filepath.Join("..", "..", "policy_test"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := bytes.Index(base, []byte(`"runnerState"`))
-	at += bytes.IndexByte(base[at:], '{') + 1
-	head := append(append([]byte{}, base[:at]...), `"zzUnknown":[`...)
-	tail := append([]byte(`{}],`), base[at:]...)
-	n := (size - len(head) - len(tail)) / 3
-	body := make([]byte, 0, size)
-	body = append(body, head...)
-	body = append(body, bytes.Repeat([]byte(`{},`), n)...)
-	return append(body, tail...)
+	for _, fx := range fixtures {
+		if fx.Input == nil || fx.WantResult == nil {
+			continue
+		}
+		var schema map[string]any
+		if err := json.Unmarshal(readFile(t, filepath.Join("..", "..", "schemas", fx.Decision, "input.json")), &schema); err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(fx.Input))
+		dec.UseNumber() // numbers keep their text
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		open := openObject(schema, schema, doc)
+		if open == nil {
+			continue
+		}
+		open["zzUnknown"] = "@@PAD@@"
+		out, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, tail, _ := bytes.Cut(out, []byte(`"@@PAD@@"`))
+		n := (size - len(head) - len(tail) - 2) / 3
+		body := make([]byte, 0, size)
+		body = append(body, head...)
+		body = append(body, '[')
+		body = append(body, bytes.Repeat([]byte(`{},`), n)...)
+		body = append(body, `{}]`...)
+		return fx.Decision, append(body, tail...)
+	}
+	t.Fatal("no fixture input has an object whose schema accepts unknown members")
+	return "", nil
+}
+
+// openObject returns an object of doc whose schema (within root, $refs
+// resolved) does not refuse unknown members, depth first, or nil.
+func openObject(root, schema map[string]any, doc map[string]any) map[string]any {
+	for {
+		ref, ok := schema["$ref"].(string)
+		if !ok {
+			break
+		}
+		node := any(root)
+		for _, tok := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+			node = node.(map[string]any)[tok]
+		}
+		schema = node.(map[string]any)
+	}
+	props, _ := schema["properties"].(map[string]any)
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		child, ok := doc[k].(map[string]any)
+		sub, _ := props[k].(map[string]any)
+		if !ok || sub == nil {
+			continue
+		}
+		if o := openObject(root, sub, child); o != nil {
+			return o
+		}
+	}
+	if ap, set := schema["additionalProperties"]; set && ap == false {
+		return nil
+	}
+	if schema["unevaluatedProperties"] == false {
+		return nil
+	}
+	return doc
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // peakRSS is the process's peak resident set (VmHWM), in bytes.
@@ -56,7 +135,8 @@ func peakRSS(t *testing.T, pid int) int64 {
 }
 
 // TestOverloadAcceptance is issue 8's acceptance test: with 6 amplifying
-// and 16 garbage requests of 16 MiB in flight at once, the real server stays
+// (valid states of millions of empty objects under an unknown member) and
+// 16 garbage requests of 16 MiB in flight at once, the real server stays
 // up with a peak RSS under 1.5 GiB and answers every request with 200, 4xx
 // or 503; afterwards it decides as usual. With the defaults it takes about
 // a second and 300 MiB, so it runs in `make test`; with admission control
@@ -65,7 +145,11 @@ func TestOverloadAcceptance(t *testing.T) {
 	const size = 16 << 20
 	args, _ := quickArgs(t)
 	srv := startServer(t, args...)
-	amp := amplifying(t, size-1)
+	decision, amp := amplifying(t, size-1)
+	// The same shape, small: a valid input, decided.
+	if _, small := amplifying(t, 64<<10); post(t, &http.Client{Timeout: 30 * time.Second}, srv.url+"/v1/decisions/"+decision, small).status != http.StatusOK {
+		t.Fatal("the amplifying shape is not a valid input")
+	}
 	rng := rand.New(rand.NewPCG(8, 9))
 	garbage := make([]byte, size)
 	for i := range garbage {
@@ -87,7 +171,7 @@ func TestOverloadAcceptance(t *testing.T) {
 		}
 		wg.Go(func() {
 			<-start
-			resp, err := client.Post(srv.url+"/v1/decisions/bootstrap_restart", "application/json", bytes.NewReader(body))
+			resp, err := client.Post(srv.url+"/v1/decisions/"+decision, "application/json", bytes.NewReader(body))
 			if err != nil {
 				results <- result{kind, 0, err}
 				return
@@ -116,7 +200,7 @@ func TestOverloadAcceptance(t *testing.T) {
 	if peak >= 3<<29 {
 		t.Errorf("peak RSS %d MiB, want under 1536 MiB", peak>>20)
 	}
-	fx := allowedFixture(t)
+	fx := decidedFixture(t)
 	if a := decideFixture(t, &http.Client{Timeout: 30 * time.Second}, srv.url, fx); a.status != http.StatusOK {
 		t.Errorf("after the flood: %d %s", a.status, a.body)
 	}

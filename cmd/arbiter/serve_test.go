@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // binPath is the arbiter binary built once for the tests that boot it.
@@ -149,23 +149,7 @@ func copyRepo(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, dir := range []string{"policies", "schemas", "policy_test"} {
-		src := filepath.Join("..", "..", dir)
-		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(src, p)
-			dst := filepath.Join(root, dir, rel)
-			if d.IsDir() {
-				return os.MkdirAll(dst, 0o755)
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(dst, b, 0o644)
-		})
-		if err != nil {
+		if err := os.CopyFS(filepath.Join(root, dir), os.DirFS(filepath.Join("..", "..", dir))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,24 +204,9 @@ func status(t *testing.T, client *http.Client, url string) map[string]any {
 	return st
 }
 
-func editFile(t *testing.T, path, old, new string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), old) {
-		t.Fatalf("%s does not contain %q", path, old)
-	}
-	// Write then rename, as editors do.
-	tmp := path + ".tmp~"
-	if err := os.WriteFile(tmp, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
+// editFile replaces old by new in a file as an editor does (write, then
+// rename), failing when old is absent.
+var editFile = testfiles.Edit
 
 // TestServeEndToEnd boots the real binary, decides every fixture over TCP on
 // both endpoints, edits policies under load (a data edit goes live, a broken
@@ -246,6 +215,7 @@ func editFile(t *testing.T, path, old, new string) {
 // every answer.
 func TestServeEndToEnd(t *testing.T) {
 	root := copyRepo(t)
+	addQuota(t, root) // the decision this test edits
 	logPath := filepath.Join(t.TempDir(), "decisions.log")
 	srv := startServer(t, append(folderArgs(root), "--decision-log", logPath)...)
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -288,16 +258,21 @@ func TestServeEndToEnd(t *testing.T) {
 	// no load request outlives the test when it fails early.
 	t.Cleanup(func() { stopLoad(); loadWG.Wait() })
 	var loadCount, loadFailures atomic.Int64
-	typical := fixtureInput(t, fixtures, "bootstrap_restart", "interrupted_bootstrap_unprepared_unrecorded__resumed")
+	// The edits below touch only the quota decision: the answer to a
+	// repository fixture must not change while they happen.
+	typical := decidedFixture(t)
 	for i := 0; i < 4; i++ {
 		loadWG.Add(1)
 		go func() {
 			defer loadWG.Done()
 			for ctx.Err() == nil {
-				a := post(t, client, srv.url+"/v1/decisions/bootstrap_restart", typical)
+				a := post(t, client, srv.url+"/v1/decisions/"+typical.Decision, typical.Input)
 				keep(a)
 				loadCount.Add(1)
-				if a.status != http.StatusOK || !bytes.Contains(a.body, []byte(`"allow":true`)) {
+				var env struct {
+					Result json.RawMessage `json:"result"`
+				}
+				if a.status != http.StatusOK || json.Unmarshal(a.body, &env) != nil || !engine.SameJSON(env.Result, typical.WantResult) {
 					loadFailures.Add(1)
 				}
 			}
@@ -305,24 +280,20 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 
 	rev0 := status(t, client, srv.url)["policy_revision"].(string)
-	newCode := []byte(`{"attempt": 1, "failureCode": "native_brand_new_permanent_code"}`)
-	isTerminal := func() bool {
-		a := post(t, client, srv.url+"/v1/decisions/failure_disposition", newCode)
+	used50 := []byte(`{"tenant": "t", "used": 50}`)
+	isAllowed := func() bool {
+		a := post(t, client, srv.url+"/v1/decisions/"+quotaDecision, used50)
 		keep(a)
-		return bytes.Contains(a.body, []byte(`"terminal_failure"`))
+		return bytes.Contains(a.body, []byte(`"allow":true`))
 	}
-	if isTerminal() {
-		t.Fatal("the new code is permanent before the edit")
+	if isAllowed() {
+		t.Fatal("50 is within the quota before the edit")
 	}
-	data := filepath.Join(root, "policies", "decisions", "failure_disposition", "data.json")
-	editFile(t, data, `"permanent_codes": [`, `"permanent_codes": ["native_brand_new_permanent_code", `)
-	// The target is a second (debounce, rebuild and the test gate take about
-	// 0.3s on an idle 2-core machine); the bound here is looser so that a
-	// machine busy with parallel race-enabled test binaries cannot flake it.
-	took := waitFor(t, 5*time.Second, "the data edit to go live", isTerminal)
-	if took > 3*time.Second {
-		t.Errorf("the data edit took %s to go live", took)
-	}
+	data := filepath.Join(root, "policies", "decisions", quotaDecision, "data.json")
+	editFile(t, data, `"limit": 10`, `"limit": 100`)
+	// Debounce, rebuild and the test gate take about 0.3 s on an idle
+	// machine; the generous deadline only ends a test that would hang.
+	took := waitFor(t, 30*time.Second, "the data edit to go live", isAllowed)
 	t.Logf("data edit live after %s", took)
 	rev1 := status(t, client, srv.url)["policy_revision"].(string)
 	if rev1 == rev0 {
@@ -330,8 +301,8 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 
 	// A policy that does not compile is refused; the last good one answers.
-	policy := filepath.Join(root, "policies", "decisions", "bootstrap_restart", "policy.rego")
-	editFile(t, policy, "allow := count(reasons) == 0", "allow := count(reasons) == ")
+	policy := filepath.Join(root, "policies", "decisions", quotaDecision, "policy.rego")
+	editFile(t, policy, quotaAllow, quotaAllowBroken)
 	waitFor(t, 5*time.Second, "the broken policy to be refused", func() bool {
 		lr := status(t, client, srv.url)["last_reload"].(map[string]any)
 		return lr["ok"] == false && strings.Contains(fmt.Sprint(lr["problems"]), "policy.rego")
@@ -339,13 +310,13 @@ func TestServeEndToEnd(t *testing.T) {
 	if got := status(t, client, srv.url)["policy_revision"]; got != rev1 {
 		t.Fatalf("revision after a refused reload = %v, want %s", got, rev1)
 	}
-	editFile(t, policy, "allow := count(reasons) == ", "allow := count(reasons) == 0")
+	editFile(t, policy, quotaAllowBroken, quotaAllow)
 	waitFor(t, 5*time.Second, "the fixed policy to load", func() bool {
 		return status(t, client, srv.url)["last_reload"].(map[string]any)["ok"] == true
 	})
 
 	// A change that a policy test contradicts is refused, naming the test.
-	editFile(t, data, `"max_attempts": 3`, `"max_attempts": 4`)
+	editFile(t, data, `"limit": 100`, `"limit": 9`)
 	waitFor(t, 10*time.Second, "the test-breaking edit to be refused", func() bool {
 		lr := status(t, client, srv.url)["last_reload"].(map[string]any)
 		return lr["ok"] == false && strings.Contains(fmt.Sprint(lr["problems"]), "failed")
@@ -353,7 +324,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if got := status(t, client, srv.url)["policy_revision"]; got != rev1 {
 		t.Fatalf("revision after a refused reload = %v, want %s", got, rev1)
 	}
-	editFile(t, data, `"max_attempts": 4`, `"max_attempts": 3`)
+	editFile(t, data, `"limit": 9`, `"limit": 100`)
 	waitFor(t, 10*time.Second, "the fix to load", func() bool {
 		return status(t, client, srv.url)["last_reload"].(map[string]any)["ok"] == true
 	})
@@ -395,16 +366,6 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 	}
 	t.Logf("%d answers, %d under load, all logged once", len(answered), loadCount.Load())
-}
-
-func fixtureInput(t *testing.T, fixtures []engine.Fixture, decision, name string) []byte {
-	for _, fx := range fixtures {
-		if fx.Decision == decision && fx.Name == name {
-			return fx.Input
-		}
-	}
-	t.Fatalf("no fixture %s/%s", decision, name)
-	return nil
 }
 
 // checkAnswer compares an HTTP answer with what a fixture wants.
@@ -454,12 +415,12 @@ func TestTypeScriptSDKInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startServer(t, append(folderArgs(root), "--decision-log", filepath.Join(t.TempDir(), "d.log"), "--auth-token-file", tokenFile)...)
-	// A second server whose failure_disposition returns a member its result
-	// schema does not allow: every decision is a policy_error (500), for the
-	// SDK's ServerError. Without the gate, which would refuse it.
-	broken := copyRepo(t)
-	editFile(t, filepath.Join(broken, "policies", "decisions", "failure_disposition", "policy.rego"), `"reasons": [row],`, `"reasons": [row], "unexpected": true,`)
-	brokenSrv := startServer(t, append(folderArgs(broken), "--tests", "", "--decision-log", "")...)
+	// A second server on the quota test decision, edited to return a member
+	// its result schema does not allow: every decision is a policy_error
+	// (500), for the SDK's ServerError. Without the gate, which would refuse it.
+	broken := quotaCopy(t, `{"limit": 10}`)
+	editFile(t, filepath.Join(broken, "decisions", "quota_check", "policy.rego"), `"reasons": reasons}`, `"reasons": reasons, "extra": 1}`)
+	brokenSrv := startServer(t, "--policies", broken, "--schemas", quotaSchemas, "--tests", "", "--decision-log", "")
 	cmd := exec.Command(node, "--test", "sdk.test.mjs")
 	cmd.Dir = interop
 	cmd.Env = append(os.Environ(), "ARBITER_URL="+srv.url, "ARBITER_TOKEN=s3cret-interop-token", "ARBITER_BROKEN_URL="+brokenSrv.url)

@@ -150,40 +150,91 @@ func (g *gen) event(rs map[string]any, seq uint64) (map[string]any, uint64) {
 	return map[string]any{"sourceSeq": num(seq), "priority": num(uint64(priority)), "eventType": typ, "envelope": env, "byteSize": num(size)}, size
 }
 
-// sizedBase is the fixture Sized grows: the allowed, never-connected Runner
-// of the issue's reports (also the issue-2 baseline's input).
-const sizedBase = "interrupted_bootstrap_unprepared_unrecorded__resumed"
+type weightedString struct {
+	s string
+	w int
+}
 
-// Sized returns a valid bootstrap_restart input of at most size bytes and
-// within a few KB of it: a never-connected Runner state whose outbox holds
-// as many events as fit (sourceSeq from 1, ackedSourceSeq 0, nextSourceSeq
-// one past the last). Without a local proof it is refused for
-// runner_outbox_not_empty, so every rule still has to be evaluated. The same
-// size gives the same bytes.
-func Sized(fixturesDir string, size int) ([]byte, error) {
+func (g *gen) weighted(ws []weightedString) string {
+	total := 0
+	for _, w := range ws {
+		total += w.w
+	}
+	x := g.rng.IntN(total)
+	for _, w := range ws {
+		if x < w.w {
+			return w.s
+		}
+		x -= w.w
+	}
+	return ws[0].s
+}
+
+func pickInt(g *gen, xs ...int) int { return xs[g.rng.IntN(len(xs))] }
+
+// history writes a Runner's history into its state rs as a Runner numbers
+// it: outbox events from ackedSourceSeq+1 on with nextSourceSeq one past
+// the last, processed commands up to lastControllerCommandSeq, diagnostics.
+// Most states get a few events; a few get a hundred.
+func (g *gen) history(rs map[string]any) {
+	rs["diagnostics"] = g.diagnostics()
+	if last, ok := u64(rs["lastControllerCommandSeq"]); ok && last > 0 && last < 1<<62 && g.chance(0.7) {
+		rs["processedCommands"] = g.commands(last)
+	}
+	acked, ok := u64(rs["ackedSourceSeq"])
+	if !ok || acked > 1<<62 {
+		return
+	}
+	var n int
+	switch x := g.rng.Float64(); {
+	case x < 0.35:
+		return // the outbox as the fixture has it
+	case x < 0.85:
+		n = g.between(1, 6)
+	case x < 0.97:
+		n = g.between(10, 40)
+	default:
+		n = g.between(60, 120)
+	}
+	outbox, total := g.outbox(rs, acked+1, n)
+	rs["outbox"] = outbox
+	rs["nextSourceSeq"] = num(acked + uint64(n) + 1)
+	rs["peakOutboxBytes"] = num(total + uint64(g.rng.IntN(64<<10)))
+}
+
+// Sized returns an input of at most size bytes and within a few KB of it,
+// the first that keep accepts among the fixture inputs (in file order) with
+// a Runner state: that state's outbox holds as many events as fit
+// (sourceSeq from 1, ackedSourceSeq 0, nextSourceSeq one past the last).
+// The same fixtures and size give the same bytes.
+func Sized(fixturesDir string, size int, keep Keep) (string, []byte, error) {
 	seeds, err := loadSeeds(fixturesDir)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	var base *seed
-	for i, s := range seeds[bootstrapRestart] {
-		if strings.HasSuffix(s.name, ":"+sizedBase) {
-			base = &seeds[bootstrapRestart][i]
-			break
+	for _, s := range seeds {
+		doc := s.doc()
+		var states []map[string]any
+		walkRunnerStates(doc, func(rs map[string]any) { states = append(states, rs) })
+		if len(states) != 1 {
+			continue
 		}
-		if base == nil && s.allowed && statePresent(s.doc()) && !localProof(s.doc()) {
-			base = &seeds[bootstrapRestart][i]
+		body, err := grow(newGen(seeds, int64(size)), doc, states[0], size)
+		if err != nil {
+			return "", nil, err
+		}
+		if keep(s.decision, body) {
+			return s.decision, body, nil
 		}
 	}
-	if base == nil {
-		return nil, fmt.Errorf("corpus: no allowed fixture with a Runner state in %s", fixturesDir)
-	}
-	g := newGen(seeds, int64(size))
-	d := base.doc()
-	rs := obj(d, "runnerState")
+	return "", nil, fmt.Errorf("corpus: no fixture input in %s with a Runner state grows into one that keep accepts", fixturesDir)
+}
+
+// grow fills the outbox of rs, a Runner state in doc, up to size bytes.
+func grow(g *gen, doc any, rs map[string]any, size int) ([]byte, error) {
 	rs["outbox"] = []any{}
 	// Leave room for the counters' digits.
-	budget := size - len(encode(d)) - 128
+	budget := size - len(encode(doc)) - 128
 	if budget < 0 {
 		return nil, fmt.Errorf("corpus: %d bytes is less than the base input", size)
 	}
@@ -206,7 +257,7 @@ func Sized(fixturesDir string, size int) ([]byte, error) {
 	rs["ackedSourceSeq"] = num(0)
 	rs["nextSourceSeq"] = num(seq)
 	rs["peakOutboxBytes"] = num(peak)
-	out := encode(d)
+	out := encode(doc)
 	if len(out) > size {
 		return nil, fmt.Errorf("corpus: sized input came out at %d bytes, over %d", len(out), size)
 	}

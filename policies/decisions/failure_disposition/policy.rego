@@ -22,19 +22,21 @@ decision := {
 # Rows 2 and 3 are complements, so some row always matches.
 row := sort(rows)[0][1]
 
-disposition := "retryable_failure" if {
-	row == "retry_within_budget"
-} else := "terminal_failure"
+default disposition := "terminal_failure"
+
+disposition := "retryable_failure" if row == "retry_within_budget"
+
+default code := "native_session_interrupted"
 
 code := input.failureCode if {
 	row == "permanent_failure_code"
 } else := "native_session_retry_exhausted" if {
 	row == "retry_budget_exhausted"
-} else := "native_session_interrupted"
+}
 
-retry_after := data.decisions.failure_disposition.retry_after_seconds if {
-	row == "retry_within_budget"
-} else := null
+default retry_after := null
+
+retry_after := data.decisions.failure_disposition.retry_after_seconds if row == "retry_within_budget"
 
 # METADATA
 # title: Permanent failure code

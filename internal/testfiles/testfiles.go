@@ -1,0 +1,31 @@
+// Package testfiles edits the copies of policy, data and schema files that
+// tests make, as an engineer's editor would.
+package testfiles
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// Edit replaces the first old by new in the file at path, writing a
+// temporary file and renaming it over the original as editors do. It fails
+// the test when old is absent, so that an edit that silently does nothing
+// cannot make a test pass.
+func Edit(t testing.TB, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old) {
+		t.Fatalf("%s does not contain %q", path, old)
+	}
+	tmp := path + ".tmp~"
+	if err := os.WriteFile(tmp, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
