@@ -152,9 +152,9 @@ func (e *Engine) reloadOnce(triggers []string) ReloadStatus {
 	// be checked (compiling): a build still running at the deadline is
 	// abandoned, its result dropped, and the next reload is not held up.
 	ch := make(chan built, 1)
-	load := e.load
+	load, cfg := e.load, e.cfg
 	go func() {
-		snap, err := load(ctx, e.cfg)
+		snap, err := load(ctx, cfg)
 		ch <- built{snap, err}
 	}()
 	var b built
