@@ -49,6 +49,9 @@ type Config struct {
 	ReloadCounts func() (ok, failed uint64)
 	// DroppedLogRecords, when set, is exported as arbiter_decision_log_dropped_total.
 	DroppedLogRecords func() uint64
+	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
+	// bundle status, by bundle name).
+	BundleStatus func() any
 }
 
 type server struct {
