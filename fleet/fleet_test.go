@@ -379,6 +379,16 @@ func (l *load) one(client *http.Client, fx engine.Fixture) {
 	}
 }
 
+// mustNotHaveFailed stops the test at the first failed request.
+func (l *load) mustNotHaveFailed(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failures) > 0 {
+		t.Fatalf("a request through the balancer failed: %s", l.failures[0])
+	}
+}
+
 func (l *load) stop() {
 	l.stopped.Store(true)
 	l.wg.Wait()
@@ -538,7 +548,10 @@ http {
 		t.Helper()
 		begin := time.Now()
 		for _, r := range replicas {
-			waitUntil(t, 60*time.Second, r.name+" on "+rev, func() bool { return r.revision(t) == rev })
+			waitUntil(t, 60*time.Second, r.name+" on "+rev, func() bool {
+				ld.mustNotHaveFailed(t)
+				return r.revision(t) == rev
+			})
 		}
 		return time.Since(begin)
 	}
@@ -565,7 +578,10 @@ http {
 		}
 		pubr.publish(step.name, step.raw)
 		for i, r := range replicas {
-			waitUntil(t, 60*time.Second, r.name+" refusing the bundle "+step.name, func() bool { return r.metric(t, step.counter, step.labels...) > before[i] })
+			waitUntil(t, 60*time.Second, r.name+" refusing the bundle "+step.name, func() bool {
+				ld.mustNotHaveFailed(t)
+				return r.metric(t, step.counter, step.labels...) > before[i]
+			})
 			if rev := r.revision(t); rev != "r2" {
 				t.Fatalf("%s serves %q after a bundle %s", r.name, rev, step.name)
 			}
