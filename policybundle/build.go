@@ -24,8 +24,10 @@ import (
 type BuildOptions struct {
 	Policies, Schemas, Tests string // the folders; Tests "" packs no gate
 	Revision                 string // the manifest revision; "" is the content hash
-	// SigningKey, when set, signs the bundle as `opa sign` does: a PEM
-	// private key (or HMAC secret), or a file holding one.
+	// SigningKey, when set, names the file of the PEM private key (or HMAC
+	// secret) that signs the bundle as `opa sign` does. (OPA also takes the
+	// key text itself, but first stats it as a file name, which fails for
+	// some PEM texts: pass a file.)
 	SigningKey   string
 	SigningAlg   string // default RS256
 	SigningKeyID string // the JWT's kid header; "" leaves it to the verifier's key id

@@ -68,10 +68,13 @@ func (k Keys) VerificationConfig() (*bundle.VerificationConfig, error) {
 	if alg == "" {
 		alg = "RS256"
 	}
-	kc, err := keys.NewKeyConfig(string(pem), alg, k.Scope)
-	if err != nil {
-		return nil, fmt.Errorf("verification key %s: %w", k.File, err)
+	if !keys.IsSupportedAlgorithm(alg) {
+		return nil, fmt.Errorf("verification key algorithm %q is not supported", alg)
 	}
+	// Not keys.NewKeyConfig: it first takes the key text for a file name, and
+	// a PEM whose base64 holds a long run between two slashes fails that
+	// stat with "file name too long".
+	kc := &keys.Config{Key: string(pem), Algorithm: alg, Scope: k.Scope}
 	id := k.ID
 	if id == "" {
 		id = "default"

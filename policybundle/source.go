@@ -52,7 +52,7 @@ type Status struct {
 	bundleplugin.Status
 	URL         string `json:"url"`
 	ETag        string `json:"etag,omitempty"`
-	ContentHash string `json:"content_hash,omitempty"`
+	ContentHash string `json:"content_hash,omitempty"` // of the active revision, as this replica computed it
 	Signed      bool   `json:"signed"`
 }
 
@@ -62,7 +62,7 @@ type Source struct {
 	cfg      SourceConfig
 	vc       *bundle.VerificationConfig
 	log      *slog.Logger
-	activate func(context.Context, *Revision) error
+	activate func(context.Context, *Revision) (*engine.Snapshot, error)
 	dl       interface {
 		Start(context.Context)
 		Stop(context.Context)
@@ -80,7 +80,7 @@ type Counts struct {
 }
 
 // NewSource checks cfg and prepares the downloader; Start begins polling.
-func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) error) (*Source, error) {
+func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*engine.Snapshot, error)) (*Source, error) {
 	if cfg.Name == "" {
 		cfg.Name = DefaultName
 	}
@@ -248,7 +248,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 		s.log.Error("bundle refused: it does not read or verify", "bundle", s.cfg.Name, "etag", u.ETag, "err", err)
 		return err
 	}
-	err = s.activate(ctx, rev)
+	snap, err := s.activate(ctx, rev)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -260,7 +260,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	s.counts.Loaded++
 	s.status.SetError(nil)
 	s.status.SetActivateSuccess(rev.Manifest.Revision)
-	s.status.ContentHash, s.status.Signed = rev.ContentHash(), rev.Signed
+	s.status.ContentHash, s.status.Signed = snap.Hash, rev.Signed
 	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", rev.Manifest.Revision, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
 	return nil
 }

@@ -90,8 +90,8 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 	srv := &bundleServer{}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	eng := engine.NewEmpty(engine.Config{})
-	src, err := NewSource(SourceConfig{URL: hs.URL + "/bundles/arbiter.tar.gz", Keys: verifier(t, "a"), MinDelay: time.Second, MaxDelay: time.Second}, Activator(eng, engine.Config{}))
+	eng := engine.NewEmpty(engine.Config{EvalTimeout: slowEval})
+	src, err := NewSource(SourceConfig{URL: hs.URL + "/bundles/arbiter.tar.gz", Keys: verifier(t, "a"), MinDelay: time.Second, MaxDelay: time.Second}, Activator(eng, engine.Config{EvalTimeout: slowEval}))
 	if err != nil {
 		t.Fatal(err)
 	}

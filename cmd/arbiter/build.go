@@ -22,7 +22,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o policybundle.BuildOptions
 	out := fs.String("output", "bundle.tar.gz", "bundle file to write (- for stdout)")
 	fs.StringVar(&o.Revision, "revision", "", "manifest revision (default: the content hash)")
-	fs.StringVar(&o.SigningKey, "signing-key", "", "sign with this private key (PEM, or a file holding it), as opa sign --signing-key")
+	fs.StringVar(&o.SigningKey, "signing-key", "", "sign with the private key (or HMAC secret) in this PEM file, as opa sign --signing-key")
 	fs.StringVar(&o.SigningAlg, "signing-alg", "RS256", "signing algorithm, as opa sign --signing-alg")
 	fs.StringVar(&o.SigningKeyID, "signing-key-id", "", "kid header of the signature (default: none; replicas use --bundle-verification-key-id)")
 	fs.StringVar(&o.ClaimsFile, "claims-file", "", "extra JWT claims, as opa sign --claims-file")

@@ -30,9 +30,8 @@ func (s *Sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	body := io.Reader(r.Body)
 	wire := &countingReader{r: r.Body}
-	body = wire
+	body := io.Reader(wire)
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(wire)
 		if err != nil {
