@@ -80,11 +80,15 @@ bench-quick:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 	$(GO) run ./bench/e2e -quick
 
-# Fuzz targets (engine/fuzz_test.go, engine/decode_test.go). Crashers are
-# kept in engine/testdata/fuzz/. FUZZTIME=10m for a long run.
+# Fuzz targets: the input boundary (engine/input: the strict decoder, the
+# walk against the shipped schema and against generated schemas, each
+# compared with the JSON Schema library) and the whole decision path
+# (engine/fuzz_test.go). Crashers are kept in testdata/fuzz/<Target>/.
+# FUZZTIME=10m for a long run.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeStrict$$' -fuzztime $(FUZZTIME) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/input/
+	$(GO) test -run '^$$' -fuzz '^FuzzRepositorySchemas$$' -fuzztime $(FUZZTIME) ./engine/input/
+	$(GO) test -run '^$$' -fuzz '^FuzzGeneratedSchemas$$' -fuzztime $(FUZZTIME) ./engine/input/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./engine/
 
 # CI: a short run of each target (FuzzDecide needs ~8 s for its baseline).

@@ -55,12 +55,8 @@ func (s *Snapshot) checkFixtureSchema(fx Fixture) string {
 		return fmt.Sprintf("no decision named %q (fixtures/<decision>/ must name one)", fx.Decision)
 	}
 	var got Code
-	doc, _, err := decodeInput(fx.RequestBody(), false)
-	switch {
-	case err != nil:
+	if _, err := s.parseInput(context.Background(), def, fx.RequestBody(), false); err != nil {
 		got = AsError(err).Code
-	case def.inputSchema.Validate(doc) != nil:
-		got = CodeInputSchemaInvalid
 	}
 	var want Code
 	if fx.WantError != nil {

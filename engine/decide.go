@@ -13,7 +13,15 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
+
+// keepTerm makes the prepared query hand back the result as OPA built it,
+// instead of converting it to Go maps that would then be walked twice more
+// (validation, encoding).
+var keepTerm = rego.EvalGenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil })
 
 // Options change what Decide returns, never what it decides.
 type Options struct {
@@ -57,11 +65,11 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if !ok {
 		return nil, &Error{Code: CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
 	}
-	input, raw, err := def.parseInput(body, opts.Wrapped)
+	in, err := s.parseInput(ctx, def, body, opts.Wrapped)
 	if err != nil {
 		return nil, err
 	}
-	result, err := s.eval(ctx, def, input)
+	result, err := s.eval(ctx, def, in.Value)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +77,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if err != nil {
 		return nil, err
 	}
-	d := &Decision{ID: NewDecisionID(), Name: name, Revision: s.Revision, Result: out, Input: raw}
+	d := &Decision{ID: NewDecisionID(), Name: name, Revision: s.Revision, Result: out, Input: in.Raw}
 	d.Reasons, d.Outcome = summarize(result, def.outcomeKey)
 	if opts.Explain {
 		d.Explanation = explain(def.rules, d.Reasons)
@@ -78,75 +86,39 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 }
 
 // parseInput turns a request body into the policy's input: strictly
-// decoded, validated against the input schema, as an ast.Value. The fast
-// path does all of it in one pass; the general path (decode to Go values,
-// validate, convert) runs when the schema is beyond the fast validator, and
-// to report the violations of an input the fast path rejected.
-func (def *decisionDef) parseInput(body []byte, wrapped bool) (ast.Value, json.RawMessage, error) {
-	if def.fastInput != nil {
-		v, raw, valid, err := parseValidate(body, def.fastInput, wrapped)
-		if err != nil {
-			return nil, nil, &Error{Code: CodeMalformedJSON, Message: err.Error()}
+// scanned, validated against the input schema (the library's compiled
+// schema is the one authority) and built as an ast.Value, in one pass
+// (package input). Every failure is an *Error.
+func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte, wrapped bool) (input.Input, error) {
+	in, err := input.Parse(ctx, body, def.input, input.Options{Wrapped: wrapped, Projection: def.projection, MaxValues: s.maxValues})
+	if err == nil {
+		return in, nil
+	}
+	var (
+		syn   *input.SyntaxError
+		inv   *input.InvalidError
+		limit *input.LimitError
+		dis   *input.DisagreementError
+	)
+	switch {
+	case errors.As(err, &syn):
+		return in, &Error{Code: CodeMalformedJSON, Message: syn.Error()}
+	case errors.As(err, &inv):
+		msg := inv.Message
+		if msg == "input does not match the schema" {
+			msg += " of decision " + def.name
 		}
-		if valid {
-			return v, raw, nil
-		}
-		if viol := reportViolations(body, def.fastInput, wrapped); len(viol) > 0 {
-			return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + def.name, Violations: viol}
-		}
-		// No violation found the second time: only an input that is not an
-		// object (or a wrapper without one) gets here; the general path
-		// words that error.
+		return in, &Error{Code: CodeInputSchemaInvalid, Message: msg, Violations: inv.Violations}
+	case errors.As(err, &limit):
+		return in, &Error{Code: CodeBodyTooLarge, Message: limit.Error(), Err: err}
+	case errors.As(err, &dis):
+		// A bug, and never a reason to decide.
+		return in, &Error{Code: CodePolicyError, Message: "input validation failed", Err: err}
+	case ctx.Err() != nil:
+		return in, &Error{Code: CodePolicyTimeout, Message: "the request's deadline passed while reading the input", Err: err}
+	default:
+		return in, &Error{Code: CodePolicyError, Message: "reading the input failed", Err: err}
 	}
-	doc, raw, err := decodeInput(body, wrapped)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := def.inputSchema.Validate(doc); err != nil {
-		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "input does not match the schema of decision " + def.name, Violations: capViolations(violations(err))}
-	}
-	if def.fastInput != nil {
-		// The validators disagree: a bug, and never a reason to decide.
-		return nil, nil, &Error{Code: CodePolicyError, Message: "input validators disagree on this input", Err: fmt.Errorf("fast validator rejected an input the schema accepts")}
-	}
-	input, err := ast.InterfaceToValue(doc)
-	if err != nil {
-		return nil, nil, &Error{Code: CodePolicyError, Message: "converting the input failed", Err: err}
-	}
-	return input, raw, nil
-}
-
-func decodeInput(body []byte, wrapped bool) (any, json.RawMessage, error) {
-	if !wrapped {
-		doc, err := decodeStrict(body)
-		if err != nil {
-			return nil, nil, &Error{Code: CodeMalformedJSON, Message: err.Error()}
-		}
-		if _, ok := doc.(map[string]any); !ok {
-			return nil, nil, notAnObject()
-		}
-		return doc, body, nil
-	}
-	doc, spans, err := decodeSpans(body)
-	if err != nil {
-		return nil, nil, &Error{Code: CodeMalformedJSON, Message: err.Error()}
-	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
-	}
-	in, ok := obj["input"]
-	if !ok {
-		return nil, nil, &Error{Code: CodeInputSchemaInvalid, Message: "the request body has no input member", Violations: []Violation{{Path: "", Message: "missing input"}}}
-	}
-	if _, ok := in.(map[string]any); !ok {
-		return nil, nil, notAnObject()
-	}
-	return in, spans["input"], nil
-}
-
-func notAnObject() error {
-	return &Error{Code: CodeInputSchemaInvalid, Message: "the input must be a JSON object", Violations: []Violation{{Path: "", Message: "expected an object"}}}
 }
 
 func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) (ast.Value, error) {
@@ -181,29 +153,20 @@ func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) 
 	return t.Value, nil
 }
 
-// checkResult validates a result against the result schema and encodes it.
-// A result that breaks its schema is a policy_error: the caller refuses.
+// checkResult validates a result against the result schema, with the
+// library, and encodes it. A result that breaks its schema is a
+// policy_error: the caller refuses.
 func (def *decisionDef) checkResult(result ast.Value) (json.RawMessage, error) {
-	if def.treeResult != nil && validValue(def.treeResult, result) {
-		if out, ok := appendJSON(nil, result); ok {
-			return out, nil
-		}
-	}
-	// The general path: also the one that words the violations.
 	doc, err := ast.JSON(result)
 	if err != nil {
 		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a value that is not JSON", Err: err}
 	}
 	if err := def.result.Validate(doc); err != nil {
-		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a result that does not match the result schema of decision " + def.name, Violations: capViolations(violations(err)), Err: err}
+		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a result that does not match the result schema of decision " + def.name, Violations: input.Violations(err), Err: err}
 	}
-	if def.treeResult != nil {
-		// The validators disagree: a bug, and never a reason to answer.
-		return nil, &Error{Code: CodePolicyError, Message: "result validators disagree on this result", Err: fmt.Errorf("tree validator rejected a result the schema accepts: %v", result)}
-	}
-	out, err := json.Marshal(doc)
+	out, err := jsonenc.AppendValue(nil, result)
 	if err != nil {
-		return nil, &Error{Code: CodePolicyError, Message: "encoding the result failed", Err: err}
+		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a value that is not JSON", Err: err}
 	}
 	return out, nil
 }
@@ -266,13 +229,4 @@ func NewDecisionID() string {
 	out[23] = '-'
 	hex.Encode(out[24:], b[10:])
 	return string(out[:])
-}
-
-// capViolations keeps the first MaxViolations and counts the rest.
-func capViolations(v []Violation) []Violation {
-	if len(v) <= MaxViolations {
-		return v
-	}
-	n := len(v) - MaxViolations
-	return append(v[:MaxViolations:MaxViolations], Violation{Path: "", Message: fmt.Sprintf("%d more violations not listed", n)})
 }

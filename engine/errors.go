@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
 )
 
 // Code is a stable, client-visible error code. Codes are API: never rename one.
@@ -23,10 +25,11 @@ const (
 
 // Violation is one failing location of an input, as a JSON pointer relative
 // to the input document ("" is the document itself).
-type Violation struct {
-	Path    string `json:"path"`
-	Message string `json:"message"`
-}
+type Violation = input.Violation
+
+// MaxViolations bounds the violations reported for one input (then one
+// last entry counts the rest).
+const MaxViolations = input.MaxViolations
 
 // Error is the one error type of Arbiter. Message and Violations are safe to
 // show to clients; Err carries internal detail that is only logged.

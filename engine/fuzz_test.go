@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
 )
 
 // Fuzz targets over the decision path. Run them with, for example,
@@ -247,52 +249,6 @@ func arrayIndex(tok string) (int, bool) {
 	return n, true
 }
 
-// FuzzValidate: schema validation of any JSON document against the
-// bootstrap_restart input schema never panics, agrees with a reference
-// validator compiled independently, and reports violations as sorted,
-// distinct JSON pointers that resolve in the document (or, for a missing
-// key, in its parent).
-func FuzzValidate(f *testing.F) {
-	for _, s := range fixtureSeeds(f) {
-		f.Add(s.body)
-	}
-	for _, s := range []string{`{}`, `[]`, `null`, `{"runnerState":{"outbox":[{}],"processedCommands":{"a/b~c":{}}}}`, `{"run":{"a/b":1,"~":2}}`} {
-		f.Add([]byte(s))
-	}
-	snap := repoSnapshot(f)
-	def := snap.decisions["bootstrap_restart"]
-	if def == nil {
-		f.Fatal("the repository has no bootstrap_restart decision")
-	}
-	ref := referenceSchema(f, "bootstrap_restart", "input")
-	f.Fuzz(func(t *testing.T, data []byte) {
-		doc, err := decodeStrict(data)
-		if err != nil {
-			return
-		}
-		verr := def.inputSchema.Validate(doc)
-		vs := []Violation(nil)
-		if verr != nil {
-			vs = violations(verr)
-			if len(vs) == 0 {
-				t.Fatalf("invalid document without violations: %v", verr)
-			}
-		}
-		refDoc, ok := referenceInput(data, false)
-		if !ok {
-			t.Fatalf("encoding/json cannot read a document the strict decoder accepts: %q", data)
-		}
-		if refErr := ref.Validate(refDoc); (refErr == nil) != (verr == nil) {
-			t.Fatalf("validity differs from the reference validator: engine %v, reference %v", verr, refErr)
-		}
-		checkPointers(t, doc, vs)
-		// The same document again gives the same violations.
-		if again := def.inputSchema.Validate(doc); again != nil && !reflect.DeepEqual(violations(again), vs) {
-			t.Fatalf("violations differ between two validations:\n%+v\n%+v", vs, violations(again))
-		}
-	})
-}
-
 // contractCodes are the codes Decide may return.
 var contractCodes = map[Code]bool{
 	CodeMalformedJSON: true, CodeInputSchemaInvalid: true, CodeUnknownDecision: true,
@@ -381,7 +337,7 @@ func checkDecided(t *testing.T, name string, body []byte, wrapped bool, d *Decis
 			}
 			checkPointers(t, doc, e.Violations)
 		case CodeMalformedJSON:
-			if _, err := decodeStrict(body); err == nil && !wrapped {
+			if _, err := input.Decode(body); err == nil && !wrapped {
 				t.Fatalf("malformed_json for a body the strict decoder accepts: %v", e)
 			}
 		}

@@ -20,6 +20,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
 )
 
 // Config names the folders a Snapshot is built from. It is a plain struct:
@@ -32,6 +34,9 @@ type Config struct {
 	Tests string
 	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
 	EvalTimeout time.Duration
+	// MaxInputValues caps the JSON values of one input (body_too_large
+	// beyond it); zero means input.DefaultMaxValues.
+	MaxInputValues int
 }
 
 // DefaultEvalTimeout bounds one policy evaluation when Config leaves it zero.
@@ -80,6 +85,7 @@ type Snapshot struct {
 	decisions map[string]*decisionDef
 	names     []string
 	timeout   time.Duration
+	maxValues int
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
@@ -92,14 +98,16 @@ type decisionDef struct {
 	title       string
 	description string
 	inputSchema *jsonschema.Schema
-	fastInput   *fastSchema // nil: the input schema needs the general validator
-	result      *jsonschema.Schema
-	treeResult  *fastSchema // nil: the result schema needs the general validator
-	inputDoc    any         // the input schema as loaded, for GET /v1/decisions
-	resultDoc   any
-	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
-	query       rego.PreparedEvalQuery
-	rules       []RuleInfo
+	input       *input.Schema // the input schema, prepared for the one-pass walk
+	// projection names the parts of an input the evaluation can read; nil
+	// builds all of it.
+	projection *input.Projection
+	result     *jsonschema.Schema
+	inputDoc   any // the input schema as loaded, for GET /v1/decisions
+	resultDoc  any
+	outcomeKey string // result member that labels metrics, see OutcomeKeyword
+	query      rego.PreparedEvalQuery
+	rules      []RuleInfo
 }
 
 // RuleInfo describes one reason rule of a decision, taken from its METADATA.
@@ -246,6 +254,7 @@ func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*built, error
 		LoadedAt:  time.Now().UTC(),
 		decisions: map[string]*decisionDef{},
 		timeout:   timeout,
+		maxValues: cfg.MaxInputValues,
 		policySrc: policyFiles,
 		schemaSrc: schemaFiles,
 	}
@@ -337,7 +346,7 @@ func parsePolicies(files []sourceFile) (map[string]*ast.Module, map[string]any, 
 		case ".yaml", ".yml":
 			probs = append(probs, Problem{File: f.path, Message: "data files must be JSON (.json)"})
 		default:
-			doc, err := decodeStrict(f.data)
+			doc, err := input.Decode(f.data)
 			if err != nil {
 				probs = append(probs, Problem{File: f.path, Message: err.Error()})
 				continue
@@ -408,7 +417,7 @@ func parseSchemas(files []sourceFile) (*ast.SchemaSet, map[string]schemaDoc, []P
 	ss := ast.NewSchemaSet()
 	docs := map[string]schemaDoc{}
 	for _, f := range files {
-		doc, err := decodeStrict(f.data)
+		doc, err := input.Decode(f.data)
 		if err != nil {
 			probs = append(probs, Problem{File: f.path, Message: err.Error()})
 			continue
@@ -473,10 +482,7 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			probs = append(probs, Problem{File: in.path, Message: err.Error()})
 			continue
 		}
-		// The fast validator covers the keywords input schemas use; any
-		// other schema is validated by the general validator alone.
-		def.fastInput, _ = compileFast(in.doc)
-		def.treeResult, _ = compileTree(out.doc)
+		def.input = input.NewSchema(def.inputSchema)
 		if def.result, err = compileSchema(out.path, out.doc); err != nil {
 			probs = append(probs, Problem{File: out.path, Message: err.Error()})
 			continue

@@ -16,6 +16,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/open-policy-agent/opa/v1/tester"
 )
 
@@ -290,7 +292,7 @@ func parseFixtures(files []sourceFile) ([]Fixture, []Problem) {
 			continue
 		}
 		decision := parts[1]
-		if _, err := decodeStrict(f.data); err != nil {
+		if _, err := input.Decode(f.data); err != nil {
 			probs = append(probs, Problem{File: f.path, Message: err.Error()})
 			continue
 		}

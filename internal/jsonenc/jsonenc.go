@@ -3,7 +3,14 @@
 // decision log's line.
 package jsonenc
 
-import "unicode/utf8"
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
 
 const hexDigits = "0123456789abcdef"
 
@@ -55,4 +62,82 @@ func AppendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// AppendValue appends an OPA value as JSON: objects with their keys in
+// sorted order (OPA iterates them sorted, so nothing is sorted here), sets
+// as arrays in their sorted order, as OPA's Data API writes them. A value
+// that has no JSON form (a non-string object key, a number OPA holds in a
+// form JSON lacks) is an error.
+func AppendValue(b []byte, v ast.Value) ([]byte, error) {
+	switch x := v.(type) {
+	case ast.Null:
+		return append(b, "null"...), nil
+	case ast.Boolean:
+		return strconv.AppendBool(b, bool(x)), nil
+	case ast.Number:
+		if !json.Valid([]byte(x)) {
+			return b, fmt.Errorf("number %q has no JSON form", string(x))
+		}
+		return append(b, x...), nil
+	case ast.String:
+		return AppendString(b, string(x)), nil
+	case *ast.Array:
+		b = append(b, '[')
+		var err error
+		for i := 0; i < x.Len(); i++ {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = AppendValue(b, x.Elem(i).Value); err != nil {
+				return b, err
+			}
+		}
+		return append(b, ']'), nil
+	case ast.Set:
+		b = append(b, '[')
+		var err error
+		first := true
+		x.Foreach(func(t *ast.Term) {
+			if err != nil {
+				return
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b, err = AppendValue(b, t.Value)
+		})
+		if err != nil {
+			return b, err
+		}
+		return append(b, ']'), nil
+	case ast.Object:
+		b = append(b, '{')
+		var err error
+		first := true
+		x.Foreach(func(k, val *ast.Term) {
+			if err != nil {
+				return
+			}
+			s, ok := k.Value.(ast.String)
+			if !ok {
+				err = fmt.Errorf("object key %v is not a string", k)
+				return
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = AppendString(b, string(s))
+			b = append(b, ':')
+			b, err = AppendValue(b, val.Value)
+		})
+		if err != nil {
+			return b, err
+		}
+		return append(b, '}'), nil
+	default:
+		return b, fmt.Errorf("%T has no JSON form", v)
+	}
 }

@@ -91,15 +91,21 @@ in_warm_transition if input.runnerState.schema == "paperclip.runner.durable.stat
 
 in_warm_transition if input.runnerState.warmTransition != null
 
-# For integers, ackedSourceSeq > nextSourceSeq - 1 is ackedSourceSeq >= nextSourceSeq,
-# which needs no arithmetic.
-inconsistent if input.runnerState.ackedSourceSeq >= input.runnerState.nextSourceSeq
+# Two counters are compared through their difference. OPA subtracts integers
+# exactly, whatever their JSON form (big.Int beyond the int32 window), but it
+# compares two long literals that both carry a decimal point as float64: stock
+# OPA, given 1000000000000000000.0e0 and 1000000000000000001.0e0 as they arrive,
+# calls them equal. Arbiter hands every number to the policy in canonical form;
+# this keeps the same files exact under stock OPA too (the number_forms
+# fixtures check both). For integers, ackedSourceSeq > nextSourceSeq - 1 is
+# ackedSourceSeq >= nextSourceSeq.
+inconsistent if input.runnerState.ackedSourceSeq - input.runnerState.nextSourceSeq >= 0
 
-inconsistent if input.runnerState.compactedThroughControllerSeq > input.runnerState.lastControllerCommandSeq
+inconsistent if input.runnerState.compactedThroughControllerSeq - input.runnerState.lastControllerCommandSeq > 0
 
-# The one subtraction: nextSourceSeq >= 1 (schema), so nextSourceSeq - 1 stays
-# within u64, and OPA subtracts integers exactly (big.Int beyond the int32
-# window). The boundary fixtures check it at 18446744073709551615.
+# nextSourceSeq >= 1 (schema), so nextSourceSeq - 1 stays within u64; the
+# comparison has a canonical integer on one side, which OPA compares exactly.
+# The boundary fixtures check it at 18446744073709551615.
 inconsistent if {
 	count(input.runnerState.outbox) == 0
 	input.runnerState.ackedSourceSeq != input.runnerState.nextSourceSeq - 1

@@ -1,0 +1,225 @@
+// Package input is Arbiter's input boundary: it turns a request body, which
+// the agent in the sandbox controls byte for byte, into the value a policy
+// reads, or says why it cannot.
+//
+// One pass over the body does it all: the strict scan (scan.go), validation
+// against the decision's input schema as the JSON Schema library compiled it
+// (schema.go, walk.go; the library itself validates whatever the pass does
+// not implement), exact numbers in one canonical text (number.go), and
+// building OPA values only for the parts the policy can read (projection.go).
+// A rejected input is read a second time to list its violations
+// (report.go). Every limit (size of numbers, depth, number of values, the
+// caller's deadline) is enforced while reading, so the worst body under the
+// size limit costs time and memory in proportion to its size.
+package input
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// DefaultMaxValues caps the JSON values of one input when Options leaves it
+// zero: a 16 MiB Runner state of realistic shape has well under a million.
+const DefaultMaxValues = 2_000_000
+
+// Options say how to read one body.
+type Options struct {
+	// Wrapped means the body is an OPA Data API request, {"input": ...};
+	// violations stay relative to the input document.
+	Wrapped bool
+	// Projection names the parts of the input to build (see Projection);
+	// nil builds all of it. It must have gone through Normalize.
+	Projection *Projection
+	// MaxValues caps the number of JSON values in the body; zero means
+	// DefaultMaxValues.
+	MaxValues int
+}
+
+// Input is an accepted input.
+type Input struct {
+	// Value is what the policy reads as input.
+	Value ast.Value
+	// Raw is the input document exactly as received (for a Data API body,
+	// the text of its input member).
+	Raw []byte
+}
+
+// InvalidError is an input that is valid JSON but not acceptable: it breaks
+// the schema, is not an object, or a Data API body lacks its input.
+type InvalidError struct {
+	Message    string
+	Violations []Violation
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("%s (%d violations)", e.Message, len(e.Violations))
+}
+
+// DisagreementError means the two passes over one body disagreed on its
+// validity: a bug, and never a reason to decide.
+type DisagreementError struct{}
+
+func (*DisagreementError) Error() string {
+	return "the validating pass rejected an input in which the reporting pass found no violation"
+}
+
+func notObject() error {
+	return &InvalidError{Message: "the input must be a JSON object", Violations: []Violation{{Path: "", Message: "expected an object"}}}
+}
+
+func noInput() error {
+	return &InvalidError{Message: "the request body has no input member", Violations: []Violation{{Path: "", Message: "missing input"}}}
+}
+
+// Parse reads body as the input of a decision with schema s. Errors are
+// *SyntaxError (malformed JSON), *InvalidError, *LimitError, the context's
+// error when its deadline passed while reading, or *DisagreementError.
+func Parse(ctx context.Context, body []byte, s *Schema, opts Options) (Input, error) {
+	proj := opts.Projection
+	if proj == nil {
+		proj = whole
+	}
+	maxValues := opts.MaxValues
+	if maxValues <= 0 {
+		maxValues = DefaultMaxValues
+	}
+	if s.root == nil {
+		return parseWithLibrary(ctx, body, s, opts.Wrapped, proj, maxValues)
+	}
+	first, err := walk(ctx, body, s.root.set, proj, opts.Wrapped, maxValues, false)
+	if err != nil {
+		return Input{}, err
+	}
+	if first.valid {
+		return Input{Value: first.value.Value, Raw: first.raw}, nil
+	}
+	rep, err := walk(ctx, body, s.root.set, nil, opts.Wrapped, maxValues, true)
+	if err != nil {
+		return Input{}, err
+	}
+	if len(rep.violations) == 0 {
+		return Input{}, &DisagreementError{}
+	}
+	return Input{}, &InvalidError{Message: "input does not match the schema", Violations: rep.violations}
+}
+
+// pass is the outcome of one walk over a body.
+type pass struct {
+	value      *ast.Term // the built input, when valid and built
+	raw        []byte    // the input's text
+	valid      bool
+	violations []Violation // in the report pass
+}
+
+// walk runs one pass: the first (report false) builds the projected input
+// and says whether it is valid; the report pass lists the violations.
+func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapped bool, maxValues int, report bool) (pass, error) {
+	w := getWalker()
+	defer putWalker(w)
+	w.scanner, w.ctx, w.maxValues, w.valid, w.report = scanner{data: body}, ctx, maxValues, true, report
+	if err := w.start(); err != nil {
+		return pass{}, err
+	}
+	var t *ast.Term
+	raw := body
+	isObj := body[w.pos] == '{'
+	if wrapped && isObj {
+		w.wrapped, w.inSet, w.inProj = true, set, proj
+		set, proj = nil, nil
+	}
+	t, err := w.value(set, proj, 0)
+	if err != nil {
+		return pass{}, err
+	}
+	if err := w.end(); err != nil {
+		return pass{}, err
+	}
+	if wrapped {
+		if !isObj {
+			return pass{}, &InvalidError{Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
+		}
+		if !w.sawInput {
+			return pass{}, noInput()
+		}
+		t, raw, isObj = w.input, w.inputRaw, w.inputObj
+	}
+	if !isObj {
+		return pass{}, notObject()
+	}
+	if report {
+		return pass{raw: raw, violations: w.rep.list()}, nil
+	}
+	return pass{value: t, raw: raw, valid: w.valid && t != nil}, nil
+}
+
+// parseWithLibrary is the path of a schema the walk does not implement:
+// the library validates the decoded document, then the walk (with no
+// schema) builds the value.
+func parseWithLibrary(ctx context.Context, body []byte, s *Schema, wrapped bool, proj *Projection, maxValues int) (Input, error) {
+	doc, err := decode(body, maxValues)
+	if err != nil {
+		return Input{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Input{}, err
+	}
+	if wrapped {
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			return Input{}, &InvalidError{Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
+		}
+		if doc, ok = obj["input"]; !ok {
+			return Input{}, noInput()
+		}
+	}
+	if _, ok := doc.(map[string]any); !ok {
+		return Input{}, notObject()
+	}
+	if err := s.lib.Validate(doc); err != nil {
+		return Input{}, &InvalidError{Message: "input does not match the schema", Violations: Violations(err)}
+	}
+	p, err := walk(ctx, body, nil, proj, wrapped, maxValues, false)
+	if err != nil {
+		return Input{}, err
+	}
+	return Input{Value: p.value.Value, Raw: p.raw}, nil
+}
+
+// Walkers are reused: each carries a term cache and scratch buffers that
+// would otherwise be allocated and cleared per request. A bounded free list
+// rather than a sync.Pool, which the collector empties every cycle.
+var walkers = make(chan *walker, 64)
+
+func getWalker() *walker {
+	select {
+	case w := <-walkers:
+		return w
+	default:
+		return new(walker)
+	}
+}
+
+// putWalker clears everything that refers to a request (its body, its
+// values) and keeps the scratch space. The term cache holds immutable terms
+// of earlier requests: sharing them is safe, and they are at most
+// termCacheSize short strings.
+func putWalker(w *walker) {
+	*w = walker{
+		keys: w.keys[:0], arena: w.arena[:0], numBuf: w.numBuf[:0], canonBuf: w.canonBuf[:0], strBuf: w.strBuf[:0],
+		terms: w.terms, rep: reporter{path: w.rep.path[:0]}, sets: w.sets,
+	}
+	if cap(w.strBuf) > 1<<16 {
+		w.strBuf = nil // one huge escaped string must not stay pinned
+	}
+	clear(w.keys[:cap(w.keys)])
+	clear(w.arena[:cap(w.arena)])
+	for _, m := range w.sets {
+		clear(m)
+	}
+	select {
+	case walkers <- w:
+	default:
+	}
+}

@@ -1,0 +1,421 @@
+package input
+
+import (
+	"fmt"
+	"math/big"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Schema is a decision's input schema as the library compiled it, prepared
+// for the single-pass walk. The library is the one authority on validity:
+// the walk reads the library's compiled keywords (never the raw schema
+// document), applies in the stream only the keywords whose meaning is a
+// local check of one value (types, const and enum of scalars, bounds,
+// lengths, patterns, properties, required, items, ...), and hands every
+// value under any other keyword to the library itself (Schema.Validate on
+// that value). A schema that uses a keyword whose meaning depends on the
+// path of evaluation ($dynamicRef, $recursiveRef), or a field this code
+// does not know, is validated by the library alone, over the whole input.
+type Schema struct {
+	lib  *jsonschema.Schema
+	root *node
+	// why is set when the walk cannot validate this schema: the library
+	// validates every input, and says why in Streaming.
+	why string
+}
+
+// node is one compiled library schema with what the walk needs at hand.
+type node struct {
+	s *jsonschema.Schema
+
+	// set is what applies to a value under this schema: this node when it
+	// has stream keywords of its own, and the nodes its $ref and allOf
+	// reach in place, flattened and without repeats.
+	set []*node
+
+	never     bool  // the false schema
+	delegated bool  // the library validates values under this node
+	own       bool  // has stream keywords of its own
+	extra     *node // an enum beside a const, checked as a node of its own
+
+	types     typeMask // 0: any
+	enum      []scalar // const and enum of scalars; nil: any
+	enumConst bool     // enum came from const (for the message)
+
+	props    map[string]*node
+	patterns []patternNode
+	addl     *node // additionalProperties as a schema
+	addlNo   bool  // additionalProperties: false
+
+	itemsAll   *node   // every element (items / items2020)
+	prefix     []*node // tuple items / prefixItems
+	additional *node   // additionalItems as a schema (draft < 2020)
+	addItemsNo bool    // additionalItems: false
+
+	bounds []bound
+}
+
+type patternNode struct {
+	re jsonschema.Regexp
+	n  *node
+}
+
+// bound is one of minimum, maximum, exclusiveMinimum, exclusiveMaximum and
+// multipleOf, with a 64-bit fast path when it is a small integer.
+type bound struct {
+	kind  boundKind
+	r     *big.Rat
+	u     uint64
+	isU64 bool
+}
+
+type boundKind uint8
+
+const (
+	bMin boundKind = iota
+	bMax
+	bExclMin
+	bExclMax
+	bMultiple
+)
+
+type typeMask uint8
+
+const (
+	tNull typeMask = 1 << iota
+	tBool
+	tInteger
+	tNumber
+	tString
+	tArray
+	tObject
+)
+
+var typeBits = map[string]typeMask{"null": tNull, "boolean": tBool, "integer": tInteger, "number": tNumber, "string": tString, "array": tArray, "object": tObject}
+
+// scalar is a const or enum member that is not an object or an array.
+type scalar struct {
+	kind typeMask // tNull, tBool, tNumber or tString
+	s    string   // a string, or a number's canonical text
+	b    bool
+}
+
+// field classes: what the walk does with each exported field of the
+// library's Schema. A field missing from this table (a newer library) makes
+// every schema fall back to the library: nothing is ignored silently.
+type fieldClass uint8
+
+const (
+	fStream   fieldClass = iota + 1 // applied in the stream
+	fDelegate                       // values under it are validated by the library
+	fWhole                          // the library validates the whole input
+	fIgnore                         // annotations and bookkeeping, no effect on validity
+)
+
+var fieldClasses = map[string]fieldClass{
+	"DraftVersion": fIgnore, "Location": fIgnore, "ID": fIgnore, "Anchor": fIgnore,
+	"DynamicAnchor": fIgnore, "RecursiveAnchor": fIgnore,
+	"Title": fIgnore, "Description": fIgnore, "Default": fIgnore, "Comment": fIgnore,
+	"ReadOnly": fIgnore, "WriteOnly": fIgnore, "Examples": fIgnore, "Deprecated": fIgnore,
+
+	"Bool": fStream, "Ref": fStream, "AllOf": fStream, "Types": fStream, "Enum": fStream, "Const": fStream,
+	"Properties": fStream, "PatternProperties": fStream, "AdditionalProperties": fStream, "Required": fStream,
+	"MinProperties": fStream, "MaxProperties": fStream,
+	"Items": fStream, "AdditionalItems": fStream, "PrefixItems": fStream, "Items2020": fStream,
+	"MinItems": fStream, "MaxItems": fStream, "MinLength": fStream, "MaxLength": fStream, "Pattern": fStream,
+	"Maximum": fStream, "Minimum": fStream, "ExclusiveMaximum": fStream, "ExclusiveMinimum": fStream,
+	"MultipleOf": fStream,
+
+	"Not": fDelegate, "AnyOf": fDelegate, "OneOf": fDelegate, "If": fDelegate, "Then": fDelegate, "Else": fDelegate,
+	"Format": fDelegate, "PropertyNames": fDelegate, "Dependencies": fDelegate, "DependentRequired": fDelegate,
+	"DependentSchemas": fDelegate, "UnevaluatedProperties": fDelegate, "UniqueItems": fDelegate,
+	"Contains": fDelegate, "MinContains": fDelegate, "MaxContains": fDelegate, "UnevaluatedItems": fDelegate,
+	"ContentEncoding": fDelegate, "ContentMediaType": fDelegate, "ContentSchema": fDelegate, "Extensions": fDelegate,
+
+	"RecursiveRef": fWhole, "DynamicRef": fWhole,
+}
+
+// NewSchema prepares a compiled library schema for the walk.
+func NewSchema(lib *jsonschema.Schema) *Schema {
+	c := &compiler{nodes: map[*jsonschema.Schema]*node{}}
+	root, err := c.node(lib)
+	if err == nil {
+		err = c.flatten()
+	}
+	if err != nil {
+		return &Schema{lib: lib, why: err.Error()}
+	}
+	return &Schema{lib: lib, root: root}
+}
+
+// Streaming reports whether inputs are validated in one pass, and when not,
+// why the library validates them alone.
+func (s *Schema) Streaming() (bool, string) { return s.why == "", s.why }
+
+// Library returns the library's compiled schema.
+func (s *Schema) Library() *jsonschema.Schema { return s.lib }
+
+type compiler struct {
+	nodes map[*jsonschema.Schema]*node
+	order []*node
+}
+
+func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if n, ok := c.nodes[s]; ok {
+		return n, nil
+	}
+	n := &node{s: s}
+	c.nodes[s] = n
+	c.order = append(c.order, n)
+
+	v := reflect.ValueOf(s).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() || v.Field(i).IsZero() {
+			continue
+		}
+		switch fieldClasses[f.Name] {
+		case fStream, fIgnore:
+		case fDelegate:
+			n.delegated = true
+		case fWhole:
+			return nil, fmt.Errorf("%s: %s depends on the path of evaluation", s.Location, f.Name)
+		default:
+			return nil, fmt.Errorf("%s: schema field %s is not known to the single-pass validator", s.Location, f.Name)
+		}
+	}
+	if s.Bool != nil {
+		n.never = !*s.Bool
+		n.own = n.never
+		return n, nil
+	}
+	if n.delegated {
+		// The library applies all of this schema to the value, refs and
+		// in-place applicators included; nothing below needs compiling
+		// for the stream.
+		return n, nil
+	}
+	if s.Types != nil && !s.Types.IsEmpty() {
+		for _, name := range s.Types.ToStrings() {
+			n.types |= typeBits[name]
+		}
+		n.own = true
+	}
+	if s.Const != nil {
+		sc, ok := scalarOf(*s.Const)
+		if !ok {
+			n.delegated = true
+			return n, nil
+		}
+		n.enum, n.enumConst, n.own = []scalar{sc}, true, true
+	}
+	if s.Enum != nil {
+		list := make([]scalar, 0, len(s.Enum.Values))
+		for _, v := range s.Enum.Values {
+			sc, ok := scalarOf(v)
+			if !ok {
+				n.delegated = true
+				return n, nil
+			}
+			list = append(list, sc)
+		}
+		if n.enum != nil {
+			// const and enum together: a value must satisfy both, which the
+			// walk does by checking the enum in a node of its own.
+			n.extra = &node{s: s, enum: list, own: true}
+		} else {
+			n.enum = list
+			n.own = true
+		}
+	}
+	var err error
+	if len(s.Properties) > 0 {
+		n.props = make(map[string]*node, len(s.Properties))
+		for name, ps := range s.Properties {
+			if n.props[name], err = c.node(ps); err != nil {
+				return nil, err
+			}
+		}
+		n.own = true
+	}
+	if len(s.PatternProperties) > 0 {
+		for re, ps := range s.PatternProperties {
+			pn, err := c.node(ps)
+			if err != nil {
+				return nil, err
+			}
+			n.patterns = append(n.patterns, patternNode{re: re, n: pn})
+		}
+		// The library's map order is random; the walk's order must not
+		// matter, but a fixed one keeps messages stable.
+		sort.Slice(n.patterns, func(i, j int) bool { return n.patterns[i].re.String() < n.patterns[j].re.String() })
+		n.own = true
+	}
+	switch a := s.AdditionalProperties.(type) {
+	case nil:
+	case bool:
+		n.addlNo, n.own = !a, n.own || !a
+	case *jsonschema.Schema:
+		if n.addl, err = c.node(a); err != nil {
+			return nil, err
+		}
+		n.own = true
+	default:
+		return nil, fmt.Errorf("%s: additionalProperties of type %T", s.Location, a)
+	}
+	if len(s.Required) > 0 || s.MinProperties != nil || s.MaxProperties != nil {
+		n.own = true
+	}
+	switch it := s.Items.(type) {
+	case nil:
+	case *jsonschema.Schema:
+		if n.itemsAll, err = c.node(it); err != nil {
+			return nil, err
+		}
+		n.own = true
+	case []*jsonschema.Schema:
+		for _, ps := range it {
+			pn, err := c.node(ps)
+			if err != nil {
+				return nil, err
+			}
+			n.prefix = append(n.prefix, pn)
+		}
+		n.own = true
+		switch a := s.AdditionalItems.(type) {
+		case nil:
+		case bool:
+			n.addItemsNo = !a
+		case *jsonschema.Schema:
+			if n.additional, err = c.node(a); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("%s: additionalItems of type %T", s.Location, a)
+		}
+	default:
+		return nil, fmt.Errorf("%s: items of type %T", s.Location, it)
+	}
+	for _, ps := range s.PrefixItems {
+		pn, err := c.node(ps)
+		if err != nil {
+			return nil, err
+		}
+		n.prefix = append(n.prefix, pn)
+		n.own = true
+	}
+	if s.Items2020 != nil {
+		if n.itemsAll, err = c.node(s.Items2020); err != nil {
+			return nil, err
+		}
+		n.own = true
+	}
+	if s.MinItems != nil || s.MaxItems != nil || s.MinLength != nil || s.MaxLength != nil || s.Pattern != nil {
+		n.own = true
+	}
+	for _, b := range []struct {
+		k boundKind
+		r *big.Rat
+	}{{bMin, s.Minimum}, {bMax, s.Maximum}, {bExclMin, s.ExclusiveMinimum}, {bExclMax, s.ExclusiveMaximum}, {bMultiple, s.MultipleOf}} {
+		if b.r != nil {
+			u, ok := ratUint64(b.r)
+			n.bounds = append(n.bounds, bound{kind: b.k, r: b.r, u: u, isU64: ok})
+			n.own = true
+		}
+	}
+	// In-place applicators: their nodes apply to the same value.
+	if s.Ref != nil {
+		if _, err := c.node(s.Ref); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range s.AllOf {
+		if _, err := c.node(a); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// flatten computes every node's set once all nodes exist.
+func (c *compiler) flatten() error {
+	for _, n := range c.order {
+		var out []*node
+		if err := c.expand(n, &out, map[*node]bool{}); err != nil {
+			return err
+		}
+		if len(out) > 64 {
+			return fmt.Errorf("%s: more than 64 schemas apply to one value", n.s.Location)
+		}
+		n.set = out
+	}
+	return nil
+}
+
+func (c *compiler) expand(n *node, out *[]*node, onPath map[*node]bool) error {
+	if onPath[n] {
+		return fmt.Errorf("%s: $ref or allOf cycle", n.s.Location)
+	}
+	for _, m := range *out {
+		if m == n {
+			return nil
+		}
+	}
+	onPath[n] = true
+	defer delete(onPath, n)
+	if n.own || n.delegated || n.never {
+		*out = append(*out, n)
+	}
+	if n.extra != nil {
+		*out = append(*out, n.extra)
+	}
+	if n.delegated || n.s.Bool != nil {
+		return nil
+	}
+	if n.s.Ref != nil {
+		if err := c.expand(c.nodes[n.s.Ref], out, onPath); err != nil {
+			return err
+		}
+	}
+	for _, a := range n.s.AllOf {
+		if err := c.expand(c.nodes[a], out, onPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scalarOf turns a const or enum member into a scalar; false for objects
+// and arrays, which the library compares itself.
+func scalarOf(v any) (scalar, bool) {
+	switch x := v.(type) {
+	case nil:
+		return scalar{kind: tNull}, true
+	case bool:
+		return scalar{kind: tBool, b: x}, true
+	case string:
+		return scalar{kind: tString, s: x}, true
+	case fmt.Stringer: // json.Number
+		c, ok := CanonicalNumber(x.String())
+		if !ok {
+			return scalar{}, false
+		}
+		return scalar{kind: tNumber, s: c}, true
+	case float64, int, int64:
+		c, ok := CanonicalNumber(strings.TrimSpace(fmt.Sprint(x)))
+		if !ok {
+			return scalar{}, false
+		}
+		return scalar{kind: tNumber, s: c}, true
+	default:
+		return scalar{}, false
+	}
+}

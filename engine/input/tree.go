@@ -1,0 +1,124 @@
+package input
+
+import (
+	"encoding/json"
+)
+
+// Decode parses one strict JSON document (the scanner's rules: UTF-8 only,
+// no byte-order mark, no duplicate object keys, no trailing data, nesting
+// bounded by MaxDepth) into Go values: map[string]any, []any, string,
+// bool, nil, and json.Number holding the literal text, so no precision is
+// lost. It is what the schema library reads.
+//
+// encoding/json accepts duplicate keys (last one wins) and replaces invalid
+// UTF-8, which would let a reader of the body and the policy see different
+// documents; hence this decoder.
+func Decode(data []byte) (any, error) {
+	return decode(data, 0)
+}
+
+// decode is Decode with a cap on the number of values (0: none).
+func decode(data []byte, maxValues int) (any, error) {
+	d := treeDecoder{scanner: scanner{data: data}, max: maxValues}
+	if err := d.start(); err != nil {
+		return nil, err
+	}
+	v, err := d.value(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+type treeDecoder struct {
+	scanner
+	max, values int
+	buf         []byte
+}
+
+func (d *treeDecoder) value(depth int) (any, error) {
+	if d.pos >= len(d.data) {
+		return nil, d.errorf(d.pos, "unexpected end of input")
+	}
+	d.values++
+	if d.max > 0 && d.values > d.max {
+		return nil, &LimitError{Max: d.max}
+	}
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		if depth+1 > MaxDepth {
+			return nil, d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
+		}
+		obj := map[string]any{}
+		if d.open('}') {
+			return obj, nil
+		}
+		for {
+			raw, escaped, at, err := d.key()
+			if err != nil {
+				return nil, err
+			}
+			key := d.text(raw, escaped)
+			if _, dup := obj[key]; dup {
+				return nil, d.errorf(at, "duplicate object key %q", key)
+			}
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			obj[key] = v
+			if done, err := d.next('}', "object"); err != nil || done {
+				return obj, err
+			}
+		}
+	case c == '[':
+		if depth+1 > MaxDepth {
+			return nil, d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
+		}
+		arr := make([]any, 0, 4)
+		if d.open(']') {
+			return arr, nil
+		}
+		for {
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+			if done, err := d.next(']', "array"); err != nil || done {
+				return arr, err
+			}
+		}
+	case c == '"':
+		raw, escaped, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		return d.text(raw, escaped), nil
+	case c == 't':
+		return true, d.literal("true")
+	case c == 'f':
+		return false, d.literal("false")
+	case c == 'n':
+		return nil, d.literal("null")
+	case c == '-' || isDigit(c):
+		lit, err := d.number()
+		if err != nil {
+			return nil, err
+		}
+		return json.Number(lit), nil
+	default:
+		return nil, d.errorf(d.pos, "unexpected character %q", rune(c))
+	}
+}
+
+func (d *treeDecoder) text(raw []byte, escaped bool) string {
+	if !escaped {
+		return string(raw)
+	}
+	d.buf = unescape(d.buf[:0], raw)
+	return string(d.buf)
+}

@@ -1,0 +1,48 @@
+package jsonenc
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// TestAppendValueAgreesWithEncodingJSON: the bytes are what encoding/json
+// writes for OPA's own conversion of the value (ast.JSON), sets as arrays.
+func TestAppendValueAgreesWithEncodingJSON(t *testing.T) {
+	for _, src := range []string{
+		`{"b": 1, "a": [true, null, "x\"y\u2028"], "c": {"z": 1.5e3, "y": {}}}`,
+		`{"allow": false, "reasons": ["z", "a"], "error": null}`,
+		`{"s": {3, 1, 2}, "n": -0, "big": 18446744073709551616}`,
+		`"é\u0001"`,
+		`[]`,
+	} {
+		v := ast.MustParseTerm(src).Value
+		got, err := AppendValue(nil, v)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		doc, err := ast.JSON(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s:\n got  %s\n want %s", src, got, want)
+		}
+	}
+}
+
+func TestAppendValueRefusesWhatJSONLacks(t *testing.T) {
+	for _, src := range []string{`{1: "a"}`, `{"a": {["k"]: 1}}`} {
+		if out, err := AppendValue(nil, ast.MustParseTerm(src).Value); err == nil {
+			t.Errorf("%s encoded as %s; want an error", src, out)
+		}
+	}
+	if out, err := AppendValue(nil, ast.Number("1.")); err == nil {
+		t.Errorf("the number 1. encoded as %s; want an error", out)
+	}
+}
