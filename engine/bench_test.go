@@ -12,6 +12,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/server/types"
 	"github.com/open-policy-agent/opa/v1/util"
 
+	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
 )
 
@@ -258,4 +259,46 @@ func BenchmarkSize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCompiled compares, on the same already-built inputs of the
+// typical corpus, the compiled evaluation (engine/ireval) with the bare
+// topdown prepared evaluation: the evaluator alone, without parsing,
+// validation or encoding.
+func BenchmarkCompiled(b *testing.B) {
+	s := mustLoad(b, repo)
+	inputs := mustCorpus(b, s)
+	ctx := context.Background()
+	values := make([]ast.Value, len(inputs))
+	for i, in := range inputs {
+		values[i] = toValue(b, in.Body)
+	}
+	b.Run("prepared_eval_only", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			k := i % len(inputs)
+			i++
+			if rs, err := s.decisions[inputs[k].Decision].query.Eval(ctx, rego.EvalParsedInput(values[k])); err != nil || len(rs) != 1 {
+				b.Fatalf("%s: %v", inputs[k].Name, err)
+			}
+		}
+	})
+	b.Run("compiled_eval_only", func(b *testing.B) {
+		progs := make([]*ireval.Program, len(inputs))
+		for i, in := range inputs {
+			if progs[i] = s.decisions[in.Decision].compiled.program(); progs[i] == nil {
+				b.Fatalf("decision %s does not run compiled", in.Decision)
+			}
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			k := i % len(inputs)
+			i++
+			if _, err := progs[k].Eval(ctx, values[k], ireval.EvalOptions{}); err != nil {
+				b.Fatalf("%s: %v", inputs[k].Name, err)
+			}
+		}
+	})
 }

@@ -68,7 +68,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if err != nil {
 		return nil, err
 	}
-	result, err := s.eval(ctx, def, in.Value)
+	result, err := s.evaluate(ctx, def, in.Value, in.Raw) // compiled or topdown: engine/compiled.go
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 // schema is the one authority) and built as an ast.Value, in one pass
 // (package input). Every failure is an *Error.
 func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte, wrapped bool) (input.Input, error) {
-	in, err := input.Parse(ctx, body, def.input, input.Options{Wrapped: wrapped, Projection: def.projection, MaxValues: s.maxValues})
+	in, err := input.Parse(ctx, body, def.input, input.Options{Wrapped: wrapped, Projection: def.inputProjection(), MaxValues: s.maxValues})
 	if err == nil {
 		return in, nil
 	}

@@ -20,6 +20,7 @@ type Engine struct {
 	last    atomic.Pointer[ReloadStatus]
 	running atomic.Pointer[ReloadProgress] // non-nil while a reload runs
 
+	swap   sync.Mutex   // one activation at a time (reloads and ReloadWith)
 	mu     sync.Mutex   // guards worker and next
 	worker bool         // a goroutine is running reloads
 	next   *reloadToken // the reload that triggers arriving now will get
@@ -163,31 +164,42 @@ func (e *Engine) reloadOnce(triggers []string) ReloadStatus {
 	case <-ctx.Done():
 		b.err = &LoadError{Problems: []Problem{{Message: fmt.Sprintf("the reload did not finish within %s (--reload-timeout); the candidate was abandoned", timeout)}}}
 	}
-	cur := e.current.Load()
-	switch {
-	case b.err != nil:
-		st.Problems = problemsOf(b.err)
-		if le, ok := b.err.(*LoadError); ok {
-			st.Skipped = le.Skipped
-		}
-		st.Revision = cur.Revision
-	case b.snap.Revision == cur.Revision && b.snap.Gated == cur.Gated:
-		st.OK, st.Revision, st.Candidate, st.Skipped = true, cur.Revision, b.snap.Revision, b.snap.Skipped
-	default:
-		e.current.Store(b.snap)
-		st.OK, st.Changed, st.Revision, st.Candidate, st.Skipped = true, true, b.snap.Revision, b.snap.Revision, b.snap.Skipped
-		if e.OnActivate != nil {
-			e.OnActivate(b.snap)
-		}
-	}
+	e.activate(&st, b.snap, b.err)
 	st.Duration = time.Since(start)
 	e.last.Store(&st)
+	return st
+}
+
+// activate swaps in snap when it is a good candidate that differs from the
+// active Snapshot, and records the outcome in st. Folder reloads and
+// ReloadWith take turns here.
+func (e *Engine) activate(st *ReloadStatus, snap *Snapshot, err error) {
+	e.swap.Lock()
+	defer e.swap.Unlock()
+	cur := e.current.Load()
+	if cur != nil {
+		st.Revision = cur.Revision
+	}
+	switch {
+	case err != nil:
+		st.Problems = problemsOf(err)
+		if le, ok := err.(*LoadError); ok {
+			st.Skipped = le.Skipped
+		}
+	case cur != nil && snap.Revision == cur.Revision && snap.Hash == cur.Hash && snap.Gated == cur.Gated:
+		st.OK, st.Candidate, st.Skipped = true, snap.Revision, snap.Skipped
+	default:
+		e.current.Store(snap)
+		st.OK, st.Changed, st.Revision, st.Candidate, st.Skipped = true, true, snap.Revision, snap.Revision, snap.Skipped
+		if e.OnActivate != nil {
+			e.OnActivate(snap)
+		}
+	}
 	if st.OK {
 		e.reloadsOK.Add(1)
 	} else {
 		e.reloadsFailed.Add(1)
 	}
-	return st
 }
 
 // ReloadCounts returns how many reload attempts succeeded and failed.

@@ -33,6 +33,9 @@ type Config struct {
 	ReloadTimeout time.Duration
 	// MaxFileBytes caps each file read; zero means DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// SelfCheck, when set, re-decides a sample of compiled decisions with
+	// topdown in the background (engine/compiled.go).
+	SelfCheck *SelfCheck
 }
 
 // Defaults of Config.
@@ -79,6 +82,7 @@ type built struct {
 	schemaSet  *ast.SchemaSet
 	caps       *ast.Capabilities
 	policySrcs []sourceFile
+	testFiles  []sourceFile // tests held in memory (a bundle's); nil: read cfg.Tests
 }
 
 func build(ctx context.Context, cfg Config) (*built, error) {
@@ -88,6 +92,20 @@ func build(ctx context.Context, cfg Config) (*built, error) {
 	if probs = append(probs, p...); len(probs) > 0 {
 		return nil, &LoadError{Problems: probs, Skipped: r.skipped}
 	}
+	b, err := buildFrom(cfg, policyFiles, schemaFiles)
+	if err != nil {
+		if le, ok := err.(*LoadError); ok {
+			le.Skipped = r.skipped
+		}
+		return nil, err
+	}
+	b.snap.Skipped = r.skipped
+	return b, nil
+}
+
+// buildFrom compiles files already read, from folders or from a bundle.
+func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*built, error) {
+	var probs []Problem
 
 	h := sha256.New()
 	var files []string
@@ -113,20 +131,20 @@ func build(ctx context.Context, cfg Config) (*built, error) {
 	caps := Capabilities()
 	probs = append(probs, refusedBuiltins(modules)...)
 	if len(probs) > 0 {
-		return nil, &LoadError{Problems: probs, Skipped: r.skipped}
+		return nil, &LoadError{Problems: probs}
 	}
 
 	compiler := newCompiler(caps, schemaSet)
 	compiler.Compile(modules)
 	if compiler.Failed() {
-		return nil, &LoadError{Problems: astProblems(compiler.Errors), Skipped: r.skipped}
+		return nil, &LoadError{Problems: astProblems(compiler.Errors)}
 	}
 
 	store := inmem.NewFromObjectWithOpts(data, inmem.OptRoundTripOnWrite(false))
 	snap := &Snapshot{
 		Revision:    revision,
+		Hash:        revision,
 		Files:       files,
-		Skipped:     r.skipped,
 		LoadedAt:    time.Now().UTC(),
 		decisions:   map[string]*decisionDef{},
 		timeout:     orDefault(cfg.EvalTimeout, DefaultEvalTimeout),
@@ -137,8 +155,9 @@ func build(ctx context.Context, cfg Config) (*built, error) {
 	}
 	probs = append(probs, snap.discover(compiler, store, modules, schemaDocs)...)
 	if len(probs) > 0 {
-		return nil, &LoadError{Problems: probs, Skipped: r.skipped}
+		return nil, &LoadError{Problems: probs}
 	}
+	snap.compileDecisions(cfg, compiler, store, modules)
 	return &built{snap: snap, cfg: cfg, modules: modules, data: data, schemaSet: schemaSet, caps: caps, policySrcs: policyFiles}, nil
 }
 

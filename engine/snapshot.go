@@ -14,7 +14,8 @@ import (
 // requests hold on to the Snapshot they started with while a reload builds
 // the next one.
 type Snapshot struct {
-	Revision string    // content hash of every policy, data and schema file
+	Revision string    // content hash of every policy, data and schema file, or a bundle's manifest revision
+	Hash     string    // content hash of every policy, data and schema file
 	Files    []string  // the files it was built from
 	LoadedAt time.Time // when it was built
 	// Skipped lists the files with a policy extension that were not read.
@@ -29,6 +30,7 @@ type Snapshot struct {
 	// testTimeout replaces timeout while the gate runs fixtures.
 	testTimeout time.Duration
 	maxValues   int
+	checker     *selfChecker // nil: no self-check (engine/compiled.go)
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
@@ -42,15 +44,13 @@ type decisionDef struct {
 	description string
 	inputSchema *jsonschema.Schema
 	input       *input.Schema // the input schema, prepared for the one-pass walk
-	// projection names the parts of an input the evaluation can read; nil
-	// builds all of it.
-	projection *input.Projection
-	result     *jsonschema.Schema
-	inputDoc   any // the input schema as loaded, for GET /v1/decisions
-	resultDoc  any
-	outcomeKey string // result member that labels metrics, see OutcomeKeyword
-	query      rego.PreparedEvalQuery
-	rules      []RuleInfo
+	result      *jsonschema.Schema
+	inputDoc    any // the input schema as loaded, for GET /v1/decisions
+	resultDoc   any
+	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
+	query       rego.PreparedEvalQuery
+	rules       []RuleInfo
+	compiled    *compiledDecision // engine/compiled.go
 }
 
 // RuleInfo describes one reason rule of a decision, taken from its METADATA.

@@ -102,7 +102,7 @@ func (s *Snapshot) runTests(ctx context.Context, b *built, opts TestOptions) (*T
 		}
 	}
 	r := newTreeReader(ctx, b.cfg)
-	suite, probs := loadSuite(r, opts.Tests)
+	suite, probs := b.loadSuite(r, opts.Tests)
 	s.testSrc = suite.files
 	s.Skipped = append(s.Skipped, r.skipped...)
 	rep := &TestReport{Setup: probs, Skipped: r.skipped}

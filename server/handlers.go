@@ -370,7 +370,13 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// health answers 200 while the process runs (HEAD too). With ?bundles
+// (OPA's readiness check) it answers 200 only once a revision is loaded.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("bundles") && s.eng.Snapshot() == nil {
+		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
+		return
+	}
 	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`)) // net/http sends no body for HEAD
 }
 
@@ -398,8 +404,11 @@ type statusDoc struct {
 	// status never waits for a reload.
 	Reload        string                 `json:"reload"`
 	ReloadRunning *engine.ReloadProgress `json:"reload_in_progress,omitempty"`
+	Bundles       any                    `json:"bundles,omitempty"`
 	StartedAt     time.Time              `json:"started_at"`
 	UptimeSeconds float64                `json:"uptime_seconds"`
+	// Compiled says which decisions run compiled, and why the others not.
+	Compiled []engine.CompiledInfo `json:"compiled"`
 }
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
@@ -413,6 +422,9 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	if p, ok := s.eng.ReloadInProgress(); ok {
 		doc.Reload, doc.ReloadRunning = "in progress", &p
 	}
+	if s.cfg.BundleStatus != nil {
+		doc.Bundles = s.cfg.BundleStatus()
+	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		loaded := snap.LoadedAt.UTC()
 		doc.Revision, doc.LoadedAt = snap.Revision, &loaded
@@ -423,6 +435,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		if names := snap.Names(); names != nil {
 			doc.Decisions = names
 		}
+		doc.Compiled = snap.Compiled()
 	}
 	writeJSON(w, http.StatusOK, doc)
 }

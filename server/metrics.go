@@ -77,6 +77,9 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission
 			}))
 		}
 	}
+	if cfg.CompiledDisagreements != nil {
+		reg.MustRegister(disagreementCollector{cfg.CompiledDisagreements})
+	}
 	if cfg.DroppedLogRecords != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "arbiter_decision_log_dropped_total",
@@ -138,5 +141,21 @@ func (c revisionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- revision
 func (c revisionCollector) Collect(ch chan<- prometheus.Metric) {
 	if snap := c.eng.Snapshot(); snap != nil {
 		ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, 1, snap.Revision)
+	}
+}
+
+// disagreementCollector exports the self-check's disagreements between a
+// compiled program and topdown, per decision, read at scrape time.
+type disagreementCollector struct{ counts func() map[string]uint64 }
+
+var disagreementDesc = prometheus.NewDesc("arbiter_compiled_disagreements_total",
+	"Sampled decisions on which the compiled evaluation and topdown disagreed (each turns the compiled path off for the decision until the next reload).",
+	[]string{"decision"}, nil)
+
+func (c disagreementCollector) Describe(ch chan<- *prometheus.Desc) { ch <- disagreementDesc }
+
+func (c disagreementCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, n := range c.counts() {
+		ch <- prometheus.MustNewConstMetric(disagreementDesc, prometheus.CounterValue, float64(n), name)
 	}
 }

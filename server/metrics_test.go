@@ -12,8 +12,9 @@ import (
 func TestMetrics(t *testing.T) {
 	eng := quotaEngine(t, quotaDir(t))
 	h := serve(t, Config{
-		ReloadCounts:      func() (uint64, uint64) { return 3, 1 },
-		DroppedLogRecords: func() uint64 { return 7 },
+		ReloadCounts:          func() (uint64, uint64) { return 3, 1 },
+		DroppedLogRecords:     func() uint64 { return 7 },
+		CompiledDisagreements: func() map[string]uint64 { return map[string]uint64{"quota_check": 2} },
 	}, eng)
 
 	// The outcome label is whatever the engine reports for this decision.
@@ -62,6 +63,7 @@ func TestMetrics(t *testing.T) {
 		`arbiter_reloads_total{result="ok"} 3`,
 		`arbiter_reloads_total{result="failed"} 1`,
 		`arbiter_decision_log_dropped_total 7`,
+		`arbiter_compiled_disagreements_total{decision="quota_check"} 2`,
 	}
 	for _, line := range want {
 		if !strings.Contains(text, "\n"+line) {
@@ -100,4 +102,14 @@ func grep(text, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestStatusSaysWhichDecisionsRunCompiled: /v1/status lists, per decision,
+// whether it runs compiled.
+func TestStatusSaysWhichDecisionsRunCompiled(t *testing.T) {
+	h := serve(t, Config{}, quotaEngine(t, quotaDir(t)))
+	r := h.do(t, "GET", "/v1/status", "")
+	if r.status != 200 || !strings.Contains(string(r.body), `"compiled":[{"decision":"quota_check","compiled":true}]`) {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
 }

@@ -71,6 +71,12 @@ type Config struct {
 	ReloadCounts func() (ok, failed uint64)
 	// DroppedLogRecords, when set, is exported as arbiter_decision_log_dropped_total.
 	DroppedLogRecords func() uint64
+	// CompiledDisagreements, when set, is exported as
+	// arbiter_compiled_disagreements_total{decision}.
+	CompiledDisagreements func() map[string]uint64
+	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
+	// bundle status, by bundle name).
+	BundleStatus func() any
 }
 
 type server struct {

@@ -21,6 +21,8 @@ Usage:
   arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v]
+  arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG]]
+                  [--policies DIR] [--schemas DIR] [--tests DIR]   (an OPA bundle of one revision)
   arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] [--policies DIR] [--schemas DIR] [--format text|json]
   arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--format text|json]
   arbiter version
@@ -69,6 +71,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fn = func() int { return cmdTest(ctx, rest, stdout, stderr) }
 	case "replay":
 		fn = func() int { return cmdReplay(ctx, rest, stdout, stderr) }
+	case "build":
+		fn = func() int { return cmdBuild(ctx, rest, stdout, stderr) }
 	case "version", "--version":
 		return cmdVersion(stdout)
 	case "help", "-h", "--help":

@@ -73,9 +73,13 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Policies: c.policies, Schemas: c.schemas, Tests: c.tests,
 		EvalTimeout: c.evalTimeout, TestTimeout: c.testTimeout, ReloadTimeout: c.reloadTimeout,
 		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
+		SelfCheck: selfCheck(c.selfCheckRate, log),
 	}
 	var eng *engine.Engine
-	if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
+	if c.bundleURL != "" {
+		// The bundle is the only source: not ready until it activates.
+		eng = engine.NewEmpty(ecfg)
+	} else if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
 		eng, err = engine.NewOrFallback(ctx, ecfg, saved)
 	} else {
 		eng, err = engine.New(ctx, ecfg)
@@ -83,14 +87,14 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if err != nil {
 		return exitError, fmt.Errorf("loading policies: %w", err)
 	}
-	if st := eng.LastReload(); !st.OK {
+	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
 		probs := make([]string, len(st.Problems))
 		for i, p := range st.Problems {
 			probs[i] = p.String()
 		}
 		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", strings.Join(probs, "; "))
 	}
-	if c.stateDir != "" {
+	if c.stateDir != "" && c.bundleURL == "" {
 		save := func(s *engine.Snapshot) {
 			if err := s.SaveTo(c.stateDir); err != nil {
 				log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
@@ -101,9 +105,19 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		}
 		eng.OnActivate = save
 	}
-	snap := eng.Snapshot()
-	log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
-	logSkipped(log, "start", eng.LastReload().Skipped)
+	if snap := eng.Snapshot(); snap != nil {
+		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
+		logSkipped(log, "start", eng.LastReload().Skipped)
+		for _, ci := range snap.Compiled() {
+			if !ci.Compiled {
+				log.Info("decision runs on topdown", "decision", ci.Decision, "reason", ci.Reason)
+			}
+		}
+	}
+	fl, err := newFleet(c, eng, ecfg, c.logMask, log)
+	if err != nil {
+		return exitError, err
+	}
 
 	var dlog *decisionlog.Logger
 	var sink server.DecisionLog
@@ -135,16 +149,21 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		RefuseUnlogged:    c.logFull == "refuse",
 		Tokens:            tokens,
 		Logger:            log,
-		DecisionLog:       sink,
+		DecisionLog:       fl.decisionLog(sink),
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
+		BundleStatus:      fl.bundleStatus,
 	}
+	if ecfg.SelfCheck != nil {
+		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
+	}
+	fl.register(reg)
 	if dlog != nil {
 		scfg.DroppedLogRecords = dlog.Dropped
 	}
 	conns := server.NewConnLimiter(c.connectionCap())
 	srv := &http.Server{
-		Handler:           server.New(scfg, eng),
+		Handler:           server.New(scfg, fl.serverEngine()),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      c.readTimeout + c.requestTimeout,
@@ -163,7 +182,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	reload := func(trigger string) {
-		st := eng.Reload(runCtx, trigger)
+		st := fl.serverEngine().Reload(runCtx, trigger)
 		switch {
 		case !st.OK:
 			probs := make([]string, len(st.Problems))
@@ -182,7 +201,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if c.tests != "" {
 		dirs = append(dirs, c.tests)
 	}
-	if _, err := watch.Start(runCtx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
+	if c.bundleURL != "" {
+		log.Info("policies come from the bundle; the folders are not watched", "bundle_url", c.bundleURL)
+	} else if _, err := watch.Start(runCtx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
 		log.Warn("file watching unavailable; reload with SIGHUP or POST /v1/reload", "err", err)
 	}
 	hup := make(chan os.Signal, 1)
@@ -213,6 +234,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			errc <- srv.Serve(ln)
 		}
 	}()
+	fl.start(runCtx)
 	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "mtls", c.tlsClientCA != "", "auth_tokens", len(tokens), "max_connections", c.connectionCap())
 
 	var serveErr error
@@ -244,6 +266,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		log.Log(context.Background(), level, "decision log closed", "written", st.Written, "unwritten", st.Unwritten,
 			"refused", st.Refused, "failed", st.Failed, "lost_at_stop", st.Unwritten-st.Refused-st.Failed)
 	}
+	if err := fl.stop(log); err != nil {
+		log.Error("decision-log upload not complete", "err", err)
+	}
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
@@ -269,4 +294,20 @@ func logSkipped(log *slog.Logger, trigger string, skipped []engine.SkippedFile) 
 	for _, s := range skipped {
 		log.Warn("file skipped", "trigger", trigger, "file", s.File, "reason", s.Reason)
 	}
+}
+
+// selfCheck is the runtime self-check of compiled decisions (nil when the
+// rate is 0): a disagreement is logged with both answers.
+func selfCheck(rate float64, log *slog.Logger) *engine.SelfCheck {
+	if rate <= 0 {
+		return nil
+	}
+	return &engine.SelfCheck{Rate: rate, OnDisagreement: func(d engine.Disagreement) {
+		input := string(d.Input)
+		if len(input) > 4096 {
+			input = fmt.Sprintf("(%d bytes, in the decision log)", len(d.Input))
+		}
+		log.Error("compiled evaluation disagrees with topdown; the decision runs on topdown until the next reload",
+			"decision", d.Decision, "revision", d.Revision, "compiled", d.Compiled, "topdown", d.Topdown, "input", input)
+	}}
 }

@@ -20,6 +20,7 @@ import (
 // and handed down as plain values.
 type serveConfig struct {
 	folders
+	fleetConfig
 	addr              string
 	decisionLog       string
 	logMaxMB          int
@@ -51,6 +52,7 @@ type serveConfig struct {
 	memoryLimit       byteSize
 	gcPercent         int
 	stateDir          string
+	selfCheckRate     float64
 }
 
 // Defaults of serve's flags that are not another package's.
@@ -63,6 +65,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs := newCommand("serve", "[flags]")
 	c := &serveConfig{memoryLimit: defaultMemoryLimit}
 	c.folders.register(fs, true)
+	c.fleetConfig.register(fs)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8181", "listen address HOST:PORT")
 	fs.StringVar(&c.decisionLog, "decision-log", "var/decisions.log", "decision log file, - for stdout, '' to disable")
 	fs.IntVar(&c.logMaxMB, "decision-log-max-mb", decisionlog.DefaultMaxMegabytes, "rotate the decision log file at this many MiB; it must hold the largest record")
@@ -93,12 +96,13 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.StringVar(&c.stateDir, "state-dir", "var/state", "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
 	fs.Var(&c.memoryLimit, "memory-limit", "Go memory limit (GOMEMLIMIT syntax: 1GiB, 800MiB; 0 for none); the environment's GOMEMLIMIT wins when set")
 	fs.IntVar(&c.gcPercent, "gc-percent", 100, "Go garbage collector target (GOGC); the environment's GOGC wins when set")
+	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", 0.01, "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
 		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "idle-timeout", "shutdown-timeout", "reload-debounce",
 		"reload-timeout", "test-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
-		"log-level", "state-dir", "memory-limit", "gc-percent", "debug-addr")
+		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return nil, true, code
 	}
@@ -122,9 +126,14 @@ func (c *serveConfig) validate(fs *command) error {
 			return fmt.Errorf("%s must be positive", name)
 		}
 	}
+	if err := c.fleetConfig.validate(); err != nil {
+		return err
+	}
 	switch {
 	case fs.NArg() > 0:
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	case !(c.selfCheckRate >= 0 && c.selfCheckRate <= 1):
+		return errors.New("--selfcheck-rate must be between 0 and 1")
 	case c.maxConnections < 0:
 		return errors.New("--max-connections must not be negative")
 	case c.logFull != "drop" && c.logFull != "refuse":

@@ -13,35 +13,10 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// libraryValue converts a document decoded by encoding/json into the value
-// a policy must see: OPA's conversion, with every number in its canonical
-// text.
+// libraryValue is the value a policy must see of a document decoded by
+// encoding/json: Value's conversion, independent of the walk.
 func libraryValue(t testing.TB, doc any) ast.Value {
-	var canon func(any) any
-	canon = func(v any) any {
-		switch x := v.(type) {
-		case map[string]any:
-			out := make(map[string]any, len(x))
-			for k, e := range x {
-				out[k] = canon(e)
-			}
-			return out
-		case []any:
-			out := make([]any, len(x))
-			for i, e := range x {
-				out[i] = canon(e)
-			}
-			return out
-		case json.Number:
-			c, ok := CanonicalNumber(string(x))
-			if !ok {
-				t.Fatalf("encoding/json read a number the scanner rejects: %s", x)
-			}
-			return json.Number(c)
-		}
-		return v
-	}
-	v, err := ast.InterfaceToValue(canon(doc))
+	v, err := Value(doc)
 	if err != nil {
 		t.Fatal(err)
 	}

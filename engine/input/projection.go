@@ -1,22 +1,27 @@
 package input
 
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
 // Projection says which parts of the input an evaluation can observe, so
 // that the walk builds values for those parts only; everything is still
 // scanned strictly and validated against the whole schema. It comes from
-// the analysis of a decision's compiled plan, which must be conservative:
-// anything it cannot bound is All.
+// the analysis of a decision's compiled plan (engine/ireval), which must be
+// conservative: anything it cannot bound is All. The rules are
+// ireval.Projection's, whose Apply is the reference builder:
 //
-// Building a value under a projection p:
-//   - nil: nothing (the value is not observable).
-//   - scalars are built whole whatever p says.
-//   - p.All: the whole value.
-//   - an object: the members named in Keys (with their projections), every
-//     member with Any when Any is set, and when Count is set every other
-//     member with a null placeholder (count sees the right number of keys).
-//     A member of neither kind is left out.
-//   - an array: with Index, Any or Count, every element (placeholders for
-//     elements no projection names, so indexes and length stay right);
-//     otherwise the empty array (only the value's kind is observable).
+//   - nil at the top: the whole input; nil below: the value is not built.
+//   - p.All, a scalar, or a value of another kind than p expects (Keys on
+//     an array, Index on an object): the whole value.
+//   - an object: with Any, every member (under Keys[k] when listed, Any
+//     otherwise); else with Count, every member, the listed ones under their
+//     projection and the others as null placeholders (count sees the right
+//     number of keys); else only the members listed in Keys.
+//   - an array: always its full length, each element under Index[i] when
+//     listed, Any otherwise, and a null placeholder when neither is set.
 type Projection struct {
 	All   bool
 	Count bool
@@ -56,11 +61,6 @@ func (p *Projection) element(i int) (child *Projection, placeholder bool) {
 		return p.Any, false
 	}
 	return nil, true
-}
-
-// elements reports whether an array under p keeps its elements.
-func (p *Projection) elements() bool {
-	return p.All || p.Count || p.Any != nil || len(p.Index) > 0
 }
 
 // Normalize returns p with Any merged into every member Keys and Index
@@ -115,4 +115,52 @@ func Union(a, b *Projection) *Projection {
 		}
 	}
 	return u
+}
+
+// String renders p compactly, for tests and `arbiter check`: * is the
+// whole value, #count its length, [any] every member.
+func (p *Projection) String() string {
+	var b strings.Builder
+	p.write(&b)
+	return b.String()
+}
+
+func (p *Projection) write(b *strings.Builder) {
+	if p == nil || p.All {
+		b.WriteString("*")
+		return
+	}
+	var parts []string
+	if p.Count {
+		parts = append(parts, "#count")
+	}
+	keys := make([]string, 0, len(p.Keys))
+	for k := range p.Keys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var sb strings.Builder
+		sb.WriteString(strconv.Quote(k) + ":")
+		p.Keys[k].write(&sb)
+		parts = append(parts, sb.String())
+	}
+	idx := make([]int, 0, len(p.Index))
+	for i := range p.Index {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		var sb strings.Builder
+		sb.WriteString("[" + strconv.Itoa(i) + "]:")
+		p.Index[i].write(&sb)
+		parts = append(parts, sb.String())
+	}
+	if p.Any != nil {
+		var sb strings.Builder
+		sb.WriteString("[any]:")
+		p.Any.write(&sb)
+		parts = append(parts, sb.String())
+	}
+	b.WriteString("{" + strings.Join(parts, ",") + "}")
 }

@@ -2,6 +2,9 @@ package input
 
 import (
 	"encoding/json"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // Decode parses one strict JSON document (the scanner's rules: UTF-8 only,
@@ -121,4 +124,48 @@ func (d *treeDecoder) text(raw []byte, escaped bool) string {
 	}
 	d.buf = unescape(d.buf[:0], raw)
 	return string(d.buf)
+}
+
+// Value converts a document as Decode returns it into the value a policy
+// reads: OPA's own conversion, with every number in its canonical text. It
+// shares nothing with the walk but the number rules, so it serves as the
+// walk's second opinion (the runtime self-check, the differential tests).
+func Value(doc any) (ast.Value, error) {
+	var canon func(any) (any, error)
+	canon = func(v any) (any, error) {
+		switch x := v.(type) {
+		case map[string]any:
+			out := make(map[string]any, len(x))
+			for k, e := range x {
+				c, err := canon(e)
+				if err != nil {
+					return nil, err
+				}
+				out[k] = c
+			}
+			return out, nil
+		case []any:
+			out := make([]any, len(x))
+			for i, e := range x {
+				c, err := canon(e)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = c
+			}
+			return out, nil
+		case json.Number:
+			c, ok := CanonicalNumber(string(x))
+			if !ok {
+				return nil, fmt.Errorf("%q is not a JSON number", string(x))
+			}
+			return json.Number(c), nil
+		}
+		return v, nil
+	}
+	c, err := canon(doc)
+	if err != nil {
+		return nil, err
+	}
+	return ast.InterfaceToValue(c)
 }

@@ -412,6 +412,9 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		alive = w.check(set, tObject, scalar{}, func() any { return map[string]any{} })
 	}
 	build := proj != nil && w.valid
+	if build && len(proj.Index) > 0 {
+		proj = whole // read as an array somewhere: build it whole
+	}
 	var pairs [][2]*ast.Term
 	frame := len(w.keys)
 	var seen map[string]struct{}
@@ -653,7 +656,10 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 		alive = w.check(set, tArray, scalar{}, func() any { return []any{} })
 	}
 	build := proj != nil && w.valid
-	keep := build && proj.elements()
+	if build && len(proj.Keys) > 0 {
+		proj = whole // read as an object somewhere: build it whole
+	}
+	keep := build
 	var elems []*ast.Term
 	n := 0
 	if !w.open(']') {

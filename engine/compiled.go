@@ -1,0 +1,428 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/storage"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/engine/ireval"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
+)
+
+// A decision runs compiled when OPA's planner plans its query and
+// engine/ireval compiles the plan: Decide then evaluates the compiled
+// program instead of topdown. Topdown stays the authority:
+//
+//   - a decision whose plan uses anything ireval does not implement runs on
+//     topdown (CompiledInfo says why);
+//   - a compiled evaluation that ends in an error or an undefined result is
+//     decided again by topdown, whose answer (or error) is the answer: only
+//     a defined compiled result is ever returned, and the differential
+//     tests prove those equal to topdown's;
+//   - a sample of compiled answers is decided again by topdown in the
+//     background (SelfCheck); a disagreement turns the compiled path off
+//     for that decision until the next reload.
+
+// compiledDecision is the compiled form of one decision of a Snapshot.
+type compiledDecision struct {
+	prog   *ireval.Program // nil: the decision runs on topdown
+	reason string          // why prog is nil
+	// proj is prog's input projection; nil: the whole input.
+	proj *input.Projection
+	// off is set by the self-check on a disagreement, with its reason.
+	off atomic.Pointer[string]
+	// tamper, set by tests only, replaces the compiled result: a stand-in
+	// for a compiler bug, to prove that the self-check catches one.
+	tamper func(ast.Value) ast.Value
+}
+
+// CompiledInfo says whether a decision runs compiled, and why not.
+type CompiledInfo struct {
+	Decision string `json:"decision"`
+	Compiled bool   `json:"compiled"`
+	// Reason is why the decision runs on topdown: what the compiler does
+	// not support, or the self-check disagreement that turned it off.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Compiled lists, per decision, whether it runs compiled.
+func (s *Snapshot) Compiled() []CompiledInfo {
+	out := make([]CompiledInfo, 0, len(s.names))
+	for _, n := range s.names {
+		out = append(out, s.decisions[n].compiled.info(n))
+	}
+	return out
+}
+
+func (cd *compiledDecision) info(name string) CompiledInfo {
+	switch {
+	case cd == nil:
+		return CompiledInfo{Decision: name, Reason: "not compiled"}
+	case cd.prog == nil:
+		return CompiledInfo{Decision: name, Reason: cd.reason}
+	}
+	if why := cd.off.Load(); why != nil {
+		return CompiledInfo{Decision: name, Reason: *why}
+	}
+	return CompiledInfo{Decision: name, Compiled: true}
+}
+
+// CompiledDecisions builds the configured folders (without running their
+// tests) and says which decisions run compiled, for `arbiter check`.
+func CompiledDecisions(cfg Config) ([]CompiledInfo, error) {
+	cfg.Tests, cfg.SelfCheck = "", nil
+	b, err := build(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return b.snap.Compiled(), nil
+}
+
+// program returns the program to run, nil when the decision runs on topdown.
+func (cd *compiledDecision) program() *ireval.Program {
+	if cd == nil || cd.prog == nil || cd.off.Load() != nil {
+		return nil
+	}
+	return cd.prog
+}
+
+// inputProjection is what the input path must build of an input of def:
+// nil (the whole input) unless the decision runs compiled. Topdown, which
+// decides whatever the compiled program does not, answers the same on the
+// projected input (TestProjectionAgrees*); a decision the self-check turned
+// off gets whole inputs again.
+func (def *decisionDef) inputProjection() *input.Projection {
+	if def.compiled.program() == nil {
+		return nil
+	}
+	return def.compiled.proj
+}
+
+// compileDecisions plans every decision's query with OPA's planner and
+// compiles the plans. Nothing here can fail a load: a decision that does
+// not compile runs on topdown.
+func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.Store, modules map[string]*ast.Module) {
+	if cfg.SelfCheck != nil && cfg.SelfCheck.Rate > 0 {
+		s.checker = newSelfChecker(s, cfg.SelfCheck)
+	}
+	set := func(reason string) {
+		for _, n := range s.names {
+			s.decisions[n].compiled = &compiledDecision{reason: reason}
+		}
+	}
+	ctx := context.Background()
+	data, err := storeData(ctx, store)
+	if err != nil {
+		set(err.Error())
+		return
+	}
+	entry := func(name string) string { return "decisions/" + name + "/decision" }
+	entries := make([]string, len(s.names))
+	for i, n := range s.names {
+		entries[i] = entry(n)
+	}
+	// One plan for all decisions; when one of them does not plan, each is
+	// planned on its own so that the others still compile.
+	policy, err := ireval.Plan(ctx, modules, c.Capabilities(), entries...)
+	for _, n := range s.names {
+		cd := &compiledDecision{}
+		s.decisions[n].compiled = cd
+		p := policy
+		if err != nil {
+			var perr error
+			if p, perr = ireval.Plan(ctx, modules, c.Capabilities(), entry(n)); perr != nil {
+				cd.reason = perr.Error()
+				continue
+			}
+		}
+		prog, err := ireval.Compile(p, entry(n), data)
+		if err != nil {
+			cd.reason = err.Error()
+			continue
+		}
+		if why := indexedComprehension(c, prog); why != "" {
+			cd.reason = why
+			continue
+		}
+		if p := prog.InputProjection(); p != nil && !p.All {
+			cd.proj = p
+		}
+		cd.prog = prog
+	}
+}
+
+// storeData reads the whole data document as topdown reads base documents
+// from the store, converted once.
+func storeData(ctx context.Context, store storage.Store) (ast.Value, error) {
+	doc, err := storage.ReadOne(ctx, store, storage.RootPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading data: %w", err)
+	}
+	if obj, ok := doc.(map[string]any); ok {
+		if _, ok := obj[string(ast.SystemDocumentKey)]; ok {
+			// topdown hides data.system from reads of the whole document.
+			return nil, errors.New("data holds a system document, which topdown hides from data")
+		}
+	}
+	v, err := ast.InterfaceToValue(doc)
+	if err != nil {
+		return nil, fmt.Errorf("converting data: %w", err)
+	}
+	return v, nil
+}
+
+// indexedComprehension reports a comprehension that topdown evaluates
+// through a comprehension index in any rule the program can reach. Topdown
+// then evaluates the comprehension's body for every element, not only the
+// ones the enclosing query binds: a builtin error there is an error in
+// topdown and possibly not in the plan, which evaluates it per binding.
+func indexedComprehension(c *ast.Compiler, prog *ireval.Program) string {
+	for _, name := range prog.Functions() {
+		// Plan functions are named g<generation>.<rule ref>.
+		_, path, ok := strings.Cut(name, ".")
+		if !ok {
+			continue
+		}
+		ref, err := ast.ParseRef(path)
+		if err != nil {
+			return "function " + name + " names no rule"
+		}
+		for _, r := range c.GetRules(ref) {
+			found := ""
+			ast.WalkTerms(r, func(t *ast.Term) bool {
+				if found == "" && ast.IsComprehension(t.Value) && c.ComprehensionIndex(t) != nil {
+					found = fmt.Sprintf("%s:%d: topdown indexes this comprehension, so it evaluates it otherwise than the plan", r.Location.File, t.Location.Row)
+				}
+				return found != ""
+			})
+			if found != "" {
+				return found
+			}
+		}
+	}
+	return ""
+}
+
+// evaluate decides input with the decision's compiled program when it has
+// one, and with topdown otherwise or whenever the compiled evaluation ends
+// without a result. raw is the input document as received, for the
+// self-check.
+func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Value, raw []byte) (ast.Value, error) {
+	prog := def.compiled.program()
+	if prog == nil {
+		return s.eval(ctx, def, input)
+	}
+	deadline := time.Now().Add(s.timeout)
+	v, err := prog.Eval(ctx, input, ireval.EvalOptions{Deadline: deadline})
+	if err != nil {
+		if ireval.IsCancelled(err) {
+			if ctx.Err() != nil {
+				return nil, &Error{Code: CodePolicyTimeout, Message: "the request was cancelled during policy evaluation", Err: err}
+			}
+			return nil, &Error{Code: CodePolicyTimeout, Message: fmt.Sprintf("policy evaluation exceeded %s", s.timeout), Err: err}
+		}
+		// Undefined, a conflict, a builtin error: topdown decides, within
+		// what is left of the deadline, and its answer or error stands.
+		return s.evalWithin(ctx, def, input, deadline)
+	}
+	if def.compiled.tamper != nil {
+		v = def.compiled.tamper(v)
+	}
+	if s.checker != nil {
+		s.checker.sample(def, raw, v)
+	}
+	return v, nil
+}
+
+// evalWithin runs topdown with what is left of deadline.
+func (s *Snapshot) evalWithin(ctx context.Context, def *decisionDef, input ast.Value, deadline time.Time) (ast.Value, error) {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	v, err := s.eval(dctx, def, input)
+	if e := AsError(err); e != nil && e.Code == CodePolicyTimeout && ctx.Err() == nil {
+		e.Message = fmt.Sprintf("policy evaluation exceeded %s", s.timeout)
+	}
+	return v, err
+}
+
+// SelfCheck configures the runtime self-check: a sample of the decisions
+// answered by a compiled program is decided again by topdown in the
+// background, off the request path. A disagreement is counted, reported
+// through OnDisagreement with both answers, and turns the compiled path
+// off for that decision until the next reload. One SelfCheck is shared by
+// every Snapshot an Engine builds, so its counts survive reloads.
+type SelfCheck struct {
+	// Rate is the fraction of compiled decisions checked, from 0 (off) to 1.
+	Rate float64
+	// Queue bounds the decisions waiting for a check per Snapshot; a full
+	// queue drops the sample (counted). Zero means DefaultSelfCheckQueue.
+	Queue int
+	// OnDisagreement, when set, is called from the background worker.
+	OnDisagreement func(Disagreement)
+
+	mu            sync.Mutex
+	disagreements map[string]uint64
+	checked       atomic.Uint64
+	dropped       atomic.Uint64
+}
+
+// DefaultSelfCheckQueue is the queue bound when SelfCheck leaves it zero.
+const DefaultSelfCheckQueue = 64
+
+// Disagreement is one input on which the compiled program and topdown
+// answered differently.
+type Disagreement struct {
+	Decision string          `json:"decision"`
+	Revision string          `json:"policy_revision"`
+	Input    json.RawMessage `json:"input"`
+	Compiled string          `json:"compiled"`
+	Topdown  string          `json:"topdown"`
+}
+
+// Disagreements counts disagreements by decision since the SelfCheck was
+// made.
+func (sc *SelfCheck) Disagreements() map[string]uint64 {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	out := make(map[string]uint64, len(sc.disagreements))
+	for k, v := range sc.disagreements {
+		out[k] = v
+	}
+	return out
+}
+
+// Counts returns how many samples were checked and how many were dropped
+// because the queue was full.
+func (sc *SelfCheck) Counts() (checked, dropped uint64) {
+	return sc.checked.Load(), sc.dropped.Load()
+}
+
+// selfChecker is the per-Snapshot queue of a SelfCheck. Its worker
+// goroutine runs only while the queue holds work, so a Snapshot replaced
+// by a reload leaves nothing running behind once its queue is drained.
+type selfChecker struct {
+	snap    *Snapshot
+	cfg     *SelfCheck
+	queue   chan checkJob
+	running atomic.Bool
+}
+
+type checkJob struct {
+	def      *decisionDef
+	raw      []byte
+	compiled ast.Value
+}
+
+func newSelfChecker(s *Snapshot, cfg *SelfCheck) *selfChecker {
+	n := cfg.Queue
+	if n <= 0 {
+		n = DefaultSelfCheckQueue
+	}
+	return &selfChecker{snap: s, cfg: cfg, queue: make(chan checkJob, n)}
+}
+
+// sample queues a compiled answer for checking with probability Rate. It
+// never blocks: the request's answer does not wait for the check.
+func (c *selfChecker) sample(def *decisionDef, raw []byte, v ast.Value) {
+	if c.cfg.Rate < 1 && rand.Float64() >= c.cfg.Rate {
+		return
+	}
+	// The body's buffer goes back to the server's pool with the answer.
+	job := checkJob{def: def, raw: append([]byte(nil), raw...), compiled: v}
+	select {
+	case c.queue <- job:
+	default:
+		c.cfg.dropped.Add(1)
+		return
+	}
+	if c.running.CompareAndSwap(false, true) {
+		go c.drain()
+	}
+}
+
+func (c *selfChecker) drain() {
+	for {
+		select {
+		case job := <-c.queue:
+			c.check(job)
+		default:
+			c.running.Store(false)
+			// A job queued between the empty read and the store above
+			// would wait for the next sample: take it now.
+			if len(c.queue) == 0 || !c.running.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}
+}
+
+// check decides one sampled input with topdown, on the whole input parsed
+// by the general decoder (independent of the fast parser and of any
+// projection), and compares.
+func (c *selfChecker) check(job checkJob) {
+	s := c.snap
+	c.cfg.checked.Add(1)
+	doc, err := input.Decode(job.raw)
+	if err != nil {
+		c.disagree(job, fmt.Sprintf("the input the compiled program answered does not decode: %v", err))
+		return
+	}
+	whole, err := input.Value(doc)
+	if err != nil {
+		c.disagree(job, fmt.Sprintf("the input the compiled program answered does not convert: %v", err))
+		return
+	}
+	want, err := s.eval(context.Background(), job.def, whole)
+	if err != nil {
+		if AsError(err).Code == CodePolicyTimeout {
+			return // inconclusive: the background check ran out of time
+		}
+		c.disagree(job, "error: "+err.Error())
+		return
+	}
+	if sameValue(want, job.compiled) {
+		return
+	}
+	c.disagree(job, valueString(want))
+}
+
+func (c *selfChecker) disagree(job checkJob, topdown string) {
+	name := job.def.name
+	why := "the self-check found the compiled program disagreeing with topdown; compiled evaluation is off until the next reload"
+	job.def.compiled.off.Store(&why)
+	c.cfg.mu.Lock()
+	if c.cfg.disagreements == nil {
+		c.cfg.disagreements = map[string]uint64{}
+	}
+	c.cfg.disagreements[name]++
+	c.cfg.mu.Unlock()
+	if c.cfg.OnDisagreement != nil {
+		c.cfg.OnDisagreement(Disagreement{
+			Decision: name, Revision: c.snap.Revision, Input: json.RawMessage(job.raw),
+			Compiled: valueString(job.compiled), Topdown: topdown,
+		})
+	}
+}
+
+// sameValue is exact equality: equal as Rego values and spelt the same
+// (1 and 1.0 are equal values that encode differently).
+func sameValue(a, b ast.Value) bool {
+	return ast.Compare(a, b) == 0 && valueString(a) == valueString(b)
+}
+
+func valueString(v ast.Value) string {
+	if out, err := jsonenc.AppendValue(nil, v); err == nil {
+		return string(out)
+	}
+	return v.String()
+}

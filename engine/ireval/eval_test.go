@@ -1,0 +1,138 @@
+package ireval
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// compileModule plans and compiles data.test.<rule> of one module.
+func compileModule(t *testing.T, src, rule string, data ast.Value) *Program {
+	t.Helper()
+	m, err := ast.ParseModuleWithOpts("test.rego", src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := Plan(context.Background(), map[string]*ast.Module{"test.rego": m}, ast.CapabilitiesForThisVersion(), "test/"+rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := Compile(policy, "test/"+rule, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
+const runaway = `package test
+
+p := count({[i, j] | some i in numbers.range(1, 100000); some j in numbers.range(1, 100000)})
+
+q := count(numbers.range(1, 1000000000000))
+`
+
+// TestDeadlineStopsRunawayLoops: a plan that would run for hours stops at
+// its deadline, whether it loops in the plan (nested scans) or inside a
+// builtin (numbers.range checks the cancellation the evaluator hands it).
+func TestDeadlineStopsRunawayLoops(t *testing.T) {
+	for _, rule := range []string{"p", "q"} {
+		t.Run(rule, func(t *testing.T) {
+			prog := compileModule(t, runaway, rule, nil)
+			const budget = 100 * time.Millisecond
+			start := time.Now()
+			_, err := prog.Eval(context.Background(), ast.NewObject(), EvalOptions{Deadline: start.Add(budget)})
+			took := time.Since(start)
+			if !IsCancelled(err) {
+				t.Fatalf("runaway plan: %v, want a cancelled evaluation", err)
+			}
+			// Bounded by the deadline plus scheduling slack on a loaded
+			// machine; the plan itself would take hours.
+			if took > 20*budget {
+				t.Errorf("stopped after %s, deadline %s", took, budget)
+			}
+		})
+	}
+}
+
+// TestContextCancelStopsEvaluation: a caller going away stops the
+// evaluation as the deadline does.
+func TestContextCancelStopsEvaluation(t *testing.T) {
+	prog := compileModule(t, runaway, "p", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := prog.Eval(ctx, ast.NewObject(), EvalOptions{})
+		done <- err
+	}()
+	cancel()
+	err := <-done
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindCancelled || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled evaluation: %v", err)
+	}
+}
+
+// TestUndefinedIsNotFalse: an undefined result is ErrUndefined, a false one
+// is a value.
+func TestUndefinedIsNotFalse(t *testing.T) {
+	src := "package test\n\nu := input.missing\n\nf := input.x == 1\n"
+	if _, err := compileModule(t, src, "u", nil).Eval(context.Background(), ast.NewObject(), EvalOptions{}); !errors.Is(err, ErrUndefined) {
+		t.Errorf("undefined rule: %v, want ErrUndefined", err)
+	}
+	v, err := compileModule(t, src, "f", nil).Eval(context.Background(), ast.MustParseTerm(`{"x": 2}`).Value, EvalOptions{})
+	if err != nil || v.Compare(ast.Boolean(false)) != 0 {
+		t.Errorf("false rule: %v %v, want false", v, err)
+	}
+}
+
+// TestProgramIsSafeForConcurrentUse evaluates one Program from many
+// goroutines (run with -race).
+func TestProgramIsSafeForConcurrentUse(t *testing.T) {
+	modules, data, inputs := loadSemantics(t)
+	parsed := map[string]*ast.Module{}
+	for f, src := range modules {
+		parsed[f] = ast.MustParseModuleWithOpts(src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	}
+	policy, err := Plan(context.Background(), parsed, ast.CapabilitiesForThisVersion(), "semantics/statements")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dv := ast.MustInterfaceToValue(data)
+	prog, err := Compile(policy, "semantics/statements", dv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]string, len(inputs))
+	for i, in := range inputs {
+		v, err := prog.Eval(context.Background(), in, EvalOptions{})
+		if err == nil {
+			want[i] = v.String()
+		}
+	}
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for n := 0; n < 50; n++ {
+				i := (g + n) % len(inputs)
+				v, err := prog.Eval(context.Background(), inputs[i], EvalOptions{})
+				got := ""
+				if err == nil {
+					got = v.String()
+				}
+				if got != want[i] {
+					errs <- errors.New("input " + string(rune('0'+i)) + ": " + got + " != " + want[i])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

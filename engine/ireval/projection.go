@@ -1,0 +1,632 @@
+package ireval
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/ir"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
+)
+
+// Projection is the input walk's projection (engine/input.Projection, whose
+// comment gives the rules): what the analysis below derives, and what
+// Apply builds by.
+type Projection = input.Projection
+
+// InputProjection derives, from the plan, what an evaluation of p can
+// observe of its input. It is conservative: anything that may see the
+// whole input or a part it cannot name (a builtin or function given an
+// input value, other than count and comparisons with constant scalars;
+// dynamic keys; `with input`; a dynamic call; comparisons between input
+// composites; input values put into composites or results) marks that
+// subtree All. It returns &Projection{All: true} when the whole input is
+// observable.
+func (p *Program) InputProjection() *Projection {
+	p.projOnce.Do(func() { p.proj = analyzeInput(p) })
+	return p.proj
+}
+
+// path steps, encoded: "k<len>:<key>", "i<n>", "*".
+type path string
+
+func (pa path) key(k string) path { return pa + path("k"+strconv.Itoa(len(k))+":"+k+"/") }
+func (pa path) index(i int) path  { return pa + path("i"+strconv.Itoa(i)+"/") }
+func (pa path) any() path         { return pa + "*/" }
+
+func (pa path) steps() []string {
+	var out []string
+	s := string(pa)
+	for s != "" {
+		switch s[0] {
+		case 'k':
+			colon := strings.IndexByte(s, ':')
+			n, _ := strconv.Atoi(s[1:colon])
+			out = append(out, "k"+s[colon+1:colon+1+n])
+			s = s[colon+1+n+1:]
+		default:
+			slash := strings.IndexByte(s, '/')
+			out = append(out, s[:slash])
+			s = s[slash+1:]
+		}
+	}
+	return out
+}
+
+// maxPathSteps bounds the paths the analysis follows; deeper reads mark
+// their prefix All.
+const maxPathSteps = 64
+
+type markKind uint8
+
+const (
+	markExists markKind = iota + 1 // kind (and presence) observable
+	markCount                      // kind and length observable
+	markAll                        // everything observable
+)
+
+// info is what the analysis knows of one local at one point.
+type info struct {
+	paths    map[path]bool        // input values the local may hold
+	consts   map[string]*ast.Term // constant scalars it may hold
+	other    bool                 // it may hold anything else
+	coll     bool                 // a collection the plan made
+	dirtyCol bool                 // ... with a non-constant element in it
+}
+
+func (in *info) constScalar() bool {
+	return in != nil && !in.other && len(in.paths) == 0 && len(in.consts) > 0
+}
+
+func (in *info) constCollection() bool {
+	return in != nil && in.coll && !in.dirtyCol && len(in.paths) == 0
+}
+
+func join(a, b *info) *info {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	out := &info{other: a.other || b.other, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
+	if len(a.paths)+len(b.paths) > 0 {
+		out.paths = map[path]bool{}
+		for p := range a.paths {
+			out.paths[p] = true
+		}
+		for p := range b.paths {
+			out.paths[p] = true
+		}
+	}
+	if len(a.consts)+len(b.consts) > 0 {
+		out.consts = map[string]*ast.Term{}
+		for k, v := range a.consts {
+			out.consts[k] = v
+		}
+		for k, v := range b.consts {
+			out.consts[k] = v
+		}
+	}
+	if (a.coll != b.coll) && (a.coll || b.coll) {
+		out.other = true
+	}
+	return out
+}
+
+func sameInfo(a, b *info) bool {
+	if (a == nil) != (b == nil) {
+		return false
+	}
+	if a == nil {
+		return true
+	}
+	if a.other != b.other || a.coll != b.coll || a.dirtyCol != b.dirtyCol || len(a.paths) != len(b.paths) || len(a.consts) != len(b.consts) {
+		return false
+	}
+	for p := range a.paths {
+		if !b.paths[p] {
+			return false
+		}
+	}
+	for k := range a.consts {
+		if _, ok := b.consts[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+type absState map[ir.Local]*info
+
+func (s absState) clone() absState {
+	out := make(absState, len(s))
+	for k, v := range s {
+		out[k] = v
+	}
+	return out
+}
+
+func joinStates(a, b absState) absState {
+	out := a.clone()
+	for k, v := range b {
+		out[k] = join(out[k], v)
+	}
+	return out
+}
+
+func sameStates(a, b absState) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !sameInfo(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+type analysis struct {
+	prog    *Program
+	strs    []string
+	funcs   map[string]*ir.Func
+	params  map[string][]*info // joined over call sites
+	returns map[string]*info
+	marks   map[path]markKind
+	whole   bool
+	changed bool
+	curFunc string // function being analysed, "" for the plan
+}
+
+func analyzeInput(p *Program) *Projection {
+	a := &analysis{prog: p, funcs: map[string]*ir.Func{}, params: map[string][]*info{}, returns: map[string]*info{}, marks: map[path]markKind{}}
+	if p.policy.Static != nil {
+		for _, s := range p.policy.Static.Strings {
+			a.strs = append(a.strs, s.Value)
+		}
+	}
+	if p.policy.Funcs != nil {
+		for _, f := range p.policy.Funcs.Funcs {
+			a.funcs[f.Name] = f
+		}
+	}
+	var plan *ir.Plan
+	for _, pl := range p.policy.Plans.Plans {
+		if pl.Name == p.entry {
+			plan = pl
+		}
+	}
+	if plan == nil {
+		return &Projection{All: true}
+	}
+	root := &info{paths: map[path]bool{"": true}}
+	// Functions are analysed with the join of their callers' arguments,
+	// until nothing changes: summaries and marks only grow.
+	for round := 0; round < 100; round++ {
+		a.changed = false
+		a.curFunc = ""
+		st := absState{ir.Input: root, ir.Data: &info{other: true}}
+		for _, b := range plan.Blocks {
+			st = joinStates(st, a.block(b, st.clone()))
+		}
+		for name, f := range a.funcs {
+			args, ok := a.params[name]
+			if !ok {
+				continue // not called
+			}
+			a.curFunc = name
+			fs := absState{}
+			for i, l := range f.Params {
+				if i < len(args) {
+					fs[l] = args[i]
+				}
+			}
+			for _, b := range f.Blocks {
+				fs = joinStates(fs, a.block(b, fs.clone()))
+			}
+		}
+		if a.whole {
+			return &Projection{All: true}
+		}
+		if !a.changed {
+			return a.projection()
+		}
+	}
+	return &Projection{All: true}
+}
+
+func (a *analysis) mark(p path, k markKind) {
+	if len(p.steps()) > maxPathSteps {
+		a.whole = true
+		return
+	}
+	if a.marks[p] < k {
+		a.marks[p] = k
+		a.changed = true
+	}
+}
+
+func (a *analysis) markAll(in *info) {
+	if in == nil {
+		return
+	}
+	for p := range in.paths {
+		a.mark(p, markAll)
+	}
+}
+
+func (a *analysis) operand(st absState, o ir.Operand) *info {
+	switch v := plainVal(o.Value).(type) {
+	case ir.Local:
+		return st[v]
+	case ir.StringIndex:
+		if int(v) < len(a.strs) {
+			return &info{consts: map[string]*ast.Term{"s" + a.strs[v]: ast.StringTerm(a.strs[v])}}
+		}
+	case ir.Bool:
+		return &info{consts: map[string]*ast.Term{fmt.Sprint(bool(v)): ast.BooleanTerm(bool(v))}}
+	}
+	return &info{other: true}
+}
+
+func constInfo(t *ast.Term) *info {
+	return &info{consts: map[string]*ast.Term{t.String(): t}}
+}
+
+// block analyses b from st and returns the join of the states at every
+// point b may be left (any statement may be undefined).
+func (a *analysis) block(b *ir.Block, st absState) absState {
+	exit := st.clone()
+	for _, s := range b.Stmts {
+		st = a.stmt(s, st)
+		exit = joinStates(exit, st)
+	}
+	return exit
+}
+
+func (a *analysis) stmt(s ir.Stmt, st absState) absState {
+	switch s := s.(type) {
+	case *ir.DotStmt:
+		src, key := a.operand(st, s.Source), a.operand(st, s.Key)
+		out := &info{other: true}
+		if src != nil && len(src.paths) > 0 {
+			out.paths = map[path]bool{}
+			a.markAll(key) // an input value used as a key is read whole
+			for p := range src.paths {
+				switch {
+				case key.constScalar():
+					for _, k := range key.consts {
+						switch kv := k.Value.(type) {
+						case ast.String:
+							q := p.key(string(kv))
+							a.mark(q, markExists)
+							out.paths[q] = true
+						case ast.Number:
+							if i, ok := kv.Int(); ok && i >= 0 {
+								q := p.index(i)
+								a.mark(q, markExists)
+								out.paths[q] = true
+							} else {
+								a.mark(p, markAll)
+							}
+						default:
+							a.mark(p, markAll)
+						}
+					}
+				default:
+					a.mark(p, markAll) // a key known only at run time
+				}
+			}
+		}
+		st[s.Target] = out
+	case *ir.LenStmt:
+		if src := a.operand(st, s.Source); src != nil {
+			for p := range src.paths {
+				a.mark(p, markCount)
+			}
+		}
+		st[s.Target] = &info{other: true}
+	case *ir.ScanStmt:
+		src := st[s.Source]
+		val := &info{other: true}
+		if src != nil && len(src.paths) > 0 {
+			val.paths = map[path]bool{}
+			for p := range src.paths {
+				q := p.any()
+				a.mark(q, markExists)
+				val.paths[q] = true
+			}
+		}
+		// The body runs any number of times: iterate to a fixpoint.
+		cur := st.clone()
+		for i := 0; ; i++ {
+			in := cur.clone()
+			in[s.Key], in[s.Value] = &info{other: true}, val
+			end := a.block(s.Block, in)
+			next := joinStates(cur, end)
+			if sameStates(next, cur) || i > 20 {
+				st = next
+				break
+			}
+			cur = next
+		}
+	case *ir.BlockStmt:
+		cur := st.clone()
+		exit := st.clone()
+		for _, b := range s.Blocks {
+			if b == nil {
+				continue
+			}
+			end := a.block(b, cur.clone())
+			cur = joinStates(cur, end)
+			exit = joinStates(exit, end)
+		}
+		st = exit
+	case *ir.NotStmt:
+		st = joinStates(st, a.block(s.Block, st.clone()))
+	case *ir.WithStmt:
+		if s.Local == ir.Input {
+			a.whole = true // `with input`: the input is replaced, or read whole
+		}
+		v := a.operand(st, s.Value)
+		a.markAll(v)
+		in := st.clone()
+		in[s.Local] = join(in[s.Local], v)
+		st = joinStates(st, a.block(s.Block, in))
+	case *ir.CallStmt:
+		args := make([]*info, len(s.Args))
+		for i, o := range s.Args {
+			args[i] = a.operand(st, o)
+		}
+		if f, ok := a.funcs[s.Func]; ok {
+			prev := a.params[s.Func]
+			merged := make([]*info, len(f.Params))
+			for i := range merged {
+				var x *info
+				if i < len(prev) {
+					x = prev[i]
+				}
+				if i < len(args) {
+					x = join(x, args[i])
+				}
+				merged[i] = x
+			}
+			same := len(prev) == len(merged)
+			for i := range merged {
+				if same && !sameInfo(prev[i], merged[i]) {
+					same = false
+				}
+			}
+			if !same {
+				a.params[s.Func] = merged
+				a.changed = true
+			}
+			ret := a.returns[s.Func]
+			if ret == nil {
+				ret = &info{other: true}
+			}
+			st[s.Result] = ret
+			return st
+		}
+		a.builtinCall(s.Func, args)
+		st[s.Result] = &info{other: true}
+	case *ir.CallDynamicStmt:
+		a.whole = true
+		st[s.Result] = &info{other: true}
+	case *ir.EqualStmt:
+		a.compare(a.operand(st, s.A), a.operand(st, s.B))
+	case *ir.NotEqualStmt:
+		a.compare(a.operand(st, s.A), a.operand(st, s.B))
+	case *ir.AssignVarStmt:
+		st[s.Target] = a.operand(st, s.Source)
+	case *ir.AssignVarOnceStmt:
+		st[s.Target] = join(st[s.Target], a.operand(st, s.Source))
+	case *ir.AssignIntStmt:
+		st[s.Target] = constInfo(ast.InternedTerm(int(s.Value)))
+	case *ir.MakeNumberIntStmt:
+		st[s.Target] = constInfo(ast.InternedTerm(int(s.Value)))
+	case *ir.MakeNumberRefStmt:
+		if s.Index < len(a.strs) {
+			st[s.Target] = constInfo(ast.NewTerm(ast.Number(a.strs[s.Index])))
+		} else {
+			st[s.Target] = &info{other: true}
+		}
+	case *ir.MakeNullStmt:
+		st[s.Target] = constInfo(ast.InternedNullTerm)
+	case *ir.MakeArrayStmt:
+		st[s.Target] = &info{coll: true}
+	case *ir.MakeSetStmt:
+		st[s.Target] = &info{coll: true}
+	case *ir.MakeObjectStmt:
+		st[s.Target] = &info{other: true}
+	case *ir.ResetLocalStmt:
+		delete(st, s.Target)
+	case *ir.ArrayAppendStmt:
+		a.addElement(st, s.Array, a.operand(st, s.Value))
+	case *ir.SetAddStmt:
+		a.addElement(st, s.Set, a.operand(st, s.Value))
+	case *ir.ObjectInsertStmt:
+		a.markAll(a.operand(st, s.Key))
+		a.markAll(a.operand(st, s.Value))
+	case *ir.ObjectInsertOnceStmt:
+		a.markAll(a.operand(st, s.Key))
+		a.markAll(a.operand(st, s.Value))
+	case *ir.ObjectMergeStmt:
+		a.markAll(st[s.A])
+		a.markAll(st[s.B])
+		st[s.Target] = &info{other: true}
+	case *ir.ReturnLocalStmt:
+		if a.curFunc != "" {
+			r := join(a.returns[a.curFunc], st[s.Source])
+			if !sameInfo(r, a.returns[a.curFunc]) {
+				a.returns[a.curFunc] = r
+				a.changed = true
+			}
+		}
+	case *ir.ResultSetAddStmt:
+		a.markAll(st[s.Value])
+	}
+	return st
+}
+
+// compare is an equality or ordering of two values. Against a constant
+// scalar, an input value shows only its kind and, when a scalar itself, its
+// value: projections keep both. Anything else reads both values whole.
+func (a *analysis) compare(x, y *info) {
+	if !y.constScalar() {
+		a.markAll(x)
+	}
+	if !x.constScalar() {
+		a.markAll(y)
+	}
+}
+
+// kindOnly are builtins whose result depends on their operand's kind alone.
+var kindOnly = map[string]bool{
+	"is_number": true, "is_string": true, "is_boolean": true, "is_array": true,
+	"is_set": true, "is_object": true, "is_null": true, "type_name": true,
+}
+
+var comparisons = map[string]bool{"equal": true, "neq": true, "lt": true, "lte": true, "gt": true, "gte": true}
+
+func (a *analysis) builtinCall(name string, args []*info) {
+	switch {
+	case name == "count" && len(args) == 1:
+		if args[0] != nil {
+			for p := range args[0].paths {
+				a.mark(p, markCount)
+			}
+		}
+	case comparisons[name] && len(args) == 2:
+		a.compare(args[0], args[1])
+	case name == "internal.member_2" && len(args) == 2:
+		// x in {"a", "b"}: membership in constant scalars is equality
+		// with each.
+		if !args[1].constCollection() {
+			a.markAll(args[0])
+		}
+		a.markAll(args[1])
+	case kindOnly[name]:
+	default:
+		for _, x := range args {
+			a.markAll(x)
+		}
+	}
+}
+
+// addElement is an append or set add: the element is read whole whenever
+// the collection is; a collection of constant scalars stays one.
+func (a *analysis) addElement(st absState, coll ir.Local, v *info) {
+	a.markAll(v)
+	c := st[coll]
+	if c != nil && c.coll && !c.dirtyCol && !v.constScalar() {
+		d := *c
+		d.dirtyCol = true
+		st[coll] = &d
+	}
+}
+
+// projection builds the tree of the marks.
+func (a *analysis) projection() *Projection {
+	root := &Projection{}
+	for p, k := range a.marks {
+		n := root
+		for _, step := range p.steps() {
+			switch {
+			case step == "*":
+				if n.Any == nil {
+					n.Any = &Projection{}
+				}
+				n = n.Any
+			case step[0] == 'k':
+				if n.Keys == nil {
+					n.Keys = map[string]*Projection{}
+				}
+				if n.Keys[step[1:]] == nil {
+					n.Keys[step[1:]] = &Projection{}
+				}
+				n = n.Keys[step[1:]]
+			default:
+				i, _ := strconv.Atoi(step[1:])
+				if n.Index == nil {
+					n.Index = map[int]*Projection{}
+				}
+				if n.Index[i] == nil {
+					n.Index[i] = &Projection{}
+				}
+				n = n.Index[i]
+			}
+		}
+		switch k {
+		case markAll:
+			n.All = true
+		case markCount:
+			n.Count = true
+		}
+	}
+	return input.Normalize(root)
+}
+
+// Apply builds doc (a JSON value as encoding/json decodes it with
+// UseNumber, or as the engine's strict decoder does) under p, following
+// the rules of Projection. It is the reference for any builder that
+// applies a projection while parsing, and what the projection's
+// differential tests evaluate.
+func Apply(doc any, p *Projection) (ast.Value, error) {
+	if p == nil || p.All {
+		return ast.InterfaceToValue(doc)
+	}
+	switch v := doc.(type) {
+	case map[string]any:
+		if len(p.Index) > 0 {
+			return ast.InterfaceToValue(doc) // read as an array somewhere
+		}
+		obj := ast.NewObjectWithCapacity(len(v))
+		for k, x := range v {
+			var sub *Projection
+			switch {
+			case p.Keys[k] != nil:
+				sub = p.Keys[k]
+			case p.Any != nil:
+				sub = p.Any
+			case p.Count:
+				obj.Insert(ast.StringTerm(k), ast.InternedNullTerm)
+				continue
+			default:
+				continue
+			}
+			m, err := Apply(x, sub)
+			if err != nil {
+				return nil, err
+			}
+			obj.Insert(ast.StringTerm(k), ast.NewTerm(m))
+		}
+		return obj, nil
+	case []any:
+		if len(p.Keys) > 0 {
+			return ast.InterfaceToValue(doc) // read as an object somewhere
+		}
+		elems := make([]*ast.Term, len(v))
+		for i, x := range v {
+			sub := p.Index[i]
+			if sub == nil {
+				sub = p.Any
+			}
+			if sub == nil {
+				elems[i] = ast.InternedNullTerm
+				continue
+			}
+			e, err := Apply(x, sub)
+			if err != nil {
+				return nil, err
+			}
+			elems[i] = ast.NewTerm(e)
+		}
+		return ast.NewArray(elems...), nil
+	default:
+		return ast.InterfaceToValue(doc)
+	}
+}

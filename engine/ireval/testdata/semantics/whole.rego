@@ -1,0 +1,5 @@
+package semantics.whole
+
+import rego.v1
+
+limits := data.semantics.limits
