@@ -22,6 +22,12 @@ func newCommand(name, synopsis string) *command {
 	c.Usage = func() {
 		fmt.Fprintf(c.Output(), "Usage: arbiter %s %s\n\nFlags:\n", name, synopsis)
 		c.PrintDefaults()
+		if len(c.env) > 0 {
+			fmt.Fprintf(c.Output(), "\nEnvironment (the flag wins):\n")
+			for _, n := range c.env {
+				fmt.Fprintf(c.Output(), "  %s\tfor -%s\n", envName(n), n)
+			}
+		}
 	}
 	return c
 }
