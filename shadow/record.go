@@ -62,11 +62,14 @@ func FromRecord(rec decisionlog.Record) (Request, string) {
 	// logs its body as received, in input when it is JSON and in
 	// body_base64 otherwise.
 	req.Options.Wrapped = strings.HasPrefix(rec.Path, "/v1/data/") && req.Live.failed()
+	// Whether the input was masked is read from the record's masked and
+	// erased lists, never from the content: a caller can put any string in
+	// its own input.
+	if ok, why := rec.Complete(); !ok {
+		return req, "its input was " + why
+	}
 	switch {
 	case len(rec.Input) > 0:
-		if decisionlog.ContainsMasked(rec.Input) {
-			return req, "its input was masked when logged"
-		}
 		req.Body = rec.Input
 	case rec.BodyBase64 != "":
 		b, err := base64.StdEncoding.DecodeString(rec.BodyBase64)

@@ -421,7 +421,7 @@ func (r *report) writeMethod(w func(string, ...any)) {
   unless configured (it is not here): that favours OPA. Arbiter runs with ` + "`--tests ''`" + `, which only skips
   the policy tests at start-up and on reload, never work per request.
 - **Quiet servers.** Both log at ` + "`error`" + ` level; OPA runs with ` + "`--skip-version-check`" + ` so that nothing leaves
-  loopback. Both run with GOMAXPROCS = 2 cores. Garbage collection is not the same, and this favours Arbiter: ` + "`arbiter serve`" + ` sets the collector's target to 200 by default (` + "`--gc-percent`" + `), stock OPA runs with Go's default of 100. ` + "`GOGC=200`" + ` would also speed OPA up; the comparison is of each server as it ships, and Arbiter's resident memory stays at or under OPA's with it.
+  loopback. Both run with GOMAXPROCS = 2 cores. Both collect garbage at Go's default target (100); ` + "`arbiter serve`" + ` also sets a Go memory limit of 1 GiB by default (` + "`--memory-limit`" + `), which only matters near that size.
 - **One machine for everything.** wrk shares the 2 cores with the server under test, so absolute
   throughput is lower than on a dedicated client; every server pays the same. The null server shows the
   ceiling of this client and machine. Runs alternate and the first server rotates, so a burst of

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
@@ -95,10 +96,11 @@ func decideFixture(t *testing.T, client *http.Client, url string, fx engine.Fixt
 
 // TestTrickledBodyIsCutOff sends a request body one byte every 100 ms over
 // a raw connection: the server's read timeout (2 s here) must cut it off,
-// without a decision, while the server keeps answering other requests.
+// without a decision and with request_timeout (408), logged without its
+// partial body, while the server keeps answering other requests.
 func TestTrickledBodyIsCutOff(t *testing.T) {
 	const readTimeout = 2 * time.Second
-	args, _ := quickArgs(t)
+	args, logPath := quickArgs(t)
 	srv := startServer(t, append(args, "--read-timeout", readTimeout.String())...)
 	fx := decidedFixture(t)
 	body := fx.RequestBody()
@@ -163,7 +165,7 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 			t.Fatalf("the trickled request was decided: %s", b)
 		}
 		var doc engine.Document
-		if json.Unmarshal(b, &doc) != nil || doc.Error.Code != engine.CodeMalformedJSON || resp.StatusCode != http.StatusBadRequest {
+		if json.Unmarshal(b, &doc) != nil || doc.Error.Code != "request_timeout" || resp.StatusCode != http.StatusRequestTimeout {
 			t.Errorf("answer to the trickled request: %d %s", resp.StatusCode, b)
 		}
 		// After an answer to an unread body the server closes the connection.
@@ -187,6 +189,16 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 	// Still serving afterwards.
 	if a := decideFixture(t, &http.Client{Timeout: 5 * time.Second}, srv.url, fx); a.status != http.StatusOK {
 		t.Fatalf("after the trickle: %d %s", a.status, a.body)
+	}
+	srv.stop(t)
+	var cutRecs []decisionlog.Record
+	for _, rec := range readDecisionLog(t, logPath) {
+		if rec.Error != nil {
+			cutRecs = append(cutRecs, rec)
+		}
+	}
+	if len(cutRecs) != 1 || cutRecs[0].Error.Code != "request_timeout" || cutRecs[0].Input != nil || cutRecs[0].BodyBase64 != "" || cutRecs[0].BodySize <= 0 || cutRecs[0].BodySize >= int64(len(body)) {
+		t.Errorf("records of the cut-off request: %+v, want one request_timeout with the size received and no body", cutRecs)
 	}
 }
 
