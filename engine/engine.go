@@ -27,6 +27,8 @@ type Engine struct {
 
 	reloadsOK, reloadsFailed atomic.Uint64
 
+	promoted atomic.Pointer[Promotion] // set by Promote, cleared by the next activation (promote.go)
+
 	// OnActivate, when set before the Engine is shared, is called with each
 	// Snapshot a reload activates (off the request path, one at a time).
 	OnActivate func(*Snapshot)
@@ -188,8 +190,11 @@ func (e *Engine) activate(st *ReloadStatus, snap *Snapshot, err error) {
 		}
 	case cur != nil && snap.Revision == cur.Revision && snap.Hash == cur.Hash && snap.Gated == cur.Gated:
 		st.OK, st.Candidate, st.Skipped = true, snap.Revision, snap.Skipped
+	case e.keepsPromotion(snap): // the source has not changed since a promotion
+		st.OK, st.Candidate, st.Skipped = true, snap.Revision, snap.Skipped
 	default:
 		e.current.Store(snap)
+		e.promoted.Store(nil)
 		st.OK, st.Changed, st.Revision, st.Candidate, st.Skipped = true, true, snap.Revision, snap.Revision, snap.Skipped
 		if e.OnActivate != nil {
 			e.OnActivate(snap)

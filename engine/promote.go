@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"errors"
+	"time"
+)
+
+// Promotion is a revision made live by Promote instead of being loaded
+// from the configured source (the folders, or the bundle).
+//
+// What a promotion means for a source that keeps being watched: the
+// source stays the source of truth, and the promotion holds only while the
+// source still holds what it held when the candidate was promoted. A
+// reload or bundle activation that finds that same revision (a file event
+// with no change, SIGHUP, POST /v1/reload, the same bundle again) keeps
+// the promoted revision; one that finds another revision (the folders
+// edited, a new bundle published) activates it through the gate as
+// usual, and the promotion ends. A restart serves the source. So a
+// promoted change is made durable by landing it in the source (the
+// candidate's files in the live folders, or a bundle built from them),
+// whose revision is then the promoted one and changes nothing.
+type Promotion struct {
+	Revision string    `json:"revision"`
+	From     string    `json:"from_revision"`
+	By       string    `json:"by,omitempty"`
+	Origin   string    `json:"origin,omitempty"`
+	At       time.Time `json:"at"`
+	// SourceRevision is the revision the configured source had when the
+	// candidate was promoted.
+	SourceRevision string `json:"source_revision"`
+
+	sourceHash string
+}
+
+// Promote makes snap, a Snapshot that passed the gate on its own (a
+// candidate in shadow), the active one, and returns the record of it. The
+// Snapshot it replaced keeps serving the requests that started on it.
+func (e *Engine) Promote(snap *Snapshot, by, origin string) (Promotion, error) {
+	if snap == nil {
+		return Promotion{}, errors.New("nothing to promote")
+	}
+	e.swap.Lock()
+	defer e.swap.Unlock()
+	p := Promotion{Revision: snap.Revision, By: by, Origin: origin, At: time.Now().UTC()}
+	if cur := e.current.Load(); cur != nil {
+		p.From, p.SourceRevision, p.sourceHash = cur.Revision, cur.Revision, cur.Hash
+	}
+	if prev := e.promoted.Load(); prev != nil {
+		// Promoted twice: the source still holds what it held the first time.
+		p.SourceRevision, p.sourceHash = prev.SourceRevision, prev.sourceHash
+	}
+	e.current.Store(snap)
+	e.promoted.Store(&p)
+	e.last.Store(&ReloadStatus{At: p.At, Trigger: "promote", OK: true, Revision: snap.Revision, Candidate: snap.Revision, Changed: p.From != snap.Revision})
+	if e.OnActivate != nil {
+		e.OnActivate(snap)
+	}
+	return p, nil
+}
+
+// Promoted returns the promotion in effect, if any.
+func (e *Engine) Promoted() (Promotion, bool) {
+	if p := e.promoted.Load(); p != nil {
+		return *p, true
+	}
+	return Promotion{}, false
+}
+
+// keepsPromotion reports whether snap, loaded from the configured source,
+// is what the source held when the active revision was promoted: then the
+// promotion holds (see Promotion). Called under e.swap.
+func (e *Engine) keepsPromotion(snap *Snapshot) bool {
+	p := e.promoted.Load()
+	return p != nil && snap.Revision == p.SourceRevision && snap.Hash == p.sourceHash
+}
