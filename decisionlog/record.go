@@ -37,6 +37,16 @@ type Record struct {
 	// content, which a caller controls.
 	Masked []string `json:"masked,omitempty"`
 	Erased []string `json:"erased,omitempty"`
+	// Shadow, on the record of a decision that a candidate revision
+	// decided too (in shadow, after the answer), is what the candidate
+	// answered and how that differs (shadow.go).
+	Shadow *Shadow `json:"shadow,omitempty"`
+	// Promotion, on a record of its own (no decision), says who made which
+	// candidate revision live, on what evidence: the JSON of package
+	// shadow's Promotion. Replay skips such records.
+	Promotion json.RawMessage `json:"promotion,omitempty"`
+
+	pending *Pending // the writer holds the record until it completes
 }
 
 // Complete reports whether rec holds the whole request as received, so

@@ -16,6 +16,11 @@ func TestAppendRecordMatchesEncodingJSON(t *testing.T) {
 			Input: json.RawMessage(`{"a":[1,2],"n":18446744073709551615}`), Result: json.RawMessage(`{"allow":true}`), DurationNS: 412000, Caller: "host-preparation"},
 		"error": {DecisionID: "d2", Time: at, Decision: "x", Path: "/v1/data/decisions/x/decision", BodyBase64: "e30=",
 			Error: &RecordError{Code: "malformed_json", Message: `invalid JSON at byte 3: duplicate object key "a" <&>`}, DurationNS: 7},
+		"shadowed": {DecisionID: "d3", Time: at, Decision: "x", Path: "/v1/decisions/x", Input: json.RawMessage(`{}`), Result: json.RawMessage(`{"o":"no"}`),
+			Shadow: &Shadow{Revision: "cand", Class: "refuse_to_allow", Result: json.RawMessage(`{"o":"yes"}`), DurationNS: 9}},
+		"shadow error": {DecisionID: "d4", Time: at, Decision: "x", Path: "/v1/decisions/x", Result: json.RawMessage(`{}`),
+			Shadow: &Shadow{Revision: "cand", Class: "candidate_error", Error: &RecordError{Code: "policy_timeout", Message: "<slow>"}}},
+		"promotion": {DecisionID: "d5", Time: at, Path: "/v1/shadow/promote", Caller: "sre", Promotion: json.RawMessage(`{"policy_revision":"cand","promoted":true}`)},
 		"odd strings": {DecisionID: "\u2028\x01\"\\", Time: at.In(time.FixedZone("x", 3600)), Decision: "é😀", Path: "/", Caller: "a\tb"},
 	} {
 		var want bytes.Buffer

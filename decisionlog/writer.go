@@ -230,6 +230,9 @@ func (l *Logger) Log(rec Record) bool {
 		l.refuse("decision log queue is full: records refused")
 		return false
 	}
+	if rec.pending != nil {
+		rec.pending.wake.Store(&l.wake)
+	}
 	l.queue = append(l.queue, rec)
 	l.queued += n
 	l.accepted.Add(1)
@@ -316,20 +319,30 @@ func (l *Logger) run() {
 	timer.Stop()
 	armed := false
 	var recs []Record
+	var held []Record // waiting for their shadow outcome (shadow.go)
 	for {
 		l.mu.Lock()
 		recs, l.queue = l.queue, recs[:0]
 		closed := l.closed
 		l.mu.Unlock()
-		if len(recs) > 0 {
+		released, n := l.release(&held, closed)
+		if len(recs) > 0 || n > 0 {
 			select { // under steady load the queue is never empty: still flush on time
 			case <-timer.C:
 				armed = false
 				l.flush()
 			default:
 			}
-			var taken int64
+			taken := released
 			for i := range recs {
+				if p := recs[i].pending; p != nil {
+					s, ok := p.ready()
+					if !ok && !closed {
+						held = append(held, recs[i]) // still queued, and counted so
+						continue
+					}
+					recs[i].Shadow = s
+				}
 				taken += size(&recs[i])
 				l.add(recs[i])
 			}
@@ -355,6 +368,29 @@ func (l *Logger) run() {
 			l.flush()
 		}
 	}
+}
+
+// release adds to the batch the held records whose shadow outcome has
+// arrived (every held record once the log is closing, with the outcome or
+// without), keeps the others, and returns the bytes and records released.
+func (l *Logger) release(held *[]Record, closing bool) (int64, int) {
+	kept := (*held)[:0]
+	var taken int64
+	n := 0
+	for _, rec := range *held {
+		s, ok := rec.pending.ready()
+		if !ok && !closing {
+			kept = append(kept, rec)
+			continue
+		}
+		rec.Shadow = s
+		taken += size(&rec)
+		n++
+		l.add(rec)
+	}
+	clear((*held)[len(kept):])
+	*held = kept
+	return taken, n
 }
 
 // FlushDelay bounds how long a written record may wait in memory before it
@@ -460,6 +496,20 @@ func (l *Logger) encode(rec Record) []byte {
 			rec.Result = out.Bytes()
 		}
 	}
+	if rec.Shadow != nil && bytes.ContainsAny(rec.Shadow.Result, "\r\n") {
+		var out bytes.Buffer
+		if json.Compact(&out, rec.Shadow.Result) == nil {
+			sh := *rec.Shadow
+			sh.Result = out.Bytes()
+			rec.Shadow = &sh
+		}
+	}
+	if bytes.ContainsAny(rec.Promotion, "\r\n") {
+		var out bytes.Buffer
+		if json.Compact(&out, rec.Promotion) == nil {
+			rec.Promotion = out.Bytes()
+		}
+	}
 	l.line.Reset()
 	shrink(&l.line)
 	l.line.Write(appendRecord(l.line.AvailableBuffer(), rec))
@@ -552,6 +602,30 @@ func appendRecord(b []byte, rec Record) []byte {
 	}
 	b = appendStrings(b, "masked", rec.Masked)
 	b = appendStrings(b, "erased", rec.Erased)
+	if sh := rec.Shadow; sh != nil {
+		b = append(b, `,"shadow":{"policy_revision":`...)
+		b = jsonenc.AppendString(b, sh.Revision)
+		b = append(b, `,"class":`...)
+		b = jsonenc.AppendString(b, sh.Class)
+		if len(sh.Result) > 0 {
+			b = append(b, `,"result":`...)
+			b = append(b, sh.Result...)
+		}
+		if sh.Error != nil {
+			b = append(b, `,"error":{"code":`...)
+			b = jsonenc.AppendString(b, sh.Error.Code)
+			b = append(b, `,"message":`...)
+			b = jsonenc.AppendString(b, sh.Error.Message)
+			b = append(b, '}')
+		}
+		b = append(b, `,"duration_ns":`...)
+		b = strconv.AppendInt(b, sh.DurationNS, 10)
+		b = append(b, '}')
+	}
+	if len(rec.Promotion) > 0 {
+		b = append(b, `,"promotion":`...)
+		b = append(b, rec.Promotion...)
+	}
 	return append(b, '}', '\n')
 }
 
