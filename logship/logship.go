@@ -353,6 +353,9 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 	if rec.Error != nil {
 		ev.Error = &eventError{Code: rec.Error.Code, Message: rec.Error.Message}
 	}
+	if len(rec.Promotion) > 0 { // who made which candidate live: no decision, OPA's custom member
+		ev.Path, ev.Custom = "", map[string]any{"promotion": json.RawMessage(rec.Promotion)}
+	}
 	return json.Marshal(ev)
 }
 

@@ -166,3 +166,19 @@ func TestEventInputOfDataAPIBody(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A promotion record (who made which candidate live) is uploaded in OPA's
+// custom member, with no decision path.
+func TestPromotionRecordIsACustomEvent(t *testing.T) {
+	u := &Uploader{cfg: Config{BundleName: "arbiter", Labels: map[string]string{"id": "r1"}}}
+	rec := decisionlog.Record{DecisionID: "p1", Time: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), Revision: "cand", Path: "/v1/shadow/promote",
+		Caller: "sre", Promotion: json.RawMessage(`{"policy_revision":"cand","promoted":true}`)}
+	ev, err := u.event(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"labels":{"id":"r1"},"decision_id":"p1","bundles":{"arbiter":{"revision":"cand"}},"requested_by":"sre","timestamp":"2026-12-03T10:00:00Z","metrics":{"timer_server_handler_ns":0},"custom":{"promotion":{"policy_revision":"cand","promoted":true}}}`
+	if string(ev) != want {
+		t.Errorf("\n got  %s\n want %s", ev, want)
+	}
+}
