@@ -42,6 +42,11 @@ var statusOf = map[engine.Code]int{
 	CodeMethodNotAllowed:            http.StatusMethodNotAllowed,
 	CodeOverloaded:                  http.StatusServiceUnavailable,
 	CodeRequestTimeout:              http.StatusRequestTimeout,
+	CodeBadRequest:                  http.StatusBadRequest, // the shadow routes' codes (shadow.go)
+	CodeForbidden:                   http.StatusForbidden,
+	CodeCandidateRefused:            http.StatusUnprocessableEntity,
+	CodeNoCandidate:                 http.StatusNotFound,
+	CodePromotionRefused:            http.StatusConflict,
 }
 
 // statusFor returns the HTTP status of a code. A code missing from the table

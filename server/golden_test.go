@@ -59,33 +59,44 @@ func TestErrorDocumentsGolden(t *testing.T) {
 		"failures contains [3, \"runaway\"] if {\n\tinput.tenant == \"bomb\"\n\tcount({[i, j] | some i in numbers.range(1, 100000); some j in numbers.range(1, 100000)}) == 0\n}\n\nreasons := [", 50*time.Millisecond)
 	logFull := serveQuota(t, Config{DecisionLog: &refusingLog{}, RefuseUnlogged: true})
 	cut := serveQuota(t, Config{RequestTimeout: 100 * time.Millisecond})
+	shadowed, shadowOnly, withCandidate := shadowGoldenServers(t) // shadow_test.go
 	tests := []struct {
 		code, method, path, body string
 		h                        *harness
 		header                   []string
+		extra                    string // a member beside the error document
 	}{
-		{"malformed_json", "POST", plainPath, `{"tenant":"t","used":1,"used":2}`, quota, nil},
-		{"malformed_json", "POST", dataPath, `{"input":{"tenant":"t"} x`, quota, nil},
-		{"input_schema_invalid", "POST", plainPath, `{"used":-1,"extra":true,"suspended":"yes"}`, quota, nil},
-		{"input_schema_invalid", "POST", dataPath, `{"inputs":{}}`, quota, nil},
-		{"unknown_decision", "POST", "/v1/decisions/nope", `{}`, quota, nil},
-		{"not_found", "GET", "/v1/nope", "", quota, nil},
-		{"method_not_allowed", "GET", plainPath, "", quota, nil},
-		{"body_too_large", "POST", plainPath, `{"tenant":"` + strings.Repeat("t", 100) + `","used":1}`, small, nil},
-		{"unsupported_media_type", "POST", plainPath, `{"tenant":"t","used":1}`, quota, []string{"Content-Type", "text/plain"}},
-		{"unsupported_media_type", "POST", dataPath, `{"input":{"tenant":"t","used":1}}`, quota, []string{"Content-Encoding", "gzip"}},
-		{"overloaded", "POST", plainPath, `{"tenant":"t","used":1}`, logFull, nil},
-		{"unauthorized", "POST", plainPath, `{"tenant":"t","used":1}`, authed, nil},
-		{"unauthorized", "POST", plainPath, `{"tenant":"t","used":1}`, authed, []string{"Authorization", "Bearer wrong"}},
-		{"not_ready", "POST", plainPath, `{"tenant":"t","used":1}`, notReady, nil},
-		{"policy_error", "POST", plainPath, `{"tenant":"t","used":1}`, badResult, nil},
-		{"policy_timeout", "POST", plainPath, `{"tenant":"bomb","used":1}`, runaway, nil},
+		{"malformed_json", "POST", plainPath, `{"tenant":"t","used":1,"used":2}`, quota, nil, ""},
+		{"malformed_json", "POST", dataPath, `{"input":{"tenant":"t"} x`, quota, nil, ""},
+		{"input_schema_invalid", "POST", plainPath, `{"used":-1,"extra":true,"suspended":"yes"}`, quota, nil, ""},
+		{"input_schema_invalid", "POST", dataPath, `{"inputs":{}}`, quota, nil, ""},
+		{"unknown_decision", "POST", "/v1/decisions/nope", `{}`, quota, nil, ""},
+		{"not_found", "GET", "/v1/nope", "", quota, nil, ""},
+		{"method_not_allowed", "GET", plainPath, "", quota, nil, ""},
+		{"body_too_large", "POST", plainPath, `{"tenant":"` + strings.Repeat("t", 100) + `","used":1}`, small, nil, ""},
+		{"unsupported_media_type", "POST", plainPath, `{"tenant":"t","used":1}`, quota, []string{"Content-Type", "text/plain"}, ""},
+		{"unsupported_media_type", "POST", dataPath, `{"input":{"tenant":"t","used":1}}`, quota, []string{"Content-Encoding", "gzip"}, ""},
+		{"overloaded", "POST", plainPath, `{"tenant":"t","used":1}`, logFull, nil, ""},
+		{"unauthorized", "POST", plainPath, `{"tenant":"t","used":1}`, authed, nil, ""},
+		{"unauthorized", "POST", plainPath, `{"tenant":"t","used":1}`, authed, []string{"Authorization", "Bearer wrong"}, ""},
+		{"not_ready", "POST", plainPath, `{"tenant":"t","used":1}`, notReady, nil, ""},
+		{"policy_error", "POST", plainPath, `{"tenant":"t","used":1}`, badResult, nil, ""},
+		{"policy_timeout", "POST", plainPath, `{"tenant":"bomb","used":1}`, runaway, nil, ""},
+		{"bad_request", "POST", "/v1/shadow", `{"policies": 1}`, shadowed, nil, ""},
+		{"forbidden", "POST", "/v1/shadow/promote", `{}`, shadowOnly, nil, ""},
+		{"candidate_refused", "POST", "/v1/shadow", `{"policies": "testdata/nope"}`, shadowed, nil, "problems"},
+		{"no_candidate", "POST", "/v1/shadow/promote", `{}`, shadowed, nil, ""},
+		{"promotion_refused", "POST", "/v1/shadow/promote", `{"revision": "0123456789abcdef"}`, withCandidate, nil, ""},
 	}
 	var out bytes.Buffer
 	seen := map[engine.Code]bool{}
 	for _, tc := range tests {
 		r := tc.h.do(t, tc.method, tc.path, tc.body, tc.header...)
-		if code := r.errorDoc(t).Code; string(code) != tc.code {
+		doc := r
+		if tc.extra != "" {
+			doc = withoutMember(t, r, tc.extra)
+		}
+		if code := doc.errorDoc(t).Code; string(code) != tc.code {
 			t.Errorf("%s %s: code %s, want %s", tc.method, tc.path, code, tc.code)
 		}
 		seen[engine.Code(tc.code)] = true

@@ -71,11 +71,13 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		}
 
 		elapsed := time.Since(q.start)
-		logged := s.record(decisionlog.Record{
+		rec := decisionlog.Record{
 			DecisionID: d.ID, Time: q.start.UTC(), Decision: d.Name, Revision: d.Revision,
 			Path: r.URL.Path, Input: bytes.Clone(d.Input), Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
-		})
+		}
+		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
+		logged := s.record(rec)
 		if !logged && s.cfg.RefuseUnlogged {
 			// No decision is answered without its record queued.
 			s.fail(q, nil, &engine.Error{Code: CodeOverloaded, Message: "the decision log cannot keep up; the decision was not answered"})
@@ -150,6 +152,7 @@ func (s *server) fail(q *query, body []byte, e *engine.Error) {
 		rec.Revision = snap.Revision
 	}
 	describeBody(&rec, body, e.Code)
+	defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
 	s.record(rec)
 	s.metrics.observeError(q.name, e.Code, elapsed)
 

@@ -77,6 +77,8 @@ type Config struct {
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any
+	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
+	Shadow *ShadowConfig
 }
 
 type server struct {
@@ -143,6 +145,7 @@ func New(cfg Config, eng Engine) http.Handler {
 		r.Get("/v1/decisions", s.listDecisions)
 		r.Get("/v1/status", s.status)
 		r.Post("/v1/reload", s.reload)
+		s.shadowRoutes(r)
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	})
 	return r

@@ -15,14 +15,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/types"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
+	"github.com/arbiter-dev/arbiter/internal/testsignal"
 )
 
 // access is a decision that exists only in these tests: its refusals
@@ -311,40 +309,12 @@ func TestPromoteChecksWhatIsInShadow(t *testing.T) {
 	}
 }
 
-// testSignal is a builtin only this package's tests register:
-// shadow_test.signal(name) closes the channel signalOn returned for name,
-// so that a test learns that an evaluation reached its loop instead of
-// sleeping in the hope that it did.
-const testSignal = "shadow_test.signal"
-
-var signals sync.Map // name -> chan struct{}
-
-func init() {
-	rego.RegisterBuiltin1(&rego.Function{Name: testSignal, Decl: types.NewFunction(types.Args(types.S), types.B)},
-		func(_ rego.BuiltinContext, name *ast.Term) (*ast.Term, error) {
-			if s, ok := name.Value.(ast.String); ok {
-				if ch, ok := signals.LoadAndDelete(string(s)); ok {
-					close(ch.(chan struct{}))
-				}
-			}
-			return ast.BooleanTerm(true), nil
-		})
-}
-
-func signalOn(t *testing.T, name string) <-chan struct{} {
-	ch := make(chan struct{})
-	signals.Store(name, ch)
-	t.Cleanup(func() { signals.Delete(name) })
-	return ch
-}
-
 // looping is a candidate that, for tenant "loop", signals and then loops
 // until its deadline (an hour: only the shadow stopping ends it), through
 // ten billion pairs of two small ranges, in constant memory.
 func looping(t *testing.T) *engine.Snapshot {
 	root := copyAccess(t)
-	edit(t, root, accessPolicy, "reasons := [",
-		"failures contains [3, \"runaway\"] if {\n\tinput.tenant == \"loop\"\n\t"+testSignal+"(input.tenant)\n\tsome i in numbers.range(1, 100000)\n\tsome j in numbers.range(1, 100000)\n\ti == j + 100000\n}\n\nreasons := [")
+	edit(t, root, accessPolicy, "reasons := [", testsignal.Loop("loop")+"reasons := [")
 	cfg := configOf(root)
 	cfg.EvalTimeout = time.Hour
 	return load(t, cfg)
@@ -359,7 +329,7 @@ func TestLoopingCandidateNeverDelaysLiveAnswers(t *testing.T) {
 	live := load(t, configOf(copyAccess(t)))
 	h := newHarness(t, live, Config{Rate: 1, Queue: 4, Workers: 1, CPU: 8})
 	h.sh.Set(candidate(looping(t)))
-	started := signalOn(t, "loop")
+	started := testsignal.On(t, "loop")
 
 	loopRec := h.serve(request{"loop", `{"tenant":"loop","used":1}`, false})
 	select {

@@ -118,6 +118,10 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if err != nil {
 		return exitError, err
 	}
+	sh, err := newShadowing(ctx, c, eng, ecfg, log) // a candidate in shadow (shadow.go)
+	if err != nil {
+		return exitError, err
+	}
 
 	var dlog *decisionlog.Logger
 	var sink server.DecisionLog
@@ -153,11 +157,13 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
+		Shadow:            sh.srv,
 	}
 	if ecfg.SelfCheck != nil {
 		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
 	}
 	fl.register(reg)
+	sh.register(reg)
 	if dlog != nil {
 		scfg.DroppedLogRecords = dlog.Dropped
 	}
@@ -235,6 +241,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		}
 	}()
 	fl.start(runCtx)
+	sh.start(runCtx)
 	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "mtls", c.tlsClientCA != "", "auth_tokens", len(tokens), "max_connections", c.connectionCap())
 
 	var serveErr error
@@ -250,6 +257,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
 		_ = srv.Close()
 	}
+	sh.stop(shutCtx, log) // releases the records waiting for the candidate before the log closes
 	code := exitOK
 	if dlog != nil {
 		// Every answered decision was queued before its response was

@@ -21,6 +21,7 @@ import (
 type serveConfig struct {
 	folders
 	fleetConfig
+	shadowConfig
 	addr              string
 	decisionLog       string
 	logMaxMB          int
@@ -66,6 +67,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	c := &serveConfig{memoryLimit: defaultMemoryLimit}
 	c.folders.register(fs, true)
 	c.fleetConfig.register(fs)
+	c.shadowConfig.register(fs)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8181", "listen address HOST:PORT")
 	fs.StringVar(&c.decisionLog, "decision-log", "var/decisions.log", "decision log file, - for stdout, '' to disable")
 	fs.IntVar(&c.logMaxMB, "decision-log-max-mb", decisionlog.DefaultMaxMegabytes, "rotate the decision log file at this many MiB; it must hold the largest record")
@@ -127,6 +129,9 @@ func (c *serveConfig) validate(fs *command) error {
 		}
 	}
 	if err := c.fleetConfig.validate(); err != nil {
+		return err
+	}
+	if err := c.shadowConfig.validate(); err != nil {
 		return err
 	}
 	switch {

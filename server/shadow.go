@@ -1,0 +1,359 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/shadow"
+)
+
+// Codes of the shadow routes. Like every code they are API.
+const (
+	// CodeBadRequest: the body of an administrative request is not what
+	// the route takes.
+	CodeBadRequest engine.Code = "bad_request"
+	// CodeForbidden: the caller may not change what runs (see
+	// ShadowConfig.Admins).
+	CodeForbidden engine.Code = "forbidden"
+	// CodeCandidateRefused: the candidate did not pass the gate (compile,
+	// type-check, tests and fixtures); the problems are listed.
+	CodeCandidateRefused engine.Code = "candidate_refused"
+	// CodeNoCandidate: no candidate is in shadow.
+	CodeNoCandidate engine.Code = "no_candidate"
+	// CodePromotionRefused: the promotion gate refused (too few judged
+	// decisions, or some in a forbidden class), or the candidate in shadow
+	// is not the revision named.
+	CodePromotionRefused engine.Code = "promotion_refused"
+)
+
+// ShadowConfig turns shadow evaluation on: a candidate revision runs
+// beside the live one, on decisions sampled after their answer is written,
+// and the /v1/shadow routes load, report, clear and promote it.
+type ShadowConfig struct {
+	Shadow *shadow.Shadow
+	// Load builds a candidate from folders the server can read, through
+	// the same gate as the live revision; it returns the candidate and a
+	// description of where it came from.
+	Load func(ctx context.Context, src ShadowSource) (*engine.Snapshot, string, error)
+	// Promote makes a candidate live and returns the revision it replaced.
+	Promote func(ctx context.Context, c *shadow.Candidate, by string) (string, error)
+	// Promoted, when set, reports the promotion in effect (GET /v1/shadow).
+	Promoted func() (engine.Promotion, bool)
+	// Gate is what POST /v1/shadow/promote requires unless its body says
+	// otherwise.
+	Gate shadow.Gate
+	// Admins, when not empty, are the only callers that may load, clear
+	// and promote a candidate; GET /v1/shadow stays open to every caller.
+	Admins []string
+}
+
+// ShadowSource names the folders of a candidate. Schemas and Tests left
+// empty are filled in by ShadowConfig.Load (cmd uses the live ones).
+type ShadowSource struct {
+	Policies string `json:"policies"`
+	Schemas  string `json:"schemas,omitempty"`
+	Tests    string `json:"tests,omitempty"`
+}
+
+func (s *server) shadowRoutes(r chi.Router) {
+	if s.cfg.Shadow == nil {
+		return
+	}
+	r.Get("/v1/shadow", s.shadowStatus)
+	r.Post("/v1/shadow", s.shadowLoad)
+	r.Delete("/v1/shadow", s.shadowClear)
+	r.Post("/v1/shadow/promote", s.shadowPromote)
+}
+
+// sample decides, before the answer, whether a candidate decides rec too;
+// when it does, rec waits in the decision log for the candidate's answer.
+// The ticket's Start, once the answer is written, hands it to the shadow.
+func (s *server) sample(rec *decisionlog.Record) *shadow.Ticket {
+	if s.cfg.Shadow == nil {
+		return nil
+	}
+	var p *decisionlog.Pending
+	t := s.cfg.Shadow.Shadow.Sample(*rec, func(r *shadow.Result) { p.Complete(shadowMember(r)) })
+	if t != nil {
+		p = decisionlog.NewPending()
+		rec.AwaitShadow(p)
+	}
+	return t
+}
+
+// shadowMember is what the decision log keeps of a candidate's answer.
+func shadowMember(r *shadow.Result) *decisionlog.Shadow {
+	if r == nil {
+		return nil
+	}
+	return &decisionlog.Shadow{Revision: r.Candidate.Revision, Class: string(r.Class), Result: r.Candidate.Result, Error: r.Candidate.Error, DurationNS: r.Duration.Nanoseconds()}
+}
+
+// candidateDoc describes the candidate in shadow.
+type candidateDoc struct {
+	Revision  string    `json:"policy_revision"`
+	Origin    string    `json:"origin"`
+	LoadedAt  time.Time `json:"loaded_at"`
+	LoadedBy  string    `json:"loaded_by,omitempty"`
+	Decisions []string  `json:"decisions"`
+}
+
+func describeCandidate(c *shadow.Candidate) *candidateDoc {
+	if c == nil {
+		return nil
+	}
+	return &candidateDoc{Revision: c.Snapshot.Revision, Origin: c.Origin, LoadedAt: c.LoadedAt.UTC(), LoadedBy: c.LoadedBy, Decisions: c.Snapshot.Names()}
+}
+
+// shadowDoc is GET /v1/shadow.
+type shadowDoc struct {
+	Candidate    *candidateDoc     `json:"candidate"`
+	LiveRevision string            `json:"live_revision,omitempty"`
+	Promotion    *engine.Promotion `json:"promotion"`
+	Sampling     samplingDoc       `json:"sampling"`
+	Stats        shadow.Stats      `json:"stats"`
+	Gate         shadow.Gate       `json:"gate"`
+	// Promotable says whether the default gate would promote the
+	// candidate now, and if not why.
+	Promotable bool           `json:"promotable"`
+	Refusals   []string       `json:"refusals"`
+	Report     *shadow.Report `json:"report"`
+}
+
+type samplingDoc struct {
+	Rate       float64 `json:"rate"`
+	Queue      int     `json:"queue"`
+	QueueBytes int64   `json:"queue_bytes"`
+	Workers    int     `json:"workers"`
+	CPU        float64 `json:"cpu"`
+}
+
+func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
+	sc := s.cfg.Shadow
+	cfg := sc.Shadow.Config()
+	doc := shadowDoc{
+		Candidate: describeCandidate(sc.Shadow.Candidate()),
+		Sampling:  samplingDoc{Rate: cfg.Rate, Queue: cfg.Queue, QueueBytes: cfg.QueueBytes, Workers: cfg.Workers, CPU: cfg.CPU},
+		Stats:     sc.Shadow.Stats(),
+		Gate:      sc.Gate,
+		Refusals:  []string{},
+	}
+	if snap := s.eng.Snapshot(); snap != nil {
+		doc.LiveRevision = snap.Revision
+	}
+	if sc.Promoted != nil {
+		if p, ok := sc.Promoted(); ok {
+			doc.Promotion = &p
+		}
+	}
+	if rep, ok := sc.Shadow.Report(); ok {
+		doc.Report = &rep
+		doc.Refusals = append(doc.Refusals, sc.Gate.Refusals(rep)...)
+		doc.Promotable = len(doc.Refusals) == 0
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// admin refuses a caller that may not change what runs, and returns who
+// is asking: the authenticated caller, or the remote address.
+func (s *server) admin(w http.ResponseWriter, r *http.Request) (string, bool) {
+	caller := callerOf(r.Context())
+	if admins := s.cfg.Shadow.Admins; len(admins) > 0 && !slices.Contains(admins, caller) {
+		writeError(w, &engine.Error{Code: CodeForbidden, Message: "this caller may not load, clear or promote candidates (--shadow-admins)"}, false, "")
+		return "", false
+	}
+	if caller == "" {
+		caller = "unauthenticated " + r.RemoteAddr
+	}
+	return caller, true
+}
+
+// readAdminBody decodes a small JSON body strictly into v; an empty body
+// leaves v as it is.
+func readAdminBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		writeError(w, &engine.Error{Code: CodeBadRequest, Message: "reading the body: " + err.Error()}, false, "")
+		return false
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil || dec.More() {
+		if err == nil {
+			err = errors.New("trailing data")
+		}
+		writeError(w, &engine.Error{Code: CodeBadRequest, Message: "the body must be one JSON object of the route's members: " + err.Error()}, false, "")
+		return false
+	}
+	return true
+}
+
+// shadowLoad loads a candidate from folders and puts it in shadow. The
+// load is not tied to the request's lifetime, as a reload is not.
+func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
+	by, ok := s.admin(w, r)
+	if !ok {
+		return
+	}
+	var src ShadowSource
+	if !readAdminBody(w, r, &src) {
+		return
+	}
+	if src.Policies == "" {
+		writeError(w, &engine.Error{Code: CodeBadRequest, Message: `"policies" (a folder the server can read) is required`}, false, "")
+		return
+	}
+	snap, origin, err := s.cfg.Shadow.Load(context.WithoutCancel(r.Context()), src)
+	if err != nil {
+		var le *engine.LoadError
+		probs := []engine.Problem{{Message: err.Error()}}
+		if errors.As(err, &le) {
+			probs = le.Problems
+		}
+		s.log.Warn("shadow candidate refused", "by", by, "policies", src.Policies, "problems", len(probs))
+		writeErrorWith(w, &engine.Error{Code: CodeCandidateRefused, Message: fmt.Sprintf("the candidate did not pass the gate: %d problem(s)", len(probs))}, "problems", probs)
+		return
+	}
+	c := &shadow.Candidate{Snapshot: snap, Origin: origin, LoadedAt: time.Now(), LoadedBy: by}
+	s.cfg.Shadow.Shadow.Set(c)
+	s.log.Info("candidate in shadow", "revision", snap.Revision, "origin", origin, "by", by)
+	writeJSON(w, http.StatusOK, struct {
+		OK        bool          `json:"ok"`
+		Candidate *candidateDoc `json:"candidate"`
+	}{true, describeCandidate(c)})
+}
+
+func (s *server) shadowClear(w http.ResponseWriter, r *http.Request) {
+	by, ok := s.admin(w, r)
+	if !ok {
+		return
+	}
+	c := s.cfg.Shadow.Shadow.Clear()
+	if c != nil {
+		s.log.Info("candidate removed from shadow", "revision", c.Snapshot.Revision, "by", by)
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Cleared *candidateDoc `json:"cleared"`
+	}{describeCandidate(c)})
+}
+
+// promoteRequest is the body of POST /v1/shadow/promote; every member is
+// optional.
+type promoteRequest struct {
+	// Revision is the candidate revision whose impact was read: another
+	// candidate in shadow is not promoted.
+	Revision     string   `json:"revision"`
+	MinDecisions *uint64  `json:"min_decisions"`
+	Forbid       []string `json:"forbid"`
+	Force        bool     `json:"force"`
+}
+
+// shadowPromote makes the candidate live when the gate passes (or when
+// forced). Every attempt that reached the gate is a record of the
+// decision log: who, what, on which evidence, and the outcome.
+func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
+	by, ok := s.admin(w, r)
+	if !ok {
+		return
+	}
+	var req promoteRequest
+	if !readAdminBody(w, r, &req) {
+		return
+	}
+	gate := s.cfg.Shadow.Gate
+	if req.MinDecisions != nil {
+		gate.MinDecisions = *req.MinDecisions
+	}
+	if req.Forbid != nil {
+		gate.Forbidden = []shadow.Class{}
+		for _, f := range req.Forbid {
+			c, ok := shadow.ParseClass(f)
+			if !ok {
+				writeError(w, &engine.Error{Code: CodeBadRequest, Message: fmt.Sprintf("forbid: %q is not a class (%v)", f, shadow.Classes)}, false, "")
+				return
+			}
+			gate.Forbidden = append(gate.Forbidden, c)
+		}
+	}
+	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
+	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate) (string, error) {
+		return s.cfg.Shadow.Promote(ctx, c, by)
+	})
+	var re *shadow.RevisionError
+	switch {
+	case errors.Is(err, shadow.ErrNoCandidate):
+		writeError(w, &engine.Error{Code: CodeNoCandidate, Message: "no candidate is in shadow (POST /v1/shadow loads one)"}, false, "")
+		return
+	case errors.As(err, &re):
+		writeError(w, &engine.Error{Code: CodePromotionRefused, Message: re.Error()}, false, "")
+		return
+	}
+	s.logPromotion(r, p)
+	switch {
+	case errors.Is(err, shadow.ErrRefused):
+		s.log.Warn("promotion refused by the gate", "revision", p.Revision, "by", by, "refusals", len(p.Refusals))
+		writeErrorWith(w, &engine.Error{Code: CodePromotionRefused, Message: "the promotion gate refused the candidate: " + p.Refusals[0]}, "promotion", p)
+	case err != nil:
+		s.log.Error("promotion failed", "revision", p.Revision, "by", by, "err", err)
+		writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "the candidate could not be made live", Err: err}, false, "")
+	default:
+		s.log.Info("candidate promoted", "revision", p.Revision, "from", p.From, "by", by, "forced", p.Forced, "judged", p.Report.Total)
+		writeJSON(w, http.StatusOK, struct {
+			Promotion shadow.Promotion `json:"promotion"`
+		}{p})
+	}
+}
+
+// logPromotion writes the record of a promotion attempt to the decision
+// log: a record of its own, with no decision.
+func (s *server) logPromotion(r *http.Request, p shadow.Promotion) {
+	if s.cfg.DecisionLog == nil {
+		return
+	}
+	doc, err := json.Marshal(p)
+	if err != nil {
+		return
+	}
+	rev := p.Revision
+	if !p.Promoted {
+		rev = p.From
+		if snap := s.eng.Snapshot(); snap != nil {
+			rev = snap.Revision
+		}
+	}
+	if !s.cfg.DecisionLog.Log(decisionlog.Record{DecisionID: uuid.NewString(), Time: p.At, Revision: rev, Path: r.URL.Path, Caller: p.By, Promotion: doc}) {
+		s.log.Error("the decision log refused the promotion record", "revision", p.Revision, "by", p.By, "promoted", p.Promoted)
+	}
+}
+
+// writeErrorWith is writeError with one more member beside the error
+// document: the problems of a refused candidate, the record of a refused
+// promotion.
+func writeErrorWith(w http.ResponseWriter, e *engine.Error, name string, v any) {
+	extra, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, e, false, "")
+		return
+	}
+	body, err := json.Marshal(map[string]any{"error": e.Document().Error, name: json.RawMessage(extra)})
+	if err != nil {
+		writeError(w, e, false, "")
+		return
+	}
+	writeBody(w, statusFor(e.Code), body)
+}

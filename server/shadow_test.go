@@ -1,0 +1,361 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
+	"github.com/arbiter-dev/arbiter/internal/testsignal"
+	"github.com/arbiter-dev/arbiter/shadow"
+)
+
+// The shadow tests use a decision that exists only in tests
+// (shadow/testdata/access): its result schema says which outcome allows.
+const (
+	accessPath = "/v1/decisions/access_check"
+	accessData = "policies/decisions/access_check/data.json"
+)
+
+func accessDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "access")
+	if err := os.CopyFS(dir, os.DirFS("../shadow/testdata/access")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func folderConfig(dir string) engine.Config {
+	return engine.Config{Policies: filepath.Join(dir, "policies"), Schemas: filepath.Join(dir, "schemas"), Tests: filepath.Join(dir, "tests")}
+}
+
+// serveShadow serves the folder dir with a shadow whose candidates are
+// loaded from folders through engine.Load (with evalTimeout), as cmd does.
+func serveShadow(t *testing.T, dir string, cfg Config, scfg shadow.Config, evalTimeout time.Duration, admins ...string) (*harness, *engine.Engine, *shadow.Shadow) {
+	t.Helper()
+	eng, err := engine.New(context.Background(), folderConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := shadow.New(scfg)
+	t.Cleanup(func() { _ = sh.Close(context.Background()) })
+	cfg.Shadow = &ShadowConfig{
+		Shadow: sh,
+		Load: func(ctx context.Context, src ShadowSource) (*engine.Snapshot, string, error) {
+			c := engine.Config{Policies: src.Policies, Schemas: src.Schemas, Tests: src.Tests, EvalTimeout: evalTimeout}
+			snap, err := engine.Load(ctx, c)
+			return snap, "folders " + src.Policies, err
+		},
+		Promote: func(_ context.Context, c *shadow.Candidate, by string) (string, error) {
+			p, err := eng.Promote(c.Snapshot, by, c.Origin)
+			return p.From, err
+		},
+		Promoted: eng.Promoted,
+		Gate:     shadow.Gate{MinDecisions: 1, Forbidden: shadow.DefaultForbidden},
+		Admins:   admins,
+	}
+	return serve(t, cfg, eng), eng, sh
+}
+
+func loadBody(dir string) string {
+	b, _ := json.Marshal(ShadowSource{Policies: filepath.Join(dir, "policies"), Schemas: filepath.Join(dir, "schemas"), Tests: filepath.Join(dir, "tests")})
+	return string(b)
+}
+
+func decodeJSON(t *testing.T, r response, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("%d %s: %v", r.status, r.body, err)
+	}
+}
+
+// waitJudged polls GET /v1/shadow until the report counts n decisions.
+func waitJudged(t *testing.T, h *harness, n uint64, header ...string) shadowDoc {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var doc shadowDoc
+		decodeJSON(t, h.do(t, "GET", "/v1/shadow", "", header...), &doc)
+		if doc.Report != nil && doc.Report.Total >= n {
+			return doc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the candidate judged %+v of %d decisions within a minute", doc.Report, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Edit, shadow, read the impact, promote, through the API: a candidate
+// that allows one more case is reported refuse_to_allow with that
+// decision's id, in GET /v1/shadow and on the decision's own log record;
+// the gate refuses it; only a forced promotion by an admin makes it live,
+// and the log records who promoted what, refused attempt included.
+func TestShadowThroughTheAPI(t *testing.T) {
+	live := accessDir(t)
+	cand := accessDir(t)
+	testfiles.Edit(t, filepath.Join(cand, accessData), `"limit": 10`, `"limit": 11`)
+	logPath := filepath.Join(t.TempDir(), "decisions.log")
+	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []Token{{Caller: "sre", Secret: []byte("sre-secret")}, {Caller: "host", Secret: []byte("host-secret")}}
+	h, _, _ := serveShadow(t, live, Config{DecisionLog: dlog, Tokens: tokens}, shadow.Config{Rate: 1, CPU: 8}, 0, "sre")
+	sre := []string{"Authorization", "Bearer sre-secret"}
+	host := []string{"Authorization", "Bearer host-secret"}
+
+	if r := h.do(t, "POST", "/v1/shadow", loadBody(cand), host...); r.status != http.StatusForbidden || r.errorDoc(t).Code != CodeForbidden {
+		t.Fatalf("a caller that is not an admin loaded a candidate: %d %s", r.status, r.body)
+	}
+	r := h.do(t, "POST", "/v1/shadow", loadBody(cand), sre...)
+	var loaded struct {
+		OK        bool         `json:"ok"`
+		Candidate candidateDoc `json:"candidate"`
+	}
+	decodeJSON(t, r, &loaded)
+	if r.status != http.StatusOK || !loaded.OK || loaded.Candidate.LoadedBy != "sre" {
+		t.Fatalf("loading the candidate: %d %s", r.status, r.body)
+	}
+	candRev := loaded.Candidate.Revision
+
+	bodies := []string{`{"tenant":"a","used":3}`, `{"tenant":"b","used":10}`, `{"tenant":"c","used":50}`, `{"tenant":"d","used":-1}`}
+	ids := make([]string, len(bodies))
+	for i, b := range bodies {
+		r := h.do(t, "POST", accessPath, b, host...)
+		ids[i] = r.header.Get(DecisionIDHeader)
+		if ids[i] == "" {
+			t.Fatalf("%s: %d %s", b, r.status, r.body)
+		}
+	}
+	doc := waitJudged(t, h, uint64(len(bodies)), host...)
+	rep := doc.Report
+	if rep.Classes[0].Class != shadow.RefuseToAllow || rep.Count(shadow.RefuseToAllow) != 1 || strings.Join(rep.Examples(shadow.RefuseToAllow), ",") != ids[1] {
+		t.Fatalf("report %+v, want refuse_to_allow first, once, with %s", rep.Classes, ids[1])
+	}
+	if doc.Promotable || len(doc.Refusals) == 0 || !strings.Contains(doc.Refusals[0], ids[1]) {
+		t.Errorf("promotable %v, refusals %q", doc.Promotable, doc.Refusals)
+	}
+
+	r = h.do(t, "POST", "/v1/shadow/promote", `{}`, sre...)
+	var refused struct {
+		Error     engine.DocumentBody `json:"error"`
+		Promotion shadow.Promotion    `json:"promotion"`
+	}
+	decodeJSON(t, r, &refused)
+	if r.status != http.StatusConflict || refused.Error.Code != CodePromotionRefused || refused.Promotion.Promoted || len(refused.Promotion.Refusals) != 1 {
+		t.Fatalf("promotion of a candidate that allows more: %d %s", r.status, r.body)
+	}
+	var st statusDoc
+	decodeJSON(t, h.do(t, "GET", "/v1/status", "", host...), &st)
+	if st.Revision == candRev {
+		t.Fatal("a refused candidate went live")
+	}
+	if r := h.do(t, "POST", "/v1/shadow/promote", `{"force":true}`, host...); r.status != http.StatusForbidden {
+		t.Fatalf("a caller that is not an admin promoted: %d %s", r.status, r.body)
+	}
+	r = h.do(t, "POST", "/v1/shadow/promote", `{"force":true,"revision":"`+candRev+`"}`, sre...)
+	if r.status != http.StatusOK {
+		t.Fatalf("forced promotion: %d %s", r.status, r.body)
+	}
+	decodeJSON(t, h.do(t, "GET", "/v1/status", "", host...), &st)
+	decodeJSON(t, h.do(t, "GET", "/v1/shadow", "", host...), &doc)
+	if st.Revision != candRev || doc.Candidate != nil || doc.Promotion == nil || doc.Promotion.Revision != candRev || doc.Promotion.By != "sre" {
+		t.Fatalf("after promotion: live %s, shadow %+v", st.Revision, doc)
+	}
+	if r := h.do(t, "POST", accessPath, bodies[1], host...); !strings.Contains(string(r.body), `"admit"`) {
+		t.Errorf("the promoted revision does not answer: %s", r.body)
+	}
+
+	if err := dlog.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var promotions []shadow.Promotion
+	shadowed := map[string]*decisionlog.Shadow{}
+	if _, err := decisionlog.ReadFile(logPath, func(_ int, rec decisionlog.Record) error {
+		if rec.Promotion != nil {
+			var p shadow.Promotion
+			if err := json.Unmarshal(rec.Promotion, &p); err != nil {
+				t.Fatal(err)
+			}
+			if rec.Caller != "sre" {
+				t.Errorf("promotion record by %q", rec.Caller)
+			}
+			promotions = append(promotions, p)
+		}
+		shadowed[rec.DecisionID] = rec.Shadow
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sh := shadowed[ids[1]]; sh == nil || sh.Class != string(shadow.RefuseToAllow) || sh.Revision != candRev || !strings.Contains(string(sh.Result), `"admit"`) {
+		t.Errorf("the log record of %s carries %+v", ids[1], sh)
+	}
+	for _, id := range []string{ids[0], ids[2], ids[3]} {
+		if sh := shadowed[id]; sh == nil || sh.Class != string(shadow.Same) {
+			t.Errorf("the log record of %s carries %+v", id, sh)
+		}
+	}
+	if len(promotions) != 2 || promotions[0].Promoted || !promotions[1].Promoted || !promotions[1].Forced || promotions[1].Revision != candRev ||
+		promotions[1].By != "sre" || promotions[1].Report.Count(shadow.RefuseToAllow) != 1 {
+		t.Errorf("promotion records %+v", promotions)
+	}
+}
+
+// A candidate that only changes the error string its refusals carry is
+// promoted by the default gate.
+func TestShadowPromotesAnErrorStringChange(t *testing.T) {
+	live := accessDir(t)
+	cand := accessDir(t)
+	testfiles.Edit(t, filepath.Join(cand, accessData), `"access_denied"`, `"access_refused"`)
+	cases := filepath.Join(cand, "tests/fixtures/access_check/cases.json")
+	testfiles.Edit(t, cases, `"access_denied"`, `"access_refused"`)
+	testfiles.Edit(t, cases, `"access_denied"`, `"access_refused"`)
+	h, eng, _ := serveShadow(t, live, Config{}, shadow.Config{Rate: 1, CPU: 8}, 0)
+	if r := h.do(t, "POST", "/v1/shadow", loadBody(cand)); r.status != http.StatusOK {
+		t.Fatalf("loading: %d %s", r.status, r.body)
+	}
+	for _, b := range []string{`{"tenant":"a","used":3}`, `{"tenant":"b","used":10}`, `{"tenant":"c","used":1,"suspended":true}`} {
+		h.do(t, "POST", accessPath, b)
+	}
+	doc := waitJudged(t, h, 3)
+	if doc.Report.Count(shadow.ErrorChanged) != 2 || doc.Report.Count(shadow.Same) != 1 || !doc.Promotable {
+		t.Fatalf("report %+v, promotable %v %q", doc.Report.Classes, doc.Promotable, doc.Refusals)
+	}
+	before := eng.Snapshot().Revision
+	r := h.do(t, "POST", "/v1/shadow/promote", `{"min_decisions":3}`)
+	var ok struct {
+		Promotion shadow.Promotion `json:"promotion"`
+	}
+	decodeJSON(t, r, &ok)
+	if r.status != http.StatusOK || !ok.Promotion.Promoted || ok.Promotion.Forced || ok.Promotion.From != before || eng.Snapshot().Revision == before {
+		t.Fatalf("promotion: %d %s", r.status, r.body)
+	}
+	if !strings.Contains(string(h.do(t, "POST", accessPath, `{"tenant":"b","used":10}`).body), `"access_refused"`) {
+		t.Error("the promoted revision does not answer")
+	}
+}
+
+// The issue's looping candidate, over HTTP: while the candidate is in its
+// loop (signalled by the policy itself; its deadline is an hour away) and
+// the queue behind it is full, decision requests are answered, every one,
+// and the candidate is still running when they are. The decision it loops
+// on has its record held until the shadow stops, then written without a
+// candidate answer.
+func TestLoopingCandidateNeverDelaysHTTPAnswers(t *testing.T) {
+	live := accessDir(t)
+	cand := accessDir(t)
+	testfiles.Edit(t, filepath.Join(cand, "policies/decisions/access_check/policy.rego"), "reasons := [", testsignal.Loop("loop")+"reasons := [")
+	logPath := filepath.Join(t.TempDir(), "decisions.log")
+	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, sh := serveShadow(t, live, Config{DecisionLog: dlog}, shadow.Config{Rate: 1, Queue: 2, Workers: 1, CPU: 8}, time.Hour)
+	if r := h.do(t, "POST", "/v1/shadow", loadBody(cand)); r.status != http.StatusOK {
+		t.Fatalf("loading: %d %s", r.status, r.body)
+	}
+	started := testsignal.On(t, "loop")
+	post := func(body string) (string, error) {
+		resp, err := h.srv.Client().Post(h.srv.URL+accessPath, "application/json", strings.NewReader(body))
+		if err != nil {
+			return "", err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return "", &engine.Error{Code: "status", Message: resp.Status}
+		}
+		return resp.Header.Get(DecisionIDHeader), nil
+	}
+	loopAnswer := make(chan string, 1)
+	go func() {
+		id, _ := post(`{"tenant":"loop","used":1}`)
+		loopAnswer <- id
+	}()
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the candidate never reached its loop")
+	}
+	var loopID string
+	select {
+	case loopID = <-loopAnswer:
+	case <-time.After(time.Minute):
+		t.Fatal("the request the candidate loops on was not answered")
+	}
+	const n = 30
+	answered := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if _, err := post(`{"tenant":"t","used":` + string(rune('0'+i%10)) + `}`); err != nil {
+				answered <- err
+				return
+			}
+		}
+		answered <- nil
+	}()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("decision requests waited for the looping candidate")
+	}
+	if st := sh.Stats(); st.InFlight != 1 || st.Dropped != n-2 {
+		t.Fatalf("stats %+v: want the loop in flight and %d dropped", st, n-2)
+	}
+	if err := sh.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := dlog.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	if _, err := decisionlog.ReadFile(logPath, func(_ int, rec decisionlog.Record) error {
+		found++
+		if rec.DecisionID == loopID && rec.Shadow != nil {
+			t.Errorf("the looping decision's record carries %+v", rec.Shadow)
+		}
+		return nil
+	}); err != nil || found != n+1 {
+		t.Fatalf("%d records (%v), want %d", found, err, n+1)
+	}
+}
+
+// shadowGoldenServers serve the quota decision with a shadow: one without a
+// candidate, one whose shadow routes only admins may change, and one with
+// the live revision itself in shadow.
+func shadowGoldenServers(t *testing.T) (shadowed, adminsOnly, withCandidate *harness) {
+	shadowed, _, _ = serveShadow(t, quotaDir(t), Config{}, shadow.Config{}, 0)
+	adminsOnly, _, _ = serveShadow(t, quotaDir(t), Config{}, shadow.Config{}, 0, "sre")
+	withCandidate, eng, sh := serveShadow(t, quotaDir(t), Config{}, shadow.Config{}, 0)
+	sh.Set(&shadow.Candidate{Snapshot: eng.Snapshot(), Origin: "test", LoadedAt: time.Now()})
+	return shadowed, adminsOnly, withCandidate
+}
+
+// withoutMember returns r with the member name of its JSON body removed,
+// so that the error document beside it can be decoded strictly.
+func withoutMember(t *testing.T, r response, name string) response {
+	t.Helper()
+	var doc map[string]json.RawMessage
+	decodeJSON(t, r, &doc)
+	if _, ok := doc[name]; !ok {
+		t.Fatalf("no member %q: %s", name, r.body)
+	}
+	delete(doc, name)
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.body = b
+	return r
+}
