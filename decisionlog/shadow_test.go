@@ -71,7 +71,7 @@ func TestRecordWaitsForItsShadowOutcome(t *testing.T) {
 	pw.Complete(&Shadow{Revision: "cand", Class: "refuse_to_allow", Result: json.RawMessage(`{"o":"yes"}`), DurationNS: 3})
 	pd.Complete(nil)
 	pd.Complete(&Shadow{Revision: "late"}) // only the first counts
-	recs = waitLogged(t, path, "waiting")
+	waitLogged(t, path, "waiting")
 	recs = waitLogged(t, path, "dropped")
 	if sh := recs["waiting"].Shadow; sh == nil || sh.Revision != "cand" || sh.Class != "refuse_to_allow" || string(sh.Result) != `{"o":"yes"}` {
 		t.Errorf("shadow member %+v", sh)
