@@ -6,27 +6,29 @@ package replay
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
 // Change is one logged decision that the policies under review decide
 // differently.
 type Change struct {
-	DecisionID string  `json:"decision_id"`
-	Decision   string  `json:"decision"`
-	File       string  `json:"file"`
-	Line       int     `json:"line"`
-	Old        Outcome `json:"old"`
-	New        Outcome `json:"new"`
+	DecisionID string       `json:"decision_id"`
+	Decision   string       `json:"decision"`
+	Class      shadow.Class `json:"class"`
+	File       string       `json:"file"`
+	Line       int          `json:"line"`
+	Old        Outcome      `json:"old"`
+	New        Outcome      `json:"new"`
 }
 
 // Outcome is what one revision of the policies made of an input: a result
@@ -49,25 +51,30 @@ type Summary struct {
 	Files        []string `json:"files"`
 	OldRevisions []string `json:"old_revisions"`
 	NewRevision  string   `json:"new_revision"`
+	// Promotions counts the records of promotions (who made which
+	// candidate live): not decisions, so not replayed.
+	Promotions int `json:"promotions"`
 }
 
 // Report is the outcome of a replay.
 type Report struct {
+	// Impact is the classified report of the replayed decisions, the one
+	// GET /v1/shadow shows for a candidate in shadow (refuse_to_allow
+	// first): both judge a record with package shadow's FromRecord and
+	// Judge.
+	Impact shadow.Report `json:"impact"`
+	// Changed lists every decision whose outcome changed, the most
+	// dangerous class first, in log order within a class.
 	Changed  []Change `json:"changed"`
 	Summary  Summary  `json:"summary"`
 	Warnings []string `json:"warnings"` // one per skipped record or line, as file:line: why
 }
 
-// replayableCodes are the errors the engine itself returns for an input.
-// The others (body_too_large, request_timeout, overloaded, unauthorized,
-// not_ready, ...) come from the server before any policy ran, so deciding
-// their input again says nothing about a policy change.
-var replayableCodes = map[engine.Code]bool{
-	engine.CodeMalformedJSON:      true,
-	engine.CodeInputSchemaInvalid: true,
-	engine.CodeUnknownDecision:    true,
-	engine.CodePolicyError:        true,
-	engine.CodePolicyTimeout:      true,
+// Options tune a replay.
+type Options struct {
+	// Examples is how many decision ids the impact report keeps per
+	// decision and class (shadow.DefaultExamples when zero).
+	Examples int
 }
 
 // Files expands paths into the log files to replay: a file is itself, a
@@ -110,8 +117,13 @@ func Files(paths []string) ([]string, error) {
 // Run decides every record of files again with snap. Only an error reading
 // a file, or ctx ending, stops it; a record that cannot be decided again is
 // skipped with a warning.
-func Run(ctx context.Context, snap *engine.Snapshot, files []string) (*Report, error) {
+func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Options) (*Report, error) {
 	rep := &Report{Changed: []Change{}, Warnings: []string{}, Summary: Summary{Files: files, OldRevisions: []string{}, NewRevision: snap.Revision}}
+	tally := shadow.NewTally(opts.Examples)
+	defer func() {
+		rep.Impact = tally.Report()
+		sort.SliceStable(rep.Changed, func(i, j int) bool { return classRank(rep.Changed[i].Class) < classRank(rep.Changed[j].Class) })
+	}()
 	seenRev := map[string]bool{}
 	for _, file := range files {
 		type warning struct {
@@ -123,16 +135,23 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string) (*Report, e
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+			if rec.Promotion != nil {
+				rep.Summary.Promotions++
+				return nil
+			}
 			if rec.Revision != "" && !seenRev[rec.Revision] {
 				seenRev[rec.Revision] = true
 				rep.Summary.OldRevisions = append(rep.Summary.OldRevisions, rec.Revision)
 			}
 			ch, skip := Record(ctx, snap, rec)
+			if skip == "" {
+				tally.Add(rec.Decision, ch.Class, rec.DecisionID)
+			}
 			switch {
 			case skip != "":
 				rep.Summary.Skipped++
 				warnings = append(warnings, warning{line, fmt.Sprintf("%s:%d: decision %s skipped: %s", file, line, rec.DecisionID, skip)})
-			case ch != nil:
+			case ch.Class != shadow.Same:
 				ch.File, ch.Line = file, line
 				rep.Summary.Changed++
 				rep.Changed = append(rep.Changed, *ch)
@@ -165,59 +184,30 @@ func lineOf(file, w string) int {
 	return n
 }
 
-// Record decides rec again and returns the change, nil when the outcome is
-// the same, or why rec cannot be replayed. Whether its input was masked is
-// read from the record's masked and erased lists, never from the content:
-// a caller can put any string in its own input.
+// Record decides rec again with snap and returns the judgement as a
+// Change (its class Same when nothing changed), or why rec cannot be
+// replayed. It is package shadow's judgement, the one live shadow
+// evaluation makes: whether the input was masked is read from the
+// record's masked and erased lists, never from the content.
 func Record(ctx context.Context, snap *engine.Snapshot, rec decisionlog.Record) (*Change, string) {
-	if rec.Decision == "" {
-		return nil, "the record names no decision"
+	req, skip := shadow.FromRecord(rec)
+	if skip != "" {
+		return nil, skip
 	}
-	old := Outcome{Revision: rec.Revision}
-	switch {
-	case len(rec.Result) > 0:
-		old.Result, old.Reasons = rec.Result, reasonsOf(rec.Result)
-	case rec.Error != nil:
-		if !replayableCodes[engine.Code(rec.Error.Code)] {
-			return nil, fmt.Sprintf("error %s was returned before any policy ran", rec.Error.Code)
-		}
-		old.Error = rec.Error.Code
-	default:
-		return nil, "the record has neither a result nor an error"
-	}
-	if ok, why := rec.Complete(); !ok {
-		return nil, "its input was " + why
-	}
-	// On the OPA Data API path the request body is the {"input": ...}
-	// wrapper. A decision logs the input it unwrapped; a request that failed
-	// logs its body as received, in input when it is JSON and in
-	// body_base64 otherwise.
-	var body []byte
-	opts := engine.Options{Wrapped: strings.HasPrefix(rec.Path, "/v1/data/") && old.Error != ""}
-	switch {
-	case len(rec.Input) > 0:
-		body = rec.Input
-	case rec.BodyBase64 != "":
-		b, err := base64.StdEncoding.DecodeString(rec.BodyBase64)
-		if err != nil {
-			return nil, "body_base64 is not base64: " + err.Error()
-		}
-		body = b
-	default:
-		return nil, "no input was logged"
-	}
-	now := Outcome{Revision: snap.Revision}
-	d, err := snap.Decide(ctx, rec.Decision, body, opts)
-	if err != nil {
-		now.Error = string(engine.AsError(err).Code)
-	} else {
-		now.Result, now.Reasons = d.Result, reasonsOf(d.Result)
-	}
-	if old.Error != "" && old.Error == now.Error || old.Error == "" && now.Error == "" && engine.SameJSON(old.Result, now.Result) {
-		return nil, ""
-	}
-	return &Change{DecisionID: rec.DecisionID, Decision: rec.Decision, Old: old, New: now}, ""
+	j := shadow.Judge(ctx, snap, req)
+	return &Change{DecisionID: rec.DecisionID, Decision: rec.Decision, Class: j.Class, Old: outcomeOf(j.Live), New: outcomeOf(j.Candidate)}, ""
 }
+
+func outcomeOf(o shadow.Outcome) Outcome {
+	out := Outcome{Revision: o.Revision, Result: o.Result, Reasons: reasonsOf(o.Result)}
+	if o.Error != nil {
+		out.Error = o.Error.Code
+	}
+	return out
+}
+
+// classRank orders classes as reports do, the most dangerous first.
+func classRank(c shadow.Class) int { return slices.Index(shadow.Classes, c) }
 
 // reasonsOf returns the result's "reasons" array, or nil when it has none.
 func reasonsOf(result json.RawMessage) json.RawMessage {

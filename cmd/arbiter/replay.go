@@ -8,9 +8,12 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/replay"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
-// cmdReplay is the command line of package replay. It exits 0 when nothing
+// cmdReplay is the command line of package replay: the changed decisions
+// (refuse_to_allow first), then the impact report GET /v1/shadow shows for
+// a candidate in shadow, classified the same way. It exits 0 when nothing
 // changed and every line was replayed, 1 when a decision changed, 3 when
 // nothing changed but records or lines were skipped (masked, cut off,
 // corrupt), and 2 on bad arguments, policies that do not load or a log that
@@ -25,6 +28,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return nil
 	})
 	format := c.String("format", "text", "output format: text or json")
+	examples := c.Int("examples", shadow.DefaultExamples, "decision ids the impact report keeps per decision and class")
 	if done, code := c.parse(args, stdout, stderr, exitInput); done {
 		return code
 	}
@@ -35,6 +39,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitInput
 	case *format != "text" && *format != "json":
 		fmt.Fprintf(stderr, "arbiter replay: --format must be text or json, not %q\n", *format)
+		return exitInput
+	case *examples <= 0:
+		fmt.Fprintln(stderr, "arbiter replay: --examples must be positive")
 		return exitInput
 	}
 	files, err := replay.Files(logs)
@@ -47,7 +54,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "arbiter replay: loading the policies: %v\n", err)
 		return exitInput
 	}
-	rep, err := replay.Run(ctx, snap, files)
+	rep, err := replay.Run(ctx, snap, files, replay.Options{Examples: *examples})
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
 		return exitInput
@@ -59,10 +66,12 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		for _, w := range rep.Warnings {
 			fmt.Fprintf(stderr, "arbiter replay: warning: %s\n", w)
 		}
-		for _, ch := range rep.Changed {
-			fmt.Fprintf(stdout, "changed %s %s (%s:%d): revision %s -> %s: %s -> %s\n",
-				ch.DecisionID, ch.Decision, ch.File, ch.Line, orNone(ch.Old.Revision), ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
+		for _, ch := range rep.Changed { // the most dangerous class first
+			fmt.Fprintf(stdout, "changed %s %s (%s:%d): %s: revision %s -> %s: %s -> %s\n",
+				ch.DecisionID, ch.Decision, ch.File, ch.Line, ch.Class, orNone(ch.Old.Revision), ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
 		}
+		fmt.Fprintf(stdout, "impact of revision %s: ", rep.Summary.NewRevision)
+		rep.Impact.WriteText(stdout)
 		s := rep.Summary
 		old := "none"
 		if len(s.OldRevisions) > 0 {

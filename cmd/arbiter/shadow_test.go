@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/replay"
+	"github.com/arbiter-dev/arbiter/shadow"
+)
+
+// copyAccess copies the shadow tests' decision (shadow/testdata/access: it
+// exists only in tests, and its result schema says which outcome allows).
+func copyAccess(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("../../shadow/testdata/access")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// replaceAll replaces every old by new in root/rel, failing when old is
+// absent.
+func replaceAll(t *testing.T, root, rel, old, new string) {
+	t.Helper()
+	path := filepath.Join(root, rel)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(old)) {
+		t.Fatalf("%s does not contain %q", path, old)
+	}
+	if err := os.WriteFile(path, bytes.ReplaceAll(b, []byte(old), []byte(new)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mixedCandidate is an edit of the access decision whose changes fall in
+// every class: the limit raised by one (refuse_to_allow), the error string
+// changed (error_changed), the input schema's upper bound lowered
+// (candidate_error) and its lower bound loosened (refuse_to_allow: an input
+// the live revision rejected is allowed), and tenant "z" suspended
+// (allow_to_refuse, and reasons_changed where it was refused already).
+func mixedCandidate(t *testing.T) string {
+	cand := copyAccess(t)
+	replaceAll(t, cand, "policies/decisions/access_check/data.json", `{"limit": 10, "denied_error": "access_denied"}`, `{"limit": 11, "denied_error": "access_refused"}`)
+	replaceAll(t, cand, "tests/fixtures/access_check/cases.json", `"access_denied"`, `"access_refused"`)
+	replaceAll(t, cand, "schemas/access_check/input.json", `"minimum": 0, "maximum": 18446744073709551615`, `"minimum": -5, "maximum": 1000000`)
+	replaceAll(t, cand, "policies/decisions/access_check/policy.rego", `failures contains [2, "tenant_suspended"] if input.suspended == true`,
+		"failures contains [2, \"tenant_suspended\"] if input.suspended == true\n\nfailures contains [2, \"tenant_suspended\"] if input.tenant == \"z\"")
+	return cand
+}
+
+func accessArgs(root string) []string {
+	return []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas"), "--tests", filepath.Join(root, "tests")}
+}
+
+// TestReplayClassifiesAsLiveShadow: the real binary shadows a candidate
+// on live traffic, its decision log rotates, and `arbiter replay` over the
+// log's folder (every rotated file) with the candidate's folders puts
+// every decision the live shadow judged in the class the live shadow put
+// it in (as the decision's own log record carries it), and prints the same
+// report as GET /v1/shadow.
+func TestReplayClassifiesAsLiveShadow(t *testing.T) {
+	live, cand := copyAccess(t), mixedCandidate(t)
+	logDir := t.TempDir()
+	s := startServer(t, append(accessArgs(live),
+		"--decision-log", filepath.Join(logDir, "decisions.log"), "--decision-log-max-mb", "2", "--max-body-bytes", "65536",
+		"--shadow-policies", filepath.Join(cand, "policies"), "--shadow-schemas", filepath.Join(cand, "schemas"), "--shadow-tests", filepath.Join(cand, "tests"),
+		"--shadow-queue", "4096", "--shadow-queue-bytes", "67108864", "--shadow-cpu", "4")...)
+	client := &http.Client{Timeout: time.Minute}
+
+	// About 2.4 MiB of records: the log rotates at 2 MiB.
+	pad := strings.Repeat("p", 3000)
+	bodies := []string{
+		`{"tenant":"` + pad + `","used":3}`, `{"tenant":"` + pad + `","used":10}`, `{"tenant":"` + pad + `","used":50}`,
+		`{"tenant":"` + pad + `","used":1,"suspended":true}`, `{"tenant":"` + pad + `","used":18446744073709551615}`,
+		`{"tenant":"` + pad + `","used":-1}`, `{"tenant":"z","used":1}`, `{"tenant":"z","used":50}`,
+	}
+	const n = 800
+	for i := range n {
+		path, body := "/v1/decisions/access_check", bodies[i%len(bodies)]
+		if i%3 == 0 { // OPA's Data API path: the body is {"input": ...}
+			path, body = "/v1/data/decisions/access_check/decision", `{"input":`+body+`}`
+		}
+		if a := post(t, client, s.url+path, []byte(body)); a.id == "" {
+			t.Fatalf("request %d: %d %s", i, a.status, a.body)
+		}
+	}
+	var doc struct {
+		Candidate *struct {
+			Revision string `json:"policy_revision"`
+		} `json:"candidate"`
+		Stats  shadow.Stats   `json:"stats"`
+		Report *shadow.Report `json:"report"`
+	}
+	waitFor(t, 2*time.Minute, "the candidate to judge every sampled decision", func() bool {
+		resp, err := client.Get(s.url + "/v1/shadow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		st := doc.Stats
+		return st.Sampled == n && doc.Report != nil && doc.Report.Total+st.Dropped+st.Abandoned+st.Unjudged == n
+	})
+	s.stop(t)
+
+	files, err := replay.Files([]string{logDir})
+	if err != nil || len(files) < 2 {
+		t.Fatalf("log files %v (%v): the log did not rotate", files, err)
+	}
+	liveClass := map[string]shadow.Class{}
+	for _, f := range files {
+		if _, err := decisionlog.ReadFile(f, func(_ int, rec decisionlog.Record) error {
+			if rec.Shadow != nil {
+				liveClass[rec.DecisionID] = shadow.Class(rec.Shadow.Class)
+				if rec.Shadow.Revision != doc.Candidate.Revision {
+					t.Errorf("%s: shadow revision %s", rec.DecisionID, rec.Shadow.Revision)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if uint64(len(liveClass)) != doc.Report.Total {
+		t.Fatalf("%d records carry a shadow outcome, the live report counts %d", len(liveClass), doc.Report.Total)
+	}
+
+	cmd := exec.Command(binPath, "replay", "--log", logDir, "--format", "json", "--examples", "1000",
+		"--policies", filepath.Join(cand, "policies"), "--schemas", filepath.Join(cand, "schemas"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); cmd.ProcessState.ExitCode() != exitError {
+		t.Fatalf("replay: %v, want exit 1 (changes)\n%s", err, stderr.String())
+	}
+	var rep replay.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	offline := map[string]shadow.Class{}
+	for _, ch := range rep.Changed {
+		offline[ch.DecisionID] = ch.Class
+	}
+	for id, want := range liveClass {
+		got, ok := offline[id]
+		if !ok {
+			got = shadow.Same
+		}
+		if got != want {
+			t.Errorf("%s: replay %s, live shadow %s", id, got, want)
+		}
+	}
+	for _, c := range shadow.Classes {
+		if doc.Report.Count(c) == 0 {
+			t.Errorf("the traffic has no %s: the comparison does not cover it", c)
+		}
+		if doc.Stats.Dropped == 0 && rep.Impact.Count(c) != doc.Report.Count(c) {
+			t.Errorf("%s: replay counts %d, the live shadow %d", c, rep.Impact.Count(c), doc.Report.Count(c))
+		}
+	}
+	if len(rep.Changed) == 0 || rep.Changed[0].Class != shadow.RefuseToAllow || rep.Impact.Classes[0].Class != shadow.RefuseToAllow {
+		t.Errorf("refuse_to_allow is not first in the replay report")
+	}
+
+	// The text report: the changes, refuse_to_allow first, then the
+	// classified report.
+	out, errOut, code := runCLI(t, nil, "replay", "--log", logDir, "--policies", filepath.Join(cand, "policies"), "--schemas", filepath.Join(cand, "schemas"))
+	if code != exitError {
+		t.Fatalf("replay: exit %d\n%s", code, errOut)
+	}
+	first := strings.SplitN(out, "\n", 2)[0]
+	if !strings.HasPrefix(first, "changed ") || !strings.Contains(first, ": refuse_to_allow: ") {
+		t.Errorf("first line %q, want a refuse_to_allow change", first)
+	}
+	impact := out[strings.Index(out, "impact of revision "):]
+	lines := strings.Split(impact, "\n")
+	if len(lines) < 3 || !strings.HasPrefix(strings.TrimSpace(lines[1]), "refuse_to_allow") {
+		t.Errorf("impact report:\n%s", impact)
+	}
+}
