@@ -123,7 +123,7 @@ func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte
 func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) (ast.Value, error) {
 	// The deadline and the caller going away both cancel the evaluation
 	// through callbacks: rego's own ctx watch costs a goroutine per call.
-	c := topdown.NewCancel()
+	c := newCancel(ctx) // yields when ctx is Background (yield.go)
 	timer := time.AfterFunc(s.timeout, c.Cancel)
 	stopWatch := context.AfterFunc(ctx, c.Cancel)
 	rs, err := def.query.Eval(ctx, rego.EvalParsedInput(input), keepTerm, rego.EvalExternalCancel(c))

@@ -40,6 +40,8 @@ const DecisionIDHeader = "X-Arbiter-Decision-Id"
 // start: reading the body, decoding, validation and evaluation.
 func (s *server) decide(wrapped bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		s.liveStart() // a candidate in shadow pauses meanwhile (shadow.go)
+		defer s.liveEnd()
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
 		ctx := r.Context()
 		if s.cfg.RequestTimeout > 0 {

@@ -93,6 +93,20 @@ func (s *server) sample(rec *decisionlog.Record) *shadow.Ticket {
 	return t
 }
 
+// liveStart and liveEnd bracket a decision request: while any is in
+// flight, the candidate's evaluations pause.
+func (s *server) liveStart() {
+	if s.cfg.Shadow != nil {
+		s.cfg.Shadow.Shadow.LiveStart()
+	}
+}
+
+func (s *server) liveEnd() {
+	if s.cfg.Shadow != nil {
+		s.cfg.Shadow.Shadow.LiveEnd()
+	}
+}
+
 // shadowMember is what the decision log keeps of a candidate's answer.
 func shadowMember(r *shadow.Result) *decisionlog.Shadow {
 	if r == nil {

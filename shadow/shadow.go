@@ -92,8 +92,15 @@ type Shadow struct {
 	wg      sync.WaitGroup
 
 	sampled, dropped, abandoned, unjudged atomic.Uint64
+	expired, judged                       atomic.Uint64
 	evalNS, waitNS, inflight              atomic.Int64
 	promotions                            [3]atomic.Uint64 // promoted, forced, refused
+
+	// busy counts the live decisions in flight (LiveStart, LiveEnd); the
+	// candidate's evaluations pause while it is not zero. idle receives a
+	// token when it drops to zero; paused counts the workers waiting.
+	busy, paused, pausedNS atomic.Int64
+	idle                   chan struct{}
 
 	classMu sync.Mutex
 	classes map[string]*[6]uint64 // cumulative over candidates, for metrics
@@ -128,7 +135,7 @@ func New(cfg Config) *Shadow {
 	if cfg.Examples <= 0 {
 		cfg.Examples = DefaultExamples
 	}
-	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: make(chan *Ticket, cfg.Queue), classes: map[string]*[6]uint64{}}
+	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: make(chan *Ticket, cfg.Queue), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -302,22 +309,81 @@ func (s *Shadow) judge(t *Ticket) {
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 	}
+	// The candidate runs on time the live decisions leave idle: it starts
+	// when none is in flight, and every few evaluation steps it pauses
+	// while one is (engine.Background).
+	var paused time.Duration
+	ctx = engine.Background(ctx, func() { paused += s.waitIdle(r.ctx) })
+	paused += s.waitIdle(r.ctx)
 	s.inflight.Add(1)
 	start := time.Now()
 	j := Judge(ctx, r.cand.Snapshot, req)
 	d := time.Since(start)
 	s.inflight.Add(-1)
+	d -= min(d, paused)
 	s.budget.spend(d)
 	s.evalNS.Add(int64(d))
-	if r.ctx.Err() != nil {
+	switch {
+	case r.ctx.Err() != nil:
 		// Replaced, promoted or closed while it ran: its answer, cut off,
 		// says nothing about the candidate.
 		s.abandon(t)
 		return
+	case paused > 0 && j.Candidate.Error != nil && engine.Code(j.Candidate.Error.Code) == engine.CodePolicyTimeout:
+		// Its deadline ran out while it waited for live traffic: that
+		// says nothing about the candidate either.
+		s.expired.Add(1)
+		t.finish(nil)
+		return
 	}
 	r.tally.Add(j.Decision, j.Class, j.DecisionID)
 	s.count(j.Decision, j.Class)
+	s.judged.Add(1)
 	t.finish(&Result{Judgement: j, Duration: d})
+}
+
+// LiveStart and LiveEnd bracket every live decision request: while any is
+// in flight, the candidate's evaluations pause, so that a candidate, slow
+// or looping, only ever runs on time the live path leaves idle. They cost
+// the live request two atomic additions.
+func (s *Shadow) LiveStart() { s.busy.Add(1) }
+
+// LiveEnd ends what LiveStart began.
+func (s *Shadow) LiveEnd() {
+	if s.busy.Add(-1) == 0 {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// idleRecheck bounds how long a paused worker waits before looking again
+// (the idle token wakes one worker; others, if any, look on their own).
+const idleRecheck = 5 * time.Millisecond
+
+// waitIdle returns once no live decision is in flight, or ctx ended, and
+// how long it waited.
+func (s *Shadow) waitIdle(ctx context.Context) time.Duration {
+	if s.busy.Load() <= 0 {
+		return 0
+	}
+	start := time.Now()
+	s.paused.Add(1)
+	t := time.NewTimer(idleRecheck)
+	for s.busy.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-s.idle:
+		case <-t.C:
+			t.Reset(idleRecheck)
+		case <-ctx.Done():
+		}
+	}
+	t.Stop()
+	s.paused.Add(-1)
+	d := time.Since(start)
+	s.pausedNS.Add(int64(d))
+	return d
 }
 
 func (s *Shadow) abandon(t *Ticket) {
@@ -372,28 +438,37 @@ func (s *Shadow) Close(ctx context.Context) error {
 
 // Stats is the account of the decisions offered to the shadow.
 type Stats struct {
-	// Sampled decisions were picked for the candidate. Each ends judged
-	// (counted in the report), dropped (the queue was full), abandoned
-	// (the candidate changed or the shadow closed first) or unjudged (its
+	// Sampled decisions were picked for the candidate. Each is queued, in
+	// flight, or has ended judged (counted in the report of its
+	// candidate), dropped (the queue was full), abandoned
+	// (the candidate changed or the shadow closed first), expired (its
+	// deadline ran out while it paused for live traffic) or unjudged (its
 	// record could not be decided again).
 	Sampled   uint64 `json:"sampled"`
+	Judged    uint64 `json:"judged"`
 	Dropped   uint64 `json:"dropped"`
 	Abandoned uint64 `json:"abandoned"`
+	Expired   uint64 `json:"expired"`
 	Unjudged  uint64 `json:"unjudged"`
 	Queued    int    `json:"queued"`
 	InFlight  int64  `json:"in_flight"`
-	// EvaluationSeconds is the time the workers spent evaluating, and
-	// ThrottledSeconds the time they waited for the CPU budget.
+	// Paused is how many evaluations wait for live traffic now.
+	Paused int64 `json:"paused"`
+	// EvaluationSeconds is the time the workers spent evaluating,
+	// ThrottledSeconds the time they waited for the CPU budget, and
+	// PausedSeconds the time they waited for live traffic.
 	EvaluationSeconds float64 `json:"evaluation_seconds"`
 	ThrottledSeconds  float64 `json:"throttled_seconds"`
+	PausedSeconds     float64 `json:"paused_seconds"`
 }
 
 // Stats returns the account so far.
 func (s *Shadow) Stats() Stats {
 	return Stats{
-		Sampled: s.sampled.Load(), Dropped: s.dropped.Load(), Abandoned: s.abandoned.Load(), Unjudged: s.unjudged.Load(),
-		Queued: len(s.jobs), InFlight: s.inflight.Load(),
+		Sampled: s.sampled.Load(), Judged: s.judged.Load(), Dropped: s.dropped.Load(), Abandoned: s.abandoned.Load(), Expired: s.expired.Load(), Unjudged: s.unjudged.Load(),
+		Queued: len(s.jobs), InFlight: s.inflight.Load(), Paused: s.paused.Load(),
 		EvaluationSeconds: time.Duration(s.evalNS.Load()).Seconds(), ThrottledSeconds: time.Duration(s.waitNS.Load()).Seconds(),
+		PausedSeconds: time.Duration(s.pausedNS.Load()).Seconds(),
 	}
 }
 

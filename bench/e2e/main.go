@@ -6,6 +6,7 @@
 //
 //	go run ./bench/e2e           # the full run (needs wrk: apt-get install -y wrk)
 //	go run ./bench/e2e -quick    # a smoke run: 1 s loads (skipped without wrk), small sizes, no file written
+//	go run ./bench/e2e -shadow   # live latency with and without a looping candidate in shadow (shadow.go)
 //
 // All traffic stays on loopback; every run is bounded in time; the servers
 // are stopped on exit, on error and on Ctrl-C (and die with the driver if it
@@ -47,6 +48,8 @@ type config struct {
 	benchtime string
 	count     int
 	limit     time.Duration
+	shadow    bool    // -shadow: the shadow benchmark alone (shadow.go)
+	shadowCPU float64 // its --shadow-cpu
 }
 
 type sizeSpec struct {
@@ -93,6 +96,8 @@ func main() {
 	flag.StringVar(&c.benchtime, "benchtime", "1s", "go test -benchtime of the in-process benchmarks")
 	flag.IntVar(&c.count, "count", 3, "go test -count of the in-process benchmarks (the median is reported)")
 	flag.DurationVar(&c.limit, "limit", 45*time.Minute, "give up after this long")
+	flag.BoolVar(&c.shadow, "shadow", false, "measure the live latency with and without a looping candidate in shadow, alone (prints, writes nothing)")
+	flag.Float64Var(&c.shadowCPU, "shadow-cpu", 0.25, "with -shadow: the server's --shadow-cpu")
 	flag.Parse()
 	c.sizes = fullSizes
 	if c.quick {
@@ -102,7 +107,12 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, c.limit)
-	err := run(ctx, c)
+	var err error
+	if c.shadow {
+		err = runShadow(ctx, c)
+	} else {
+		err = run(ctx, c)
+	}
 	cancel()
 	stop()
 	if err != nil {
