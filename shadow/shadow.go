@@ -100,6 +100,7 @@ type Shadow struct {
 	// candidate's evaluations pause while it is not zero. idle receives a
 	// token when it drops to zero; paused counts the workers waiting.
 	busy, paused, pausedNS atomic.Int64
+	starts                 atomic.Uint64 // live decisions started, ever
 	idle                   chan struct{}
 
 	classMu sync.Mutex
@@ -227,6 +228,12 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 		return nil
 	}
 	s.sampled.Add(1)
+	if len(s.jobs) == cap(s.jobs) {
+		// Full already (a slow candidate, or one paused by steady load):
+		// dropped here, so that the live request pays for nothing more.
+		s.drop(nil)
+		return nil
+	}
 	return &Ticket{s: s, run: r, rec: rec, done: done,
 		size: int64(len(rec.Input) + len(rec.Result) + len(rec.BodyBase64))}
 }
@@ -267,7 +274,7 @@ func (s *Shadow) drop(t *Ticket) {
 }
 
 func (t *Ticket) finish(r *Result) {
-	if t.over.CompareAndSwap(false, true) && t.done != nil {
+	if t != nil && t.over.CompareAndSwap(false, true) && t.done != nil {
 		t.done(r)
 	}
 }
@@ -313,8 +320,9 @@ func (s *Shadow) judge(t *Ticket) {
 	// when none is in flight, and every few evaluation steps it pauses
 	// while one is (engine.Background).
 	var paused time.Duration
-	ctx = engine.Background(ctx, func() { paused += s.waitIdle(r.ctx) })
-	paused += s.waitIdle(r.ctx)
+	seen := s.starts.Load()
+	ctx = engine.Background(ctx, func() { paused += s.waitIdle(r.ctx, &seen) })
+	paused += s.waitIdle(r.ctx, &seen)
 	s.inflight.Add(1)
 	start := time.Now()
 	j := Judge(ctx, r.cand.Snapshot, req)
@@ -329,9 +337,12 @@ func (s *Shadow) judge(t *Ticket) {
 		// says nothing about the candidate.
 		s.abandon(t)
 		return
-	case paused > 0 && j.Candidate.Error != nil && engine.Code(j.Candidate.Error.Code) == engine.CodePolicyTimeout:
-		// Its deadline ran out while it waited for live traffic: that
-		// says nothing about the candidate either.
+	case paused > (d+paused)/10 && j.Candidate.Error != nil && engine.Code(j.Candidate.Error.Code) == engine.CodePolicyTimeout:
+		// Its deadline ran out while it spent more than a tenth of it
+		// waiting for live traffic: that says nothing about the candidate
+		// either. (A candidate that ran for nine tenths of its deadline
+		// and more is a candidate_error: a looping one is reported so
+		// under light traffic too.)
 		s.expired.Add(1)
 		t.finish(nil)
 		return
@@ -346,7 +357,10 @@ func (s *Shadow) judge(t *Ticket) {
 // in flight, the candidate's evaluations pause, so that a candidate, slow
 // or looping, only ever runs on time the live path leaves idle. They cost
 // the live request two atomic additions.
-func (s *Shadow) LiveStart() { s.busy.Add(1) }
+func (s *Shadow) LiveStart() {
+	s.busy.Add(1)
+	s.starts.Add(1)
+}
 
 // LiveEnd ends what LiveStart began.
 func (s *Shadow) LiveEnd() {
@@ -362,21 +376,48 @@ func (s *Shadow) LiveEnd() {
 // (the idle token wakes one worker; others, if any, look on their own).
 const idleRecheck = 5 * time.Millisecond
 
-// waitIdle returns once no live decision is in flight, or ctx ended, and
-// how long it waited.
-func (s *Shadow) waitIdle(ctx context.Context) time.Duration {
-	if s.busy.Load() <= 0 {
+// quiet is how long no live decision may have started before a paused
+// evaluation goes on: under steady load the gaps between requests are
+// shorter, and the candidate waits for the load to ease instead of
+// running in them.
+const quiet = time.Millisecond
+
+// waitIdle returns at once when no live decision has started since seen
+// and none is in flight; otherwise once none is in flight and none has
+// started for a quiet millisecond (or ctx ended), and how long it waited.
+// seen is the count of live starts the evaluation last went on after.
+func (s *Shadow) waitIdle(ctx context.Context, seen *uint64) time.Duration {
+	if s.busy.Load() <= 0 && s.starts.Load() == *seen {
 		return 0
 	}
 	start := time.Now()
 	s.paused.Add(1)
 	t := time.NewTimer(idleRecheck)
-	for s.busy.Load() > 0 && ctx.Err() == nil {
+	for ctx.Err() == nil {
+		for s.busy.Load() > 0 && ctx.Err() == nil {
+			select {
+			case <-s.idle:
+			case <-t.C:
+				t.Reset(idleRecheck)
+			case <-ctx.Done():
+			}
+		}
+		n := s.starts.Load()
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(quiet)
 		select {
-		case <-s.idle:
 		case <-t.C:
-			t.Reset(idleRecheck)
 		case <-ctx.Done():
+		}
+		t.Reset(idleRecheck)
+		if s.busy.Load() <= 0 && s.starts.Load() == n {
+			*seen = n
+			break
 		}
 	}
 	t.Stop()

@@ -132,17 +132,22 @@ func runShadow(ctx context.Context, c config) error {
 	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, addr)); err != nil {
 		return err
 	}
+	// Each repetition runs three loads in a rotating order: no candidate,
+	// the looping candidate, and no candidate again (the control: how far
+	// two runs of the same thing differ on this machine).
 	type run struct {
-		shadow        bool
+		rep           int
+		mode          string
 		res           wrkResult
 		cpu           float64
 		before, after shadow.Stats
 	}
+	modes := []string{"none", "looping", "none (control)"}
 	var runs []run
 	for rep := range c.reps {
-		for k := range 2 {
-			on := (rep+k)%2 == 1
-			if err := set(on); err != nil {
+		for k := range modes {
+			mode := modes[(rep+k)%len(modes)]
+			if err := set(mode == "looping"); err != nil {
 				return err
 			}
 			before, err := stats()
@@ -162,8 +167,8 @@ func runShadow(ctx context.Context, c config) error {
 			if res.errors() > 0 {
 				return fmt.Errorf("wrk saw %d errors", res.errors())
 			}
-			runs = append(runs, run{on, res, cpu1 - cpu0, before, after})
-			logf("run %d shadow=%-5v %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms", rep+1, on, res.rps(), ms(res.P50US), ms(res.P99US))
+			runs = append(runs, run{rep, mode, res, cpu1 - cpu0, before, after})
+			logf("run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms", rep+1, mode, res.rps(), ms(res.P50US), ms(res.P99US))
 		}
 	}
 	if err := set(false); err != nil {
@@ -172,16 +177,12 @@ func runShadow(ctx context.Context, c config) error {
 
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("| run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | candidate sampled | judged | dropped (queue full) | expired (deadline passed while paused) | candidate evaluating s | paused s |")
+	w("| run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | sampled | judged | dropped (queue full) | expired | candidate evaluating s | paused s |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var p99, p50, rps []float64
-	for i, r := range runs {
+	byRep := map[int]map[string]wrkResult{}
+	for _, r := range runs {
 		d := func(f func(shadow.Stats) float64) float64 { return f(r.after) - f(r.before) }
-		mode := "none"
-		if r.shadow {
-			mode = "looping"
-		}
-		w("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", i/2+1, mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
+		w("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.rep+1, r.mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
 			r.cpu/float64(r.res.Requests)*1e6,
 			d(func(s shadow.Stats) float64 { return float64(s.Sampled) }),
 			d(func(s shadow.Stats) float64 { return float64(s.Judged) }),
@@ -189,19 +190,28 @@ func runShadow(ctx context.Context, c config) error {
 			d(func(s shadow.Stats) float64 { return float64(s.Expired) }),
 			d(func(s shadow.Stats) float64 { return s.EvaluationSeconds }),
 			d(func(s shadow.Stats) float64 { return s.PausedSeconds }))
-		if i%2 == 1 { // a pair: one run of each
-			on, off := r, runs[i-1]
-			if off.shadow {
-				on, off = off, on
-			}
-			p99 = append(p99, float64(on.res.P99US)/float64(off.res.P99US))
-			p50 = append(p50, float64(on.res.P50US)/float64(off.res.P50US))
-			rps = append(rps, on.res.rps()/off.res.rps())
+		if byRep[r.rep] == nil {
+			byRep[r.rep] = map[string]wrkResult{}
 		}
+		byRep[r.rep][r.mode] = r.res
+	}
+	ratios := func(mode string) (p99, p50, rps []float64) {
+		for rep := range c.reps {
+			on, off := byRep[rep][mode], byRep[rep]["none"]
+			p99 = append(p99, float64(on.P99US)/float64(off.P99US))
+			p50 = append(p50, float64(on.P50US)/float64(off.P50US))
+			rps = append(rps, on.rps()/off.rps())
+		}
+		return
 	}
 	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
 	w("")
-	w("With the looping candidate against without, median of the %d pairs: p99 %.2fx, p50 %.2fx, throughput %.2fx.", len(p99), med(p99), med(p50), med(rps))
+	w("| against no candidate, median of %d repetitions | p99 | p50 | throughput |", c.reps)
+	w("|---|---|---|---|")
+	for _, mode := range []string{"looping", "none (control)"} {
+		p99, p50, rps := ratios(mode)
+		w("| %s | %.2fx | %.2fx | %.2fx |", mode, med(p99), med(p50), med(rps))
+	}
 	w("")
 	w("Server: `%s`", shellQuote(argv))
 	w("Load: `%s`", shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")))
