@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/replay"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -189,5 +193,87 @@ func TestReplayClassifiesAsLiveShadow(t *testing.T) {
 	lines := strings.Split(impact, "\n")
 	if len(lines) < 3 || !strings.HasPrefix(strings.TrimSpace(lines[1]), "refuse_to_allow") {
 		t.Errorf("impact report:\n%s", impact)
+	}
+}
+
+// metricLine reports whether the server's /metrics has a line starting with
+// prefix whose value is not 0.
+func metricLine(t *testing.T, url, prefix string) bool {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, prefix) && !strings.HasSuffix(line, " 0") {
+			return true
+		}
+	}
+	return false
+}
+
+// --shadow-bundle-url: each verified bundle published there goes through
+// the gate and becomes the candidate (an unsigned one is refused and
+// changes nothing); its impact is judged on live traffic and it is
+// promoted through the API, live under its manifest revision.
+func TestShadowFromBundle(t *testing.T) {
+	live := copyAccess(t)
+	cand := copyAccess(t)
+	replaceAll(t, cand, "policies/decisions/access_check/data.json", `"limit": 10`, `"limit": 11`)
+	private, public := writeKeyPair(t, t.TempDir())
+	bundles := &staticBundle{}
+	bs := httptest.NewServer(bundles)
+	defer bs.Close()
+	s := startServer(t, append(accessArgs(live), "--shadow-bundle-url", bs.URL+"/shadow.tar.gz",
+		"--bundle-verification-key-file", public, "--bundle-poll-min-delay", "1s", "--bundle-poll-max-delay", "1s")...)
+
+	build := func(signingKey string) []byte {
+		raw, _, err := policybundle.Build(context.Background(), policybundle.BuildOptions{
+			Policies: filepath.Join(cand, "policies"), Schemas: filepath.Join(cand, "schemas"), Tests: filepath.Join(cand, "tests"),
+			Revision: "candidate-1", SigningKey: signingKey,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	bundles.set(build(""))
+	waitFor(t, time.Minute, "the unsigned bundle to be refused", func() bool {
+		return metricLine(t, s.url, `arbiter_bundle_requests_total{bundle="shadow",result="failed"} `)
+	})
+	if _, doc := getJSON(t, s.url+"/v1/shadow"); doc["candidate"] != nil {
+		t.Fatalf("an unsigned bundle became the candidate: %v", doc)
+	}
+	bundles.set(build(private))
+	waitFor(t, time.Minute, "the signed bundle in shadow", func() bool {
+		_, doc := getJSON(t, s.url+"/v1/shadow")
+		c, _ := doc["candidate"].(map[string]any)
+		return c != nil && c["policy_revision"] == "candidate-1" && strings.HasPrefix(c["origin"].(string), "bundle ")
+	})
+
+	atLimit := post(t, http.DefaultClient, s.url+"/v1/decisions/access_check", []byte(`{"tenant":"t","used":10}`))
+	post(t, http.DefaultClient, s.url+"/v1/decisions/access_check", []byte(`{"tenant":"t","used":3}`))
+	var doc struct {
+		Report *shadow.Report `json:"report"`
+	}
+	waitFor(t, time.Minute, "both decisions judged", func() bool {
+		resp, err := http.Get(s.url + "/v1/shadow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&doc) == nil && doc.Report != nil && doc.Report.Total == 2
+	})
+	if ex := doc.Report.Examples(shadow.RefuseToAllow); len(ex) != 1 || ex[0] != atLimit.id {
+		t.Fatalf("refuse_to_allow %v, want %s", ex, atLimit.id)
+	}
+	a := post(t, http.DefaultClient, s.url+"/v1/shadow/promote", []byte(`{"revision":"candidate-1","min_decisions":2,"forbid":[]}`))
+	if a.status != http.StatusOK {
+		t.Fatalf("promotion: %d %s", a.status, a.body)
+	}
+	if _, st := getJSON(t, s.url+"/v1/status"); st["policy_revision"] != "candidate-1" {
+		t.Fatalf("live after promotion: %v", st["policy_revision"])
 	}
 }
