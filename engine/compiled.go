@@ -219,7 +219,7 @@ func indexedComprehension(c *ast.Compiler, prog *ireval.Program) string {
 // self-check.
 func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Value, raw []byte) (ast.Value, error) {
 	prog := def.compiled.program()
-	if prog == nil {
+	if prog == nil || backgroundOf(ctx) != nil { // background work runs on the authority (yield.go)
 		return s.eval(ctx, def, input)
 	}
 	deadline := time.Now().Add(s.timeout)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -123,8 +122,8 @@ func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte
 func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) (ast.Value, error) {
 	// The deadline and the caller going away both cancel the evaluation
 	// through callbacks: rego's own ctx watch costs a goroutine per call.
-	c := newCancel(ctx) // yields when ctx is Background (yield.go)
-	timer := time.AfterFunc(s.timeout, c.Cancel)
+	c := newCancel(ctx)                             // pauses when ctx is Background (yield.go)
+	timer := afterRunning(ctx, s.timeout, c.Cancel) // a Background deadline counts running time only
 	stopWatch := context.AfterFunc(ctx, c.Cancel)
 	rs, err := def.query.Eval(ctx, rego.EvalParsedInput(input), keepTerm, rego.EvalExternalCancel(c))
 	timer.Stop()

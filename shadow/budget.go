@@ -6,15 +6,14 @@ import (
 	"time"
 )
 
-// budget bounds the CPU that shadow evaluations take on average: a token
-// bucket of evaluation time that refills at rate seconds per second (the
-// cores the candidate may use) and holds at most burst. A worker waits for
-// the bucket to be non-negative before it starts an evaluation and pays
-// for it afterwards with the evaluation's wall-clock time, which is never
-// less than the CPU one goroutine used. So a candidate that runs to its
-// deadline on every request is held to rate cores over time, however slow
-// it is: after a two-second evaluation at 0.25 cores, the workers rest
-// about six seconds and the queue fills and drops meanwhile.
+// budget bounds the CPU that shadow evaluations take: a token bucket of
+// evaluation time that refills at rate seconds per second (the cores the
+// candidate may use) and holds at most burst (budgetBurst). A worker pays
+// for the time it ran (wall-clock, never less than the CPU one goroutine
+// used) at every pause point of its evaluation, and waits there while the
+// bucket is in debt. So a candidate, slow or looping, runs at most a
+// couple of milliseconds at a stretch and rate cores over any longer
+// span: at 0.25 cores, 2 ms of evaluation, then 6 ms of rest.
 type budget struct {
 	rate  float64 // seconds of evaluation per second
 	burst float64 // seconds
@@ -27,8 +26,13 @@ type budget struct {
 	sleep func(ctx context.Context, d time.Duration) error // sleepCtx, except in tests
 }
 
+// budgetBurst is the most evaluation time the bucket holds: how long a
+// candidate may run at a stretch before it rests to its rate.
+const budgetBurst = 2 * time.Millisecond
+
 func newBudget(rate float64) *budget {
-	return &budget{rate: rate, burst: rate, tokens: rate, last: time.Now(), now: time.Now, sleep: sleepCtx}
+	burst := budgetBurst.Seconds()
+	return &budget{rate: rate, burst: burst, tokens: burst, last: time.Now(), now: time.Now, sleep: sleepCtx}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

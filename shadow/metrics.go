@@ -12,7 +12,7 @@ var (
 	descSampled = prometheus.NewDesc("arbiter_shadow_sampled_total",
 		"Live decisions picked for shadow evaluation.", nil, nil)
 	descDropped = prometheus.NewDesc("arbiter_shadow_dropped_total",
-		"Sampled decisions not judged: the queue was full (queue_full), the candidate changed or the shadow stopped first (abandoned), its deadline ran out while it paused for live traffic (expired), or the record could not be decided again (unjudged).", []string{"reason"}, nil)
+		"Sampled decisions not judged: the queue was full (queue_full), the candidate changed or the shadow stopped first (abandoned), it was paused for live traffic or its CPU budget past its wall-clock bound (expired), or the record could not be decided again (unjudged).", []string{"reason"}, nil)
 	descQueued = prometheus.NewDesc("arbiter_shadow_queue_length",
 		"Decisions waiting for the candidate.", nil, nil)
 	descEval = prometheus.NewDesc("arbiter_shadow_evaluation_seconds_total",

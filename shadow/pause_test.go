@@ -77,13 +77,24 @@ func TestCandidateStartsWhenLiveIsIdle(t *testing.T) {
 }
 
 // A candidate that loops until its deadline is a candidate_error, and the
-// default gate refuses it; but a deadline that passed while the
-// evaluation was paused for live traffic says nothing of the candidate:
-// that decision is counted as expired, not judged.
-func TestLoopingCandidateIsACandidateErrorUnlessPausedPastItsDeadline(t *testing.T) {
+// default gate refuses it; its deadline counts only the time it runs, so
+// it is a candidate_error even when live traffic held it paused for longer
+// than its deadline. Only a decision paused past the shadow's wall-clock
+// bound (Config.Timeout) is expired: counted, not judged.
+func TestLoopingCandidateIsACandidateErrorWhateverItWaited(t *testing.T) {
 	const deadline = 200 * time.Millisecond
 	live := load(t, configOf(copyAccess(t)))
 	loop := request{"loop", `{"tenant":"loop","used":1}`, false}
+	reachLoop := func(h *harness) string {
+		started := testsignal.On(t, "loop")
+		rec := h.serve(loop)
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("the candidate never reached its loop")
+		}
+		return rec.DecisionID
+	}
 
 	h := newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 8})
 	h.sh.Set(candidate(loopingWithin(t, deadline)))
@@ -100,25 +111,47 @@ func TestLoopingCandidateIsACandidateErrorUnlessPausedPastItsDeadline(t *testing
 
 	h = newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 8})
 	h.sh.Set(candidate(loopingWithin(t, deadline)))
+	id := reachLoop(h)
+	h.sh.LiveStart()
+	waitStat(t, h.sh, "the looping evaluation pausing", func(s Stats) bool { return s.Paused == 1 })
+	time.Sleep(2 * deadline) // longer than its deadline, paused
+	h.sh.LiveEnd()
+	h.wait(t)
+	if res := h.results[id]; res == nil || res.Class != CandidateError {
+		t.Fatalf("a looping candidate paused past its deadline: %+v", res)
+	}
+	if st := h.sh.Stats(); st.PausedSeconds < (2*deadline).Seconds() || st.Expired != 0 {
+		t.Errorf("stats %+v: want it paused twice its deadline and judged", st)
+	}
+
+	h = newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 8, Timeout: 3 * deadline})
+	h.sh.Set(candidate(loopingWithin(t, time.Hour)))
+	id = reachLoop(h)
+	h.sh.LiveStart()
+	waitStat(t, h.sh, "the decision paused past the wall-clock bound", func(s Stats) bool { return s.Expired == 1 && s.InFlight == 0 })
+	h.sh.LiveEnd()
+	h.wait(t)
+	if res := h.results[id]; res != nil {
+		t.Fatalf("an expired decision was judged: %+v", res)
+	}
+	if rep, _ := h.sh.Report(); rep.Total != 0 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// The CPU budget holds inside one evaluation: a candidate that loops,
+// with a budget of a hundredth of a core, rests between short stretches
+// while its evaluation goes on.
+func TestBudgetThrottlesARunningEvaluation(t *testing.T) {
+	live := load(t, configOf(copyAccess(t)))
+	h := newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 0.01})
+	h.sh.Set(candidate(loopingWithin(t, time.Hour)))
 	started := testsignal.On(t, "loop")
-	rec = h.serve(loop)
+	h.serve(request{"loop", `{"tenant":"loop","used":1}`, false})
 	select {
 	case <-started:
 	case <-time.After(time.Minute):
 		t.Fatal("the candidate never reached its loop")
 	}
-	h.sh.LiveStart()
-	waitStat(t, h.sh, "the looping evaluation pausing", func(s Stats) bool { return s.Paused == 1 })
-	time.Sleep(deadline) // the evaluation's deadline passes while it is paused
-	h.sh.LiveEnd()
-	h.wait(t)
-	if res := h.results[rec.DecisionID]; res != nil {
-		t.Fatalf("a decision whose deadline passed while paused was judged: %+v", res)
-	}
-	if st := h.sh.Stats(); st.Expired != 1 || st.Judged != 0 {
-		t.Errorf("stats %+v, want one expired", st)
-	}
-	if rep, _ := h.sh.Report(); rep.Total != 0 {
-		t.Errorf("report %+v", rep)
-	}
+	waitStat(t, h.sh, "the running evaluation waiting for its budget", func(s Stats) bool { return s.InFlight == 1 && s.ThrottledSeconds > 0.05 })
 }

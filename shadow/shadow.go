@@ -21,6 +21,7 @@ const (
 	DefaultQueueBytes = 16 << 20
 	DefaultWorkers    = 1
 	DefaultCPU        = 0.25
+	DefaultTimeout    = time.Minute
 )
 
 // Config bounds what shadow evaluation may take from the live service. The
@@ -39,9 +40,11 @@ type Config struct {
 	// CPU is the cores the candidate's evaluations may use on average
 	// (see budget); 0.25 is a quarter of one core.
 	CPU float64
-	// Timeout, when set, bounds one candidate decision, parsing included;
-	// the candidate's own evaluation deadline (its engine.Config's
-	// EvalTimeout) applies in any case.
+	// Timeout bounds the wall-clock time of one candidate decision,
+	// parsing and pauses included: past it the decision is expired, not
+	// judged. The candidate's own evaluation deadline (its EvalTimeout)
+	// counts only the time it runs (engine.Background), and past it the
+	// decision is a candidate_error.
 	Timeout time.Duration
 	// Examples is how many decision ids a report keeps per decision and
 	// class.
@@ -132,6 +135,9 @@ func New(cfg Config) *Shadow {
 	}
 	if cfg.CPU <= 0 {
 		cfg.CPU = DefaultCPU
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Examples <= 0 {
 		cfg.Examples = DefaultExamples
@@ -310,26 +316,33 @@ func (s *Shadow) judge(t *Ticket) {
 		t.finish(nil)
 		return
 	}
-	ctx := r.ctx
-	if s.cfg.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-	}
-	// The candidate runs on time the live decisions leave idle: it starts
-	// when none is in flight, and every few evaluation steps it pauses
-	// while one is (engine.Background).
+	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.Timeout)
+	defer cancel()
+	// The candidate runs on time the live decisions leave idle, within its
+	// CPU budget: it starts when no live decision is in flight, and every
+	// few dozen evaluation steps it pays for the time it ran, pauses while
+	// a live decision is in flight (going on after a quiet millisecond)
+	// and while the budget is in debt (engine.Background). Its deadline
+	// counts only the time it runs.
 	var paused time.Duration
 	seen := s.starts.Load()
-	ctx = engine.Background(ctx, func() { paused += s.waitIdle(r.ctx, &seen) })
-	paused += s.waitIdle(r.ctx, &seen)
+	paused += s.waitIdle(ctx, &seen)
+	mark := time.Now()
+	pause := func() {
+		s.budget.spend(time.Since(mark))
+		paused += s.waitIdle(ctx, &seen)
+		w, _ := s.budget.wait(ctx)
+		s.waitNS.Add(int64(w))
+		paused += w
+		mark = time.Now()
+	}
 	s.inflight.Add(1)
 	start := time.Now()
-	j := Judge(ctx, r.cand.Snapshot, req)
+	j := Judge(engine.Background(ctx, pause), r.cand.Snapshot, req)
+	s.budget.spend(time.Since(mark))
 	d := time.Since(start)
 	s.inflight.Add(-1)
 	d -= min(d, paused)
-	s.budget.spend(d)
 	s.evalNS.Add(int64(d))
 	switch {
 	case r.ctx.Err() != nil:
@@ -337,12 +350,9 @@ func (s *Shadow) judge(t *Ticket) {
 		// says nothing about the candidate.
 		s.abandon(t)
 		return
-	case paused > (d+paused)/10 && j.Candidate.Error != nil && engine.Code(j.Candidate.Error.Code) == engine.CodePolicyTimeout:
-		// Its deadline ran out while it spent more than a tenth of it
-		// waiting for live traffic: that says nothing about the candidate
-		// either. (A candidate that ran for nine tenths of its deadline
-		// and more is a candidate_error: a looping one is reported so
-		// under light traffic too.)
+	case ctx.Err() != nil:
+		// Paused for live traffic (or its budget) past Config.Timeout:
+		// that says nothing about the candidate either.
 		s.expired.Add(1)
 		t.finish(nil)
 		return
@@ -482,8 +492,8 @@ type Stats struct {
 	// Sampled decisions were picked for the candidate. Each is queued, in
 	// flight, or has ended judged (counted in the report of its
 	// candidate), dropped (the queue was full), abandoned
-	// (the candidate changed or the shadow closed first), expired (its
-	// deadline ran out while it paused for live traffic) or unjudged (its
+	// (the candidate changed or the shadow closed first), expired (paused
+	// for live traffic or its budget past Config.Timeout) or unjudged (its
 	// record could not be decided again).
 	Sampled   uint64 `json:"sampled"`
 	Judged    uint64 `json:"judged"`

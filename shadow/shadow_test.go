@@ -471,7 +471,7 @@ arbiter_shadow_decisions_total{class="error_changed",decision="access_check"} 0
 arbiter_shadow_decisions_total{class="reasons_changed",decision="access_check"} 0
 arbiter_shadow_decisions_total{class="refuse_to_allow",decision="access_check"} 1
 arbiter_shadow_decisions_total{class="same",decision="access_check"} 11
-# HELP arbiter_shadow_dropped_total Sampled decisions not judged: the queue was full (queue_full), the candidate changed or the shadow stopped first (abandoned), its deadline ran out while it paused for live traffic (expired), or the record could not be decided again (unjudged).
+# HELP arbiter_shadow_dropped_total Sampled decisions not judged: the queue was full (queue_full), the candidate changed or the shadow stopped first (abandoned), it was paused for live traffic or its CPU budget past its wall-clock bound (expired), or the record could not be decided again (unjudged).
 # TYPE arbiter_shadow_dropped_total counter
 arbiter_shadow_dropped_total{reason="abandoned"} 0
 arbiter_shadow_dropped_total{reason="expired"} 0

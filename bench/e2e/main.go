@@ -34,22 +34,23 @@ import (
 )
 
 type config struct {
-	quick     bool
-	out       string
-	duration  time.Duration
-	warmup    time.Duration
-	reps      int
-	conns     int
-	threads   int
-	corpusN   int
-	seed      int64
-	sizes     []sizeSpec
-	inprocess bool
-	benchtime string
-	count     int
-	limit     time.Duration
-	shadow    bool    // -shadow: the shadow benchmark alone (shadow.go)
-	shadowCPU float64 // its --shadow-cpu
+	quick      bool
+	out        string
+	duration   time.Duration
+	warmup     time.Duration
+	reps       int
+	conns      int
+	threads    int
+	corpusN    int
+	seed       int64
+	sizes      []sizeSpec
+	inprocess  bool
+	benchtime  string
+	count      int
+	limit      time.Duration
+	shadow     bool    // -shadow: the shadow benchmark alone (shadow.go)
+	shadowCPU  float64 // its --shadow-cpu
+	shadowPace int     // requests a second of its paced load
 }
 
 type sizeSpec struct {
@@ -98,6 +99,7 @@ func main() {
 	flag.DurationVar(&c.limit, "limit", 45*time.Minute, "give up after this long")
 	flag.BoolVar(&c.shadow, "shadow", false, "measure the live latency with and without a looping candidate in shadow, alone (prints, writes nothing)")
 	flag.Float64Var(&c.shadowCPU, "shadow-cpu", 0.25, "with -shadow: the server's --shadow-cpu")
+	flag.IntVar(&c.shadowPace, "shadow-pace", 200, "with -shadow: requests a second of the paced (light) load")
 	flag.Parse()
 	c.sizes = fullSizes
 	if c.quick {

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
@@ -29,12 +32,15 @@ const loopingRule = `decision := "shadow benchmark: never" if {
 `
 
 // runShadow is `go run ./bench/e2e -shadow`: one Arbiter serving the
-// repository's policies under wrk's load on the corpus, alternately with
-// no candidate in shadow and with a candidate that loops until its
-// deadline (the live revision's deadline) on every decision it shadows,
-// switched through POST and DELETE /v1/shadow between runs of the same
-// process. It prints the live latency of each run and the ratios; it
-// writes nothing.
+// repository's policies, alternately with no candidate in shadow, with a
+// candidate that loops until its deadline (the live revision's deadline)
+// on every decision it shadows, and with none again (the control: how far
+// two runs of the same thing differ on this machine), switched through
+// POST and DELETE /v1/shadow between runs of the same process. Each
+// combination runs under two loads: wrk saturating the server on the
+// corpus, and a paced open-loop load light enough to leave the candidate
+// idle time to run in. It prints the live latency of each run and the
+// ratios; it writes nothing.
 func runShadow(ctx context.Context, c config) error {
 	root, err := repoRoot()
 	if err != nil {
@@ -136,6 +142,7 @@ func runShadow(ctx context.Context, c config) error {
 	// the looping candidate, and no candidate again (the control: how far
 	// two runs of the same thing differ on this machine).
 	type run struct {
+		load          string
 		rep           int
 		mode          string
 		res           wrkResult
@@ -143,32 +150,40 @@ func runShadow(ctx context.Context, c config) error {
 		before, after shadow.Stats
 	}
 	modes := []string{"none", "looping", "none (control)"}
+	loads := []string{"saturated", "paced"}
 	var runs []run
-	for rep := range c.reps {
-		for k := range modes {
-			mode := modes[(rep+k)%len(modes)]
-			if err := set(mode == "looping"); err != nil {
-				return err
+	for _, load := range loads {
+		for rep := range c.reps {
+			for k := range modes {
+				mode := modes[(rep+k)%len(modes)]
+				if err := set(mode == "looping"); err != nil {
+					return err
+				}
+				before, err := stats()
+				if err != nil {
+					return err
+				}
+				cpu0, _ := cpuSeconds(s.pid())
+				var res wrkResult
+				if load == "saturated" {
+					res, err = runWrk(ctx, wrkArgs(c, c.duration, script, index, addr))
+				} else {
+					res, err = paced(ctx, s, inputs, c.shadowPace, c.duration)
+				}
+				cpu1, _ := cpuSeconds(s.pid())
+				if err != nil {
+					return err
+				}
+				after, err := stats()
+				if err != nil {
+					return err
+				}
+				if res.errors() > 0 {
+					return fmt.Errorf("%s load saw %d errors", load, res.errors())
+				}
+				runs = append(runs, run{load, rep, mode, res, cpu1 - cpu0, before, after})
+				logf("%s run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms", load, rep+1, mode, res.rps(), ms(res.P50US), ms(res.P99US))
 			}
-			before, err := stats()
-			if err != nil {
-				return err
-			}
-			cpu0, _ := cpuSeconds(s.pid())
-			res, err := runWrk(ctx, wrkArgs(c, c.duration, script, index, addr))
-			cpu1, _ := cpuSeconds(s.pid())
-			if err != nil {
-				return err
-			}
-			after, err := stats()
-			if err != nil {
-				return err
-			}
-			if res.errors() > 0 {
-				return fmt.Errorf("wrk saw %d errors", res.errors())
-			}
-			runs = append(runs, run{rep, mode, res, cpu1 - cpu0, before, after})
-			logf("run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms", rep+1, mode, res.rps(), ms(res.P50US), ms(res.P99US))
 		}
 	}
 	if err := set(false); err != nil {
@@ -177,12 +192,12 @@ func runShadow(ctx context.Context, c config) error {
 
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("| run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | sampled | judged | dropped (queue full) | expired | candidate evaluating s | paused s |")
-	w("|---|---|---|---|---|---|---|---|---|---|---|---|")
-	byRep := map[int]map[string]wrkResult{}
+	w("| load | run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | sampled | judged | dropped (queue full) | expired | candidate evaluating s | paused s |")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	byRep := map[string]map[int]map[string]wrkResult{}
 	for _, r := range runs {
 		d := func(f func(shadow.Stats) float64) float64 { return f(r.after) - f(r.before) }
-		w("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.rep+1, r.mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
+		w("| %s | %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.load, r.rep+1, r.mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
 			r.cpu/float64(r.res.Requests)*1e6,
 			d(func(s shadow.Stats) float64 { return float64(s.Sampled) }),
 			d(func(s shadow.Stats) float64 { return float64(s.Judged) }),
@@ -190,14 +205,17 @@ func runShadow(ctx context.Context, c config) error {
 			d(func(s shadow.Stats) float64 { return float64(s.Expired) }),
 			d(func(s shadow.Stats) float64 { return s.EvaluationSeconds }),
 			d(func(s shadow.Stats) float64 { return s.PausedSeconds }))
-		if byRep[r.rep] == nil {
-			byRep[r.rep] = map[string]wrkResult{}
+		if byRep[r.load] == nil {
+			byRep[r.load] = map[int]map[string]wrkResult{}
 		}
-		byRep[r.rep][r.mode] = r.res
+		if byRep[r.load][r.rep] == nil {
+			byRep[r.load][r.rep] = map[string]wrkResult{}
+		}
+		byRep[r.load][r.rep][r.mode] = r.res
 	}
-	ratios := func(mode string) (p99, p50, rps []float64) {
+	ratios := func(load, mode string) (p99, p50, rps []float64) {
 		for rep := range c.reps {
-			on, off := byRep[rep][mode], byRep[rep]["none"]
+			on, off := byRep[load][rep][mode], byRep[load][rep]["none"]
 			p99 = append(p99, float64(on.P99US)/float64(off.P99US))
 			p50 = append(p50, float64(on.P50US)/float64(off.P50US))
 			rps = append(rps, on.rps()/off.rps())
@@ -206,15 +224,64 @@ func runShadow(ctx context.Context, c config) error {
 	}
 	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
 	w("")
-	w("| against no candidate, median of %d repetitions | p99 | p50 | throughput |", c.reps)
-	w("|---|---|---|---|")
-	for _, mode := range []string{"looping", "none (control)"} {
-		p99, p50, rps := ratios(mode)
-		w("| %s | %.2fx | %.2fx | %.2fx |", mode, med(p99), med(p50), med(rps))
+	w("| load | against no candidate, median of %d repetitions | p99 | p50 | throughput |", c.reps)
+	w("|---|---|---|---|---|")
+	for _, load := range loads {
+		for _, mode := range []string{"looping", "none (control)"} {
+			p99, p50, rps := ratios(load, mode)
+			w("| %s | %s | %.2fx | %.2fx | %.2fx |", load, mode, med(p99), med(p50), med(rps))
+		}
 	}
 	w("")
 	w("Server: `%s`", shellQuote(argv))
-	w("Load: `%s`", shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")))
+	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, each sent on time whatever the answers before it (open loop), for %s.",
+		shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")), c.shadowPace, c.duration)
 	fmt.Print(b.String())
 	return nil
+}
+
+// paced sends the corpus at rate requests a second for d, each on its own
+// schedule whatever the answers before it (an open loop, as independent
+// callers are), and returns the latencies as a wrkResult.
+func paced(ctx context.Context, s *server, inputs []corpus.Input, rate int, d time.Duration) (wrkResult, error) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	n := int(d.Seconds() * float64(rate))
+	lat := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return wrkResult{}, ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := inputs[i%len(inputs)]
+			t0 := time.Now()
+			resp, err := client.Post(s.url("/v1/decisions/"+in.Decision), "application/json", bytes.NewReader(in.Body))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			lat[i], errs[i] = time.Since(t0), err
+		}()
+	}
+	wg.Wait()
+	res := wrkResult{Requests: int64(n), DurationUS: time.Since(start).Microseconds()}
+	for _, err := range errs {
+		if err != nil {
+			res.Status++
+		}
+	}
+	slices.Sort(lat)
+	res.P50US, res.P90US, res.P99US, res.MaxUS = lat[n/2].Microseconds(), lat[n*9/10].Microseconds(), lat[n*99/100].Microseconds(), lat[n-1].Microseconds()
+	return res, nil
 }

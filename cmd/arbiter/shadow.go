@@ -47,7 +47,7 @@ func (s *shadowConfig) register(fs *command) {
 	fs.Int64Var(&s.shadowQueueBytes, "shadow-queue-bytes", shadow.DefaultQueueBytes, "bytes of inputs that may wait for the candidate")
 	fs.IntVar(&s.shadowWorkers, "shadow-workers", shadow.DefaultWorkers, "candidate evaluations at once")
 	fs.Float64Var(&s.shadowCPU, "shadow-cpu", shadow.DefaultCPU, "cores the candidate's evaluations may use on average (a token bucket of evaluation time)")
-	fs.DurationVar(&s.shadowTimeout, "shadow-timeout", 0, "deadline of one candidate decision, parsing included (0: the candidate's --eval-timeout alone)")
+	fs.DurationVar(&s.shadowTimeout, "shadow-timeout", shadow.DefaultTimeout, "longest wall-clock time of one candidate decision, paused for live traffic and its CPU budget included; past it the decision is counted expired, not judged (the candidate's --eval-timeout counts only the time it runs)")
 	fs.IntVar(&s.shadowExamples, "shadow-examples", shadow.DefaultExamples, "decision ids kept per decision and class in the impact report")
 	fs.Uint64Var(&s.shadowMinDecisions, "shadow-min-decisions", defaultShadowMinDecisions, "promotion gate: fewest decisions the candidate must have judged")
 	fs.StringVar(&s.shadowForbid, "shadow-forbid", "refuse_to_allow,candidate_error", "promotion gate: comma-separated classes of which one decision refuses a promotion")
@@ -67,8 +67,8 @@ func (s *shadowConfig) validate() error {
 		return errors.New("--shadow-queue, --shadow-queue-bytes, --shadow-workers and --shadow-examples must be positive")
 	case !(s.shadowCPU > 0):
 		return errors.New("--shadow-cpu must be positive")
-	case s.shadowTimeout < 0:
-		return errors.New("--shadow-timeout must not be negative")
+	case s.shadowTimeout <= 0:
+		return errors.New("--shadow-timeout must be positive")
 	case s.shadowPolicies != "" && s.shadowBundleURL != "":
 		return errors.New("--shadow-policies and --shadow-bundle-url are two sources of one candidate: pass one")
 	}
