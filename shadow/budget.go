@@ -13,7 +13,7 @@ import (
 // used) at every pause point of its evaluation, and waits there while the
 // bucket is in debt. So a candidate, slow or looping, runs at most a
 // couple of milliseconds at a stretch and rate cores over any longer
-// span: at 0.25 cores, 2 ms of evaluation, then 6 ms of rest.
+// span: at 0.1 cores, 2 ms of evaluation, then 18 ms of rest.
 type budget struct {
 	rate  float64 // seconds of evaluation per second
 	burst float64 // seconds

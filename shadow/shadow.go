@@ -20,7 +20,7 @@ const (
 	DefaultQueue      = 64
 	DefaultQueueBytes = 16 << 20
 	DefaultWorkers    = 1
-	DefaultCPU        = 0.25
+	DefaultCPU        = 0.1
 	DefaultTimeout    = time.Minute
 )
 
@@ -38,7 +38,8 @@ type Config struct {
 	// Workers is how many candidate evaluations run at once.
 	Workers int
 	// CPU is the cores the candidate's evaluations may use on average
-	// (see budget); 0.25 is a quarter of one core.
+	// (see budget), over any span longer than a few milliseconds; 0.1 is
+	// a tenth of one core.
 	CPU float64
 	// Timeout bounds the wall-clock time of one candidate decision,
 	// parsing and pauses included: past it the decision is expired, not

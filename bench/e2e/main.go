@@ -31,6 +31,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
 type config struct {
@@ -98,7 +99,7 @@ func main() {
 	flag.IntVar(&c.count, "count", 3, "go test -count of the in-process benchmarks (the median is reported)")
 	flag.DurationVar(&c.limit, "limit", 45*time.Minute, "give up after this long")
 	flag.BoolVar(&c.shadow, "shadow", false, "measure the live latency with and without a looping candidate in shadow, alone (prints, writes nothing)")
-	flag.Float64Var(&c.shadowCPU, "shadow-cpu", 0.25, "with -shadow: the server's --shadow-cpu")
+	flag.Float64Var(&c.shadowCPU, "shadow-cpu", shadow.DefaultCPU, "with -shadow: the server's --shadow-cpu")
 	flag.IntVar(&c.shadowPace, "shadow-pace", 200, "with -shadow: requests a second of the paced (light) load")
 	flag.Parse()
 	c.sizes = fullSizes
