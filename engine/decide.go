@@ -54,6 +54,9 @@ type RuleOutcome struct {
 	RuleInfo
 	// Fired is true when the rule's reason is in the result's reasons.
 	Fired bool `json:"fired"`
+	// Evidence lists, for a rule that fired, the input values it read
+	// (engine/evidence.go).
+	Evidence []Evidence `json:"evidence,omitempty"`
 }
 
 // Decide decides one input with this Snapshot. A refusal is a Decision; an
@@ -79,7 +82,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	d := &Decision{ID: uuid.NewString(), Name: name, Revision: s.Revision, Result: out, Input: in.Raw}
 	d.Reasons, d.Outcome = summarize(result, def.outcomeKey)
 	if opts.Explain {
-		d.Explanation = explain(def.rules, d.Reasons)
+		d.Explanation = explain(def, d.Reasons, in.Raw)
 	}
 	return d, nil
 }
@@ -197,16 +200,4 @@ func summarize(result ast.Value, outcomeKey string) ([]string, string) {
 		}
 	}
 	return reasons, ""
-}
-
-func explain(rules []RuleInfo, reasons []string) []RuleOutcome {
-	fired := map[string]bool{}
-	for _, r := range reasons {
-		fired[r] = true
-	}
-	out := make([]RuleOutcome, len(rules))
-	for i, r := range rules {
-		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
-	}
-	return out
 }

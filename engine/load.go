@@ -108,6 +108,7 @@ type decisionDef struct {
 	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
 	query       rego.PreparedEvalQuery
 	rules       []RuleInfo
+	reads       []ruleEvidence    // per rule, what it reads of the input (evidence.go)
 	compiled    *compiledDecision // engine/compiled.go
 }
 
@@ -496,6 +497,7 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			continue
 		}
 		def.title, def.description, def.rules = describe(as, pkg)
+		def.reads = ruleReads(c, pkg, def.rules)
 		pq, err := rego.New(
 			rego.Query(pkg.String()+".decision"),
 			rego.Compiler(c),
