@@ -13,7 +13,7 @@ ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
 GOTEST    := $(GO) test -race -count=1
 
-.PHONY: all build run test ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick clean
+.PHONY: all build run test ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick fleet clean
 
 all: build
 
@@ -112,6 +112,14 @@ fuzz:
 # the two differential targets ~15 s for their ~750 seeds).
 fuzz-quick:
 	$(MAKE) --no-print-directory fuzz FUZZTIME=25s
+
+# fleet: three replicas behind nginx, bundles from nginx (HTTP) and a
+# docker-registry (OCI, pushed with oras), uploads to a log sink, under load
+# (fleet/fleet_test.go). Needs: apt-get install -y nginx docker-registry;
+# go install oras.land/oras/cmd/oras@v1.3.6 (.ci/run does both). FLEET_REPORT=FILE
+# writes the measured figures as JSON.
+fleet:
+	FLEET=1 $(GO) test -count=1 -v -timeout 15m -run '^TestFleet$$' ./fleet/
 
 clean:
 	rm -rf $(BIN)

@@ -37,8 +37,7 @@ import (
 type compiledDecision struct {
 	prog   *ireval.Program // nil: the decision runs on topdown
 	reason string          // why prog is nil
-	// proj is prog's input projection for the input walk; nil: the
-	// whole input.
+	// proj is prog's input projection; nil: the whole input.
 	proj *input.Projection
 	// off is set by the self-check on a disagreement, with its reason.
 	off atomic.Pointer[string]
@@ -109,28 +108,6 @@ func (def *decisionDef) inputProjection() *input.Projection {
 	return def.compiled.proj
 }
 
-// toInputProjection converts the evaluator's projection into the input
-// walk's (the same rules; TestWalkAppliesProjectionsAsIrevalDoes).
-func toInputProjection(p *ireval.Projection) *input.Projection {
-	if p == nil {
-		return nil
-	}
-	out := &input.Projection{All: p.All, Count: p.Count, Any: toInputProjection(p.Any)}
-	if len(p.Keys) > 0 {
-		out.Keys = make(map[string]*input.Projection, len(p.Keys))
-		for k, v := range p.Keys {
-			out.Keys[k] = toInputProjection(v)
-		}
-	}
-	if len(p.Index) > 0 {
-		out.Index = make(map[int]*input.Projection, len(p.Index))
-		for k, v := range p.Index {
-			out.Index[k] = toInputProjection(v)
-		}
-	}
-	return out
-}
-
 // compileDecisions plans every decision's query with OPA's planner and
 // compiles the plans. Nothing here can fail a load: a decision that does
 // not compile runs on topdown.
@@ -178,7 +155,7 @@ func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.S
 			continue
 		}
 		if p := prog.InputProjection(); p != nil && !p.All {
-			cd.proj = input.Normalize(toInputProjection(p))
+			cd.proj = p
 		}
 		cd.prog = prog
 	}

@@ -80,7 +80,8 @@ func (e *LoadError) Error() string {
 // requests hold on to the Snapshot they started with while a reload builds
 // the next one.
 type Snapshot struct {
-	Revision string    // content hash of every policy, data and schema file
+	Revision string    // content hash of every policy, data and schema file, or a bundle's manifest revision
+	Hash     string    // content hash of every policy, data and schema file
 	Files    []string  // the files it was built from
 	LoadedAt time.Time // when it was built
 
@@ -193,10 +194,10 @@ type built struct {
 	schemaSet  *ast.SchemaSet
 	caps       *ast.Capabilities
 	policySrcs []sourceFile
+	testFiles  []sourceFile // tests held in memory (a bundle's); nil: read cfg.Tests
 }
 
 func build(cfg Config) (*built, error) {
-	var probs []Problem
 	policyFiles, err := readTree(cfg.Policies, ".rego", ".json", ".yaml", ".yml")
 	if err != nil {
 		return nil, &LoadError{Problems: []Problem{{File: cfg.Policies, Message: err.Error()}}}
@@ -205,7 +206,12 @@ func build(cfg Config) (*built, error) {
 	if err != nil {
 		return nil, &LoadError{Problems: []Problem{{File: cfg.Schemas, Message: err.Error()}}}
 	}
+	return buildFrom(cfg, policyFiles, schemaFiles)
+}
 
+// buildFrom compiles files already read, from folders or from a bundle.
+func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*built, error) {
+	var probs []Problem
 	h := sha256.New()
 	var files []string
 	for _, group := range [][]sourceFile{policyFiles, schemaFiles} {
@@ -246,6 +252,7 @@ func build(cfg Config) (*built, error) {
 	}
 	snap := &Snapshot{
 		Revision:  revision,
+		Hash:      revision,
 		Files:     files,
 		LoadedAt:  time.Now().UTC(),
 		decisions: map[string]*decisionDef{},

@@ -100,7 +100,7 @@ func (s *Snapshot) runTests(ctx context.Context, b *built, opts TestOptions) (*T
 			return nil, fmt.Errorf("--run: %w", err)
 		}
 	}
-	suite, probs := loadSuite(opts.Tests)
+	suite, probs := b.loadSuite(opts.Tests)
 	s.testSrc = suite.files
 	rep := &TestReport{Setup: probs}
 	// Fixtures run beside the Rego tests: a reload is gated on both, and

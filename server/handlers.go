@@ -253,7 +253,13 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-func (s *server) health(w http.ResponseWriter, _ *http.Request) {
+// health answers 200 while the process runs. With ?bundles (OPA's
+// readiness check) it answers 200 only once a revision is loaded.
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("bundles") && s.eng.Snapshot() == nil {
+		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"})
+		return
+	}
 	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`))
 }
 
@@ -276,6 +282,7 @@ type statusDoc struct {
 	Files         []string            `json:"files"`
 	Decisions     []string            `json:"decisions"`
 	LastReload    engine.ReloadStatus `json:"last_reload"`
+	Bundles       any                 `json:"bundles,omitempty"`
 	StartedAt     time.Time           `json:"started_at"`
 	UptimeSeconds float64             `json:"uptime_seconds"`
 	// Compiled says which decisions run compiled, and why the others not.
@@ -288,6 +295,9 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		LastReload:    s.eng.LastReload(),
 		StartedAt:     s.started.UTC(),
 		UptimeSeconds: time.Since(s.started).Seconds(),
+	}
+	if s.cfg.BundleStatus != nil {
+		doc.Bundles = s.cfg.BundleStatus()
 	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		loaded := snap.LoadedAt.UTC()

@@ -52,6 +52,9 @@ type Config struct {
 	// CompiledDisagreements, when set, is exported as
 	// arbiter_compiled_disagreements_total{decision}.
 	CompiledDisagreements func() map[string]uint64
+	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
+	// bundle status, by bundle name).
+	BundleStatus func() any
 }
 
 type server struct {

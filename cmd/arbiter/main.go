@@ -21,6 +21,8 @@ Usage:
   arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v]
+  arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG]]
+                  [--policies DIR] [--schemas DIR] [--tests DIR]   (an OPA bundle of one revision)
   arbiter replay  --log FILE [--policies DIR] [--schemas DIR] [--format text|json]
   arbiter bench   --decision NAME --input FILE|- [--duration D] [--format text|json]
   arbiter version
@@ -63,6 +65,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cmdTest(ctx, rest, stdout, stderr)
 	case "replay":
 		return cmdReplay(ctx, rest, stdout, stderr)
+	case "build":
+		return cmdBuild(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		return cmdVersion(stdout)
 	case "help", "-h", "--help":

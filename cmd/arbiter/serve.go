@@ -32,6 +32,7 @@ import (
 // and handed down as plain values.
 type serveConfig struct {
 	folders
+	fleetConfig
 	addr            string
 	decisionLog     string
 	logMaxBytes     int64
@@ -90,6 +91,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.SetOutput(stderr)
 	c := &serveConfig{}
 	c.folders.register(fs, true)
+	c.fleetConfig.register(fs)
 	fs.StringVar(&c.addr, "addr", envOr("ARBITER_ADDR", "127.0.0.1:8181"), "listen address HOST:PORT")
 	fs.StringVar(&c.decisionLog, "decision-log", envOr("ARBITER_DECISION_LOG", "var/decisions.log"), "decision log file, - for stdout, '' to disable")
 	fs.Int64Var(&c.logMaxBytes, "decision-log-max-bytes", envInt("ARBITER_DECISION_LOG_MAX_BYTES", 100<<20), "rotate the decision log at this size")
@@ -115,6 +117,9 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := c.fleetConfig.validate(); err != nil {
+		return nil, err
 	}
 	if c.maxBodyBytes <= 0 {
 		return nil, errors.New("--max-body-bytes must be positive")
@@ -209,7 +214,10 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 
 	ecfg := engine.Config{Policies: c.policies, Schemas: c.schemas, Tests: c.tests, EvalTimeout: c.evalTimeout, SelfCheck: selfCheck(c.selfCheckRate, log)}
 	var eng *engine.Engine
-	if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
+	if c.bundleURL != "" {
+		// The bundle is the only source: not ready until it activates.
+		eng = engine.NewEmpty(ecfg)
+	} else if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
 		eng, err = engine.NewOrFallback(ctx, ecfg, saved)
 	} else {
 		eng, err = engine.New(ctx, ecfg)
@@ -217,14 +225,14 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if err != nil {
 		return fmt.Errorf("loading policies: %w", err)
 	}
-	if st := eng.LastReload(); !st.OK {
+	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
 		probs := make([]string, len(st.Problems))
 		for i, p := range st.Problems {
 			probs[i] = p.String()
 		}
 		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", strings.Join(probs, "; "))
 	}
-	if c.stateDir != "" {
+	if c.stateDir != "" && c.bundleURL == "" {
 		save := func(s *engine.Snapshot) {
 			if err := s.SaveTo(c.stateDir); err != nil {
 				log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
@@ -235,12 +243,17 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		}
 		eng.OnActivate = save
 	}
-	snap := eng.Snapshot()
-	log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
-	for _, ci := range snap.Compiled() {
-		if !ci.Compiled {
-			log.Info("decision runs on topdown", "decision", ci.Decision, "reason", ci.Reason)
+	if snap := eng.Snapshot(); snap != nil {
+		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
+		for _, ci := range snap.Compiled() {
+			if !ci.Compiled {
+				log.Info("decision runs on topdown", "decision", ci.Decision, "reason", ci.Reason)
+			}
 		}
+	}
+	fl, err := newFleet(c, eng, ecfg, c.logMask, log)
+	if err != nil {
+		return err
 	}
 
 	var dlog *decisionlog.Logger
@@ -267,18 +280,20 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		MaxBodyBytes: c.maxBodyBytes,
 		Tokens:       tokens,
 		Logger:       log,
-		DecisionLog:  sink,
+		DecisionLog:  fl.decisionLog(sink),
 		Registry:     reg,
 		ReloadCounts: eng.ReloadCounts,
+		BundleStatus: fl.bundleStatus,
 	}
 	if ecfg.SelfCheck != nil {
 		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
 	}
+	fl.register(reg)
 	if dlog != nil {
 		scfg.DroppedLogRecords = dlog.Dropped
 	}
 	srv := &http.Server{
-		Handler:           server.New(scfg, eng),
+		Handler:           server.New(scfg, fl.serverEngine()),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      30 * time.Second,
@@ -295,7 +310,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	reload := func(trigger string) {
-		st := eng.Reload(runCtx, trigger)
+		st := fl.serverEngine().Reload(runCtx, trigger)
 		switch {
 		case !st.OK:
 			probs := make([]string, len(st.Problems))
@@ -313,7 +328,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if c.tests != "" {
 		dirs = append(dirs, c.tests)
 	}
-	if _, err := watch.Start(runCtx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
+	if c.bundleURL != "" {
+		log.Info("policies come from the bundle; the folders are not watched", "bundle_url", c.bundleURL)
+	} else if _, err := watch.Start(runCtx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
 		log.Warn("file watching unavailable; reload with SIGHUP or POST /v1/reload", "err", err)
 	}
 	hup := make(chan os.Signal, 1)
@@ -344,6 +361,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			errc <- srv.Serve(ln)
 		}
 	}()
+	fl.start(runCtx)
 	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "mtls", c.tlsClientCA != "", "auth_tokens", len(tokens))
 
 	var serveErr error
@@ -369,6 +387,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			}
 		}
 		log.Info("decision log closed", "written", dlog.Written(), "dropped", dlog.Dropped())
+	}
+	if err := fl.stop(log); err != nil {
+		log.Error("decision-log upload not complete", "err", err)
 	}
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil

@@ -1,5 +1,11 @@
 package input
 
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
 // Projection says which parts of the input an evaluation can observe, so
 // that the walk builds values for those parts only; everything is still
 // scanned strictly and validated against the whole schema. It comes from
@@ -109,4 +115,52 @@ func Union(a, b *Projection) *Projection {
 		}
 	}
 	return u
+}
+
+// String renders p compactly, for tests and `arbiter check`: * is the
+// whole value, #count its length, [any] every member.
+func (p *Projection) String() string {
+	var b strings.Builder
+	p.write(&b)
+	return b.String()
+}
+
+func (p *Projection) write(b *strings.Builder) {
+	if p == nil || p.All {
+		b.WriteString("*")
+		return
+	}
+	var parts []string
+	if p.Count {
+		parts = append(parts, "#count")
+	}
+	keys := make([]string, 0, len(p.Keys))
+	for k := range p.Keys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var sb strings.Builder
+		sb.WriteString(strconv.Quote(k) + ":")
+		p.Keys[k].write(&sb)
+		parts = append(parts, sb.String())
+	}
+	idx := make([]int, 0, len(p.Index))
+	for i := range p.Index {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		var sb strings.Builder
+		sb.WriteString("[" + strconv.Itoa(i) + "]:")
+		p.Index[i].write(&sb)
+		parts = append(parts, sb.String())
+	}
+	if p.Any != nil {
+		var sb strings.Builder
+		sb.WriteString("[any]:")
+		p.Any.write(&sb)
+		parts = append(parts, sb.String())
+	}
+	b.WriteString("{" + strings.Join(parts, ",") + "}")
 }

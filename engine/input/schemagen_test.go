@@ -16,7 +16,6 @@ type gen struct {
 	r     *rand.Rand
 	draft int // 7 or 2020
 	defs  []string
-	keys  []string
 }
 
 var (

@@ -2,87 +2,19 @@ package ireval
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
 )
 
-// Projection says which parts of a JSON value an evaluation can observe.
-//
-// A value is built from its JSON text under a projection p as follows:
-//   - p nil or p.All: the whole value;
-//   - a scalar, or a value whose kind differs from what p expects (Keys
-//     expect an object, Index an array): the whole value;
-//   - an object: when Any is set, every member, each under Keys[k] if
-//     listed and Any otherwise; else when Count is set, every member, the
-//     ones listed in Keys under their projection and the others as null
-//     placeholders; else only the members listed in Keys;
-//   - an array: always its full length; when Any is set, every element
-//     under Index[i] if listed and Any otherwise; else the elements listed
-//     in Index under their projection and null placeholders elsewhere.
-//
-// InputProjection merges Any into every listed member, so Keys[k] (or
-// Index[i]) alone is the projection of a listed member.
-type Projection struct {
-	All   bool                   // the whole value is observable: build everything below
-	Count bool                   // its kind and length (array length / object key count) are observable
-	Keys  map[string]*Projection // object members read by constant string key
-	Index map[int]*Projection    // array elements read by constant index
-	Any   *Projection            // every member/element (iteration), each with this projection
-}
-
-// String renders p compactly, for tests and `arbiter check`.
-func (p *Projection) String() string {
-	var b strings.Builder
-	p.write(&b)
-	return b.String()
-}
-
-func (p *Projection) write(b *strings.Builder) {
-	switch {
-	case p == nil || p.All:
-		b.WriteString("*")
-		return
-	}
-	b.WriteString("{")
-	var parts []string
-	if p.Count {
-		parts = append(parts, "#count")
-	}
-	keys := make([]string, 0, len(p.Keys))
-	for k := range p.Keys {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		var sb strings.Builder
-		sb.WriteString(strconv.Quote(k) + ":")
-		p.Keys[k].write(&sb)
-		parts = append(parts, sb.String())
-	}
-	idx := make([]int, 0, len(p.Index))
-	for i := range p.Index {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	for _, i := range idx {
-		var sb strings.Builder
-		sb.WriteString("[" + strconv.Itoa(i) + "]:")
-		p.Index[i].write(&sb)
-		parts = append(parts, sb.String())
-	}
-	if p.Any != nil {
-		var sb strings.Builder
-		sb.WriteString("[any]:")
-		p.Any.write(&sb)
-		parts = append(parts, sb.String())
-	}
-	b.WriteString(strings.Join(parts, ","))
-	b.WriteString("}")
-}
+// Projection is the input walk's projection (engine/input.Projection, whose
+// comment gives the rules): what the analysis below derives, and what
+// Apply builds by.
+type Projection = input.Projection
 
 // InputProjection derives, from the plan, what an evaluation of p can
 // observe of its input. It is conservative: anything that may see the
@@ -635,59 +567,7 @@ func (a *analysis) projection() *Projection {
 			n.Count = true
 		}
 	}
-	return normalize(root)
-}
-
-// normalize drops what All covers and merges Any into listed members.
-func normalize(p *Projection) *Projection {
-	if p == nil {
-		return nil
-	}
-	if p.All {
-		return &Projection{All: true}
-	}
-	out := &Projection{Count: p.Count, Any: normalize(p.Any)}
-	for k, c := range p.Keys {
-		if out.Keys == nil {
-			out.Keys = map[string]*Projection{}
-		}
-		out.Keys[k] = normalize(union(c, p.Any))
-	}
-	for i, c := range p.Index {
-		if out.Index == nil {
-			out.Index = map[int]*Projection{}
-		}
-		out.Index[i] = normalize(union(c, p.Any))
-	}
-	return out
-}
-
-// union is what either projection observes.
-func union(a, b *Projection) *Projection {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	case a.All || b.All:
-		return &Projection{All: true}
-	}
-	out := &Projection{Count: a.Count || b.Count, Any: union(a.Any, b.Any)}
-	for _, src := range []*Projection{a, b} {
-		for k, c := range src.Keys {
-			if out.Keys == nil {
-				out.Keys = map[string]*Projection{}
-			}
-			out.Keys[k] = union(out.Keys[k], c)
-		}
-		for i, c := range src.Index {
-			if out.Index == nil {
-				out.Index = map[int]*Projection{}
-			}
-			out.Index[i] = union(out.Index[i], c)
-		}
-	}
-	return out
+	return input.Normalize(root)
 }
 
 // Apply builds doc (a JSON value as encoding/json decodes it with

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/logship"
+	"github.com/arbiter-dev/arbiter/policybundle"
+	"github.com/arbiter-dev/arbiter/server"
+)
+
+// fleetConfig is what a replica of a fleet adds to `arbiter serve`: its
+// policies from a bundle, its decisions shipped to a log service.
+type fleetConfig struct {
+	bundleURL      string
+	bundleName     string
+	keyFile, keyID string
+	keyAlg         string
+	pollMin        time.Duration
+	pollMax        time.Duration
+	longPoll       time.Duration
+
+	logService     string
+	logMaxEvents   int64
+	logInterval    time.Duration
+	logRetryMax    time.Duration
+	replicaID      string
+	uploadDeadline time.Duration
+}
+
+func (f *fleetConfig) register(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&f.bundleURL, "bundle-url", envOr("ARBITER_BUNDLE_URL", ""), "serve the revision of this OPA bundle instead of the folders: http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG")
+	fs.StringVar(&f.bundleName, "bundle-name", envOr("ARBITER_BUNDLE_NAME", policybundle.DefaultName), "the bundle's name in status, metrics and decision logs")
+	fs.StringVar(&f.keyFile, "bundle-verification-key-file", envOr("ARBITER_BUNDLE_VERIFICATION_KEY_FILE", ""), "PEM public key (or HMAC secret) bundles must be signed with; unsigned or tampered bundles are then refused")
+	fs.StringVar(&f.keyID, "bundle-verification-key-id", envOr("ARBITER_BUNDLE_VERIFICATION_KEY_ID", "default"), "id of the verification key (a signature's kid must name it)")
+	fs.StringVar(&f.keyAlg, "bundle-verification-key-alg", envOr("ARBITER_BUNDLE_VERIFICATION_KEY_ALG", "RS256"), "signature algorithm of the verification key")
+	fs.DurationVar(&f.pollMin, "bundle-poll-min-delay", envDuration("ARBITER_BUNDLE_POLL_MIN_DELAY", 10*time.Second), "shortest wait between two bundle polls (whole seconds)")
+	fs.DurationVar(&f.pollMax, "bundle-poll-max-delay", envDuration("ARBITER_BUNDLE_POLL_MAX_DELAY", 20*time.Second), "longest wait between two bundle polls, and the cap of the retry backoff")
+	fs.DurationVar(&f.longPoll, "bundle-long-poll-timeout", envDuration("ARBITER_BUNDLE_LONG_POLL_TIMEOUT", 0), "ask an OPA-style bundle server to hold each poll this long (0: plain polling)")
+	fs.StringVar(&f.logService, "decision-log-service", envOr("ARBITER_DECISION_LOG_SERVICE", ""), "upload decisions as OPA EventV1 gzip batches to this service (POST URL/logs)")
+	fs.Int64Var(&f.logMaxEvents, "decision-log-upload-max-events", envInt("ARBITER_DECISION_LOG_UPLOAD_MAX_EVENTS", 10000), "events that may wait for upload; more are dropped and counted")
+	fs.DurationVar(&f.logInterval, "decision-log-upload-interval", envDuration("ARBITER_DECISION_LOG_UPLOAD_INTERVAL", time.Second), "time between uploads while events trickle in")
+	fs.DurationVar(&f.logRetryMax, "decision-log-upload-max-retry-delay", envDuration("ARBITER_DECISION_LOG_UPLOAD_MAX_RETRY_DELAY", 10*time.Second), "cap of the backoff between retries of a failed upload")
+	fs.DurationVar(&f.uploadDeadline, "decision-log-upload-shutdown-timeout", envDuration("ARBITER_DECISION_LOG_UPLOAD_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a stopping replica keeps trying to upload what is queued")
+	fs.StringVar(&f.replicaID, "replica-id", envOr("ARBITER_REPLICA_ID", host), "this replica's id: the id label of its uploaded decisions")
+}
+
+func (f *fleetConfig) validate() error {
+	if f.bundleURL != "" {
+		if _, err := (policybundle.Keys{File: f.keyFile, ID: f.keyID, Algorithm: f.keyAlg}).VerificationConfig(); err != nil {
+			return fmt.Errorf("--bundle-verification-key-file: %w", err)
+		}
+		if f.pollMin < time.Second || f.pollMax < f.pollMin {
+			return errors.New("--bundle-poll-min-delay must be at least 1s and --bundle-poll-max-delay at least as long")
+		}
+	}
+	if f.logService != "" && f.logMaxEvents <= 0 {
+		return errors.New("--decision-log-upload-max-events must be positive")
+	}
+	return nil
+}
+
+// fleet is what serve runs for a replica of a fleet.
+type fleet struct {
+	cfg    *fleetConfig
+	eng    *engine.Engine
+	source *policybundle.Source
+	upload *logship.Uploader
+}
+
+// newFleet prepares the bundle source (when --bundle-url is set; the
+// engine then starts empty and not ready) and the uploader (when
+// --decision-log-service is set).
+func newFleet(c *serveConfig, eng *engine.Engine, ecfg engine.Config, mask string, log *slog.Logger) (*fleet, error) {
+	f := &fleet{cfg: &c.fleetConfig, eng: eng}
+	if c.bundleURL != "" {
+		src, err := policybundle.NewSource(policybundle.SourceConfig{
+			URL: c.bundleURL, Name: c.bundleName,
+			Keys:     policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg},
+			MinDelay: c.pollMin, MaxDelay: c.pollMax, LongPoll: c.longPoll, Logger: log,
+		}, policybundle.Activator(eng, ecfg))
+		if err != nil {
+			return nil, err
+		}
+		f.source = src
+	}
+	if c.logService != "" {
+		var pointers []string
+		for _, p := range strings.Split(mask, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				pointers = append(pointers, p)
+			}
+		}
+		up, err := logship.New(logship.Config{
+			URL: c.logService, BundleName: c.bundleName, Mask: pointers,
+			Labels:    map[string]string{"id": c.replicaID, "app": "arbiter", "version": buildVersion()},
+			MaxEvents: int(c.logMaxEvents), Interval: c.logInterval, MaxRetryDelay: c.logRetryMax, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		f.upload = up
+	}
+	return f, nil
+}
+
+// decisionLog is the sink the server logs to: the local log, the upload,
+// or both.
+func (f *fleet) decisionLog(local server.DecisionLog) server.DecisionLog {
+	switch {
+	case f.upload == nil:
+		return local
+	case local == nil:
+		return f.upload
+	default:
+		return teeLog{local, f.upload}
+	}
+}
+
+type teeLog []server.DecisionLog
+
+func (t teeLog) Log(rec decisionlog.Record) {
+	for _, l := range t {
+		l.Log(rec)
+	}
+}
+
+// register adds the bundle and upload metrics to reg.
+func (f *fleet) register(reg *prometheus.Registry) {
+	if f.source != nil {
+		reg.MustRegister(f.source.Collector())
+	}
+	if f.upload != nil {
+		reg.MustRegister(f.upload.Collector())
+	}
+}
+
+// bundleStatus is the bundles member of /v1/status, as OPA reports it.
+func (f *fleet) bundleStatus() any {
+	if f.source == nil {
+		return nil
+	}
+	return map[string]policybundle.Status{f.cfg.bundleName: f.source.Status()}
+}
+
+func (f *fleet) start(ctx context.Context) {
+	if f.source != nil {
+		f.source.Start(ctx)
+	}
+}
+
+// stop ends polling and uploads what is queued (within the upload
+// shutdown timeout); what could not be sent is counted and reported.
+func (f *fleet) stop(log *slog.Logger) error {
+	if f.source != nil {
+		f.source.Stop(context.Background())
+	}
+	if f.upload == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.uploadDeadline)
+	defer cancel()
+	err := f.upload.Close(ctx)
+	s := f.upload.Stats()
+	log.Info("decision-log upload closed", "sent", s.Sent, "dropped", s.Dropped(), "failed_uploads", s.UploadsFailed)
+	return err
+}
+
+// serverEngine is the engine as the server sees it. With a bundle source,
+// a reload (POST /v1/reload, SIGHUP) does not read the folders: revisions
+// come from the bundle server, and the answer is the last activation.
+func (f *fleet) serverEngine() server.Engine {
+	if f.source == nil {
+		return f.eng
+	}
+	return bundleEngine{f.eng}
+}
+
+type bundleEngine struct{ *engine.Engine }
+
+func (b bundleEngine) Reload(context.Context, string) engine.ReloadStatus { return b.LastReload() }
+
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

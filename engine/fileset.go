@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// File is one file of a policy revision held in memory: its path relative
+// to its folder (slash-separated) and its bytes.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// FileSet is everything one revision needs, held in memory: what the three
+// folders hold, or what a bundle carries. A FileSet goes through exactly the
+// gate a folder does (compile, type-check against its schemas, its own tests
+// and fixtures).
+type FileSet struct {
+	// Origin prefixes every file name in problems and explanations (a
+	// bundle's name); "" shows the paths as they are.
+	Origin string
+	// Revision is reported as the Snapshot's revision (a bundle's manifest
+	// revision); "" reports the content hash, as folders do.
+	Revision string
+	Policies []File // Rego modules and data files, paths as in a policy folder
+	Schemas  []File // <decision>/input.json and <decision>/result.json
+	Tests    []File // *_test.rego and fixtures/<decision>/*.json
+}
+
+// revisionPattern bounds a reported revision: it is shown in every answer,
+// in metrics labels and in logs, and comes from a file a publisher wrote.
+var revisionPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+@/-]{0,127}$`)
+
+// LoadFiles builds a Snapshot from files held in memory through the same
+// gate as Load: it compiles, type-checks against fs.Schemas and passes every
+// test and fixture of fs.Tests, or it is a *LoadError. cfg's folders are
+// ignored; its EvalTimeout applies.
+func LoadFiles(ctx context.Context, fs FileSet, cfg Config) (*Snapshot, error) {
+	if fs.Revision != "" && !revisionPattern.MatchString(fs.Revision) {
+		return nil, &LoadError{Problems: []Problem{{File: fs.Origin, Message: fmt.Sprintf("revision %q must match %s", fs.Revision, revisionPattern)}}}
+	}
+	cfg.Policies, cfg.Schemas, cfg.Tests = fs.Origin, fs.Origin, fs.Origin
+	b, err := buildFrom(cfg, sources(fs.Origin, fs.Policies), sources(fs.Origin, fs.Schemas))
+	if err != nil {
+		return nil, err
+	}
+	b.testFiles = sources(fs.Origin, fs.Tests) // never nil: these are the tests
+	rep, err := b.snap.runTests(ctx, b, TestOptions{Tests: fs.Origin})
+	if err != nil {
+		return nil, err
+	}
+	if probs := rep.Problems(); len(probs) > 0 {
+		return nil, &LoadError{Problems: probs}
+	}
+	if fs.Revision != "" {
+		b.snap.Revision = fs.Revision
+	}
+	return b.snap, nil
+}
+
+// ReadFolders reads cfg's folders into a FileSet, exactly as Load reads
+// them (dot files and editor leftovers skipped). Tests are left empty when
+// cfg.Tests is "".
+func ReadFolders(cfg Config) (FileSet, error) {
+	var fs FileSet
+	for _, f := range []struct {
+		dir  string
+		dst  *[]File
+		exts []string
+	}{
+		{cfg.Policies, &fs.Policies, []string{".rego", ".json", ".yaml", ".yml"}},
+		{cfg.Schemas, &fs.Schemas, []string{".json"}},
+		{cfg.Tests, &fs.Tests, []string{".rego", ".json"}},
+	} {
+		if f.dst == &fs.Tests && f.dir == "" {
+			continue
+		}
+		files, err := readTree(f.dir, f.exts...)
+		if err != nil {
+			return FileSet{}, &LoadError{Problems: []Problem{{File: f.dir, Message: err.Error()}}}
+		}
+		for _, sf := range files {
+			*f.dst = append(*f.dst, File{Path: sf.rel, Data: sf.data})
+		}
+	}
+	return fs, nil
+}
+
+func sources(origin string, files []File) []sourceFile {
+	out := make([]sourceFile, len(files))
+	for i, f := range files {
+		p := f.Path
+		if origin != "" {
+			p = origin + ":" + f.Path
+		}
+		out[i] = sourceFile{path: p, rel: f.Path, data: f.Data}
+	}
+	return out
+}
+
+// loadSuite is the test suite that gates b: the files it holds in memory,
+// or those of the test folder dir.
+func (b *built) loadSuite(dir string) (*suite, []Problem) {
+	if b.testFiles == nil {
+		return loadSuite(dir)
+	}
+	modules, data, probs := parsePolicies(b.testFiles)
+	fixtures, p := parseFixtures(b.testFiles)
+	return &suite{modules: modules, data: data, fixtures: fixtures, files: b.testFiles}, append(probs, p...)
+}
+
+// NewEmpty returns an Engine with no Snapshot: it answers not_ready until
+// Activate or ReloadWith swaps one in (a replica waiting for its first
+// bundle).
+func NewEmpty(cfg Config) *Engine {
+	return &Engine{cfg: cfg, last: ReloadStatus{At: time.Now().UTC(), Trigger: "start"}}
+}
+
+// ReloadWith builds a candidate with load and activates it under the same
+// rules as Reload: a candidate that fails leaves the active Snapshot serving
+// and the status names every problem. A candidate whose revision and content
+// are those of the active Snapshot changes nothing.
+func (e *Engine) ReloadWith(ctx context.Context, trigger string, load func(context.Context) (*Snapshot, error)) ReloadStatus {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	start := time.Now()
+	st := ReloadStatus{At: start.UTC(), Trigger: trigger}
+	snap, err := load(ctx)
+	cur := e.current.Load()
+	if cur != nil {
+		st.Revision = cur.Revision
+	}
+	switch {
+	case err != nil:
+		st.Problems = problemsOf(err)
+	case cur != nil && snap.Revision == cur.Revision && snap.Hash == cur.Hash:
+		st.OK, st.Candidate = true, snap.Revision
+	default:
+		e.current.Store(snap)
+		st.OK, st.Changed, st.Revision, st.Candidate = true, true, snap.Revision, snap.Revision
+		if e.OnActivate != nil {
+			e.OnActivate(snap)
+		}
+	}
+	st.Duration = time.Since(start)
+	e.last = st
+	if st.OK {
+		e.reloadsOK.Add(1)
+	} else {
+		e.reloadsFailed.Add(1)
+	}
+	return st
+}

@@ -1,0 +1,375 @@
+// Package logship uploads decision records to an OPA-compatible decision-log
+// service: gzip-compressed JSON arrays of OPA's EventV1
+// (github.com/open-policy-agent/opa/v1/plugins/logs), POSTed through OPA's
+// REST client, as OPA's decision-log plugin does. Events wait in a bounded
+// buffer; a failed upload is retried with backoff and nothing is sent out of
+// order; every event that cannot be kept is counted as dropped, never lost
+// silently.
+package logship
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
+	"github.com/open-policy-agent/opa/v1/plugins/rest"
+	"github.com/open-policy-agent/opa/v1/util"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/opalog"
+)
+
+// Config of an Uploader; cmd fills it from flags.
+type Config struct {
+	// URL is the decision-log service; events go to URL + Resource.
+	URL      string
+	Resource string // default "/logs", as OPA's decision_logs.resource
+	// BundleName keys each event's bundles{NAME: {revision}}.
+	BundleName string
+	// Labels go on every event; OPA's own are id (the replica) and version.
+	Labels map[string]string
+	// Mask lists JSON pointers into the input whose values are replaced by
+	// "**masked**"; the event's masked field lists them (as /input/...).
+	Mask []string
+	// MaxEvents bounds the events waiting for upload (default 10000); an
+	// event that finds it full is dropped and counted.
+	MaxEvents int
+	// BatchEvents and BatchBytes bound one upload (default 1000 events,
+	// 1 MiB of uncompressed JSON).
+	BatchEvents, BatchBytes int
+	// Interval between uploads while events trickle in (default 1s); a
+	// full batch goes at once.
+	Interval time.Duration
+	// MaxRetryDelay caps the backoff between retries of a failed upload
+	// (default 10s).
+	MaxRetryDelay time.Duration
+	Logger        *slog.Logger
+}
+
+// Uploader is a decision-log sink (server.DecisionLog) that ships events.
+type Uploader struct {
+	cfg    Config
+	client rest.Client
+	log    *slog.Logger
+	mask   func([]byte) []byte
+	masked []string
+
+	queue chan decisionlog.Record
+	done  chan struct{}
+	stop  chan struct{}
+	once  sync.Once
+	ctx   context.Context // cancelled by Close at its deadline
+	abort context.CancelFunc
+
+	sent, dropFull, dropShutdown, dropTooLarge atomic.Uint64
+	uploadsOK, uploadsFailed                   atomic.Uint64
+	lastOK                                     atomic.Int64
+}
+
+// Stats are an Uploader's totals.
+type Stats struct {
+	Sent          uint64 `json:"sent"`
+	DroppedFull   uint64 `json:"dropped_buffer_full"`
+	DroppedStop   uint64 `json:"dropped_shutdown"`
+	DroppedLarge  uint64 `json:"dropped_too_large"`
+	Queued        int    `json:"queued"`
+	UploadsOK     uint64 `json:"uploads_ok"`
+	UploadsFailed uint64 `json:"uploads_failed"`
+}
+
+// Dropped is every event dropped, whatever the reason.
+func (s Stats) Dropped() uint64 { return s.DroppedFull + s.DroppedStop + s.DroppedLarge }
+
+// New checks cfg and starts the upload loop; Close stops it.
+func New(cfg Config) (*Uploader, error) {
+	if cfg.Resource == "" {
+		cfg.Resource = "/logs"
+	}
+	if cfg.MaxEvents <= 0 {
+		cfg.MaxEvents = 10000
+	}
+	if cfg.BatchEvents <= 0 {
+		cfg.BatchEvents = 1000
+	}
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = 1 << 20
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.MaxRetryDelay <= 0 {
+		cfg.MaxRetryDelay = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
+		return nil, fmt.Errorf("decision-log service %q: want an http(s) URL", cfg.URL)
+	}
+	rc, _ := json.Marshal(map[string]any{"url": strings.TrimSuffix(cfg.URL, "/")})
+	client, err := rest.New(rc, nil, rest.Logger(opalog.New(cfg.Logger)), rest.Name("decision_logs"))
+	if err != nil {
+		return nil, fmt.Errorf("decision-log service: %w", err)
+	}
+	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, queue: make(chan decisionlog.Record, cfg.MaxEvents), done: make(chan struct{}), stop: make(chan struct{})}
+	if len(cfg.Mask) > 0 {
+		if u.mask, err = decisionlog.NewMaskFunc(cfg.Mask); err != nil {
+			return nil, err
+		}
+		for _, p := range cfg.Mask {
+			u.masked = append(u.masked, "/input"+p)
+		}
+	}
+	u.ctx, u.abort = context.WithCancel(context.Background())
+	go u.loop()
+	return u, nil
+}
+
+// Log queues one record; it never blocks. A full buffer drops the record
+// and counts it.
+func (u *Uploader) Log(rec decisionlog.Record) {
+	select {
+	case u.queue <- rec:
+	default:
+		if n := u.dropFull.Add(1); n&(n-1) == 0 { // warn at powers of two
+			u.log.Warn("decision-log upload buffer full: events dropped", "dropped", n)
+		}
+	}
+}
+
+// Stats returns the totals so far.
+func (u *Uploader) Stats() Stats {
+	return Stats{
+		Sent: u.sent.Load(), DroppedFull: u.dropFull.Load(), DroppedStop: u.dropShutdown.Load(), DroppedLarge: u.dropTooLarge.Load(),
+		Queued: len(u.queue), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
+	}
+}
+
+// LastSuccess is the time of the last accepted upload (zero: none yet).
+func (u *Uploader) LastSuccess() time.Time {
+	if n := u.lastOK.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Close uploads what is queued, retrying until ctx ends; what is still
+// unsent then is counted as dropped.
+func (u *Uploader) Close(ctx context.Context) error {
+	u.once.Do(func() { close(u.stop) })
+	select {
+	case <-u.done:
+	case <-ctx.Done():
+		u.abort()
+		<-u.done
+	}
+	if n := u.dropShutdown.Load(); n > 0 {
+		return fmt.Errorf("%d decision-log events not uploaded before the shutdown deadline", n)
+	}
+	return nil
+}
+
+// loop batches queued records and uploads them in order. While an upload
+// fails it retries that batch with backoff and reads nothing new, so the
+// buffer bounds what waits.
+func (u *Uploader) loop() {
+	defer close(u.done)
+	ticker := time.NewTicker(u.cfg.Interval)
+	defer ticker.Stop()
+	var batch []json.RawMessage
+	size := 0
+	flush := func() bool {
+		if len(batch) == 0 {
+			return true
+		}
+		ok := u.upload(batch)
+		batch, size = batch[:0], 0
+		return ok
+	}
+	add := func(rec decisionlog.Record) {
+		ev, err := u.event(rec)
+		if err != nil {
+			u.dropTooLarge.Add(1)
+			u.log.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
+			return
+		}
+		if size+len(ev) > u.cfg.BatchBytes && len(batch) > 0 {
+			flush()
+		}
+		batch = append(batch, ev)
+		size += len(ev) + 1
+		if len(batch) >= u.cfg.BatchEvents {
+			flush()
+		}
+	}
+	for {
+		select {
+		case rec := <-u.queue:
+			add(rec)
+		case <-ticker.C:
+			flush()
+		case <-u.stop:
+			for {
+				select {
+				case rec := <-u.queue:
+					add(rec)
+					continue
+				default:
+				}
+				break
+			}
+			if !flush() {
+				// upload only gives up when Close's deadline passed.
+				n := uint64(len(u.queue))
+				for len(u.queue) > 0 {
+					<-u.queue
+				}
+				u.dropShutdown.Add(n)
+			}
+			return
+		}
+	}
+}
+
+// upload sends batch, retrying with OPA's backoff until it is accepted,
+// or until Close's deadline (then the batch is counted as dropped).
+func (u *Uploader) upload(batch []json.RawMessage) bool {
+	for retry := 0; ; retry++ {
+		err := u.post(batch)
+		if err == nil {
+			u.uploadsOK.Add(1)
+			u.sent.Add(uint64(len(batch)))
+			u.lastOK.Store(time.Now().UnixNano())
+			return true
+		}
+		u.uploadsFailed.Add(1)
+		var tooLarge errTooLarge
+		if errors.As(err, &tooLarge) {
+			if len(batch) == 1 {
+				u.dropTooLarge.Add(1)
+				u.log.Warn("decision-log service refused an event as too large: dropped")
+				return true
+			}
+			half := len(batch) / 2
+			return u.upload(batch[:half]) && u.upload(batch[half:])
+		}
+		delay := util.DefaultBackoff(float64(100*time.Millisecond), float64(u.cfg.MaxRetryDelay), retry)
+		if retry == 0 || retry%10 == 0 {
+			u.log.Warn("decision-log upload failed; retrying", "events", len(batch), "retry", retry, "next_in", delay, "err", err)
+		}
+		select {
+		case <-time.After(delay):
+		case <-u.ctx.Done():
+			u.dropShutdown.Add(uint64(len(batch)))
+			return false
+		}
+	}
+}
+
+type errTooLarge struct{ error }
+
+func (u *Uploader) post(batch []json.RawMessage) error {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write([]byte{'['})
+	for i, ev := range batch {
+		if i > 0 {
+			_, _ = zw.Write([]byte{','})
+		}
+		_, _ = zw.Write(ev)
+	}
+	_, _ = zw.Write([]byte{']'})
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(u.ctx, 30*time.Second)
+	defer cancel()
+	resp, err := u.client.
+		WithHeader("Content-Type", "application/json").
+		WithHeader("Content-Encoding", "gzip").
+		WithBytes(buf.Bytes()).
+		Do(ctx, http.MethodPost, u.cfg.Resource)
+	if err != nil {
+		return err
+	}
+	defer util.Close(resp)
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode == http.StatusRequestEntityTooLarge:
+		return errTooLarge{fmt.Errorf("decision-log service answered %s", resp.Status)}
+	default:
+		return fmt.Errorf("decision-log service answered %s", resp.Status)
+	}
+}
+
+// eventError is the error of a refused request, as an event's error object.
+type eventError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *eventError) Error() string { return e.Code + ": " + e.Message }
+
+// event turns a record into OPA's EventV1. The input is the input document
+// (the Data API's body is unwrapped), masked; numbers keep their literal
+// text.
+func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
+	ev := logs.EventV1{
+		Labels:      u.cfg.Labels,
+		DecisionID:  rec.DecisionID,
+		Path:        "decisions/" + rec.Decision + "/decision",
+		RequestedBy: rec.Caller,
+		Timestamp:   rec.Time,
+		Metrics:     map[string]any{"timer_server_handler_ns": rec.DurationNS},
+	}
+	if rec.Revision != "" {
+		ev.Bundles = map[string]logs.BundleInfoV1{u.cfg.BundleName: {Revision: rec.Revision}}
+	}
+	if in := inputOf(rec); in != nil {
+		if u.mask != nil {
+			in = u.mask(in)
+			ev.Masked = u.masked
+		}
+		var v any = json.RawMessage(in)
+		ev.Input = &v
+	} else if rec.BodyBase64 != "" && u.mask == nil {
+		ev.Custom = map[string]any{"body_base64": rec.BodyBase64}
+	}
+	if len(rec.Result) > 0 {
+		var v any = json.RawMessage(rec.Result)
+		ev.Result = &v
+	}
+	if rec.Error != nil {
+		ev.Error = &eventError{Code: rec.Error.Code, Message: rec.Error.Message}
+	}
+	return json.Marshal(ev)
+}
+
+// inputOf is the record's input document: the body of /v1/decisions/NAME,
+// or the input member of a Data API body.
+func inputOf(rec decisionlog.Record) []byte {
+	if len(rec.Input) == 0 || !json.Valid(rec.Input) {
+		return nil
+	}
+	if !strings.HasPrefix(rec.Path, "/v1/data/") {
+		return rec.Input
+	}
+	var wrapped struct {
+		Input json.RawMessage `json:"input"`
+	}
+	if json.Unmarshal(rec.Input, &wrapped) != nil || len(wrapped.Input) == 0 {
+		return nil
+	}
+	return wrapped.Input
+}

@@ -1,0 +1,168 @@
+package logship
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/logsink"
+)
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func record(i int) decisionlog.Record {
+	return decisionlog.Record{
+		DecisionID: fmt.Sprintf("id-%05d", i), Time: time.Date(2026, 12, 3, 10, 0, 0, i, time.UTC),
+		Decision: "some_decision", Revision: "r7", Path: "/v1/decisions/some_decision",
+		Input: []byte(`{"n": 18446744073709551615, "secret": {"token": "t"}, "f": 1.000E+3}`), Result: []byte(`{"allow":false}`),
+		DurationNS: 1234, Caller: "host-preparation",
+	}
+}
+
+// Each record reaches the service as OPA's EventV1, gzip-compressed, with
+// its bundle revision, labels, exact numbers and masked values.
+func TestEventsAreOPAEvents(t *testing.T) {
+	sink := logsink.New()
+	var encodings atomic.Value
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		encodings.Store(r.Header.Get("Content-Encoding") + " " + r.Header.Get("Content-Type") + " " + r.URL.Path)
+		sink.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	u, err := New(Config{URL: hs.URL, BundleName: "arbiter", Labels: map[string]string{"id": "replica-1", "app": "arbiter"}, Mask: []string{"/secret/token"}, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Log(record(1))
+	dataRec := record(2)
+	dataRec.Path = "/v1/data/decisions/some_decision/decision"
+	dataRec.Input = []byte(`{"input": {"n": 1e3, "secret": {"token": "t"}}}`)
+	u.Log(dataRec)
+	refused := record(3)
+	refused.Result, refused.Input = nil, nil
+	refused.BodyBase64 = "bm90IGpzb24="
+	refused.Error = &decisionlog.RecordError{Code: "malformed_json", Message: "not JSON"}
+	u.Log(refused)
+	waitUntil(t, "three events", func() bool { return sink.Stats().Unique == 3 })
+	if got := encodings.Load().(string); got != "gzip application/json /logs" {
+		t.Fatalf("upload headers and path: %q", got)
+	}
+	want := map[string]string{
+		"id-00001": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00001","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":18446744073709551615,"secret":{"token":"**masked**"},"f":1.000E+3},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000001Z","metrics":{"timer_server_handler_ns":1234}}`,
+		"id-00002": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00002","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1e3,"secret":{"token":"**masked**"}},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000002Z","metrics":{"timer_server_handler_ns":1234}}`,
+		"id-00003": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00003","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","error":{"code":"malformed_json","message":"not JSON"},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000003Z","metrics":{"timer_server_handler_ns":1234}}`,
+	}
+	for id, w := range want {
+		got, _ := sink.Event(id)
+		if string(got) != w {
+			t.Errorf("%s:\n got  %s\n want %s", id, got, w)
+		}
+	}
+	if err := u.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While the service is down, events wait in the bounded buffer and those
+// that do not fit are counted; when it is back, every event either reached
+// it or was counted as dropped, and none reached it twice as two.
+func TestServiceDownEveryEventArrivesOrIsCounted(t *testing.T) {
+	sink := logsink.New()
+	var down atomic.Bool
+	down.Store(true)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		sink.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	u, err := New(Config{URL: hs.URL, MaxEvents: 50, BatchEvents: 10, Interval: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 500
+	for i := range total {
+		u.Log(record(i))
+	}
+	waitUntil(t, "a failed upload", func() bool { return u.Stats().UploadsFailed > 2 })
+	down.Store(false)
+	waitUntil(t, "every kept event delivered", func() bool {
+		s := u.Stats()
+		return s.Queued == 0 && int(s.Sent+s.Dropped()) == total
+	})
+	s := u.Stats()
+	if s.DroppedFull == 0 {
+		t.Fatalf("500 events into a buffer of 50 with the service down dropped none: %+v", s)
+	}
+	got := sink.Stats().Unique
+	if uint64(got)+s.Dropped() != total || uint64(got) != s.Sent {
+		t.Fatalf("sink has %d events, uploader sent %d and dropped %d of %d", got, s.Sent, s.Dropped(), total)
+	}
+	t.Logf("%d delivered, %d dropped (buffer full), %d failed uploads", got, s.DroppedFull, s.UploadsFailed)
+	if err := u.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A service that never comes back: Close gives up at its deadline and
+// counts every event it could not send.
+func TestCloseCountsWhatItCouldNotSend(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: connection refused
+	u, err := New(Config{URL: "http://" + addr, Interval: 5 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		u.Log(record(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = u.Close(ctx)
+	if s := u.Stats(); err == nil || s.DroppedStop != 30 || s.Sent != 0 {
+		t.Fatalf("Close: %v, stats %+v; want all 30 counted as dropped at shutdown", err, s)
+	}
+}
+
+func TestEventInputOfDataAPIBody(t *testing.T) {
+	rec := record(1)
+	rec.Path = "/v1/data/decisions/x/decision"
+	rec.Input = []byte(`{"input": {"a": [1, 2]}}`)
+	if got := string(inputOf(rec)); got != `{"a": [1, 2]}` {
+		t.Fatalf("input of a Data API body: %s", got)
+	}
+	rec.Input = []byte(`{"other": 1}`)
+	if got := inputOf(rec); got != nil {
+		t.Fatalf("a body without input: %s", got)
+	}
+	if !strings.HasPrefix(string(record(1).Input), `{"n"`) {
+		t.Fatal("record fixture changed")
+	}
+	var v any
+	if err := json.Unmarshal(inputOf(record(1)), &v); err != nil {
+		t.Fatal(err)
+	}
+}

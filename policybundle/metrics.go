@@ -1,0 +1,57 @@
+package policybundle
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	requestsDesc = prometheus.NewDesc("arbiter_bundle_requests_total",
+		"Bundle polls, by result: downloaded, not_modified or failed (network, HTTP status, signature).", []string{"bundle", "result"}, nil)
+	loadsDesc = prometheus.NewDesc("arbiter_bundle_loads_total",
+		"Downloaded bundles, by result: activated, or refused at read (layout, signature) or at the gate (compile, schemas, tests).", []string{"bundle", "result"}, nil)
+	lastDesc = prometheus.NewDesc("arbiter_bundle_last_timestamp_seconds",
+		"Unix time of the last bundle request, successful request, download and activation (0: never).", []string{"bundle", "event"}, nil)
+	activeDesc = prometheus.NewDesc("arbiter_bundle_active_revision_info",
+		"The active bundle's manifest revision (always 1).", []string{"bundle", "revision"}, nil)
+)
+
+// Collector exports s's counts and times, read at scrape time.
+func (s *Source) Collector() prometheus.Collector { return sourceCollector{s} }
+
+type sourceCollector struct{ s *Source }
+
+func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- requestsDesc
+	ch <- loadsDesc
+	ch <- lastDesc
+	ch <- activeDesc
+}
+
+func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	st, n := c.s.Status(), c.s.Counts()
+	name := st.Name
+	counter := func(d *prometheus.Desc, v uint64, label string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name, label)
+	}
+	counter(requestsDesc, n.Requests-n.NotModified-n.DownloadFailed, "downloaded")
+	counter(requestsDesc, n.NotModified, "not_modified")
+	counter(requestsDesc, n.DownloadFailed, "failed")
+	counter(loadsDesc, n.Loaded, "activated")
+	counter(loadsDesc, n.ReadFailed, "refused_read")
+	counter(loadsDesc, n.GateFailed, "refused_gate")
+	for event, t := range map[string]time.Time{
+		"request": st.LastRequest, "successful_request": st.LastSuccessfulRequest,
+		"successful_download": st.LastSuccessfulDownload, "successful_activation": st.LastSuccessfulActivation,
+	} {
+		v := 0.0
+		if !t.IsZero() {
+			v = float64(t.UnixNano()) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(lastDesc, prometheus.GaugeValue, v, name, event)
+	}
+	if st.ActiveRevision != "" {
+		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, 1, name, st.ActiveRevision)
+	}
+}

@@ -1,0 +1,296 @@
+package policybundle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/download"
+	"github.com/open-policy-agent/opa/v1/plugins"
+	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+	"github.com/open-policy-agent/opa/v1/plugins/rest"
+
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/opalog"
+)
+
+// SourceConfig says where a replica's bundle comes from and how it is
+// polled and verified. cmd fills it from flags.
+type SourceConfig struct {
+	// URL is http(s)://HOST/PATH (polled with ETag/If-None-Match),
+	// oci://HOST/REPO:TAG (an OCI registry over HTTPS) or
+	// oci+http://HOST/REPO:TAG (plain HTTP, for a registry on loopback).
+	URL  string
+	Name string // the bundle's name in status, metrics and decision logs
+	Keys Keys
+	// Polling, as OPA's bundle plugin: each successful poll waits a random
+	// delay in [MinDelay, MaxDelay] (whole seconds, at least 1); a failed
+	// one backs off exponentially up to MaxDelay. LongPoll, when set, asks
+	// the server to hold a request that many seconds (OPA's long polling;
+	// servers that do not support it are polled as usual).
+	MinDelay, MaxDelay, LongPoll time.Duration
+	Logger                       *slog.Logger
+}
+
+// DefaultName is the bundle name when SourceConfig leaves it empty.
+const DefaultName = "arbiter"
+
+// Status is what /v1/status reports of a bundle: OPA's bundle status (name,
+// active_revision, last_request, last_successful_request, _download and
+// _activation, code, message, errors, http_code, size, metrics) plus the
+// ETag, the URL and the content hash of the active revision.
+type Status struct {
+	bundleplugin.Status
+	URL         string `json:"url"`
+	ETag        string `json:"etag,omitempty"`
+	ContentHash string `json:"content_hash,omitempty"` // of the active revision, as this replica computed it
+	Signed      bool   `json:"signed"`
+}
+
+// Source polls one bundle and hands every new one, read and verified, to
+// its activate function (the engine's gate). It counts what it did.
+type Source struct {
+	cfg      SourceConfig
+	vc       *bundle.VerificationConfig
+	log      *slog.Logger
+	activate func(context.Context, *Revision) (*engine.Snapshot, error)
+	dl       interface {
+		Start(context.Context)
+		Stop(context.Context)
+	}
+
+	mu     sync.Mutex
+	status Status
+	counts Counts
+}
+
+// Counts are the totals a Source exports as metrics.
+type Counts struct {
+	Requests, NotModified, Loaded          uint64
+	DownloadFailed, ReadFailed, GateFailed uint64
+}
+
+// NewSource checks cfg and prepares the downloader; Start begins polling.
+func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*engine.Snapshot, error)) (*Source, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	vc, err := cfg.Keys.VerificationConfig()
+	if err != nil {
+		return nil, err
+	}
+	service, path, oci, err := splitURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	restCfg := map[string]any{"url": service}
+	if oci {
+		restCfg["type"] = "oci"
+	}
+	rc, _ := json.Marshal(restCfg)
+	olog := opalog.New(cfg.Logger.With("bundle", cfg.Name))
+	client, err := rest.New(rc, nil, rest.Logger(olog), rest.Name(cfg.Name))
+	if err != nil {
+		return nil, fmt.Errorf("bundle service %s: %w", service, err)
+	}
+	dcfg, err := pollingConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg, vc: vc, log: cfg.Logger, activate: activate}
+	s.status.Name, s.status.URL, s.status.Type = cfg.Name, cfg.URL, "snapshot"
+	if oci {
+		s.dl = download.NewOCI(dcfg, client, path, "").
+			WithCallback(s.onUpdate).
+			WithBundleVerificationConfig(vc).
+			WithSizeLimitBytes(DefaultMaxFileBytes).
+			WithBundlePersistence(true)
+	} else {
+		s.dl = download.New(dcfg, client, path).
+			WithCallback(s.onUpdate).
+			WithBundleVerificationConfig(vc).
+			WithSizeLimitBytes(DefaultMaxFileBytes).
+			WithBundleName(cfg.Name).
+			WithBundlePersistence(true) // keeps the tarball: the schemas and tests ride in it
+	}
+	return s, nil
+}
+
+// splitURL turns a --bundle-url into OPA's service URL and resource path.
+func splitURL(raw string) (service, path string, oci bool, err error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", "", false, fmt.Errorf("bundle URL %q: want http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG", raw)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.User != nil {
+			return "", "", false, errors.New("bundle URL: credentials in the URL would be logged; use a service config")
+		}
+		path = u.EscapedPath()
+		if u.RawQuery != "" {
+			path += "?" + u.RawQuery
+		}
+		return u.Scheme + "://" + u.Host, path, false, nil
+	case "oci", "oci+http":
+		scheme := "https"
+		if u.Scheme == "oci+http" {
+			scheme = "http"
+		}
+		ref := strings.TrimPrefix(u.Path, "/")
+		if ref == "" || !strings.Contains(ref, ":") && !strings.Contains(ref, "@") {
+			return "", "", false, fmt.Errorf("bundle URL %q: an OCI reference names a tag or digest (REPO:TAG)", raw)
+		}
+		return scheme + "://" + u.Host, u.Host + "/" + ref, true, nil
+	default:
+		return "", "", false, fmt.Errorf("bundle URL %q: unsupported scheme %q", raw, u.Scheme)
+	}
+}
+
+func pollingConfig(cfg SourceConfig) (download.Config, error) {
+	secs := func(d time.Duration) *int64 {
+		s := int64((d + time.Second - 1) / time.Second)
+		if s < 1 {
+			s = 1
+		}
+		return &s
+	}
+	min, max := cfg.MinDelay, cfg.MaxDelay
+	if min <= 0 {
+		min = 10 * time.Second
+	}
+	if max < min {
+		max = 2 * min
+	}
+	trigger := plugins.TriggerPeriodic
+	dcfg := download.Config{Trigger: &trigger, Polling: download.PollingConfig{MinDelaySeconds: secs(min), MaxDelaySeconds: secs(max)}}
+	if cfg.LongPoll > 0 {
+		dcfg.Polling.LongPollingTimeoutSeconds = secs(cfg.LongPoll)
+	}
+	return dcfg, dcfg.ValidateAndInjectDefaults()
+}
+
+// Start begins polling; the first request goes out at once.
+func (s *Source) Start(ctx context.Context) { s.dl.Start(ctx) }
+
+// Stop ends polling and waits for a poll in flight.
+func (s *Source) Stop(ctx context.Context) { s.dl.Stop(ctx) }
+
+// Status returns a copy of the bundle's status.
+func (s *Source) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Errors = append([]error(nil), st.Errors...)
+	return st
+}
+
+// Counts returns the totals so far.
+func (s *Source) Counts() Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts
+}
+
+// onUpdate is the downloader's callback, called once per poll. The lock is
+// not held while a candidate is read and gated, so /v1/status never waits
+// for a gate.
+func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
+	s.mu.Lock()
+	s.counts.Requests++
+	s.status.SetRequest()
+	if u.Metrics != nil {
+		s.status.Metrics = u.Metrics
+	}
+	if u.Error != nil {
+		s.counts.DownloadFailed++
+		s.status.SetError(u.Error)
+		s.mu.Unlock()
+		s.log.Warn("bundle download failed; the active revision keeps serving", "bundle", s.cfg.Name, "err", u.Error)
+		return nil // the downloader backs off by itself
+	}
+	s.status.LastSuccessfulRequest = s.status.LastRequest
+	if u.Bundle == nil { // 304, or the OCI digest we already have
+		s.counts.NotModified++
+		if u.ETag != "" {
+			s.status.ETag = u.ETag
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	s.status.SetDownloadSuccess()
+	s.status.SetBundleSize(u.Size)
+	s.status.ETag = u.ETag
+	s.mu.Unlock()
+
+	raw, err := readRaw(u.Raw)
+	var rev *Revision
+	if err == nil {
+		rev, err = Read(raw, s.vc, s.cfg.Name)
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.counts.ReadFailed++
+		s.status.SetError(err)
+		s.mu.Unlock()
+		s.log.Error("bundle refused: it does not read or verify", "bundle", s.cfg.Name, "etag", u.ETag, "err", err)
+		return err
+	}
+	snap, err := s.activate(ctx, rev)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.counts.GateFailed++
+		s.setProblems(err)
+		s.log.Error("bundle refused by the gate; the active revision keeps serving", "bundle", s.cfg.Name, "revision", rev.Manifest.Revision, "etag", u.ETag, "err", err)
+		return err
+	}
+	s.counts.Loaded++
+	s.status.SetError(nil)
+	s.status.SetActivateSuccess(rev.Manifest.Revision)
+	s.status.ContentHash, s.status.Signed = snap.Hash, rev.Signed
+	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", rev.Manifest.Revision, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
+	return nil
+}
+
+// setProblems reports a refused candidate as OPA reports a bundle that
+// does not compile: code bundle_error, one error per problem.
+func (s *Source) setProblems(err error) {
+	s.status.SetError(err)
+	var le *engine.LoadError
+	if errors.As(err, &le) {
+		s.status.Message = fmt.Sprintf("the candidate revision was refused: %d problem(s)", len(le.Problems))
+		s.status.Errors = make([]error, len(le.Problems))
+		for i, p := range le.Problems {
+			s.status.Errors[i] = problemError{p}
+		}
+	}
+}
+
+// problemError is an engine.Problem as an error that encodes as the
+// problem itself ({"file", "line", "message"}).
+type problemError struct{ engine.Problem }
+
+func (p problemError) Error() string { return p.String() }
+
+func readRaw(r io.Reader) ([]byte, error) {
+	if r == nil {
+		return nil, errors.New("the downloader kept no bundle bytes")
+	}
+	if b, ok := r.(*bytes.Buffer); ok {
+		return b.Bytes(), nil
+	}
+	return io.ReadAll(io.LimitReader(r, 1<<30))
+}

@@ -1,0 +1,170 @@
+package policybundle
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// bundleServer serves one bundle at a time with an ETag, answering 304 to a
+// matching If-None-Match, as nginx does for a static file.
+type bundleServer struct {
+	mu        sync.Mutex
+	raw       []byte
+	etag      string
+	inm       []string // If-None-Match of each request
+	notModded int
+}
+
+func (b *bundleServer) publish(raw []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sum := sha256.Sum256(raw)
+	b.raw, b.etag = raw, `"`+hex.EncodeToString(sum[:8])+`"`
+}
+
+func (b *bundleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inm = append(b.inm, r.Header.Get("If-None-Match"))
+	if b.raw == nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("ETag", b.etag)
+	if r.Header.Get("If-None-Match") == b.etag {
+		b.notModded++
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("Content-Type", "application/gzip")
+	_, _ = w.Write(b.raw)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// failingBundle is the repository's revision plus a Rego test that fails,
+// signed by key a: it verifies, and the gate must refuse it.
+func failingBundle(t *testing.T, revision string) []byte {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.CopyFS(filepath.Join(root, "policy_test"), os.DirFS(repo.Tests)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "policy_test", "gate_test.rego"), []byte("package gate_test\n\ntest_refuses if false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := repo
+	o.Tests, o.Revision, o.SkipGate = filepath.Join(root, "policy_test"), revision, true
+	o.SigningKey = filepath.Join(keyDir(t), "a-private.pem")
+	raw, _, err := Build(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// A replica's source polls with If-None-Match, activates a signed revision,
+// and refuses one that fails its tests, a tampered one and an unsigned one
+// while the last good revision keeps serving; the status says why.
+func TestSourcePollsVerifiesAndGates(t *testing.T) {
+	ctx := context.Background()
+	srv := &bundleServer{}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	eng := engine.NewEmpty(engine.Config{EvalTimeout: slowEval})
+	src, err := NewSource(SourceConfig{URL: hs.URL + "/bundles/arbiter.tar.gz", Keys: verifier(t, "a"), MinDelay: time.Second, MaxDelay: time.Second}, Activator(eng, engine.Config{EvalTimeout: slowEval}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := buildSigned(t, "r1", "a")
+	srv.publish(good)
+	src.Start(ctx)
+	defer src.Stop(ctx)
+	revision := func() string {
+		if s := eng.Snapshot(); s != nil {
+			return s.Revision
+		}
+		return ""
+	}
+	waitUntil(t, "r1 active", func() bool { return revision() == "r1" })
+	st := src.Status()
+	if st.ActiveRevision != "r1" || st.ETag == "" || st.ContentHash == "" || !st.Signed || st.LastSuccessfulActivation.IsZero() {
+		t.Fatalf("status after activation: %+v", st)
+	}
+	waitUntil(t, "a conditional poll answered 304", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.notModded > 0
+	})
+
+	steps := []struct {
+		name  string
+		raw   []byte
+		count func(Counts) uint64
+	}{
+		{"failing its tests", failingBundle(t, "r2"), func(c Counts) uint64 { return c.GateFailed }},
+		{"tampered", rewrite(t, buildSigned(t, "r3", "a"), func(f map[string][]byte) {
+			f["decisions/failure_disposition/data.json"] = []byte(`{"max_attempts": 99}`)
+		}), func(c Counts) uint64 { return c.DownloadFailed }},
+		{"unsigned", buildSigned(t, "r4", ""), func(c Counts) uint64 { return c.DownloadFailed }},
+	}
+	for _, step := range steps {
+		before := step.count(src.Counts())
+		srv.publish(step.raw)
+		waitUntil(t, step.name+" refused", func() bool { return step.count(src.Counts()) > before })
+		st := src.Status()
+		if revision() != "r1" || st.ActiveRevision != "r1" || st.Code != "bundle_error" || st.Message == "" {
+			t.Fatalf("%s: serving %q, status %+v", step.name, revision(), st)
+		}
+		if step.name == "failing its tests" && len(st.Errors) == 0 {
+			t.Fatalf("%s: the status lists no problem", step.name)
+		}
+		t.Logf("%s: %s", step.name, st.Message)
+	}
+	srv.publish(buildSigned(t, "r5", "a"))
+	waitUntil(t, "r5 active", func() bool { return revision() == "r5" })
+	if st := src.Status(); st.Code != "" || st.ActiveRevision != "r5" {
+		t.Fatalf("status after recovery: %+v", st)
+	}
+}
+
+func TestSplitURL(t *testing.T) {
+	cases := []struct {
+		in, service, path string
+		oci               bool
+		bad               bool
+	}{
+		{"http://127.0.0.1:8080/b/arbiter.tar.gz", "http://127.0.0.1:8080", "/b/arbiter.tar.gz", false, false},
+		{"https://bundles.example/x.tar.gz?v=1", "https://bundles.example", "/x.tar.gz?v=1", false, false},
+		{"oci://registry.example/policies/arbiter:prod", "https://registry.example", "registry.example/policies/arbiter:prod", true, false},
+		{"oci+http://127.0.0.1:5000/arbiter:r1", "http://127.0.0.1:5000", "127.0.0.1:5000/arbiter:r1", true, false},
+		{"oci://registry.example/arbiter", "", "", false, true},
+		{"https://user:secret@bundles.example/x", "", "", false, true},
+		{"ftp://host/x", "", "", false, true},
+	}
+	for _, c := range cases {
+		s, p, oci, err := splitURL(c.in)
+		if (err != nil) != c.bad || s != c.service || p != c.path || oci != c.oci {
+			t.Errorf("%s: got %q %q %v %v", c.in, s, p, oci, err)
+		}
+	}
+}
