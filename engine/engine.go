@@ -14,8 +14,9 @@ type Engine struct {
 	cfg     Config
 	current atomic.Pointer[Snapshot]
 
-	mu   sync.Mutex // serialises reloads and guards last
-	last ReloadStatus
+	mu      sync.Mutex // serialises reloads and guards last and history
+	last    ReloadStatus
+	history []ReloadStatus // engine/history.go
 
 	reloadsOK, reloadsFailed atomic.Uint64
 
@@ -45,7 +46,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg}
 	e.current.Store(snap)
-	e.last = ReloadStatus{At: snap.LoadedAt, Trigger: "start", OK: true, Revision: snap.Revision, Candidate: snap.Revision, Changed: true}
+	e.setLast(ReloadStatus{At: snap.LoadedAt, Trigger: "start", OK: true, Revision: snap.Revision, Candidate: snap.Revision, Changed: true})
 	return e, nil
 }
 
@@ -81,7 +82,7 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 		}
 	}
 	st.Duration = time.Since(start)
-	e.last = st
+	e.setLast(st)
 	if st.OK {
 		e.reloadsOK.Add(1)
 	} else {

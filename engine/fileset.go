@@ -146,7 +146,7 @@ func (e *Engine) ReloadWith(ctx context.Context, trigger string, load func(conte
 		}
 	}
 	st.Duration = time.Since(start)
-	e.last = st
+	e.setLast(st)
 	if st.OK {
 		e.reloadsOK.Add(1)
 	} else {

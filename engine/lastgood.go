@@ -122,8 +122,8 @@ func NewOrFallback(ctx context.Context, cfg, fallback Config) (*Engine, error) {
 	}
 	e = &Engine{cfg: cfg}
 	e.current.Store(snap)
-	e.last = ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Problems: append(problemsOf(err),
-		Problem{File: fallback.Policies, Message: fmt.Sprintf("serving the last good revision %s saved here until the configured folders load", snap.Revision)})}
+	e.setLast(ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Problems: append(problemsOf(err),
+		Problem{File: fallback.Policies, Message: fmt.Sprintf("serving the last good revision %s saved here until the configured folders load", snap.Revision)})})
 	e.reloadsFailed.Add(1)
 	return e, nil
 }

@@ -55,6 +55,9 @@ type Config struct {
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any
+	// UI, when set, serves the pages under /ui (package server/ui): behind
+	// the same authentication, with the login page and the stylesheet open.
+	UI http.Handler
 }
 
 type server struct {
@@ -108,6 +111,9 @@ func New(cfg Config, eng Engine) http.Handler {
 		r.Post("/v1/reload", s.reload)
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	})
+	if cfg.UI != nil {
+		mountUI(r, cfg.UI, s.authenticate)
+	}
 	return r
 }
 

@@ -52,6 +52,8 @@ type serveConfig struct {
 	gcPercent       int64
 	stateDir        string
 	selfCheckRate   float64
+	ui              bool  // serve the /ui pages (cmd/arbiter/ui.go)
+	uiRecent        int64 // decisions the pages keep in memory
 }
 
 func envDuration(key string, def time.Duration) time.Duration {
@@ -109,6 +111,8 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&c.insecureListen, "insecure-listen", envBool("ARBITER_INSECURE_LISTEN"), "allow a non-loopback address without authentication")
 	fs.StringVar(&c.logLevel, "log-level", envOr("ARBITER_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.StringVar(&c.stateDir, "state-dir", envOr("ARBITER_STATE_DIR", "var/state"), "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
+	fs.BoolVar(&c.ui, "ui", envOr("ARBITER_UI", "true") == "true", "serve the pages for reliability engineers at /ui")
+	fs.Int64Var(&c.uiRecent, "ui-recent", envInt("ARBITER_UI_RECENT", 10000), "decisions the /ui pages keep in memory (the decision log has the rest)")
 	fs.Int64Var(&c.gcPercent, "gc-percent", envInt("ARBITER_GC_PERCENT", 200), "Go garbage collector target (GOGC); the environment's GOGC wins when set")
 	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", envFloat("ARBITER_SELFCHECK_RATE", 0.01), "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
 	fs.StringVar(&c.debugAddr, "debug-addr", envOr("ARBITER_DEBUG_ADDR", ""), "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
@@ -284,6 +288,18 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Registry:     reg,
 		ReloadCounts: eng.ReloadCounts,
 		BundleStatus: fl.bundleStatus,
+	}
+	if c.ui {
+		pg, err := newPages(c, eng, len(tokens) > 0, log)
+		if err != nil {
+			return err
+		}
+		scfg.UI = pg.handler
+		if scfg.DecisionLog == nil {
+			scfg.DecisionLog = pg
+		} else {
+			scfg.DecisionLog = teeLog{scfg.DecisionLog, pg}
+		}
 	}
 	if ecfg.SelfCheck != nil {
 		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
