@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 )
@@ -20,6 +21,7 @@ type whatIfData struct {
 	Paste     string
 	PasteAt   string
 	Targets   []string // top-level members of the decision's input schema
+	schema    any      // the decision's input schema
 	Ran       bool
 	Problem   string
 	Live      *evaluation
@@ -36,6 +38,7 @@ func (h *handler) newWhatIf(decision, inputText string) whatIfData {
 			wi.Decisions = append(wi.Decisions, d.Name)
 			if d.Name == decision {
 				wi.Targets = topLevelMembers(d.InputSchema)
+				wi.schema = d.InputSchema
 			}
 		}
 	}
@@ -93,7 +96,7 @@ func (h *handler) runWhatIf(ctx context.Context, wi *whatIfData) {
 		return
 	}
 	if wi.Paste != "" {
-		merged, at, err := paste(body, []byte(wi.Paste), wi.PasteAt, wi.Targets)
+		merged, at, err := paste(body, []byte(wi.Paste), wi.PasteAt, wi.Targets, wi.schema)
 		if err != nil {
 			wi.Problem = err.Error()
 			return
@@ -131,11 +134,11 @@ func differ(a, b evaluation) bool {
 }
 
 // paste puts doc into the input document at the top-level member at
-// (a JSON pointer from targets), or, when at is empty, at the object
-// member that shares the most keys with doc: a runner-state.json pasted
-// into an input goes where the input's Runner state is. Both are read
-// strictly, and numbers keep their digits.
-func paste(body, doc []byte, at string, targets []string) ([]byte, string, error) {
+// (a JSON pointer from targets), or, when at is empty, at the member whose
+// schema properties and current value share the most keys with doc: a
+// runner-state.json pasted into an input goes where the input's Runner
+// state goes. Both are read strictly, and numbers keep their digits.
+func paste(body, doc []byte, at string, targets []string, schema any) ([]byte, string, error) {
 	in, err := input.Decode(body)
 	if err != nil {
 		return nil, "", fmt.Errorf("the input is not valid JSON: %v", err)
@@ -159,7 +162,7 @@ func paste(body, doc []byte, at string, targets []string) ([]byte, string, error
 			return nil, "", fmt.Errorf("%q is not a member of this decision's input", at)
 		}
 	} else {
-		key = bestMatch(obj, pasted)
+		key = bestMatch(obj, pasted, schema)
 		if key == "" {
 			return nil, "", errors.New("no member of the input looks like the pasted document (no keys in common): choose where to put it")
 		}
@@ -172,35 +175,87 @@ func paste(body, doc []byte, at string, targets []string) ([]byte, string, error
 	return out, "/" + input.EscapePointer(key), nil
 }
 
-// bestMatch is the member of obj whose object value shares the most keys
-// with doc (ties: the first in key order), or "" when none shares one.
-func bestMatch(obj map[string]any, doc any) string {
+// bestMatch is the top-level member whose schema properties and current
+// object value share the most keys with doc (ties: the first in key
+// order), or "" when none shares one.
+func bestMatch(obj map[string]any, doc any, schema any) string {
 	d, ok := doc.(map[string]any)
 	if !ok {
 		return ""
 	}
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	best, bestN := "", 0
-	for _, k := range keys {
-		m, ok := obj[k].(map[string]any)
-		if !ok {
-			continue
+	known := map[string]map[string]bool{}
+	add := func(member, key string) {
+		if known[member] == nil {
+			known[member] = map[string]bool{}
 		}
+		known[member][key] = true
+	}
+	for member, props := range memberProperties(schema) {
+		for _, p := range props {
+			add(member, p)
+		}
+	}
+	for member, v := range obj {
+		if m, ok := v.(map[string]any); ok {
+			for k := range m {
+				add(member, k)
+			}
+		}
+	}
+	members := make([]string, 0, len(known))
+	for m := range known {
+		members = append(members, m)
+	}
+	sort.Strings(members)
+	best, bestN := "", 0
+	for _, m := range members {
 		n := 0
-		for dk := range d {
-			if _, ok := m[dk]; ok {
+		for k := range d {
+			if known[m][k] {
 				n++
 			}
 		}
 		if n > bestN {
-			best, bestN = k, n
+			best, bestN = m, n
 		}
 	}
 	return best
+}
+
+// memberProperties lists, for each top-level property of an input schema,
+// the properties its own schema declares (following local $refs).
+func memberProperties(schema any) map[string][]string {
+	root, _ := schema.(map[string]any)
+	props, _ := root["properties"].(map[string]any)
+	out := map[string][]string{}
+	for member, s := range props {
+		sub, _ := s.(map[string]any)
+		for i := 0; i < 8 && sub != nil; i++ { // a chain of $refs, bounded
+			ref, ok := sub["$ref"].(string)
+			if !ok || !strings.HasPrefix(ref, "#/") {
+				break
+			}
+			sub = resolveLocal(root, ref[2:])
+		}
+		p, _ := sub["properties"].(map[string]any)
+		for k := range p {
+			out[member] = append(out[member], k)
+		}
+	}
+	return out
+}
+
+func resolveLocal(root map[string]any, ptr string) map[string]any {
+	var cur any = root
+	for _, tok := range strings.Split(ptr, "/") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[unescapePointerToken(tok)]
+	}
+	m, _ := cur.(map[string]any)
+	return m
 }
 
 func unescapePointerToken(t string) string {
