@@ -169,7 +169,7 @@ func securityHeaders(next http.Handler) http.Handler {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("X-Frame-Options", "DENY")
 		if !strings.Contains(r.URL.Path, "/static/") {
 			h.Set("Cache-Control", "no-store")
@@ -179,14 +179,17 @@ func securityHeaders(next http.Handler) http.Handler {
 }
 
 // sameOrigin refuses a form post from another site: the pages accept a
-// token cookie, which a browser would attach to a cross-site post.
+// token cookie, which a browser would attach to a cross-site post (the
+// cookie is SameSite=Strict too). A browser says where a request comes
+// from in Sec-Fetch-Site; without it, the Origin must be this host. A
+// client that sends neither (curl with a bearer token) is no browser.
 func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return false
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
 	}
 	origin := r.Header.Get("Origin")
-	if origin == "" || origin == "null" {
-		return origin == "" // no Origin: not a browser's cross-site form
+	if origin == "" {
+		return true
 	}
 	u, err := url.Parse(origin)
 	return err == nil && u.Host == r.Host
@@ -460,7 +463,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 		d.SameResult = ev.Err == nil && len(e.Record.Result) > 0 && jsonEqual(ev.Decision.Result, e.Record.Result)
 	}
 	wi := h.newWhatIf(e.Record.Decision, d.InputText)
-	wi.Action = h.cfg.Prefix + "/decisions/" + url.PathEscape(id) + "#whatif"
+	wi.Action = h.cfg.Prefix + "/decisions/" + url.PathEscape(id) + "#whatif-result"
 	if r.Method == http.MethodPost {
 		if !h.readWhatIf(w, r, &wi) {
 			return

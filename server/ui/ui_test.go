@@ -131,7 +131,7 @@ func (h *harness) post(t *testing.T, path string, form url.Values, origin string
 	return resp.StatusCode, string(b)
 }
 
-var rowRE = regexp.MustCompile(`<tr data-seq="(\d+)">`)
+var rowRE = regexp.MustCompile(`<tr data-seq="(\d+)"`)
 
 // TestListIsBoundedAndPaged: whatever the ring holds (10,000 decisions
 // here), a page shows PageSize rows, newest first, and the "Older" cursor

@@ -295,6 +295,6 @@ func (h *handler) whatif(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		h.runWhatIf(ctx, &wi)
 	}
-	wi.Action = h.cfg.Prefix + "/whatif"
+	wi.Action = h.cfg.Prefix + "/whatif#whatif-result"
 	h.render(w, r, http.StatusOK, "whatif", page{Title: "What if", Nav: "whatif", Data: wi})
 }
