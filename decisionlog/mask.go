@@ -18,6 +18,7 @@ var maskedJSON = []byte(`"` + MaskedValue + `"`)
 // tree of reference tokens; a leaf is a value to replace.
 type masker struct {
 	leaf     bool
+	pointer  string // at a leaf: the pointer as configured
 	children map[string]*masker
 }
 
@@ -43,38 +44,49 @@ func newMasker(pointers []string) (*masker, error) {
 				node = next
 			}
 		}
-		node.leaf = true
+		node.leaf, node.pointer = true, p
 	}
 	return root, nil
 }
 
 // mask returns doc, which must be compact valid JSON, with the value at each
-// pointer replaced by MaskedValue. Everything else keeps its bytes and its
-// order: the record stays the input as received, minus the masked values.
-// Pointers that name nothing in doc are ignored.
-func (m *masker) mask(doc []byte) ([]byte, error) {
+// pointer replaced by MaskedValue, and the pointers that named a value.
+// Everything else keeps its bytes and its order: the record stays the input
+// as received, minus the masked values. Pointers that name nothing in doc
+// are ignored.
+func (m *masker) mask(doc []byte) ([]byte, []string, error) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
-	var spans [][2]int64
+	var spans []span
 	if err := m.walk(dec, &spans); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(spans) == 0 {
-		return doc, nil
+		return doc, nil, nil
+	}
+	matched := make([]string, len(spans))
+	for i, s := range spans {
+		matched[i] = s.pointer
 	}
 	out := make([]byte, 0, len(doc))
 	var at int64
 	for _, s := range spans {
-		out = append(out, doc[at:s[0]]...)
+		out = append(out, doc[at:s.start]...)
 		out = append(out, maskedJSON...)
-		at = s[1]
+		at = s.end
 	}
-	return append(out, doc[at:]...), nil
+	return append(out, doc[at:]...), matched, nil
+}
+
+// span is the bytes of one value to mask.
+type span struct {
+	start, end int64
+	pointer    string
 }
 
 // walk consumes one value from dec, recording the byte span of every value
 // to mask. It relies on doc being compact, so that a value decoded into a
 // RawMessage is exactly the bytes that end at the decoder's offset.
-func (m *masker) walk(dec *json.Decoder, spans *[][2]int64) error {
+func (m *masker) walk(dec *json.Decoder, spans *[]span) error {
 	if m == nil || m.leaf {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
@@ -82,7 +94,7 @@ func (m *masker) walk(dec *json.Decoder, spans *[][2]int64) error {
 		}
 		if m != nil {
 			end := dec.InputOffset()
-			*spans = append(*spans, [2]int64{end - int64(len(raw)), end})
+			*spans = append(*spans, span{end - int64(len(raw)), end, m.pointer})
 		}
 		return nil
 	}
@@ -113,39 +125,4 @@ func (m *masker) walk(dec *json.Decoder, spans *[][2]int64) error {
 	}
 	_, err = dec.Token() // the closing delimiter
 	return err
-}
-
-// ContainsMasked reports whether any string value of the JSON document input
-// is MaskedValue, that is whether part of the input was masked when logged.
-func ContainsMasked(input []byte) bool {
-	if !bytes.Contains(input, maskedJSON) {
-		return false
-	}
-	dec := json.NewDecoder(bytes.NewReader(input))
-	dec.UseNumber()
-	var doc any
-	if dec.Decode(&doc) != nil {
-		return true // unreadable and carrying the marker: do not trust it
-	}
-	return holdsMasked(doc)
-}
-
-func holdsMasked(v any) bool {
-	switch x := v.(type) {
-	case string:
-		return x == MaskedValue
-	case map[string]any:
-		for _, e := range x {
-			if holdsMasked(e) {
-				return true
-			}
-		}
-	case []any:
-		for _, e := range x {
-			if holdsMasked(e) {
-				return true
-			}
-		}
-	}
-	return false
 }

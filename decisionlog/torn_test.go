@@ -8,15 +8,17 @@ import (
 )
 
 // TestOpenAfterTornLastLine: a crash can leave the log ending mid-line. The
-// next Logger on that file must end the torn line before its first record,
-// or that record is glued to it and lost too.
+// next Logger rotates that file away (it becomes a backup, torn line and
+// all) and starts a new one, so that no record is glued to the torn one and
+// no file starts with a blank line.
 func TestOpenAfterTornLastLine(t *testing.T) {
 	for name, existing := range map[string]string{
 		"torn":  `{"decision_id":"old","decision":"quota_check"}` + "\n" + `{"decision_id":"torn","deci`,
 		"whole": `{"decision_id":"old","decision":"quota_check"}` + "\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "d.log")
+			dir := t.TempDir()
+			path := filepath.Join(dir, "d.log")
 			if err := os.WriteFile(path, []byte(existing), 0o640); err != nil {
 				t.Fatal(err)
 			}
@@ -27,23 +29,28 @@ func TestOpenAfterTornLastLine(t *testing.T) {
 			l.Log(rec("new-1"))
 			l.Log(rec("new-2"))
 			closeLog(t, l)
-			var ids []string
-			warnings, err := ReadFile(path, func(_ int, r Record) error {
-				ids = append(ids, r.DecisionID)
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
+			entries, _ := os.ReadDir(dir)
+			var ids, warnings []string
+			for _, e := range entries { // the backup's timestamped name sorts first
+				w, err := ReadFile(filepath.Join(dir, e.Name()), func(_ int, r Record) error {
+					ids = append(ids, r.DecisionID)
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				warnings = append(warnings, w...)
 			}
 			if strings.Join(ids, ",") != "old,new-1,new-2" {
 				t.Errorf("records %v, want old,new-1,new-2", ids)
 			}
-			wantWarnings := 0
+			data, _ := os.ReadFile(path)
+			wantFiles, wantWarnings, wantStart := 1, 0, `{"decision_id":"old"`
 			if name == "torn" {
-				wantWarnings = 1
+				wantFiles, wantWarnings, wantStart = 2, 1, `{"decision_id":"new-1"`
 			}
-			if len(warnings) != wantWarnings {
-				t.Errorf("warnings %v, want %d", warnings, wantWarnings)
+			if len(entries) != wantFiles || len(warnings) != wantWarnings || !strings.HasPrefix(string(data), wantStart) {
+				t.Errorf("%d files, warnings %v, current file starts %.30q", len(entries), warnings, data)
 			}
 		})
 	}

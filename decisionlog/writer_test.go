@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -122,11 +123,6 @@ func TestLogWritesOneCompactLinePerRecord(t *testing.T) {
 			wantResult: `{"reasons":["r"]}`,
 		},
 		{
-			name:     "malformed input moved to body_base64",
-			rec:      Record{DecisionID: "c", Input: json.RawMessage("{\"tenant\":\n"), Error: &RecordError{Code: "malformed_json", Message: "unexpected end"}},
-			wantBody: "eyJ0ZW5hbnQiOgo=",
-		},
-		{
 			name:     "body_base64 kept",
 			rec:      Record{DecisionID: "d", BodyBase64: "AAEC", Error: &RecordError{Code: "malformed_json", Message: "m"}},
 			wantBody: "AAEC",
@@ -189,7 +185,7 @@ func TestOpenCreatesFoldersAndAppends(t *testing.T) {
 func TestConcurrentLogWritesEachRecordOnce(t *testing.T) {
 	const writers, each = 16, 250
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	l, err := Open(Options{Path: path, BufferSize: writers * each})
+	l, err := Open(Options{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,137 +216,177 @@ func TestConcurrentLogWritesEachRecordOnce(t *testing.T) {
 	}
 }
 
-func TestFullQueueDropsAndWarns(t *testing.T) {
+// bigRec is a record whose input is n bytes of JSON.
+func bigRec(id string, n int) Record {
+	r := rec(id)
+	r.Input = json.RawMessage(`{"pad":"` + strings.Repeat("x", n-10) + `"}`)
+	return r
+}
+
+// stuckLog opens a Logger whose sink blocks until released, and waits until
+// the writer is stuck in its first write (holding the record "first").
+func stuckLog(t *testing.T, opts Options) (*Logger, *gateWriter, *lockedBuffer) {
+	t.Helper()
 	gate := newGateWriter()
-	var logs lockedBuffer
-	l, err := Open(Options{Path: "-", Stdout: gate, BufferSize: 1, Logger: testLogger(&logs)})
+	var warnings lockedBuffer
+	opts.Path, opts.sink, opts.Logger = "-", gate, testLogger(&warnings)
+	l, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Log(rec("first"))
+	if !l.Log(rec("first")) {
+		t.Fatal("an empty queue refused a record")
+	}
 	select {
-	case <-gate.started: // the writer holds "first" and is stuck writing it
+	case <-gate.started:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the writer did not write a record while the queue was idle")
 	}
-	for i := range 10 {
-		l.Log(rec(fmt.Sprint(i))) // "0" fills the queue; the rest find it full
-	}
-	if got := l.Dropped(); got != 9 {
-		t.Errorf("Dropped = %d, want 9", got)
-	}
-	if n := strings.Count(logs.String(), "queue is full"); n != 1 {
-		t.Errorf("%d drop warnings, want exactly 1 (at most one per second, never none):\n%s", n, logs.String())
-	}
+	return l, gate, &warnings
+}
 
-	// Close is bounded by its context while the writer is stuck.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := l.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Close with a stuck writer: %v, want DeadlineExceeded", err)
+// TestQueueIsBoundedInBytes: behind a stalled sink, records are refused once
+// the queued bytes reach the bound, whatever their number; each refusal is
+// counted and warned about (at most once a second, never silently).
+func TestQueueIsBoundedInBytes(t *testing.T) {
+	const bound = 4 << 20
+	l, gate, warnings := stuckLog(t, Options{QueueBytes: bound})
+	accepted := 0
+	for i := range 40 {
+		if l.Log(bigRec(fmt.Sprint(i), 1<<20)) {
+			accepted++
+		}
 	}
-	l.Log(rec("late")) // after Close: counted, no panic
+	if accepted != 3 { // 1 MiB plus overhead each: three fit under 4 MiB
+		t.Errorf("%d records of 1 MiB queued under a 4 MiB bound, want 3", accepted)
+	}
+	if got := l.Dropped(); got != uint64(40-accepted) {
+		t.Errorf("Dropped = %d, want %d", got, 40-accepted)
+	}
+	if n := strings.Count(warnings.String(), "queue is full"); n != 1 {
+		t.Errorf("%d refusal warnings, want exactly 1:\n%s", n, warnings.String())
+	}
 	close(gate.release)
 	closeLog(t, l)
-	if got := l.Dropped(); got != 10 {
-		t.Errorf("Dropped after a Log past Close = %d, want 10", got)
-	}
-	out := gate.out.String()
-	if l.Written() != 2 || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"decision_id":"first"`) || !strings.Contains(out, `"decision_id":"0"`) {
-		t.Errorf("Written %d, output:\n%s\nwant the records first and 0", l.Written(), out)
+	st := l.Stats()
+	if st.Written != uint64(1+accepted) || st.Unwritten != uint64(40-accepted) || st.Refused != st.Unwritten {
+		t.Errorf("stats %+v, want %d written and %d refused", st, 1+accepted, 40-accepted)
 	}
 }
 
-func TestRotationKeepsMaxBackups(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	line, _ := json.Marshal(rec("00"))
-	size := int64(len(line) + 1)
-	l, err := Open(Options{Path: path, MaxBytes: 3 * size, MaxBackups: 2})
+// TestCloseAccountsForEveryRecord: a Close that runs out of time behind a
+// stalled sink counts every record it leaves unwritten, in Stats, in
+// Dropped and in its error; none is reported written.
+func TestCloseAccountsForEveryRecord(t *testing.T) {
+	l, gate, _ := stuckLog(t, Options{})
+	const n = 61
+	for i := range n {
+		if !l.Log(rec(fmt.Sprint(i))) {
+			t.Fatal("record refused by an almost empty queue")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := l.Close(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), fmt.Sprintf("%d records not written", n+1)) {
+		t.Fatalf("Close behind a stalled sink: %v, want %d records not written", err, n+1)
+	}
+	if l.Log(rec("late")) {
+		t.Error("a record was queued after Close")
+	}
+	st := l.Stats()
+	if st.Written != 0 || st.Unwritten != n+2 || l.Dropped() != n+2 {
+		t.Errorf("stats %+v, Dropped %d; want 0 written, %d unwritten", st, l.Dropped(), n+2)
+	}
+	close(gate.release)
+}
+
+// TestRotationWithLumberjack: files rotate at the configured size, each
+// file holds whole records only and never starts with a blank line, the
+// configured number of backups is kept, and every record is written once.
+func TestRotationWithLumberjack(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "decisions.log")
+	l, err := Open(Options{Path: path, MaxMegabytes: 1, MaxBackups: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i <= 20; i++ {
-		l.Log(rec(fmt.Sprintf("%02d", i)))
+	const n = 40 // 100 KiB each: four files' worth
+	for i := range n {
+		if !l.Log(bigRec(fmt.Sprintf("%02d", i), 100<<10)) {
+			t.Fatal("record refused")
+		}
+		if i%5 == 4 {
+			waitWritten(t, l, uint64(i+1)) // rotations are timestamped to the millisecond
+		}
 	}
 	closeLog(t, l)
-	// 20 records of 3 per file: ... [13-15] [16-18] [19-20]; two backups kept.
-	want := map[string][]string{
-		path:        {"19", "20"},
-		path + ".1": {"16", "17", "18"},
-		path + ".2": {"13", "14", "15"},
-	}
-	for p, ids := range want {
-		_, recs := readLines(t, p)
-		var got []string
-		for _, r := range recs {
-			got = append(got, r.DecisionID)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(ids) {
-			t.Errorf("%s holds %v, want %v", filepath.Base(p), got, ids)
-		}
-	}
-	if _, err := os.Stat(path + ".3"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s.3 exists (err %v): more than MaxBackups kept", path, err)
-	}
-	if l.Written() != 20 {
-		t.Errorf("Written = %d, want 20 (rotated-away records were written)", l.Written())
-	}
-}
-
-// fakeFile records the order of writes, syncs and closes; its first write
-// waits for release.
-type fakeFile struct {
-	mu      sync.Mutex
-	events  []string
-	data    bytes.Buffer
-	release chan struct{}
-}
-
-func (f *fakeFile) Write(p []byte) (int, error) {
-	<-f.release
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.events = append(f.events, "write")
-	return f.data.Write(p)
-}
-
-func (f *fakeFile) Sync() error  { f.event("sync"); return nil }
-func (f *fakeFile) Close() error { f.event("close"); return nil }
-func (f *fakeFile) event(e string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.events = append(f.events, e)
-}
-
-func TestCloseDrainsFlushesAndSyncs(t *testing.T) {
-	ff := &fakeFile{release: make(chan struct{})}
-	l, err := newLogger(Options{Path: "fake", BufferSize: 1000}, func(string) (logFile, int64, error) { return ff, 0, nil })
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 500
-	for i := range n {
-		l.Log(rec(fmt.Sprint(i)))
+	var ids []string
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > 1<<20 || len(data) == 0 || data[0] == '\n' {
+			t.Errorf("%s: %d bytes, starting %q", e.Name(), len(data), data[:min(len(data), 1)])
+		}
+		_, recs := readLines(t, p)
+		for _, r := range recs {
+			ids = append(ids, r.DecisionID)
+		}
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- l.Close(context.Background()) }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while records were still queued behind a blocked write", err)
-	case <-time.After(50 * time.Millisecond):
+	if len(entries) != 3 {
+		t.Errorf("%d files, want the log and 2 backups", len(entries))
 	}
-	close(ff.release)
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
+	slices.Sort(ids)
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		t.Errorf("a record was written twice: %v", ids)
 	}
-	ff.mu.Lock()
-	defer ff.mu.Unlock()
-	if got := strings.Count(ff.data.String(), "\n"); got != n || l.Written() != n {
-		t.Errorf("%d lines written, Written %d; want %d", got, l.Written(), n)
+	for i, id := range ids { // the newest records, none missing among them
+		if want := fmt.Sprintf("%02d", n-len(ids)+i); id != want {
+			t.Errorf("records kept %v: want the newest %d in a row", ids, len(ids))
+			break
+		}
 	}
-	ev := strings.Join(ff.events, " ")
-	if !strings.HasSuffix(ev, "write sync close") || strings.Count(ev, "sync") != 1 {
-		t.Errorf("events %q, want the last write, then one sync, then close", ev)
+	if len(ids) < 20 {
+		t.Errorf("only %d records kept in three files of 1 MiB", len(ids))
+	}
+	if l.Written() != n {
+		t.Errorf("Written = %d, want %d", l.Written(), n)
+	}
+}
+
+func waitWritten(t *testing.T, l *Logger, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Written() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("Written %d, want %d", l.Written(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(2 * time.Millisecond) // next rotation in a later millisecond
+}
+
+// TestRecordTooLargeForTheFile: a record larger than the rotation size is
+// not written, and counted.
+func TestRecordTooLargeForTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := Open(Options{Path: path, MaxMegabytes: 1, Logger: testLogger(&lockedBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(bigRec("huge", 2<<20))
+	l.Log(rec("small"))
+	closeLog(t, l)
+	_, recs := readLines(t, path)
+	if len(recs) != 1 || recs[0].DecisionID != "small" || l.Stats().Failed != 1 || l.Dropped() != 1 {
+		t.Errorf("records %d, stats %+v", len(recs), l.Stats())
 	}
 }
 
@@ -377,5 +413,49 @@ func TestLogFlushesWhenIdle(t *testing.T) {
 			t.Fatalf("the record is not in the file 10s after Log (Written %d): %q", l.Written(), data)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOpenOpensTheFile: the log file is open once Open returns (lumberjack
+// would open it at the first write), so that a process that later runs out
+// of descriptors still logs. Seen here through an unlinked file: the
+// records go to the file opened at Open, not to a new one.
+func TestOpenOpensTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := Open(Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	l.Log(rec("after-unlink"))
+	closeLog(t, l)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the file was opened again after Open (stat: %v)", err)
+	}
+	if l.Written() != 1 {
+		t.Errorf("Written %d, want 1", l.Written())
+	}
+}
+
+// TestCloseDrainsTheQueue: Close waits for every queued record to be
+// written, even behind a slow sink, and reports nothing unwritten.
+func TestCloseDrainsTheQueue(t *testing.T) {
+	l, gate, _ := stuckLog(t, Options{})
+	const n = 500
+	for i := range n {
+		if !l.Log(rec(fmt.Sprint(i))) {
+			t.Fatal("record refused")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(context.Background()) }()
+	close(gate.release) // the sink resumes only once Close is waiting, or soon after
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := strings.Count(gate.out.String(), "\n"); got != n+1 || l.Written() != n+1 || l.Stats().Unwritten != 0 {
+		t.Errorf("%d lines, stats %+v; want %d written, none unwritten", got, l.Stats(), n+1)
 	}
 }

@@ -10,17 +10,24 @@ import (
 // type-check against their schemas, use only allowed builtins, are
 // formatted as `opa fmt` formats them; the test modules compile; and every
 // fixture input is accepted or rejected by its schema as the fixture says.
-func Check(_ context.Context, cfg Config, tests string) []Problem {
+func Check(ctx context.Context, cfg Config, tests string) (probs []Problem) {
 	cfg.Tests = ""
-	b, err := build(cfg)
+	b, err := build(ctx, cfg)
 	if err != nil {
 		return problemsOf(err)
 	}
-	probs := formatProblems(b.policySrcs)
+	probs = formatProblems(b.policySrcs)
+	r := newTreeReader(ctx, cfg)
+	defer func() {
+		// A file that a reload would skip is worth knowing before it ships.
+		for _, sk := range append(b.snap.Skipped, r.skipped...) {
+			probs = append(probs, Problem{File: sk.File, Message: "skipped: " + sk.Reason})
+		}
+	}()
 	if tests == "" {
 		return probs
 	}
-	st, p := loadSuite(tests)
+	st, p := loadSuite(r, tests)
 	probs = append(probs, p...)
 	probs = append(probs, formatProblems(st.files)...)
 	probs = append(probs, b.checkTestModules(st)...)

@@ -81,7 +81,7 @@ func (cd *compiledDecision) info(name string) CompiledInfo {
 // tests) and says which decisions run compiled, for `arbiter check`.
 func CompiledDecisions(cfg Config) ([]CompiledInfo, error) {
 	cfg.Tests, cfg.SelfCheck = "", nil
-	b, err := build(cfg)
+	b, err := build(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,7 @@ func LoadFiles(ctx context.Context, fs FileSet, cfg Config) (*Snapshot, error) {
 	if probs := rep.Problems(); len(probs) > 0 {
 		return nil, &LoadError{Problems: probs}
 	}
+	b.snap.Gated = true
 	if fs.Revision != "" {
 		b.snap.Revision = fs.Revision
 	}
@@ -66,6 +67,7 @@ func LoadFiles(ctx context.Context, fs FileSet, cfg Config) (*Snapshot, error) {
 // cfg.Tests is "".
 func ReadFolders(cfg Config) (FileSet, error) {
 	var fs FileSet
+	r := newTreeReader(context.Background(), cfg)
 	for _, f := range []struct {
 		dir  string
 		dst  *[]File
@@ -78,9 +80,9 @@ func ReadFolders(cfg Config) (FileSet, error) {
 		if f.dst == &fs.Tests && f.dir == "" {
 			continue
 		}
-		files, err := readTree(f.dir, f.exts...)
-		if err != nil {
-			return FileSet{}, &LoadError{Problems: []Problem{{File: f.dir, Message: err.Error()}}}
+		files, probs := r.read(f.dir, f.exts...)
+		if len(probs) > 0 {
+			return FileSet{}, &LoadError{Problems: probs, Skipped: r.skipped}
 		}
 		for _, sf := range files {
 			*f.dst = append(*f.dst, File{Path: sf.rel, Data: sf.data})
@@ -103,9 +105,9 @@ func sources(origin string, files []File) []sourceFile {
 
 // loadSuite is the test suite that gates b: the files it holds in memory,
 // or those of the test folder dir.
-func (b *built) loadSuite(dir string) (*suite, []Problem) {
+func (b *built) loadSuite(r *treeReader, dir string) (*suite, []Problem) {
 	if b.testFiles == nil {
-		return loadSuite(dir)
+		return loadSuite(r, dir)
 	}
 	modules, data, probs := parsePolicies(b.testFiles)
 	fixtures, p := parseFixtures(b.testFiles)
@@ -116,7 +118,9 @@ func (b *built) loadSuite(dir string) (*suite, []Problem) {
 // Activate or ReloadWith swaps one in (a replica waiting for its first
 // bundle).
 func NewEmpty(cfg Config) *Engine {
-	return &Engine{cfg: cfg, last: ReloadStatus{At: time.Now().UTC(), Trigger: "start"}}
+	e := &Engine{cfg: cfg, load: Load}
+	e.last.Store(&ReloadStatus{At: time.Now().UTC(), Trigger: "start"})
+	return e
 }
 
 // ReloadWith builds a candidate with load and activates it under the same
@@ -124,33 +128,13 @@ func NewEmpty(cfg Config) *Engine {
 // and the status names every problem. A candidate whose revision and content
 // are those of the active Snapshot changes nothing.
 func (e *Engine) ReloadWith(ctx context.Context, trigger string, load func(context.Context) (*Snapshot, error)) ReloadStatus {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	start := time.Now()
 	st := ReloadStatus{At: start.UTC(), Trigger: trigger}
+	e.running.Store(&ReloadProgress{Since: st.At, Trigger: trigger})
+	defer e.running.Store(nil)
 	snap, err := load(ctx)
-	cur := e.current.Load()
-	if cur != nil {
-		st.Revision = cur.Revision
-	}
-	switch {
-	case err != nil:
-		st.Problems = problemsOf(err)
-	case cur != nil && snap.Revision == cur.Revision && snap.Hash == cur.Hash:
-		st.OK, st.Candidate = true, snap.Revision
-	default:
-		e.current.Store(snap)
-		st.OK, st.Changed, st.Revision, st.Candidate = true, true, snap.Revision, snap.Revision
-		if e.OnActivate != nil {
-			e.OnActivate(snap)
-		}
-	}
+	e.activate(&st, snap, err)
 	st.Duration = time.Since(start)
-	e.setLast(st)
-	if st.OK {
-		e.reloadsOK.Add(1)
-	} else {
-		e.reloadsFailed.Add(1)
-	}
+	e.setLast(&st)
 	return st
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,18 +15,39 @@ import (
 //
 //	DIR/current -> DIR/<revision>            (a symlink, flipped atomically)
 //	DIR/<revision>/{policies,schemas,tests}/ (the bytes the Snapshot was built from)
-const currentLink = "current"
+//	DIR/<revision>/saved.json                (whether it passed the test gate)
+const (
+	currentLink = "current"
+	savedMeta   = "saved.json"
+)
 
-// SaveTo writes the exact bytes this Snapshot was built from below dir and
-// points dir/current at them, so that a process restarted while the
-// configured folders are broken can serve the last good revision. Older
-// copies but the previous one are removed.
+// savedInfo is what a saved copy records about itself.
+type savedInfo struct {
+	Revision string    `json:"revision"`
+	Gated    bool      `json:"gated"`
+	SavedAt  time.Time `json:"saved_at"`
+}
+
+func readSavedInfo(dir string) (savedInfo, bool) {
+	var info savedInfo
+	b, err := os.ReadFile(filepath.Join(dir, savedMeta))
+	if err != nil || json.Unmarshal(b, &info) != nil {
+		return savedInfo{}, false
+	}
+	return info, true
+}
+
+// SaveTo writes the exact bytes this Snapshot was built from below dir,
+// with whether it passed the test gate, and points dir/current at them, so
+// that a process restarted while the configured folders are broken can
+// serve the last good revision. Older copies but the previous one are
+// removed.
 func (s *Snapshot) SaveTo(dir string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 	final := filepath.Join(dir, s.Revision)
-	if _, err := os.Stat(final); err != nil {
+	if info, ok := readSavedInfo(final); !ok || info.Revision != s.Revision || info.Gated != s.Gated {
 		tmp, err := os.MkdirTemp(dir, ".saving-")
 		if err != nil {
 			return err
@@ -44,6 +66,16 @@ func (s *Snapshot) SaveTo(dir string) error {
 					return err
 				}
 			}
+		}
+		meta, _ := json.Marshal(savedInfo{Revision: s.Revision, Gated: s.Gated, SavedAt: time.Now().UTC()})
+		if err := os.WriteFile(filepath.Join(tmp, savedMeta), meta, 0o640); err != nil {
+			return err
+		}
+		// A copy saved before (without its record, or with another gate
+		// outcome) is replaced; current may point at it for a moment, and
+		// a start in that moment finds no saved copy rather than a wrong one.
+		if err := os.RemoveAll(final); err != nil {
+			return err
 		}
 		if err := os.Rename(tmp, final); err != nil {
 			return err
@@ -93,10 +125,16 @@ func pruneSaved(dir, keep string) error {
 }
 
 // SavedConfig returns cfg with its folders pointed at the last good copy
-// saved below dir, and whether there is one.
+// saved below dir, and whether there is one to fall back to. When cfg gates
+// on tests, only a copy that passed the gate when it was saved qualifies:
+// a revision served with the gate off never stands in for a gated one.
 func SavedConfig(dir string, cfg Config) (Config, bool) {
 	cur := filepath.Join(dir, currentLink)
-	if _, err := os.Stat(filepath.Join(cur, "policies")); err != nil {
+	info, ok := readSavedInfo(cur)
+	if !ok {
+		return cfg, false
+	}
+	if cfg.Tests != "" && !info.Gated {
 		return cfg, false
 	}
 	cfg.Policies = filepath.Join(cur, "policies")
@@ -120,9 +158,11 @@ func NewOrFallback(ctx context.Context, cfg, fallback Config) (*Engine, error) {
 	if ferr != nil {
 		return nil, err
 	}
-	e = &Engine{cfg: cfg}
-	e.current.Store(snap)
-	e.setLast(ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Problems: append(problemsOf(err),
+	if fallback.Tests != "" && !snap.Gated {
+		return nil, err // never serve an ungated copy in a gated start
+	}
+	e = newEngine(cfg, snap)
+	e.setLast(&ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Skipped: snap.Skipped, Problems: append(problemsOf(err),
 		Problem{File: fallback.Policies, Message: fmt.Sprintf("serving the last good revision %s saved here until the configured folders load", snap.Revision)})})
 	e.reloadsFailed.Add(1)
 	return e, nil

@@ -42,9 +42,10 @@ type TestResult struct {
 
 // TestReport is the outcome of a test run.
 type TestReport struct {
-	Results  []TestResult `json:"results"`
-	Setup    []Problem    `json:"setup_problems,omitempty"`
-	Coverage *Coverage    `json:"coverage,omitempty"`
+	Results  []TestResult  `json:"results"`
+	Setup    []Problem     `json:"setup_problems,omitempty"`
+	Skipped  []SkippedFile `json:"skipped_files,omitempty"`
+	Coverage *Coverage     `json:"coverage,omitempty"`
 }
 
 // Coverage of the policy files (tests excluded) by the Rego tests.
@@ -85,7 +86,7 @@ func (r *TestReport) Problems() []Problem {
 // Rego tests and fixtures of opts.Tests against it.
 func RunTests(ctx context.Context, cfg Config, opts TestOptions) (*TestReport, error) {
 	cfg.Tests = ""
-	b, err := build(cfg)
+	b, err := build(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -100,9 +101,15 @@ func (s *Snapshot) runTests(ctx context.Context, b *built, opts TestOptions) (*T
 			return nil, fmt.Errorf("--run: %w", err)
 		}
 	}
-	suite, probs := b.loadSuite(opts.Tests)
+	r := newTreeReader(ctx, b.cfg)
+	suite, probs := b.loadSuite(r, opts.Tests)
 	s.testSrc = suite.files
-	rep := &TestReport{Setup: probs}
+	s.Skipped = append(s.Skipped, r.skipped...)
+	rep := &TestReport{Setup: probs, Skipped: r.skipped}
+	// The gate's fixtures run under the test timeout, not the request
+	// deadline of the Snapshot they judge.
+	gate := *s
+	gate.timeout = s.testTimeout
 	// Fixtures run beside the Rego tests: a reload is gated on both, and
 	// halving its latency is what makes an edit live within a second.
 	fixtureResults := make(chan []TestResult, 1)
@@ -112,7 +119,7 @@ func (s *Snapshot) runTests(ctx context.Context, b *built, opts TestOptions) (*T
 			if filter != nil && !filter.MatchString(fx.Decision+"/"+fx.Name) {
 				continue
 			}
-			out = append(out, s.RunFixture(ctx, fx))
+			out = append(out, gate.RunFixture(ctx, fx))
 		}
 		fixtureResults <- out
 	}()
@@ -132,10 +139,10 @@ type suite struct {
 	files    []sourceFile
 }
 
-func loadSuite(dir string) (*suite, []Problem) {
-	files, err := readTree(dir, ".rego", ".json")
-	if err != nil {
-		return &suite{}, []Problem{{File: dir, Message: err.Error()}}
+func loadSuite(r *treeReader, dir string) (*suite, []Problem) {
+	files, probs := r.read(dir, ".rego", ".json")
+	if len(probs) > 0 {
+		return &suite{}, probs
 	}
 	modules, data, probs := parsePolicies(files)
 	fixtures, p := parseFixtures(files)
@@ -165,7 +172,7 @@ func (s *Snapshot) runRego(ctx context.Context, b *built, st *suite, opts TestOp
 		SetStore(store).
 		SetModules(modules).
 		CapturePrintOutput(true).
-		SetTimeout(10 * time.Second).
+		SetTimeout(s.testTimeout).
 		Filter(opts.Run)
 	if opts.Coverage {
 		cov = cover.New()
@@ -338,9 +345,9 @@ func parseFixtures(files []sourceFile) ([]Fixture, []Problem) {
 
 // LoadFixtures reads the fixtures of a test folder.
 func LoadFixtures(dir string) ([]Fixture, error) {
-	files, err := readTree(dir, ".json")
-	if err != nil {
-		return nil, err
+	files, probs := newTreeReader(context.Background(), Config{}).read(dir, ".json")
+	if len(probs) > 0 {
+		return nil, &LoadError{Problems: probs}
 	}
 	fx, probs := parseFixtures(files)
 	if len(probs) > 0 {

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -670,11 +671,25 @@ func tamper(t *testing.T, raw []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := "/decisions/failure_disposition/data.json"
-	if _, ok := files[p]; !ok {
-		t.Fatalf("no %s to tamper with", p)
+	// The first data file of any decision gets one more member: a value
+	// edit no canonical hashing hides (no decision is named here).
+	var p string
+	for name := range files {
+		if ok, _ := path.Match("/decisions/*/data.json", name); ok && (p == "" || name < p) {
+			p = name
+		}
 	}
-	files[p] = bytes.Replace(files[p], []byte(`"max_attempts": 3`), []byte(`"max_attempts": 30`), 1)
+	if p == "" {
+		t.Fatal("no data file to tamper with")
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(files[p], &obj); err != nil {
+		t.Fatal(err)
+	}
+	obj["x-tampered"] = true
+	if files[p], err = json.Marshal(obj); err != nil {
+		t.Fatal(err)
+	}
 	return retar(t, files)
 }
 

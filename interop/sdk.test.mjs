@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { OPAClient } from "@open-policy-agent/opa";
+import { ClientError, ServerError, SDKError } from "@open-policy-agent/opa/sdk/models/errors";
 
 const url = process.env.ARBITER_URL;
 if (!url) throw new Error("ARBITER_URL is not set");
@@ -82,6 +83,53 @@ test("u64 counters: raw bytes forwarded as they are stay exact", async () => {
 test("a rejected input makes the SDK throw, so the caller refuses", async () => {
   await assert.rejects(opa.evaluate("decisions/bootstrap_restart/decision", { run: {} }));
   await assert.rejects(opa.evaluate("decisions/no_such_decision/decision", {}));
+});
+
+// OPA's error body on the Data API path ({code, message, errors}) is what the
+// SDK parses into its typed errors: a ClientError on a 400, a ServerError on
+// a 500, each with the contract's code, so that host preparation can tell a
+// bad input from a broken service.
+test("malformed input: a typed ClientError with code malformed_json", async () => {
+  let deep = {};
+  for (let i = 0; i < 1001; i++) deep = { d: deep }; // nesting over 1000: not strict JSON for Arbiter
+  await assert.rejects(opa.evaluate("decisions/failure_disposition/decision", deep), (err) => {
+    assert.ok(err instanceof ClientError, `got ${err?.constructor?.name}: ${err}`);
+    assert.equal(err.code, "malformed_json");
+    assert.equal(err.errors?.[0]?.code, "malformed_json");
+    assert.match(err.message, /nest/);
+    return true;
+  });
+});
+
+test("schema violations: a typed ClientError listing every violation", async () => {
+  await assert.rejects(opa.evaluate("decisions/bootstrap_restart/decision", { run: {} }), (err) => {
+    assert.ok(err instanceof ClientError, `got ${err?.constructor?.name}: ${err}`);
+    assert.equal(err.code, "input_schema_invalid");
+    assert.ok(err.errors.length >= 4, `only ${err.errors.length} violations`);
+    for (const e of err.errors) assert.equal(e.code, "input_schema_invalid");
+    assert.ok(err.errors.some((e) => e.message.startsWith("/run/runId: ")), JSON.stringify(err.errors));
+    return true;
+  });
+});
+
+test("policy errors: a typed ServerError with code policy_error", async () => {
+  // A server on the engine's quota test decision whose result breaks its schema.
+  const broken = new OPAClient(process.env.ARBITER_BROKEN_URL);
+  await assert.rejects(broken.evaluate("decisions/quota_check/decision", { tenant: "a", used: 1 }), (err) => {
+    assert.ok(err instanceof ServerError, `got ${err?.constructor?.name}: ${err}`);
+    assert.equal(err.code, "policy_error");
+    assert.equal(err.errors?.[0]?.code, "policy_error");
+    assert.match(err.data$.decisionId ?? "", /^[0-9a-f-]{36}$/);
+    return true;
+  });
+});
+
+test("an unknown decision is an error too (404: the SDK's generic SDKError)", async () => {
+  await assert.rejects(opa.evaluate("decisions/no_such_decision/decision", {}), (err) => {
+    assert.ok(err instanceof SDKError, `got ${err?.constructor?.name}: ${err}`);
+    assert.equal(err.httpMeta.response.status, 404);
+    return true;
+  });
 });
 
 // extractInputText returns the exact JSON text of a fixture's "input" member.

@@ -61,8 +61,7 @@ type Uploader struct {
 	cfg    Config
 	client rest.Client
 	log    *slog.Logger
-	mask   func([]byte) []byte
-	masked []string
+	mask func([]byte) ([]byte, []string)
 
 	queue chan decisionlog.Record
 	done  chan struct{}
@@ -125,9 +124,6 @@ func New(cfg Config) (*Uploader, error) {
 	if len(cfg.Mask) > 0 {
 		if u.mask, err = decisionlog.NewMaskFunc(cfg.Mask); err != nil {
 			return nil, err
-		}
-		for _, p := range cfg.Mask {
-			u.masked = append(u.masked, "/input"+p)
 		}
 	}
 	u.ctx, u.abort = context.WithCancel(context.Background())
@@ -338,8 +334,11 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 	}
 	if in := inputOf(rec); in != nil {
 		if u.mask != nil {
-			in = u.mask(in)
-			ev.Masked = u.masked
+			var masked []string
+			in, masked = u.mask(in)
+			for _, p := range masked {
+				ev.Masked = append(ev.Masked, "/input"+p)
+			}
 		}
 		var v any = json.RawMessage(in)
 		ev.Input = &v

@@ -60,13 +60,17 @@ func TestEventsAreOPAEvents(t *testing.T) {
 	refused.BodyBase64 = "bm90IGpzb24="
 	refused.Error = &decisionlog.RecordError{Code: "malformed_json", Message: "not JSON"}
 	u.Log(refused)
-	waitUntil(t, "three events", func() bool { return sink.Stats().Unique == 3 })
+	nothingMasked := record(4) // masked lists what was masked, not what could be
+	nothingMasked.Input = []byte(`{"n": 1}`)
+	u.Log(nothingMasked)
+	waitUntil(t, "four events", func() bool { return sink.Stats().Unique == 4 })
 	if got := encodings.Load().(string); got != "gzip application/json /logs" {
 		t.Fatalf("upload headers and path: %q", got)
 	}
 	want := map[string]string{
 		"id-00001": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00001","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":18446744073709551615,"secret":{"token":"**masked**"},"f":1.000E+3},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000001Z","metrics":{"timer_server_handler_ns":1234}}`,
 		"id-00002": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00002","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1e3,"secret":{"token":"**masked**"}},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000002Z","metrics":{"timer_server_handler_ns":1234}}`,
+		"id-00004": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00004","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1},"result":{"allow":false},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000004Z","metrics":{"timer_server_handler_ns":1234}}`,
 		"id-00003": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00003","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","error":{"code":"malformed_json","message":"not JSON"},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000003Z","metrics":{"timer_server_handler_ns":1234}}`,
 	}
 	for id, w := range want {

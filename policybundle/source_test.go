@@ -123,7 +123,8 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 	}{
 		{"failing its tests", failingBundle(t, "r2"), func(c Counts) uint64 { return c.GateFailed }},
 		{"tampered", rewrite(t, buildSigned(t, "r3", "a"), func(f map[string][]byte) {
-			f["decisions/failure_disposition/data.json"] = []byte(`{"max_attempts": 99}`)
+			p := firstFile(t, f, "decisions/*/data.json")
+			f[p] = withMember(t, f[p])
 		}), func(c Counts) uint64 { return c.DownloadFailed }},
 		{"unsigned", buildSigned(t, "r4", ""), func(c Counts) uint64 { return c.DownloadFailed }},
 	}

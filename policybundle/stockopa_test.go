@@ -49,7 +49,8 @@ func TestStockOPAServesTheBundle(t *testing.T) {
 
 	tampered := filepath.Join(dir, "tampered.tar.gz")
 	if err := os.WriteFile(tampered, rewrite(t, raw, func(files map[string][]byte) {
-		files["decisions/failure_disposition/data.json"] = bytes.Replace(files["decisions/failure_disposition/data.json"], []byte(`"max_attempts": 3`), []byte(`"max_attempts": 9`), 1)
+		p := firstFile(t, files, "decisions/*/data.json")
+		files[p] = withMember(t, files[p])
 	}), 0o644); err != nil {
 		t.Fatal(err)
 	}

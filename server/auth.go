@@ -120,12 +120,12 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			token, ok := bearer(r.Header.Get("Authorization"))
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
-				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "a bearer token is required"})
+				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "a bearer token is required"}, isDataAPI(r), "")
 				return
 			}
 			if caller, ok = s.auth.match(token); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="arbiter", error="invalid_token"`)
-				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "the bearer token is not valid"})
+				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "the bearer token is not valid"}, isDataAPI(r), "")
 				return
 			}
 		}

@@ -30,7 +30,7 @@ func TestStatusTable(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(string(tc.code), func(t *testing.T) {
 			w := httptest.NewRecorder()
-			writeError(w, &engine.Error{Code: tc.code, Message: "m", Violations: []engine.Violation{{Path: "/a", Message: "v"}}})
+			writeError(w, &engine.Error{Code: tc.code, Message: "m", Violations: []engine.Violation{{Path: "/a", Message: "v"}}}, false, "")
 			if w.Code != tc.status {
 				t.Errorf("status %d, want %d", w.Code, tc.status)
 			}
@@ -44,7 +44,7 @@ func TestStatusTable(t *testing.T) {
 
 func TestErrorWithoutViolations(t *testing.T) {
 	w := httptest.NewRecorder()
-	writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "m", Err: io.ErrUnexpectedEOF})
+	writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "m", Err: io.ErrUnexpectedEOF}, false, "")
 	if got := w.Body.String(); got != `{"error":{"code":"policy_error","message":"m"}}` {
 		t.Errorf("%s", got)
 	}

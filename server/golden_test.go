@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -56,6 +57,8 @@ func TestErrorDocumentsGolden(t *testing.T) {
 	badResult := quotaEdited(t, `{"allow": count(reasons) == 0,`, `{"allow": "yes",`, 0)
 	runaway := quotaEdited(t, "reasons := [",
 		"failures contains [3, \"runaway\"] if {\n\tinput.tenant == \"bomb\"\n\tcount({[i, j] | some i in numbers.range(1, 100000); some j in numbers.range(1, 100000)}) == 0\n}\n\nreasons := [", 50*time.Millisecond)
+	logFull := serveQuota(t, Config{DecisionLog: &refusingLog{}, RefuseUnlogged: true})
+	cut := serveQuota(t, Config{RequestTimeout: 100 * time.Millisecond})
 	tests := []struct {
 		code, method, path, body string
 		h                        *harness
@@ -70,6 +73,8 @@ func TestErrorDocumentsGolden(t *testing.T) {
 		{"method_not_allowed", "GET", plainPath, "", quota, nil},
 		{"body_too_large", "POST", plainPath, `{"tenant":"` + strings.Repeat("t", 100) + `","used":1}`, small, nil},
 		{"unsupported_media_type", "POST", plainPath, `{"tenant":"t","used":1}`, quota, []string{"Content-Type", "text/plain"}},
+		{"unsupported_media_type", "POST", dataPath, `{"input":{"tenant":"t","used":1}}`, quota, []string{"Content-Encoding", "gzip"}},
+		{"overloaded", "POST", plainPath, `{"tenant":"t","used":1}`, logFull, nil},
 		{"unauthorized", "POST", plainPath, `{"tenant":"t","used":1}`, authed, nil},
 		{"unauthorized", "POST", plainPath, `{"tenant":"t","used":1}`, authed, []string{"Authorization", "Bearer wrong"}},
 		{"not_ready", "POST", plainPath, `{"tenant":"t","used":1}`, notReady, nil},
@@ -86,6 +91,16 @@ func TestErrorDocumentsGolden(t *testing.T) {
 		seen[engine.Code(tc.code)] = true
 		goldenAnswer(&out, tc.code, tc.method, tc.path, r, "")
 	}
+	// A body that stops coming: the client closes its side mid-body.
+	conn := rawRequest(t, cut, plainPath, 100, `{"tenant":"t",`)
+	_ = conn.(*net.TCPConn).CloseWrite()
+	status, header, body := readResponse(t, conn)
+	r := response{status: status, header: header, body: body, path: plainPath}
+	if code := r.errorDoc(t).Code; code != CodeRequestTimeout {
+		t.Errorf("a cut-off body: code %s, want request_timeout", code)
+	}
+	seen[CodeRequestTimeout] = true
+	goldenAnswer(&out, string(CodeRequestTimeout), "POST", plainPath+" (body cut off)", r, "")
 	// Every code of the status table has its answer in the golden file.
 	for code := range statusOf {
 		if !seen[code] {

@@ -3,10 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -32,34 +35,56 @@ const DecisionIDHeader = "X-Arbiter-Decision-Id"
 // same validation and evaluation; only the response shape differs. OPA's
 // query parameters (pretty, metrics, provenance, ...) are accepted and
 // ignored; explain=true adds the explanation.
+//
+// One deadline (Config.RequestTimeout) covers the whole request from its
+// start: reading the body, decoding, validation and evaluation.
 func (s *server) decide(wrapped bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		name := chi.URLParam(r, "name")
+		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
+		ctx := r.Context()
+		if s.cfg.RequestTimeout > 0 {
+			deadline := q.start.Add(s.cfg.RequestTimeout)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+			_ = http.NewResponseController(w).SetReadDeadline(deadline)
+		}
+		// What can be answered without the body is answered before it is
+		// read: a request for a decision that does not exist costs nothing.
+		if err := s.precheck(r, q.name); err != nil {
+			s.fail(q, nil, err)
+			return
+		}
+		t := &ticket{a: s.adm}
+		defer t.release()
 		buf := getBuffer()
 		defer putBuffer(buf)
-
-		body, err := s.readBody(w, r, buf)
+		body, err := s.readBody(w, r, buf, t)
 		var d *engine.Decision
 		if err == nil {
 			explain, _ := strconv.ParseBool(r.URL.Query().Get("explain"))
-			d, err = s.safeDecide(r.Context(), name, body, engine.Options{Explain: explain, Wrapped: wrapped})
+			d, err = s.safeDecide(ctx, q.name, body, engine.Options{Explain: explain, Wrapped: wrapped})
 		}
-		elapsed := time.Since(start)
 		if err != nil {
-			s.fail(w, r, start, elapsed, name, body, engine.AsError(err))
+			s.fail(q, body, engine.AsError(err))
 			return
 		}
 
-		s.metrics.observeDecision(d, elapsed)
-		s.record(decisionlog.Record{
-			DecisionID: d.ID, Time: start.UTC(), Decision: d.Name, Revision: d.Revision,
+		elapsed := time.Since(q.start)
+		logged := s.record(decisionlog.Record{
+			DecisionID: d.ID, Time: q.start.UTC(), Decision: d.Name, Revision: d.Revision,
 			Path: r.URL.Path, Input: bytes.Clone(d.Input), Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		})
+		if !logged && s.cfg.RefuseUnlogged {
+			// No decision is answered without its record queued.
+			s.fail(q, nil, &engine.Error{Code: CodeOverloaded, Message: "the decision log cannot keep up; the decision was not answered"})
+			return
+		}
+		s.metrics.observeDecision(d, elapsed)
 		out, err := encodeDecision(d, wrapped)
 		if err != nil { // only the explanation is encoded by reflection
-			writeError(w, engine.AsError(err))
+			s.writeError(q, d.ID, engine.AsError(err))
 			return
 		}
 		w.Header().Set(DecisionIDHeader, d.ID)
@@ -67,49 +92,109 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 	}
 }
 
+// query is one decision request being answered.
+type query struct {
+	w       http.ResponseWriter
+	r       *http.Request
+	start   time.Time
+	name    string
+	wrapped bool
+}
+
+// precheck refuses what needs no body to refuse: a media type or encoding
+// the server does not read, a Content-Length over the limit, no policies
+// loaded, or a decision that does not exist.
+func (s *server) precheck(r *http.Request, name string) *engine.Error {
+	if err := checkMediaType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return &engine.Error{Code: engine.CodeUnsupportedMediaType, Message: "the request body must not be encoded (Content-Encoding " + ce + ")"}
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return s.tooLarge()
+	}
+	if s.eng.Snapshot() == nil {
+		return &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}
+	}
+	if !s.eng.Has(name) {
+		return &engine.Error{Code: engine.CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
+	}
+	return nil
+}
+
+func (s *server) tooLarge() *engine.Error {
+	return &engine.Error{Code: engine.CodeBodyTooLarge, Message: fmt.Sprintf("the request body exceeds %d bytes", s.cfg.MaxBodyBytes)}
+}
+
+// Failed requests log their body whole only when it is small; a larger one
+// is logged as its size, its sha256 and a prefix, so that a flood of large
+// garbage can neither fill the log nor pin memory in its queue.
+const (
+	maxLoggedBody   = 64 << 10
+	loggedPrefixLen = 1 << 10
+)
+
 // fail answers a decision request that has no decision: it is logged,
-// counted and answered with the error document.
-func (s *server) fail(w http.ResponseWriter, r *http.Request, start time.Time, elapsed time.Duration, name string, body []byte, e *engine.Error) {
+// counted and answered with the error document. body is what was read of
+// the request, nil when nothing was.
+func (s *server) fail(q *query, body []byte, e *engine.Error) {
+	elapsed := time.Since(q.start)
 	id := uuid.NewString()
 	rec := decisionlog.Record{
-		DecisionID: id, Time: start.UTC(), Decision: name, Path: r.URL.Path,
+		DecisionID: id, Time: q.start.UTC(), Decision: q.name, Path: q.r.URL.Path,
 		Error:      &decisionlog.RecordError{Code: string(e.Code), Message: e.Message},
-		DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
+		DurationNS: elapsed.Nanoseconds(), Caller: callerOf(q.r.Context()),
 	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		rec.Revision = snap.Revision
 	}
-	// What was received is kept for replay, except a body cut off at the
-	// size limit: it is not what the caller sent.
-	if e.Code != engine.CodeBodyTooLarge && len(body) > 0 {
-		if json.Valid(body) {
-			rec.Input = bytes.Clone(body)
-		} else {
-			rec.BodyBase64 = base64.StdEncoding.EncodeToString(body)
-		}
-	}
+	describeBody(&rec, body, e.Code)
 	s.record(rec)
-	s.metrics.observeError(name, e.Code, elapsed)
+	s.metrics.observeError(q.name, e.Code, elapsed)
 
 	level := slog.LevelDebug
 	if statusFor(e.Code) >= http.StatusInternalServerError {
 		level = slog.LevelWarn
 	}
-	if s.log.Enabled(r.Context(), level) {
-		attrs := []any{"decision_id", id, "decision", name, "code", e.Code, "message", e.Message}
+	if s.log.Enabled(q.r.Context(), level) {
+		attrs := []any{"decision_id", id, "decision", q.name, "code", e.Code, "message", e.Message}
 		if e.Err != nil {
 			attrs = append(attrs, "err", e.Err.Error())
 		}
-		s.log.Log(r.Context(), level, "decision request failed", attrs...)
+		s.log.Log(q.r.Context(), level, "decision request failed", attrs...)
 	}
-	w.Header().Set(DecisionIDHeader, id)
-	writeError(w, e)
+	s.writeError(q, id, e)
 }
 
-func (s *server) record(rec decisionlog.Record) {
-	if s.cfg.DecisionLog != nil {
-		s.cfg.DecisionLog.Log(rec)
+// describeBody puts what the log keeps of a failed request's body in rec.
+// A body that was not read whole (cut off, over a limit, refused by
+// admission) is not what the caller sent: only its size is kept.
+func describeBody(rec *decisionlog.Record, body []byte, code engine.Code) {
+	switch {
+	case len(body) == 0:
+	case code == engine.CodeBodyTooLarge || code == CodeRequestTimeout || code == CodeOverloaded:
+		rec.BodySize = int64(len(body))
+	case len(body) <= maxLoggedBody:
+		if json.Valid(body) {
+			rec.Input = bytes.Clone(body)
+		} else {
+			rec.BodyBase64 = base64.StdEncoding.EncodeToString(body)
+		}
+	default:
+		sum := sha256.Sum256(body)
+		rec.BodySize = int64(len(body))
+		rec.BodySHA256 = hex.EncodeToString(sum[:])
+		rec.BodyPrefix = base64.StdEncoding.EncodeToString(body[:loggedPrefixLen])
 	}
+}
+
+// record hands rec to the decision log and reports whether it was queued.
+func (s *server) record(rec decisionlog.Record) bool {
+	if s.cfg.DecisionLog == nil {
+		return true
+	}
+	return s.cfg.DecisionLog.Log(rec)
 }
 
 // safeDecide calls the engine and fails closed: a panic, a non-engine
@@ -133,32 +218,64 @@ func (s *server) safeDecide(ctx context.Context, name string, body []byte, opts 
 	return d, nil
 }
 
-// readBody checks the media type and size of a request and reads its body
-// once into buf.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) ([]byte, error) {
-	if err := checkMediaType(r.Header.Get("Content-Type")); err != nil {
-		return nil, err
-	}
+// readChunk is how much of a body is read, counted and admitted at a time.
+const readChunk = 64 << 10
+
+// readBody reads a request body once into buf, taking its bytes and JSON
+// values from the admission budgets as they arrive. It stops early at the
+// size limit (body_too_large), at the per-input value cap (body_too_large),
+// when a budget is spent (overloaded), and when the client is gone or the
+// read deadline passes (request_timeout). It returns what was read in every
+// case.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, t *ticket) ([]byte, error) {
 	limit := s.cfg.MaxBodyBytes
-	tooLarge := &engine.Error{Code: engine.CodeBodyTooLarge, Message: fmt.Sprintf("the request body exceeds %d bytes", limit)}
-	if r.ContentLength > limit {
-		return nil, tooLarge
-	}
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead) // ReadFrom wants MinRead spare to stop without growing
-	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return buf.Bytes(), tooLarge
+		if !t.takeBytes(r.ContentLength) {
+			return nil, s.overloaded()
 		}
-		return buf.Bytes(), &engine.Error{Code: engine.CodeMalformedJSON, Message: "reading the request body failed", Err: err}
+		buf.Grow(int(r.ContentLength))
 	}
-	return buf.Bytes(), nil
+	body := http.MaxBytesReader(w, r.Body, limit)
+	var vc valueCounter
+	for {
+		if buf.Available() < readChunk {
+			buf.Grow(readChunk)
+		}
+		n, err := body.Read(buf.AvailableBuffer()[:readChunk])
+		if n > 0 {
+			chunk := buf.AvailableBuffer()[:n]
+			buf.Write(chunk)
+			if int64(buf.Len()) > t.bytes && !t.takeBytes(int64(buf.Len())-t.bytes) {
+				return buf.Bytes(), s.overloaded()
+			}
+			before := vc.n
+			vc.write(chunk)
+			if vc.n > s.cfg.MaxInputValues {
+				return buf.Bytes(), &engine.Error{Code: engine.CodeBodyTooLarge, Message: fmt.Sprintf("the request body holds more than %d JSON values", s.cfg.MaxInputValues)}
+			}
+			if !t.takeValues(vc.n - before) {
+				return buf.Bytes(), s.overloaded()
+			}
+		}
+		switch {
+		case err == io.EOF:
+			return buf.Bytes(), nil
+		case err != nil:
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				return buf.Bytes(), s.tooLarge()
+			}
+			return buf.Bytes(), &engine.Error{Code: CodeRequestTimeout, Message: "the request body was not fully received (read deadline passed or client gone)", Err: err}
+		}
+	}
+}
+
+func (s *server) overloaded() *engine.Error {
+	return &engine.Error{Code: CodeOverloaded, Message: "too many bytes or JSON values in flight; retry later"}
 }
 
 // checkMediaType accepts application/json, with no charset or UTF-8 (the
 // only encoding the contract allows), and a missing Content-Type.
-func checkMediaType(ct string) error {
+func checkMediaType(ct string) *engine.Error {
 	if ct == "" {
 		return nil
 	}
@@ -253,20 +370,20 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// health answers 200 while the process runs. With ?bundles (OPA's
-// readiness check) it answers 200 only once a revision is loaded.
+// health answers 200 while the process runs (HEAD too). With ?bundles
+// (OPA's readiness check) it answers 200 only once a revision is loaded.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("bundles") && s.eng.Snapshot() == nil {
-		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"})
+		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
 		return
 	}
-	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`)) // net/http sends no body for HEAD
 }
 
 func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
 	snap := s.eng.Snapshot()
 	if snap == nil {
-		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"})
+		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}, false, "")
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
@@ -277,14 +394,19 @@ func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
 
 // statusDoc is the answer of GET /v1/status.
 type statusDoc struct {
-	Revision      string              `json:"policy_revision"`
-	LoadedAt      *time.Time          `json:"loaded_at,omitempty"`
-	Files         []string            `json:"files"`
-	Decisions     []string            `json:"decisions"`
-	LastReload    engine.ReloadStatus `json:"last_reload"`
-	Bundles       any                 `json:"bundles,omitempty"`
-	StartedAt     time.Time           `json:"started_at"`
-	UptimeSeconds float64             `json:"uptime_seconds"`
+	Revision   string               `json:"policy_revision"`
+	LoadedAt   *time.Time           `json:"loaded_at,omitempty"`
+	Files      []string             `json:"files"`
+	Skipped    []engine.SkippedFile `json:"skipped_files,omitempty"`
+	Decisions  []string             `json:"decisions"`
+	LastReload engine.ReloadStatus  `json:"last_reload"`
+	// Reload is "in progress" while a reload runs, "idle" otherwise; the
+	// status never waits for a reload.
+	Reload        string                 `json:"reload"`
+	ReloadRunning *engine.ReloadProgress `json:"reload_in_progress,omitempty"`
+	Bundles       any                    `json:"bundles,omitempty"`
+	StartedAt     time.Time              `json:"started_at"`
+	UptimeSeconds float64                `json:"uptime_seconds"`
 	// Compiled says which decisions run compiled, and why the others not.
 	Compiled []engine.CompiledInfo `json:"compiled"`
 }
@@ -293,8 +415,12 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	doc := statusDoc{
 		Files: []string{}, Decisions: []string{},
 		LastReload:    s.eng.LastReload(),
+		Reload:        "idle",
 		StartedAt:     s.started.UTC(),
 		UptimeSeconds: time.Since(s.started).Seconds(),
+	}
+	if p, ok := s.eng.ReloadInProgress(); ok {
+		doc.Reload, doc.ReloadRunning = "in progress", &p
 	}
 	if s.cfg.BundleStatus != nil {
 		doc.Bundles = s.cfg.BundleStatus()
@@ -305,6 +431,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		if snap.Files != nil {
 			doc.Files = snap.Files
 		}
+		doc.Skipped = snap.Skipped
 		if names := snap.Names(); names != nil {
 			doc.Decisions = names
 		}
@@ -317,7 +444,8 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 // candidate was activated: the request itself succeeded, and "ok": false
 // with "problems" is its answer (the previous Snapshot keeps serving). The
 // reload is not tied to the request's lifetime: a client that hangs up must
-// not turn a good candidate into a reported failure.
+// not turn a good candidate into a reported failure. A request that arrives
+// while a reload runs shares the next one (the engine coalesces them).
 func (s *server) reload(w http.ResponseWriter, r *http.Request) {
 	st := s.eng.Reload(context.WithoutCancel(r.Context()), "api")
 	if !st.OK {

@@ -317,7 +317,7 @@ func TestDecisionLog(t *testing.T) {
 		{name: "schema violation", path: plainPath, body: `{"tenant":"t"}`, input: `{"tenant":"t"}`, code: "input_schema_invalid", decision: "quota_check"},
 		{name: "duplicate key is kept as received", path: plainPath, body: `{"used":1,"used":2}`, input: `{"used":1,"used":2}`, code: "malformed_json", decision: "quota_check"},
 		{name: "not JSON is kept in base64", path: plainPath, body: "\xff{oops", base64: base64.StdEncoding.EncodeToString([]byte("\xff{oops")), code: "malformed_json", decision: "quota_check"},
-		{name: "unknown decision", path: "/v1/decisions/nope", body: `{}`, input: `{}`, code: "unknown_decision", decision: "nope"},
+		{name: "unknown decision: answered before the body is read", path: "/v1/decisions/nope", body: `{}`, code: "unknown_decision", decision: "nope"},
 		{name: "too large", path: plainPath, body: `{"tenant":"` + strings.Repeat("x", 2000) + `"}`, code: "body_too_large", decision: "quota_check"},
 	}
 	for _, tc := range tests {

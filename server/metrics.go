@@ -32,7 +32,7 @@ type nameSet struct {
 	names map[string]bool
 }
 
-func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config) *metrics {
+func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission) *metrics {
 	m := &metrics{
 		eng: eng,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -53,7 +53,15 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config) *metrics {
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"decision"}),
 	}
-	reg.MustRegister(m.decisions, m.reasons, m.rejected, m.duration, revisionCollector{eng})
+	reg.MustRegister(m.decisions, m.reasons, m.rejected, m.duration, revisionCollector{eng},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "arbiter_inflight_bytes",
+			Help: "Body bytes of the decision requests being read or decided (admission budget: --max-inflight-bytes).",
+		}, func() float64 { return float64(adm.bytes.used.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "arbiter_inflight_values",
+			Help: "JSON values of the decision requests being read or decided (admission budget: --max-inflight-values).",
+		}, func() float64 { return float64(adm.values.used.Load()) }))
 	if cfg.ReloadCounts != nil {
 		for _, result := range []string{"ok", "failed"} {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -75,7 +83,7 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config) *metrics {
 	if cfg.DroppedLogRecords != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "arbiter_decision_log_dropped_total",
-			Help: "Decision log records dropped because the log could not keep up.",
+			Help: "Decision log records not written: refused by a full queue or a closed log, failed writes, and records still queued when a stop ran out of time.",
 		}, func() float64 { return float64(cfg.DroppedLogRecords()) }))
 	}
 	return m

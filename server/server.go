@@ -22,29 +22,51 @@ import (
 type Engine interface {
 	Decide(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
 	Snapshot() *engine.Snapshot
+	Has(name string) bool // whether the active Snapshot serves name
 	Reload(ctx context.Context, trigger string) engine.ReloadStatus
 	LastReload() engine.ReloadStatus
+	ReloadInProgress() (engine.ReloadProgress, bool)
 }
 
 // DecisionLog receives one record per answered decision request: decisions
-// and errors on the decision endpoints alike. Log must not block for long
-// and must not keep rec's byte slices beyond what it owns (the server hands
-// over copies).
+// and errors on the decision endpoints alike. Log must not block for long,
+// reports whether it took the record, and owns rec's byte slices (the
+// server hands over copies).
 type DecisionLog interface {
-	Log(rec decisionlog.Record)
+	Log(rec decisionlog.Record) bool
 }
 
 // DefaultMaxBodyBytes is the request body limit when Config leaves it zero:
 // the Runner's own bound on runner-state.json.
 const DefaultMaxBodyBytes = 16 << 20
 
+// DefaultRequestTimeout bounds a whole decision request when Config leaves
+// RequestTimeout zero.
+const DefaultRequestTimeout = 30 * time.Second
+
 // Config is everything New needs; cmd fills it from flags and environment.
+// The zero value of each limit means its default.
 type Config struct {
-	MaxBodyBytes int64   // request body limit; 0 means DefaultMaxBodyBytes
-	Tokens       []Token // accepted bearer tokens; empty turns token auth off
-	Logger       *slog.Logger
-	DecisionLog  DecisionLog          // may be nil
-	Registry     *prometheus.Registry // metrics are registered here; nil means a fresh one
+	MaxBodyBytes int64 // request body limit; 0 means DefaultMaxBodyBytes
+	// MaxInputValues caps the JSON values of one body, counted as it is
+	// read (body_too_large past it); the engine enforces the same cap.
+	MaxInputValues int64
+	// MaxInflightBytes and MaxInflightValues are the admission budgets:
+	// the body bytes and JSON values of every request being read or
+	// decided. A request that would take either past its budget is
+	// answered overloaded (503, Retry-After).
+	MaxInflightBytes, MaxInflightValues int64
+	// RequestTimeout bounds a decision request from its start: reading the
+	// body, decoding, validation and evaluation.
+	RequestTimeout time.Duration
+	// RefuseUnlogged answers overloaded instead of a decision whose record
+	// the decision log refused (its queue is full); by default the decision
+	// is answered and the record counted as dropped.
+	RefuseUnlogged bool
+	Tokens         []Token // accepted bearer tokens; empty turns token auth off
+	Logger         *slog.Logger
+	DecisionLog    DecisionLog          // may be nil
+	Registry       *prometheus.Registry // metrics are registered here; nil means a fresh one
 	// ReloadCounts, when set, is exported as arbiter_reloads_total{result}.
 	ReloadCounts func() (ok, failed uint64)
 	// DroppedLogRecords, when set, is exported as arbiter_decision_log_dropped_total.
@@ -66,6 +88,7 @@ type server struct {
 	log     *slog.Logger
 	auth    *authenticator
 	metrics *metrics
+	adm     *admission
 	started time.Time
 }
 
@@ -75,6 +98,18 @@ type server struct {
 func New(cfg Config, eng Engine) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxInputValues <= 0 {
+		cfg.MaxInputValues = DefaultMaxInputValues
+	}
+	if cfg.MaxInflightBytes <= 0 {
+		cfg.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if cfg.MaxInflightValues <= 0 {
+		cfg.MaxInflightValues = DefaultMaxInflightValues
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -87,21 +122,23 @@ func New(cfg Config, eng Engine) http.Handler {
 		eng:     eng,
 		log:     cfg.Logger,
 		auth:    newAuthenticator(cfg.Tokens),
-		metrics: newMetrics(cfg.Registry, eng, cfg),
+		adm:     &admission{bytes: budget{max: cfg.MaxInflightBytes}, values: budget{max: cfg.MaxInflightValues}},
 		started: time.Now(),
 	}
+	s.metrics = newMetrics(cfg.Registry, eng, cfg, s.adm)
 
 	r := chi.NewRouter()
 	r.Use(s.recoverer)
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, &engine.Error{Code: CodeNotFound, Message: "no such route"})
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, &engine.Error{Code: CodeNotFound, Message: "no such route"}, isDataAPI(req), "")
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", strings.Join(allowedMethods(r, req), ", "))
-		writeError(w, &engine.Error{Code: CodeMethodNotAllowed, Message: "method " + req.Method + " is not allowed here"})
+		writeError(w, &engine.Error{Code: CodeMethodNotAllowed, Message: "method " + req.Method + " is not allowed here"}, isDataAPI(req), "")
 	})
 
 	r.Get("/health", s.health)
+	r.Head("/health", s.health)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Post("/v1/decisions/{name}", s.decide(false))
@@ -125,7 +162,7 @@ func allowedMethods(mux chi.Routes, r *http.Request) []string {
 		path = r.URL.Path
 	}
 	var out []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if mux.Match(chi.NewRouteContext(), m, path) {
 			out = append(out, m)
 		}
@@ -152,7 +189,7 @@ func (s *server) recoverer(next http.Handler) http.Handler {
 			if tw.wrote {
 				panic(http.ErrAbortHandler)
 			}
-			writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "internal error"})
+			writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "internal error"}, false, "")
 		}()
 		next.ServeHTTP(tw, r)
 	})

@@ -48,10 +48,11 @@ type fakeLog struct {
 	recs []decisionlog.Record
 }
 
-func (l *fakeLog) Log(rec decisionlog.Record) {
+func (l *fakeLog) Log(rec decisionlog.Record) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.recs = append(l.recs, rec)
+	return true
 }
 
 func (l *fakeLog) records() []decisionlog.Record {
@@ -91,12 +92,17 @@ type response struct {
 	status int
 	header http.Header
 	body   []byte
+	path   string
 }
 
 // errorDoc decodes the contract's error document, failing when the body is
-// anything else.
+// anything else. On OPA's Data API path the body is OPA's error with the
+// contract's document beside it, and the two must agree.
 func (r response) errorDoc(t *testing.T) engine.DocumentBody {
 	t.Helper()
+	if strings.HasPrefix(r.path, "/v1/data/") {
+		return r.opaErrorDoc(t)
+	}
 	var doc engine.Document
 	dec := json.NewDecoder(strings.NewReader(string(r.body)))
 	dec.DisallowUnknownFields()
@@ -104,6 +110,31 @@ func (r response) errorDoc(t *testing.T) engine.DocumentBody {
 		t.Fatalf("not an error document (%v): %s", err, r.body)
 	}
 	return doc.Error
+}
+
+// opaErrorDoc decodes OPA's error body of the Data API path and checks it
+// against the contract's document it carries.
+func (r response) opaErrorDoc(t *testing.T) engine.DocumentBody {
+	t.Helper()
+	var doc opaError
+	dec := json.NewDecoder(strings.NewReader(string(r.body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil || doc.Code == "" || len(doc.Errors) == 0 {
+		t.Fatalf("not OPA's error body (%v): %s", err, r.body)
+	}
+	e := doc.Error
+	if doc.Code != e.Code || doc.Message != e.Message || doc.DecisionID != r.header.Get(DecisionIDHeader) && r.header.Get(DecisionIDHeader) != "" {
+		t.Errorf("OPA's fields disagree with the error document: %s", r.body)
+	}
+	if len(e.Violations) > 0 && len(doc.Errors) != len(e.Violations) {
+		t.Errorf("%d OPA errors for %d violations: %s", len(doc.Errors), len(e.Violations), r.body)
+	}
+	for i, item := range doc.Errors {
+		if item.Code != e.Code || len(e.Violations) > 0 && !strings.HasSuffix(item.Message, ": "+e.Violations[i].Message) {
+			t.Errorf("OPA error %d %+v does not match the violation: %s", i, item, r.body)
+		}
+	}
+	return e
 }
 
 func (h *harness) do(t *testing.T, method, path, body string, header ...string) response {
@@ -140,7 +171,7 @@ func (h *harness) send(t *testing.T, req *http.Request) response {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return response{status: resp.StatusCode, header: resp.Header, body: b, path: req.URL.Path}
 }
 
 func TestRoutes(t *testing.T) {
@@ -165,7 +196,8 @@ func TestRoutes(t *testing.T) {
 		{name: "unknown decision on data api", method: "POST", path: "/v1/data/decisions/nope/decision", body: `{"input":{}}`, status: 404, code: engine.CodeUnknownDecision},
 		{name: "GET a decision", method: "GET", path: "/v1/decisions/quota_check", status: 405, code: CodeMethodNotAllowed, allow: "POST"},
 		{name: "PUT on data api", method: "PUT", path: "/v1/data/decisions/quota_check/decision", body: `{}`, status: 405, code: CodeMethodNotAllowed, allow: "POST"},
-		{name: "POST health", method: "POST", path: "/health", body: `{}`, status: 405, code: CodeMethodNotAllowed, allow: "GET"},
+		{name: "POST health", method: "POST", path: "/health", body: `{}`, status: 405, code: CodeMethodNotAllowed, allow: "GET, HEAD"},
+		{name: "HEAD health", method: "HEAD", path: "/health", status: 200},
 		{name: "GET reload", method: "GET", path: "/v1/reload", status: 405, code: CodeMethodNotAllowed, allow: "POST"},
 		{name: "DELETE decisions", method: "DELETE", path: "/v1/decisions", status: 405, code: CodeMethodNotAllowed, allow: "GET"},
 	}
@@ -179,7 +211,7 @@ func TestRoutes(t *testing.T) {
 				t.Errorf("Content-Type %q", ct)
 			}
 			if tc.code == "" {
-				if !json.Valid(r.body) && tc.path != "/metrics" {
+				if !json.Valid(r.body) && tc.path != "/metrics" && tc.method != "HEAD" {
 					t.Errorf("invalid JSON: %s", r.body)
 				}
 				return
@@ -334,6 +366,10 @@ func (f *fakeEngine) Decide(context.Context, string, []byte, engine.Options) (*e
 	return f.decide()
 }
 func (f *fakeEngine) Snapshot() *engine.Snapshot { return f.snap }
+func (f *fakeEngine) Has(string) bool            { return f.snap != nil }
+func (f *fakeEngine) ReloadInProgress() (engine.ReloadProgress, bool) {
+	return engine.ReloadProgress{}, false
+}
 func (f *fakeEngine) Reload(context.Context, string) engine.ReloadStatus {
 	return engine.ReloadStatus{}
 }

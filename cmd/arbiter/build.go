@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,8 +14,7 @@ import (
 // everything a revision needs (policies, data, schemas, the gate's tests and
 // fixtures), after running that gate on the packed files themselves.
 func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("build", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCommand("build", "[--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG]] [flags]")
 	var f folders
 	f.register(fs, true)
 	var o policybundle.BuildOptions
@@ -27,8 +25,8 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.SigningKeyID, "signing-key-id", "", "kid header of the signature (default: none; replicas use --bundle-verification-key-id)")
 	fs.StringVar(&o.ClaimsFile, "claims-file", "", "extra JWT claims, as opa sign --claims-file")
 	fs.BoolVar(&o.SkipGate, "no-gate", false, "pack files that fail their own tests (only to test that a fleet refuses them)")
-	if err := fs.Parse(args); err != nil {
-		return exitError
+	if done, code := fs.parse(args, stdout, stderr, exitError); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "arbiter build: unexpected arguments %q\n", fs.Args())

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
@@ -10,11 +9,14 @@ import (
 )
 
 func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("check", "[--policies DIR] [--schemas DIR] [--tests DIR]")
 	var f folders
-	f.register(fs, true)
-	if err := fs.Parse(args); err != nil {
+	f.register(c, true)
+	if done, code := c.parse(args, stdout, stderr, exitError); done {
+		return code
+	}
+	if c.NArg() > 0 {
+		fmt.Fprintf(stderr, "arbiter check: %v\n", orArgs(nil, c.Args()))
 		return exitError
 	}
 	probs := engine.Check(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas}, f.tests)

@@ -3,47 +3,115 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/server"
 )
 
-func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var f folders
-	f.register(fs, false)
-	name := fs.String("decision", "", "decision to evaluate (required)")
-	input := fs.String("input", "", "input document file, or - for stdin (required)")
-	explain := fs.Bool("explain", false, "add each reason rule's outcome, title and description")
-	if err := fs.Parse(args); err != nil {
-		return exitError
+// inputFlags are the flags of the commands that decide one input.
+type inputFlags struct {
+	folders
+	decision       string
+	input          string
+	maxBodyBytes   int64
+	maxInputValues int
+}
+
+func (f *inputFlags) register(c *command) {
+	f.folders.register(c, false)
+	c.StringVar(&f.decision, "decision", "", "decision to evaluate (required)")
+	c.StringVar(&f.input, "input", "", "input document file, or - for stdin (required)")
+	c.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest input read, as the server's limit: more is body_too_large")
+	c.IntVar(&f.maxInputValues, "max-input-values", server.DefaultMaxInputValues, "most JSON values in one input (body_too_large past it), as the server's limit")
+	c.fromEnv("max-body-bytes", "max-input-values")
+}
+
+func (f *inputFlags) check() error {
+	switch {
+	case f.decision == "" || f.input == "":
+		return fmt.Errorf("--decision and --input are required")
+	case f.maxBodyBytes <= 0:
+		return fmt.Errorf("--max-body-bytes must be positive")
+	case f.maxInputValues < 0:
+		return fmt.Errorf("--max-input-values must not be negative")
 	}
-	if *name == "" || *input == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "arbiter eval: --decision and --input are required")
-		return exitError
+	return nil
+}
+
+func (f *inputFlags) config() engine.Config {
+	return engine.Config{Policies: f.policies, Schemas: f.schemas, MaxInputValues: f.maxInputValues}
+}
+
+// read reads the input: at most --max-body-bytes of it, so that a file that
+// never ends (/dev/zero, a pipe) costs a bounded amount of memory.
+func (f *inputFlags) read(stdin io.Reader) ([]byte, error) {
+	var r io.Reader = stdin
+	if f.input != "-" {
+		fh, err := os.Open(f.input)
+		if err != nil {
+			return nil, err
+		}
+		defer fh.Close()
+		r = fh
 	}
-	body, err := readInput(*input, stdin)
+	body, err := io.ReadAll(io.LimitReader(r, f.maxBodyBytes+1))
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter eval: reading input: %v\n", err)
+		return nil, err
+	}
+	if int64(len(body)) > f.maxBodyBytes {
+		return nil, &engine.Error{Code: engine.CodeBodyTooLarge, Message: fmt.Sprintf("the input exceeds %d bytes (--max-body-bytes)", f.maxBodyBytes)}
+	}
+	return body, nil
+}
+
+// readOrReport reads the input; on failure it reports it and returns the
+// exit code: 2 with the error document for an input over the limit, as for
+// any refused input, 1 when it cannot be read.
+func (f *inputFlags) readOrReport(name string, stdin io.Reader, stdout, stderr io.Writer) ([]byte, int, bool) {
+	body, err := f.read(stdin)
+	if e, ok := err.(*engine.Error); ok {
+		writeJSON(stdout, e.Document())
+		return nil, exitInput, false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter %s: reading input: %v\n", name, err)
+		return nil, exitError, false
+	}
+	return body, 0, true
+}
+
+func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newCommand("eval", "--decision NAME --input FILE|- [flags]")
+	var f inputFlags
+	f.register(c)
+	explain := c.Bool("explain", false, "add each reason rule's outcome, title and description")
+	if done, code := c.parse(args, stdout, stderr, exitError); done {
+		return code
+	}
+	if err := f.check(); err != nil || c.NArg() > 0 {
+		fmt.Fprintf(stderr, "arbiter eval: %v\n", orArgs(err, c.Args()))
 		return exitError
 	}
-	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
+	body, code, ok := f.readOrReport("eval", stdin, stdout, stderr)
+	if !ok {
+		return code
+	}
+	snap, err := engine.Load(ctx, f.config())
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter eval: %v\n", err)
 		return exitError
 	}
-	d, err := snap.Decide(ctx, *name, body, engine.Options{Explain: *explain})
+	d, err := snap.Decide(ctx, f.decision, body, engine.Options{Explain: *explain})
 	if err != nil {
 		e := engine.AsError(err)
 		writeJSON(stdout, e.Document())
 		if e.Err != nil {
 			fmt.Fprintf(stderr, "arbiter eval: %v\n", e.Err)
 		}
-		if e.Code == engine.CodeMalformedJSON || e.Code == engine.CodeInputSchemaInvalid {
+		if inputRefused(e.Code) {
 			return exitInput
 		}
 		return exitError
@@ -52,12 +120,17 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return exitOK
 }
 
-// readInput reads an input document from a file, or from stdin for "-".
-func readInput(path string, stdin io.Reader) ([]byte, error) {
-	if path == "-" {
-		return io.ReadAll(stdin)
+// inputRefused reports whether code refuses the input itself (exit 2).
+func inputRefused(code engine.Code) bool {
+	return code == engine.CodeMalformedJSON || code == engine.CodeInputSchemaInvalid || code == engine.CodeBodyTooLarge
+}
+
+// orArgs is err, or the complaint about stray arguments.
+func orArgs(err error, args []string) error {
+	if err != nil {
+		return err
 	}
-	return os.ReadFile(path)
+	return fmt.Errorf("unexpected arguments %q", args)
 }
 
 func writeJSON(w io.Writer, v any) {

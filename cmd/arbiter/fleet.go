@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -39,22 +38,25 @@ type fleetConfig struct {
 	uploadDeadline time.Duration
 }
 
-func (f *fleetConfig) register(fs *flag.FlagSet) {
+func (f *fleetConfig) register(fs *command) {
 	host, _ := os.Hostname()
-	fs.StringVar(&f.bundleURL, "bundle-url", envOr("ARBITER_BUNDLE_URL", ""), "serve the revision of this OPA bundle instead of the folders: http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG")
-	fs.StringVar(&f.bundleName, "bundle-name", envOr("ARBITER_BUNDLE_NAME", policybundle.DefaultName), "the bundle's name in status, metrics and decision logs")
-	fs.StringVar(&f.keyFile, "bundle-verification-key-file", envOr("ARBITER_BUNDLE_VERIFICATION_KEY_FILE", ""), "PEM public key (or HMAC secret) bundles must be signed with; unsigned or tampered bundles are then refused")
-	fs.StringVar(&f.keyID, "bundle-verification-key-id", envOr("ARBITER_BUNDLE_VERIFICATION_KEY_ID", "default"), "id of the verification key (a signature's kid must name it)")
-	fs.StringVar(&f.keyAlg, "bundle-verification-key-alg", envOr("ARBITER_BUNDLE_VERIFICATION_KEY_ALG", "RS256"), "signature algorithm of the verification key")
-	fs.DurationVar(&f.pollMin, "bundle-poll-min-delay", envDuration("ARBITER_BUNDLE_POLL_MIN_DELAY", 10*time.Second), "shortest wait between two bundle polls (whole seconds)")
-	fs.DurationVar(&f.pollMax, "bundle-poll-max-delay", envDuration("ARBITER_BUNDLE_POLL_MAX_DELAY", 20*time.Second), "longest wait between two bundle polls, and the cap of the retry backoff")
-	fs.DurationVar(&f.longPoll, "bundle-long-poll-timeout", envDuration("ARBITER_BUNDLE_LONG_POLL_TIMEOUT", 0), "ask an OPA-style bundle server to hold each poll this long (0: plain polling)")
-	fs.StringVar(&f.logService, "decision-log-service", envOr("ARBITER_DECISION_LOG_SERVICE", ""), "upload decisions as OPA EventV1 gzip batches to this service (POST URL/logs)")
-	fs.Int64Var(&f.logMaxEvents, "decision-log-upload-max-events", envInt("ARBITER_DECISION_LOG_UPLOAD_MAX_EVENTS", 10000), "events that may wait for upload; more are dropped and counted")
-	fs.DurationVar(&f.logInterval, "decision-log-upload-interval", envDuration("ARBITER_DECISION_LOG_UPLOAD_INTERVAL", time.Second), "time between uploads while events trickle in")
-	fs.DurationVar(&f.logRetryMax, "decision-log-upload-max-retry-delay", envDuration("ARBITER_DECISION_LOG_UPLOAD_MAX_RETRY_DELAY", 10*time.Second), "cap of the backoff between retries of a failed upload")
-	fs.DurationVar(&f.uploadDeadline, "decision-log-upload-shutdown-timeout", envDuration("ARBITER_DECISION_LOG_UPLOAD_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a stopping replica keeps trying to upload what is queued")
-	fs.StringVar(&f.replicaID, "replica-id", envOr("ARBITER_REPLICA_ID", host), "this replica's id: the id label of its uploaded decisions")
+	fs.StringVar(&f.bundleURL, "bundle-url", "", "serve the revision of this OPA bundle instead of the folders: http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG")
+	fs.StringVar(&f.bundleName, "bundle-name", policybundle.DefaultName, "the bundle's name in status, metrics and decision logs")
+	fs.StringVar(&f.keyFile, "bundle-verification-key-file", "", "PEM public key (or HMAC secret) bundles must be signed with; unsigned or tampered bundles are then refused")
+	fs.StringVar(&f.keyID, "bundle-verification-key-id", "default", "id of the verification key (a signature's kid must name it)")
+	fs.StringVar(&f.keyAlg, "bundle-verification-key-alg", "RS256", "signature algorithm of the verification key")
+	fs.DurationVar(&f.pollMin, "bundle-poll-min-delay", 10*time.Second, "shortest wait between two bundle polls (whole seconds)")
+	fs.DurationVar(&f.pollMax, "bundle-poll-max-delay", 20*time.Second, "longest wait between two bundle polls, and the cap of the retry backoff")
+	fs.DurationVar(&f.longPoll, "bundle-long-poll-timeout", 0, "ask an OPA-style bundle server to hold each poll this long (0: plain polling)")
+	fs.StringVar(&f.logService, "decision-log-service", "", "upload decisions as OPA EventV1 gzip batches to this service (POST URL/logs)")
+	fs.Int64Var(&f.logMaxEvents, "decision-log-upload-max-events", 10000, "events that may wait for upload; more are dropped and counted")
+	fs.DurationVar(&f.logInterval, "decision-log-upload-interval", time.Second, "time between uploads while events trickle in")
+	fs.DurationVar(&f.logRetryMax, "decision-log-upload-max-retry-delay", 10*time.Second, "cap of the backoff between retries of a failed upload")
+	fs.DurationVar(&f.uploadDeadline, "decision-log-upload-shutdown-timeout", 10*time.Second, "how long a stopping replica keeps trying to upload what is queued")
+	fs.StringVar(&f.replicaID, "replica-id", host, "this replica's id: the id label of its uploaded decisions")
+	fs.fromEnv("bundle-url", "bundle-name", "bundle-verification-key-file", "bundle-verification-key-id", "bundle-verification-key-alg",
+		"bundle-poll-min-delay", "bundle-poll-max-delay", "bundle-long-poll-timeout", "decision-log-service", "decision-log-upload-max-events",
+		"decision-log-upload-interval", "decision-log-upload-max-retry-delay", "decision-log-upload-shutdown-timeout", "replica-id")
 }
 
 func (f *fleetConfig) validate() error {
@@ -123,18 +125,30 @@ func (f *fleet) decisionLog(local server.DecisionLog) server.DecisionLog {
 	case f.upload == nil:
 		return local
 	case local == nil:
-		return f.upload
+		return uploadLog{f.upload}
 	default:
 		return teeLog{local, f.upload}
 	}
 }
 
-type teeLog []server.DecisionLog
+// teeLog writes to the local log and the upload; whether the record was
+// taken is the local log's answer (the upload counts its own drops).
+type teeLog struct {
+	local  server.DecisionLog
+	upload *logship.Uploader
+}
 
-func (t teeLog) Log(rec decisionlog.Record) {
-	for _, l := range t {
-		l.Log(rec)
-	}
+func (t teeLog) Log(rec decisionlog.Record) bool {
+	t.upload.Log(rec)
+	return t.local.Log(rec)
+}
+
+// uploadLog is the upload alone as the server's decision log.
+type uploadLog struct{ upload *logship.Uploader }
+
+func (u uploadLog) Log(rec decisionlog.Record) bool {
+	u.upload.Log(rec)
+	return true
 }
 
 // register adds the bundle and upload metrics to reg.

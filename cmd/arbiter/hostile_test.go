@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
@@ -95,10 +96,11 @@ func decideFixture(t *testing.T, client *http.Client, url string, fx engine.Fixt
 
 // TestTrickledBodyIsCutOff sends a request body one byte every 100 ms over
 // a raw connection: the server's read timeout (2 s here) must cut it off,
-// without a decision, while the server keeps answering other requests.
+// without a decision and with request_timeout (408), logged without its
+// partial body, while the server keeps answering other requests.
 func TestTrickledBodyIsCutOff(t *testing.T) {
 	const readTimeout = 2 * time.Second
-	args, _ := quickArgs(t)
+	args, logPath := quickArgs(t)
 	srv := startServer(t, append(args, "--read-timeout", readTimeout.String())...)
 	fx := decidedFixture(t)
 	body := fx.RequestBody()
@@ -112,14 +114,22 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 	fmt.Fprintf(conn, "POST /v1/decisions/"+fx.Decision+" HTTP/1.1\r\nHost: arbiter\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
 
 	var sent atomic.Int64
+	var answered atomic.Int64 // other answers while the trickled request was open
+	var cutOff atomic.Bool
+	otherAnswered := make(chan struct{}) // closed at the first other answer
 	writerDone := make(chan error, 1)
 	go func() {
-		for _, c := range body {
+		for i, c := range body {
 			if _, err := conn.Write([]byte{c}); err != nil {
 				writerDone <- err
 				return
 			}
 			sent.Add(1)
+			if i == 0 {
+				// The trickled request is open: it goes on only once
+				// another caller has been answered meanwhile.
+				<-otherAnswered
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		writerDone <- nil
@@ -127,7 +137,6 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 
 	// Meanwhile, other callers are answered as usual.
 	readerDone := make(chan struct{})
-	var answered atomic.Int64
 	otherDone := make(chan struct{})
 	go func() {
 		defer close(otherDone)
@@ -143,7 +152,12 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 				t.Errorf("another caller during the trickle: %v %d %s %s", err, a.status, a.body, wrong)
 				return
 			}
-			answered.Add(1)
+			if cutOff.Load() {
+				continue
+			}
+			if answered.Add(1) == 1 {
+				close(otherAnswered)
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
@@ -152,6 +166,7 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 	// closes, or just closes: in no case does it decide.
 	_ = conn.SetReadDeadline(time.Now().Add(readTimeout + 8*time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	cutOff.Store(true)
 	cut := time.Since(start)
 	close(readerDone)
 	<-otherDone
@@ -163,7 +178,7 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 			t.Fatalf("the trickled request was decided: %s", b)
 		}
 		var doc engine.Document
-		if json.Unmarshal(b, &doc) != nil || doc.Error.Code != engine.CodeMalformedJSON || resp.StatusCode != http.StatusBadRequest {
+		if json.Unmarshal(b, &doc) != nil || doc.Error.Code != "request_timeout" || resp.StatusCode != http.StatusRequestTimeout {
 			t.Errorf("answer to the trickled request: %d %s", resp.StatusCode, b)
 		}
 		// After an answer to an unread body the server closes the connection.
@@ -179,14 +194,24 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 	if n := sent.Load(); n >= int64(len(body)) {
 		t.Errorf("the whole body (%d bytes) went through", n)
 	}
-	if answered.Load() < 3 {
-		t.Errorf("only %d other decisions answered during the trickle", answered.Load())
+	if answered.Load() < 1 {
+		t.Errorf("no other decision was answered while the trickled request was open")
 	}
 	t.Logf("cut off after %s and %d of %d bytes; %d other decisions meanwhile (%v)", cut.Round(time.Millisecond), sent.Load(), len(body), answered.Load(), err)
 
 	// Still serving afterwards.
 	if a := decideFixture(t, &http.Client{Timeout: 5 * time.Second}, srv.url, fx); a.status != http.StatusOK {
 		t.Fatalf("after the trickle: %d %s", a.status, a.body)
+	}
+	srv.stop(t)
+	var cutRecs []decisionlog.Record
+	for _, rec := range readDecisionLog(t, logPath) {
+		if rec.Error != nil {
+			cutRecs = append(cutRecs, rec)
+		}
+	}
+	if len(cutRecs) != 1 || cutRecs[0].Error.Code != "request_timeout" || cutRecs[0].Input != nil || cutRecs[0].BodyBase64 != "" || cutRecs[0].BodySize <= 0 || cutRecs[0].BodySize >= int64(len(body)) {
+		t.Errorf("records of the cut-off request: %+v, want one request_timeout with the size received and no body", cutRecs)
 	}
 }
 

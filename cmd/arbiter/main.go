@@ -17,26 +17,29 @@ Usage:
                   [--decision-log PATH|-] [--max-body-bytes N] [--eval-timeout D]
                   [--auth-token-file F] [--tls-cert-file F --tls-key-file F [--tls-client-ca-file F]]
                   [--insecure-listen]   (see arbiter serve -h for every flag)
-  arbiter eval    --decision NAME --input FILE|- [--explain] [--policies DIR] [--schemas DIR]
+  arbiter eval    --decision NAME --input FILE|- [--explain] [--max-body-bytes N] [--policies DIR] [--schemas DIR]
   arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v]
   arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG]]
                   [--policies DIR] [--schemas DIR] [--tests DIR]   (an OPA bundle of one revision)
-  arbiter replay  --log FILE [--policies DIR] [--schemas DIR] [--format text|json]
-  arbiter bench   --decision NAME --input FILE|- [--duration D] [--format text|json]
+  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] [--policies DIR] [--schemas DIR] [--format text|json]
+  arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--format text|json]
   arbiter version
 
-Folders default to the policies/, schemas/ and policy_test/ of the repository
-that contains the working directory (ARBITER_POLICIES, ARBITER_SCHEMAS and
-ARBITER_TESTS override them).
+Every command takes -h. Folders default to the policies/, schemas/ and
+policy_test/ of the working directory, or of the root of its git repository
+(ARBITER_POLICIES, ARBITER_SCHEMAS and ARBITER_TESTS override them).
 `
 
-// Exit codes of every command.
+// Exit codes. Each command documents which it uses.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitInput = 2 // eval: malformed input or schema violation
+	exitOK          = 0
+	exitError       = 1
+	exitInput       = 2   // eval, bench: the input was refused; replay: bad arguments or log
+	exitSkipped     = 3   // replay: nothing changed, but records or lines were skipped
+	exitUnlogged    = 3   // serve: stopped, but decision records were not written
+	exitInterrupted = 130 // SIGINT or SIGTERM stopped a command other than serve
 )
 
 func main() {
@@ -52,21 +55,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitError
 	}
 	cmd, rest := args[0], args[1:]
+	var fn func() int
 	switch cmd {
 	case "serve":
+		// serve stops itself on a signal: it finishes the requests in
+		// flight and drains the decision log first.
 		return cmdServe(ctx, rest, stdout, stderr)
 	case "eval":
-		return cmdEval(ctx, rest, stdin, stdout, stderr)
+		fn = func() int { return cmdEval(ctx, rest, stdin, stdout, stderr) }
 	case "bench":
-		return cmdBench(ctx, rest, stdin, stdout, stderr)
+		fn = func() int { return cmdBench(ctx, rest, stdin, stdout, stderr) }
 	case "check":
-		return cmdCheck(ctx, rest, stdout, stderr)
+		fn = func() int { return cmdCheck(ctx, rest, stdout, stderr) }
 	case "test":
-		return cmdTest(ctx, rest, stdout, stderr)
+		fn = func() int { return cmdTest(ctx, rest, stdout, stderr) }
 	case "replay":
-		return cmdReplay(ctx, rest, stdout, stderr)
+		fn = func() int { return cmdReplay(ctx, rest, stdout, stderr) }
 	case "build":
-		return cmdBuild(ctx, rest, stdout, stderr)
+		fn = func() int { return cmdBuild(ctx, rest, stdout, stderr) }
 	case "version", "--version":
 		return cmdVersion(stdout)
 	case "help", "-h", "--help":
@@ -75,5 +81,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	default:
 		fmt.Fprintf(stderr, "arbiter: unknown command %q\n\n%s", cmd, usage)
 		return exitError
+	}
+	// The other commands hold nothing that needs a clean stop, and may be
+	// blocked in a read that never ends (a FIFO, a terminal): a signal
+	// stops them at once, whatever they are doing.
+	done := make(chan int, 1)
+	go func() { done <- fn() }()
+	select {
+	case code := <-done:
+		return code
+	case <-ctx.Done():
+		fmt.Fprintf(stderr, "arbiter %s: interrupted\n", cmd)
+		return exitInterrupted
 	}
 }

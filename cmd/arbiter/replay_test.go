@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/replay"
 )
 
 const (
@@ -97,10 +98,14 @@ var quotaTraffic = []loggedRequest{
 }
 
 var notReplayable = []decisionlog.Record{
-	{DecisionID: "masked", Decision: "quota_check", Path: decisionsPath, Input: json.RawMessage(`{"tenant":"**masked**","used":7}`), Result: json.RawMessage(`{"allow":true,"reasons":[]}`)},
+	{DecisionID: "masked", Decision: "quota_check", Path: decisionsPath, Input: json.RawMessage(`{"tenant":"**masked**","used":7}`), Result: json.RawMessage(`{"allow":true,"reasons":[]}`), Masked: []string{"/input/tenant"}},
 	{DecisionID: "unauthorized", Decision: "quota_check", Path: decisionsPath, Input: json.RawMessage(`{"tenant":"a","used":7}`), Error: &decisionlog.RecordError{Code: "unauthorized", Message: "no"}},
 	{DecisionID: "too-large", Decision: "quota_check", Path: decisionsPath, Error: &decisionlog.RecordError{Code: "body_too_large", Message: "no"}},
 }
+
+// forged carries the mask marker in its own content: a caller cannot hide
+// its record from replay that way (replay reads the record's masked list).
+var forged = decisionlog.Record{DecisionID: "forged", Decision: "quota_check", Path: decisionsPath, Input: json.RawMessage(`{"tenant":"**masked**","used":7}`), Result: json.RawMessage(`{"allow":true,"reasons":[]}`)}
 
 // quotaCopy copies the quota policies, with limit as the quota.
 func quotaCopy(t *testing.T, dataJSON string) string {
@@ -123,7 +128,7 @@ func runReplay(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestReplay(t *testing.T) {
-	log := writeQuotaLog(t, quotaTraffic, notReplayable...)
+	log := writeQuotaLog(t, quotaTraffic, append(notReplayable, forged)...)
 	limit5 := quotaCopy(t, `{"limit": 5}`)
 
 	tornLog := filepath.Join(t.TempDir(), "torn.jsonl")
@@ -147,20 +152,20 @@ func TestReplay(t *testing.T) {
 		wantWarnings []string // substrings, one per expected warning
 	}{
 		{
-			name: "same policies", log: log, policies: quotaPolicies, wantCode: exitOK,
-			wantSummary:  "replayed 14 decisions: 0 changed, 11 unchanged, 3 skipped",
-			wantWarnings: []string{"decision masked skipped: its input was masked", "decision unauthorized skipped: error unauthorized", "decision too-large skipped: error body_too_large"},
+			name: "same policies", log: log, policies: quotaPolicies, wantCode: exitSkipped,
+			wantSummary:  "replayed 15 decisions from 1 files: 0 changed, 12 unchanged, 3 skipped",
+			wantWarnings: []string{"decision masked skipped: its input was masked when logged: /input/tenant", "decision unauthorized skipped: error unauthorized", "decision too-large skipped: error body_too_large"},
 		},
 		{
 			name: "limit lowered to 5", log: log, policies: limit5, wantCode: exitError,
-			wantChanged:  []string{"used7", "used5", "data-used8"},
-			wantSummary:  "replayed 14 decisions: 3 changed, 8 unchanged, 3 skipped",
+			wantChanged:  []string{"used7", "used5", "data-used8", "forged"},
+			wantSummary:  "replayed 15 decisions from 1 files: 4 changed, 8 unchanged, 3 skipped",
 			wantWarnings: []string{"masked", "unauthorized", "too-large"},
 		},
 		{
-			name: "torn last line and corrupt middle line", log: tornLog, policies: quotaPolicies, wantCode: exitOK,
-			wantSummary:  "replayed 16 decisions: 0 changed, 11 unchanged, 5 skipped",
-			wantWarnings: []string{"masked", "unauthorized", "too-large", tornLog + ":4: line skipped", tornLog + ":16: torn last line"},
+			name: "torn last line and corrupt middle line", log: tornLog, policies: quotaPolicies, wantCode: exitSkipped,
+			wantSummary:  "replayed 17 decisions from 1 files: 0 changed, 12 unchanged, 5 skipped",
+			wantWarnings: []string{"masked", "unauthorized", "too-large", tornLog + ":4: line skipped", tornLog + ":17: torn last line"},
 		},
 	}
 	for _, tc := range tests {
@@ -204,11 +209,11 @@ func TestReplayJSON(t *testing.T) {
 	if code != exitError {
 		t.Fatalf("exit %d, want 1\n%s\n%s", code, stdout, stderr)
 	}
-	var rep replayReport
+	var rep replay.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, stdout)
 	}
-	byID := map[string]replayChange{}
+	byID := map[string]replay.Change{}
 	for _, c := range rep.Changed {
 		byID[c.DecisionID] = c
 	}
@@ -223,7 +228,7 @@ func TestReplayJSON(t *testing.T) {
 		c.Old.Revision != old.Revision || c.New.Revision == old.Revision || c.New.Revision != rep.Summary.NewRevision {
 		t.Errorf("used7 change %+v (%s -> %s), want line 2, [] -> [quota_exhausted], revision %s -> another", c, c.Old.Reasons, c.New.Reasons, old.Revision)
 	}
-	want := replaySummary{Replayed: 11, Changed: 3, Unchanged: 8, OldRevisions: []string{old.Revision}, NewRevision: rep.Summary.NewRevision}
+	want := replay.Summary{Replayed: 11, Changed: 3, Unchanged: 8, OldRevisions: []string{old.Revision}, NewRevision: rep.Summary.NewRevision}
 	if !slices.Equal(rep.Summary.OldRevisions, want.OldRevisions) || rep.Summary.Replayed != want.Replayed || rep.Summary.Changed != want.Changed || rep.Summary.Unchanged != want.Unchanged || rep.Summary.Skipped != 0 {
 		t.Errorf("summary %+v, want %+v", rep.Summary, want)
 	}
@@ -266,8 +271,8 @@ func TestReplayErrorsAreOutcomes(t *testing.T) {
 	bad := writeLogWith(t, broken, reqs)
 	code, stdout, stderr = runReplay(t, "--log", bad, "--policies", quotaPolicies, "--schemas", quotaSchemas)
 	if code != exitError ||
-		!strings.Contains(stdout, "changed used3 quota_check (line 1): ") || !strings.Contains(stdout, ": error policy_error -> reasons []\n") ||
-		!strings.Contains(stdout, "changed data-used12 quota_check (line 2): ") || !strings.Contains(stdout, `: error policy_error -> reasons ["quota_exhausted"]`) {
+		!strings.Contains(stdout, "changed used3 quota_check ("+bad+":1): ") || !strings.Contains(stdout, ": error policy_error -> reasons []\n") ||
+		!strings.Contains(stdout, "changed data-used12 quota_check ("+bad+":2): ") || !strings.Contains(stdout, `: error policy_error -> reasons ["quota_exhausted"]`) {
 		t.Errorf("errors to results: exit %d, want 1 with both decisions now decided:\n%s\n%s", code, stdout, stderr)
 	}
 }
@@ -281,7 +286,7 @@ func TestReplayBadInput(t *testing.T) {
 		wantStderr string
 	}{
 		{"missing log file", []string{"--log", filepath.Join(t.TempDir(), "nope.jsonl")}, "no such file"},
-		{"no --log", nil, "--log FILE is required"},
+		{"no --log", nil, "--log FILE|DIR is required"},
 		{"unknown flag", []string{"--log", log, "--bogus"}, "flag provided but not defined"},
 		{"bad format", []string{"--log", log, "--format", "yaml"}, "--format must be text or json"},
 		{"policies that fail to load", []string{"--log", log, "--policies", brokenPolicies}, "data.json"},
@@ -294,6 +299,52 @@ func TestReplayBadInput(t *testing.T) {
 			}
 			if !strings.Contains(stderr, tc.wantStderr) {
 				t.Errorf("stderr lacks %q:\n%s", tc.wantStderr, stderr)
+			}
+		})
+	}
+}
+
+// TestReplayReadsRotatedFiles: a folder is every log file in it, rotated
+// backups (lumberjack's timestamped names, oldest first) before the file
+// being written; several files or folders may be given.
+func TestReplayReadsRotatedFiles(t *testing.T) {
+	one := writeQuotaLog(t, quotaTraffic)
+	data, err := os.ReadFile(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	dir := t.TempDir()
+	backup := filepath.Join(dir, "decisions-2026-01-02T03-04-05.678.log")
+	current := filepath.Join(dir, "decisions.log")
+	if err := os.WriteFile(backup, []byte(strings.Join(lines[:5], "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(current, []byte(strings.Join(lines[5:], "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	limit5 := quotaCopy(t, `{"limit": 5}`)
+	for name, args := range map[string][]string{
+		"a folder":             {"--log", dir},
+		"two --log":            {"--log", backup, "--log", current},
+		"files as arguments":   {backup, current},
+		"--log and a file too": {"--log", backup, current},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, stdout, stderr := runReplay(t, append([]string{"--policies", limit5, "--schemas", quotaSchemas, "--format", "json"}, args...)...)
+			var rep replay.Report
+			if code != exitError || json.Unmarshal([]byte(stdout), &rep) != nil {
+				t.Fatalf("exit %d, want 1\n%s%s", code, stdout, stderr)
+			}
+			if !slices.Equal(rep.Summary.Files, []string{backup, current}) || rep.Summary.Replayed != 11 || rep.Summary.Changed != 3 {
+				t.Errorf("summary %+v, want 11 decisions from the backup then the current file, 3 changed", rep.Summary)
+			}
+			files := map[string]int{}
+			for _, c := range rep.Changed {
+				files[filepath.Base(c.File)]++
+			}
+			if files[filepath.Base(backup)] != 2 || files["decisions.log"] != 1 {
+				t.Errorf("changes by file %v, want used7 and used5 in the backup, data-used8 in the current file", files)
 			}
 		})
 	}

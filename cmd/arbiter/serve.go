@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,195 +23,58 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// serveConfig is every setting of `arbiter serve`, parsed and validated here
-// and handed down as plain values.
-type serveConfig struct {
-	folders
-	fleetConfig
-	addr            string
-	decisionLog     string
-	logMaxBytes     int64
-	logMask         string
-	maxBodyBytes    int64
-	evalTimeout     time.Duration
-	readTimeout     time.Duration
-	shutdownTimeout time.Duration
-	debounce        time.Duration
-	tokenFile       string
-	tlsCert         string
-	tlsKey          string
-	tlsClientCA     string
-	insecureListen  bool
-	logLevel        string
-	debugAddr       string
-	gcPercent       int64
-	stateDir        string
-	selfCheckRate   float64
-	ui              bool  // serve the /ui pages (cmd/arbiter/ui.go)
-	uiRecent        int64 // decisions the pages keep in memory
-}
-
-func envDuration(key string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(key); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-	}
-	return def
-}
-
-func envFloat(key string, def float64) float64 {
-	if v, ok := os.LookupEnv(key); ok {
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			return f
-		}
-	}
-	return def
-}
-
-func envInt(key string, def int64) int64 {
-	if v, ok := os.LookupEnv(key); ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return n
-		}
-	}
-	return def
-}
-
-func envBool(key string) bool {
-	b, _ := strconv.ParseBool(os.Getenv(key))
-	return b
-}
-
-func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := &serveConfig{}
-	c.folders.register(fs, true)
-	c.fleetConfig.register(fs)
-	fs.StringVar(&c.addr, "addr", envOr("ARBITER_ADDR", "127.0.0.1:8181"), "listen address HOST:PORT")
-	fs.StringVar(&c.decisionLog, "decision-log", envOr("ARBITER_DECISION_LOG", "var/decisions.log"), "decision log file, - for stdout, '' to disable")
-	fs.Int64Var(&c.logMaxBytes, "decision-log-max-bytes", envInt("ARBITER_DECISION_LOG_MAX_BYTES", 100<<20), "rotate the decision log at this size")
-	fs.StringVar(&c.logMask, "decision-log-mask", envOr("ARBITER_DECISION_LOG_MASK", ""), "comma-separated JSON pointers into the input to mask in the decision log")
-	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", envInt("ARBITER_MAX_BODY_BYTES", 16<<20), "largest request body accepted")
-	fs.DurationVar(&c.evalTimeout, "eval-timeout", envDuration("ARBITER_EVAL_TIMEOUT", engine.DefaultEvalTimeout), "deadline of one policy evaluation")
-	// Rarely changed (tests shorten it), so the README's table leaves it out.
-	fs.DurationVar(&c.readTimeout, "read-timeout", envDuration("ARBITER_READ_TIMEOUT", 30*time.Second), "deadline for reading one request, body included: a body trickled byte by byte is cut off")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", envDuration("ARBITER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a graceful stop waits for requests in flight")
-	fs.DurationVar(&c.debounce, "reload-debounce", envDuration("ARBITER_RELOAD_DEBOUNCE", 100*time.Millisecond), "quiet time after file events before a reload")
-	fs.StringVar(&c.tokenFile, "auth-token-file", envOr("ARBITER_AUTH_TOKEN_FILE", ""), "file of bearer tokens, one per line (CALLER TOKEN or TOKEN)")
-	fs.StringVar(&c.tlsCert, "tls-cert-file", envOr("ARBITER_TLS_CERT_FILE", ""), "TLS certificate (PEM)")
-	fs.StringVar(&c.tlsKey, "tls-key-file", envOr("ARBITER_TLS_KEY_FILE", ""), "TLS private key (PEM)")
-	fs.StringVar(&c.tlsClientCA, "tls-client-ca-file", envOr("ARBITER_TLS_CLIENT_CA_FILE", ""), "CA bundle (PEM) that client certificates must chain to (mTLS)")
-	fs.BoolVar(&c.insecureListen, "insecure-listen", envBool("ARBITER_INSECURE_LISTEN"), "allow a non-loopback address without authentication")
-	fs.StringVar(&c.logLevel, "log-level", envOr("ARBITER_LOG_LEVEL", "info"), "debug, info, warn or error")
-	fs.StringVar(&c.stateDir, "state-dir", envOr("ARBITER_STATE_DIR", "var/state"), "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
-	fs.BoolVar(&c.ui, "ui", envOr("ARBITER_UI", "true") == "true", "serve the pages for reliability engineers at /ui")
-	fs.Int64Var(&c.uiRecent, "ui-recent", envInt("ARBITER_UI_RECENT", 10000), "decisions the /ui pages keep in memory (the decision log has the rest)")
-	fs.Int64Var(&c.gcPercent, "gc-percent", envInt("ARBITER_GC_PERCENT", 200), "Go garbage collector target (GOGC); the environment's GOGC wins when set")
-	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", envFloat("ARBITER_SELFCHECK_RATE", 0.01), "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
-	fs.StringVar(&c.debugAddr, "debug-addr", envOr("ARBITER_DEBUG_ADDR", ""), "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := c.fleetConfig.validate(); err != nil {
-		return nil, err
-	}
-	if c.maxBodyBytes <= 0 {
-		return nil, errors.New("--max-body-bytes must be positive")
-	}
-	if c.evalTimeout <= 0 {
-		return nil, errors.New("--eval-timeout must be positive")
-	}
-	if c.readTimeout <= 0 {
-		return nil, errors.New("--read-timeout must be positive")
-	}
-	if !(c.selfCheckRate >= 0 && c.selfCheckRate <= 1) {
-		return nil, errors.New("--selfcheck-rate must be between 0 and 1")
-	}
-	if (c.tlsCert == "") != (c.tlsKey == "") {
-		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
-	}
-	if c.tlsClientCA != "" && c.tlsCert == "" {
-		return nil, errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
-	}
-	if c.debugAddr != "" && !isLoopback(c.debugAddr) {
-		return nil, fmt.Errorf("--debug-addr %s must be a loopback address: profiles are not authenticated", c.debugAddr)
-	}
-	if !isLoopback(c.addr) && c.tokenFile == "" && c.tlsClientCA == "" && !c.insecureListen {
-		return nil, fmt.Errorf("refusing to listen on non-loopback address %s without --auth-token-file or --tls-client-ca-file (pass --insecure-listen to override)", c.addr)
-	}
-	return c, nil
-}
-
-// isLoopback reports whether addr only listens on the loopback interface.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-func newLogger(level string, w io.Writer) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, err := parseServe(args, stderr)
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
-		}
-		return exitError
+	c, done, code := parseServe(args, stdout, stderr)
+	if done {
+		return code
 	}
 	log, err := newLogger(c.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
 		return exitError
 	}
-	// Each decision allocates its input tree and OPA's evaluation state
-	// and drops them at once: a heap allowed to grow to 3x the live data
-	// instead of 2x halves the collector's share of the CPU under load, for
-	// a resident size that stays below stock OPA's (docs/BENCHMARKS.md).
+	// A memory limit bounds the heap however many large requests arrive
+	// together (admission control bounds what they hold; the limit makes
+	// the collector return the rest in time), instead of a collector target
+	// tuned for throughput (docs/BENCHMARKS.md). The environment wins.
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(int(c.gcPercent))
+		debug.SetGCPercent(c.gcPercent)
 	}
-	if err := serve(ctx, c, log, stdout); err != nil {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && c.memoryLimit > 0 {
+		debug.SetMemoryLimit(int64(c.memoryLimit))
+	}
+	code, err = serve(ctx, c, log, stdout)
+	if err != nil {
 		log.Error("arbiter serve stopped", "err", err)
 		return exitError
 	}
-	return exitOK
+	return code
 }
 
-func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writer) error {
+// serve runs the server until ctx ends. It returns exitUnlogged when it
+// stopped but decision records were not written.
+func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writer) (int, error) {
 	var tokens []server.Token
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
-			return fmt.Errorf("reading --auth-token-file: %w", err)
+			return exitError, fmt.Errorf("reading --auth-token-file: %w", err)
 		}
 		if tokens, err = server.ParseTokenFile(b); err != nil {
-			return fmt.Errorf("--auth-token-file: %w", err)
+			return exitError, fmt.Errorf("--auth-token-file: %w", err)
 		}
 	}
-	tlsConfig, err := c.tlsConfig()
+	tlsConfig, err := c.tlsConfig(log)
 	if err != nil {
-		return err
+		return exitError, err
 	}
 
-	ecfg := engine.Config{Policies: c.policies, Schemas: c.schemas, Tests: c.tests, EvalTimeout: c.evalTimeout, SelfCheck: selfCheck(c.selfCheckRate, log)}
+	ecfg := engine.Config{
+		Policies: c.policies, Schemas: c.schemas, Tests: c.tests,
+		EvalTimeout: c.evalTimeout, TestTimeout: c.testTimeout, ReloadTimeout: c.reloadTimeout,
+		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
+		SelfCheck: selfCheck(c.selfCheckRate, log),
+	}
 	var eng *engine.Engine
 	if c.bundleURL != "" {
 		// The bundle is the only source: not ready until it activates.
@@ -227,7 +85,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		eng, err = engine.New(ctx, ecfg)
 	}
 	if err != nil {
-		return fmt.Errorf("loading policies: %w", err)
+		return exitError, fmt.Errorf("loading policies: %w", err)
 	}
 	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
 		probs := make([]string, len(st.Problems))
@@ -249,6 +107,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	if snap := eng.Snapshot(); snap != nil {
 		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
+		logSkipped(log, "start", eng.LastReload().Skipped)
 		for _, ci := range snap.Compiled() {
 			if !ci.Compiled {
 				log.Info("decision runs on topdown", "decision", ci.Decision, "reason", ci.Reason)
@@ -257,7 +116,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	fl, err := newFleet(c, eng, ecfg, c.logMask, log)
 	if err != nil {
-		return err
+		return exitError, err
 	}
 
 	var dlog *decisionlog.Logger
@@ -269,9 +128,10 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 				mask = append(mask, p)
 			}
 		}
-		dlog, err = decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, MaxBytes: c.logMaxBytes, Mask: mask, Logger: log})
+		dlog, err = decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, QueueBytes: c.logQueueBytes,
+			MaxMegabytes: c.logMaxMB, MaxBackups: c.logMaxBackups, Mask: mask, Logger: log})
 		if err != nil {
-			return fmt.Errorf("opening the decision log: %w", err)
+			return exitError, fmt.Errorf("opening the decision log: %w", err)
 		}
 		sink = dlog
 	} else {
@@ -281,25 +141,25 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	scfg := server.Config{
-		MaxBodyBytes: c.maxBodyBytes,
-		Tokens:       tokens,
-		Logger:       log,
-		DecisionLog:  fl.decisionLog(sink),
-		Registry:     reg,
-		ReloadCounts: eng.ReloadCounts,
-		BundleStatus: fl.bundleStatus,
+		MaxBodyBytes:      c.maxBodyBytes,
+		MaxInputValues:    c.maxInputValues,
+		MaxInflightBytes:  c.maxInflightBytes,
+		MaxInflightValues: c.maxInflightValues,
+		RequestTimeout:    min(c.requestTimeout, c.readTimeout),
+		RefuseUnlogged:    c.logFull == "refuse",
+		Tokens:            tokens,
+		Logger:            log,
+		DecisionLog:       fl.decisionLog(sink),
+		Registry:          reg,
+		ReloadCounts:      eng.ReloadCounts,
+		BundleStatus:      fl.bundleStatus,
 	}
 	if c.ui {
 		pg, err := newPages(c, eng, len(tokens) > 0, log)
 		if err != nil {
-			return err
+			return exitError, err
 		}
-		scfg.UI = pg.handler
-		if scfg.DecisionLog == nil {
-			scfg.DecisionLog = pg
-		} else {
-			scfg.DecisionLog = teeLog{scfg.DecisionLog, pg}
-		}
+		scfg.UI, scfg.DecisionLog = pg.handler, pg.beside(scfg.DecisionLog)
 	}
 	if ecfg.SelfCheck != nil {
 		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
@@ -308,20 +168,23 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if dlog != nil {
 		scfg.DroppedLogRecords = dlog.Dropped
 	}
+	conns := server.NewConnLimiter(c.connectionCap())
 	srv := &http.Server{
 		Handler:           server.New(scfg, fl.serverEngine()),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		WriteTimeout:      c.readTimeout + c.requestTimeout,
+		IdleTimeout:       c.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig:         tlsConfig,
+		ConnState:         conns.ConnState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
-		return err
+		return exitError, err
 	}
+	ln = conns.Listener(ln)
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -335,10 +198,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			}
 			log.Error("reload refused; the previous revision keeps serving", "trigger", trigger, "revision", st.Revision, "problems", strings.Join(probs, "; "))
 		case st.Changed:
-			log.Info("reloaded", "trigger", trigger, "revision", st.Revision, "took", st.Duration)
+			log.Info("reloaded", "trigger", st.Trigger, "coalesced", st.Coalesced, "revision", st.Revision, "took", st.Duration)
 		default:
-			log.Debug("reload found no change", "trigger", trigger, "revision", st.Revision)
+			log.Debug("reload found no change", "trigger", st.Trigger, "revision", st.Revision)
 		}
+		logSkipped(log, st.Trigger, st.Skipped)
 	}
 	dirs := []string{c.policies, c.schemas}
 	if c.tests != "" {
@@ -365,20 +229,20 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 
 	if c.debugAddr != "" {
 		if err := serveDebug(runCtx, c.debugAddr, log); err != nil {
-			return err
+			return exitError, err
 		}
 	}
 
 	errc := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
-			errc <- srv.ServeTLS(ln, c.tlsCert, c.tlsKey)
+			errc <- srv.ServeTLS(ln, "", "") // the certificate comes from tlsConfig, reloaded
 		} else {
 			errc <- srv.Serve(ln)
 		}
 	}()
 	fl.start(runCtx)
-	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "mtls", c.tlsClientCA != "", "auth_tokens", len(tokens))
+	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "mtls", c.tlsClientCA != "", "auth_tokens", len(tokens), "max_connections", c.connectionCap())
 
 	var serveErr error
 	select {
@@ -393,16 +257,21 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
 		_ = srv.Close()
 	}
+	code := exitOK
 	if dlog != nil {
 		// Every answered decision was queued before its response was
-		// written, so draining now loses nothing.
+		// written, so draining now loses nothing, unless the sink is stuck
+		// past the shutdown deadline: then what is left is counted.
 		if err := dlog.Close(shutCtx); err != nil {
-			log.Error("decision log not fully flushed", "err", err)
-			if serveErr == nil {
-				serveErr = err
-			}
+			log.Error("decision log not fully written", "err", err)
 		}
-		log.Info("decision log closed", "written", dlog.Written(), "dropped", dlog.Dropped())
+		st := dlog.Stats()
+		level := slog.LevelInfo
+		if st.Unwritten > 0 {
+			level, code = slog.LevelError, exitUnlogged
+		}
+		log.Log(context.Background(), level, "decision log closed", "written", st.Written, "unwritten", st.Unwritten,
+			"refused", st.Refused, "failed", st.Failed, "lost_at_stop", st.Unwritten-st.Refused-st.Failed)
 	}
 	if err := fl.stop(log); err != nil {
 		log.Error("decision-log upload not complete", "err", err)
@@ -410,54 +279,28 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
-	log.Info("stopped")
-	return serveErr
+	log.Info("stopped", "exit_status", code)
+	return code, serveErr
 }
 
-func (c *serveConfig) tlsConfig() (*tls.Config, error) {
-	if c.tlsCert == "" {
-		return nil, nil
+// connectionCap is --max-connections, or half of the file descriptor limit:
+// the other half stays for policy files, the decision log and reloads.
+func (c *serveConfig) connectionCap() int {
+	if c.maxConnections > 0 {
+		return c.maxConnections
 	}
-	if _, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey); err != nil {
-		return nil, fmt.Errorf("loading the TLS key pair: %w", err)
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<20 {
+		return 1 << 19
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.tlsClientCA != "" {
-		pem, err := os.ReadFile(c.tlsClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("reading --tls-client-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, errors.New("--tls-client-ca-file holds no PEM certificate")
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
+	return max(int(rl.Cur/2), 8)
 }
 
-// serveDebug serves Go's profiles on a separate loopback listener, so that
-// an operator can profile a live process without exposing them on the API.
-func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("--debug-addr: %w", err)
+// logSkipped names every file a load did not read.
+func logSkipped(log *slog.Logger, trigger string, skipped []engine.SkippedFile) {
+	for _, s := range skipped {
+		log.Warn("file skipped", "trigger", trigger, "file", s.File, "reason", s.Reason)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	log.Info("serving profiles", "addr", ln.Addr().String())
-	return nil
 }
 
 // selfCheck is the runtime self-check of compiled decisions (nil when the

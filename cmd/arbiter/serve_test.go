@@ -73,6 +73,13 @@ var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 // startServer boots `arbiter serve` on a free loopback port.
 func startServer(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startServerWith(t, func(*exec.Cmd) {}, args...)
+}
+
+// startServerWith is startServer with the command adjusted by setup before
+// it starts (its stdout, environment or program).
+func startServerWith(t *testing.T, setup func(*exec.Cmd), args ...string) *proc {
+	t.Helper()
 	s := &proc{stderr: &syncBuffer{}, done: make(chan error, 1)}
 	base := []string{"serve", "--addr", "127.0.0.1:0"}
 	if !containsArg(args, "--state-dir") {
@@ -81,6 +88,7 @@ func startServer(t *testing.T, args ...string) *proc {
 	s.cmd = exec.Command(binPath, append(base, args...)...)
 	s.cmd.Stderr = s.stderr
 	s.cmd.Stdout = io.Discard
+	setup(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -407,9 +415,15 @@ func TestTypeScriptSDKInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startServer(t, append(folderArgs(root), "--decision-log", filepath.Join(t.TempDir(), "d.log"), "--auth-token-file", tokenFile)...)
+	// A second server on the quota test decision, edited to return a member
+	// its result schema does not allow: every decision is a policy_error
+	// (500), for the SDK's ServerError. Without the gate, which would refuse it.
+	broken := quotaCopy(t, `{"limit": 10}`)
+	editFile(t, filepath.Join(broken, "decisions", "quota_check", "policy.rego"), `"reasons": reasons}`, `"reasons": reasons, "extra": 1}`)
+	brokenSrv := startServer(t, "--policies", broken, "--schemas", quotaSchemas, "--tests", "", "--decision-log", "")
 	cmd := exec.Command(node, "--test", "sdk.test.mjs")
 	cmd.Dir = interop
-	cmd.Env = append(os.Environ(), "ARBITER_URL="+srv.url, "ARBITER_TOKEN=s3cret-interop-token")
+	cmd.Env = append(os.Environ(), "ARBITER_URL="+srv.url, "ARBITER_TOKEN=s3cret-interop-token", "ARBITER_BROKEN_URL="+brokenSrv.url)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)

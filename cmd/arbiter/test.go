@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
@@ -10,16 +9,19 @@ import (
 )
 
 func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("test", "[--policies DIR] [--schemas DIR] [--tests DIR] [flags]")
 	var f folders
-	f.register(fs, true)
-	coverage := fs.Bool("coverage", false, "report coverage of the policy files by the Rego tests")
-	threshold := fs.Float64("threshold", 0, "fail when coverage is below this percentage (implies --coverage)")
-	runRe := fs.String("run", "", "only run tests and fixtures whose name matches this regular expression")
-	format := fs.String("format", "text", "output format: text or json")
-	verbose := fs.Bool("v", false, "list every test, not only failures")
-	if err := fs.Parse(args); err != nil {
+	f.register(c, true)
+	coverage := c.Bool("coverage", false, "report coverage of the policy files by the Rego tests")
+	threshold := c.Float64("threshold", 0, "fail when coverage is below this percentage (implies --coverage)")
+	runRe := c.String("run", "", "only run tests and fixtures whose name matches this regular expression")
+	format := c.String("format", "text", "output format: text or json")
+	verbose := c.Bool("v", false, "list every test, not only failures")
+	if done, code := c.parse(args, stdout, stderr, exitError); done {
+		return code
+	}
+	if c.NArg() > 0 {
+		fmt.Fprintf(stderr, "arbiter test: %v\n", orArgs(nil, c.Args()))
 		return exitError
 	}
 	if *format != "text" && *format != "json" {
@@ -63,6 +65,9 @@ func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func printText(w io.Writer, rep *engine.TestReport, verbose bool) {
 	for _, p := range rep.Setup {
 		fmt.Fprintf(w, "ERROR %s\n", p)
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(w, "SKIP  file %s: %s\n", s.File, s.Reason)
 	}
 	for _, t := range rep.Results {
 		switch {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/server/ui"
 )
 
@@ -16,13 +17,16 @@ import (
 type pages struct {
 	handler http.Handler
 	ring    *ui.Ring
-	mask    func([]byte) []byte // the decision log's masking, nil when none
+	mask    func([]byte) ([]byte, []string) // the decision log's masking, nil when none
+	// refuseUnlogged: a decision whose record the log refused was not
+	// answered (--decision-log-full refuse), so the ring leaves it out.
+	refuseUnlogged bool
 }
 
 // newPages builds the pages over eng (decisions made for the pages are never
 // logged) and fills the ring from the tail of the decision log file.
 func newPages(c *serveConfig, eng *engine.Engine, login bool, log *slog.Logger) (*pages, error) {
-	p := &pages{}
+	p := &pages{refuseUnlogged: c.logFull == "refuse"}
 	var pointers []string
 	for _, s := range strings.Split(c.logMask, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -36,11 +40,11 @@ func newPages(c *serveConfig, eng *engine.Engine, login bool, log *slog.Logger) 
 		}
 		p.mask = m
 	}
-	p.ring = ui.NewRing(ui.RingConfig{Size: int(c.uiRecent), OutcomeKey: ui.OutcomeKeys(eng)})
+	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng)})
 	var archive ui.Archive
 	if c.decisionLog != "" && c.decisionLog != "-" {
-		lf := ui.LogFile{Path: c.decisionLog, Backups: 5}
-		n, err := lf.Preload(p.ring, int(c.uiRecent))
+		lf := ui.LogFile{Path: c.decisionLog, Backups: c.logMaxBackups}
+		n, err := lf.Preload(p.ring, c.uiRecent)
 		if err != nil {
 			log.Warn("ui: could not read the decision log's tail", "err", err)
 		}
@@ -54,10 +58,29 @@ func newPages(c *serveConfig, eng *engine.Engine, login bool, log *slog.Logger) 
 	return p, nil
 }
 
-// Log adds a record to the ring, masked as the decision log masks it.
-func (p *pages) Log(rec decisionlog.Record) {
-	if p.mask != nil && len(rec.Input) > 0 {
-		rec.Input = p.mask(rec.Input)
+// beside returns the decision log that also feeds the ring: the log's
+// answer (whether it took the record) is the answer; the ring takes every
+// answered decision, masked as the log masks it.
+func (p *pages) beside(log server.DecisionLog) server.DecisionLog {
+	return ringLog{log: log, p: p}
+}
+
+type ringLog struct {
+	log server.DecisionLog // may be nil: no decision log
+	p   *pages
+}
+
+func (r ringLog) Log(rec decisionlog.Record) bool {
+	ringRec := rec
+	if r.p.mask != nil && len(rec.Input) > 0 {
+		ringRec.Input, ringRec.Masked = r.p.mask(rec.Input)
 	}
-	p.ring.Add(rec)
+	took := true
+	if r.log != nil {
+		took = r.log.Log(rec)
+	}
+	if took || !r.p.refuseUnlogged {
+		r.p.ring.Add(ringRec)
+	}
+	return took
 }

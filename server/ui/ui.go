@@ -451,7 +451,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
-	d := decisionData{Entry: e, Found: true, Masked: decisionlog.ContainsMasked(e.Record.Input)}
+	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0}
 	d.InputText = indent(e.Record.Input)
 	d.ResultText = indent(e.Record.Result)
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {

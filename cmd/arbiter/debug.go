@@ -1,0 +1,33 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// serveDebug serves Go's profiles (chi's middleware.Profiler: /debug/pprof/
+// and /debug/vars) on a separate loopback listener, so that an operator can
+// profile a live process without exposing them on the API.
+func serveDebug(ctx context.Context, addr string, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--debug-addr: %w", err)
+	}
+	r := chi.NewRouter()
+	r.Mount("/debug", middleware.Profiler())
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	log.Info("serving profiles", "addr", ln.Addr().String())
+	return nil
+}

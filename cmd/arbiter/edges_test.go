@@ -1,0 +1,460 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/server"
+)
+
+// exitCode waits for a stopped server and returns its exit status.
+func (s *proc) exitCode(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-s.done:
+		s.done <- err
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(60 * time.Second):
+		t.Fatal("arbiter serve did not stop within 60s")
+		return -1
+	}
+}
+
+var closedLine = regexp.MustCompile(`msg="decision log closed" written=(\d+) unwritten=(\d+) refused=(\d+) failed=(\d+)`)
+
+// TestStalledDecisionLogIsAccounted: with the decision log on a pipe that
+// nobody reads, the queue stays bounded in bytes; each record that is not
+// written is counted (the metric while serving, the stop message, the exit
+// status 3), in the default drop mode and in refuse mode (where no decision
+// is answered without its record queued).
+func TestStalledDecisionLogIsAccounted(t *testing.T) {
+	const n = 150
+	fx := decidedFixture(t)
+	for _, mode := range []string{"drop", "refuse"} {
+		t.Run(mode, func(t *testing.T) {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pr.Close()
+			args, _ := quickArgs(t)
+			srv := startServerWith(t, func(c *exec.Cmd) { c.Stdout = pw }, append(args, "--decision-log", "-",
+				"--decision-log-queue-bytes", "65536", "--decision-log-full", mode, "--shutdown-timeout", "1s")...)
+			pw.Close() // the server holds the only writer
+			client := &http.Client{Timeout: 10 * time.Second}
+			statuses := map[int]int{}
+			for range n {
+				a, _, err := tryFixture(client, srv.url, fx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				statuses[a.status]++
+			}
+			dropped := metricValue(t, client, srv.url, "arbiter_decision_log_dropped_total")
+			if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := srv.exitCode(t); code != exitUnlogged {
+				t.Errorf("exit status %d, want %d (records were not written)", code, exitUnlogged)
+			}
+			m := closedLine.FindStringSubmatch(srv.stderr.String())
+			if m == nil {
+				t.Fatalf("no decision log account at the stop:\n%s", srv.stderr.String())
+			}
+			written, _ := strconv.Atoi(m[1])
+			unwritten, _ := strconv.Atoi(m[2])
+			// Every request left one record, and a refused decision two (its
+			// own, then the overloaded error's).
+			if want := n + statuses[503]; written+unwritten != want || unwritten == 0 || dropped == 0 {
+				t.Errorf("written %d + unwritten %d, want %d; dropped metric %v; answers %v", written, unwritten, want, dropped, statuses)
+			}
+			switch mode {
+			case "drop":
+				if statuses[200] != n {
+					t.Errorf("answers %v, want every decision answered", statuses)
+				}
+			case "refuse":
+				if statuses[503] == 0 || statuses[200]+statuses[503] != n {
+					t.Errorf("answers %v, want decisions refused once the log is full", statuses)
+				}
+			}
+			// What the stop reported written is in the pipe.
+			lines := 0
+			sc := bufio.NewScanner(pr)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				if json.Valid(sc.Bytes()) {
+					lines++
+				}
+			}
+			if lines < written {
+				t.Errorf("%d records in the pipe, but %d reported written", lines, written)
+			}
+		})
+	}
+}
+
+// metricValue reads one unlabelled metric from /metrics.
+func metricValue(t *testing.T, client *http.Client, url, name string) float64 {
+	t.Helper()
+	resp, err := client.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, _ := strconv.ParseFloat(rest, 64)
+			return v
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestServeSkipsWhatIsNotARegularFile: a FIFO and a symlink to /dev/zero in
+// the policies are skipped and named (log and status); the server starts,
+// reloads, and its status answers.
+func TestServeSkipsWhatIsNotARegularFile(t *testing.T) {
+	root := copyRepo(t)
+	pol := filepath.Join(root, "policies")
+	if err := syscall.Mkfifo(filepath.Join(pol, "blocked.rego"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(pol, "zero.json")); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, append(folderArgs(root), "--decision-log", "")...)
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Post(srv.url+"/v1/reload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		OK      bool `json:"ok"`
+		Skipped []struct{ File, Reason string }
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if !st.OK || len(st.Skipped) != 2 {
+		t.Errorf("reload with a FIFO and /dev/zero: %+v", st)
+	}
+	doc := status(t, client, srv.url)
+	if skipped, _ := doc["skipped_files"].([]any); len(skipped) != 2 || doc["reload"] != "idle" {
+		t.Errorf("status: skipped %v, reload %v", doc["skipped_files"], doc["reload"])
+	}
+	logged := srv.stderr.String()
+	if !strings.Contains(logged, `msg="file skipped"`) || !strings.Contains(logged, "blocked.rego") || !strings.Contains(logged, "zero.json") {
+		t.Errorf("the skipped files are not logged:\n%s", logged)
+	}
+	srv.stop(t)
+}
+
+// TestTLSCertificateReloaded: replacing the certificate and key files (as a
+// rotation does) changes the certificate served, without a restart.
+func TestTLSCertificateReloaded(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "arbiter test CA")
+	certA, keyA := ca.issue(t, "first", true)
+	certFile := writeFile(t, dir, "server.crt", certA)
+	keyFile := writeFile(t, dir, "server.key", keyA)
+	args, _ := quickArgs(t)
+	srv := startServer(t, append(args, "--tls-cert-file", certFile, "--tls-key-file", keyFile)...)
+	addr := strings.TrimPrefix(srv.url, "http://")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	served := func() string {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	if cn := served(); cn != "first" {
+		t.Fatalf("serves %q, want first", cn)
+	}
+	// A rotation writes both files anew and renames them into place.
+	certB, keyB := ca.issue(t, "second", true)
+	for name, data := range map[string][]byte{"server.crt": certB, "server.key": keyB} {
+		tmp := writeFile(t, dir, name+".new", data)
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "the new certificate to be served", func() bool { return served() == "second" })
+	// A broken pair keeps the last good one serving.
+	writeFile(t, dir, "server.key", keyA)
+	waitFor(t, 30*time.Second, "the mismatch to be logged", func() bool {
+		served()
+		return strings.Contains(srv.stderr.String(), "TLS key pair changed but does not load")
+	})
+	if cn := served(); cn != "second" {
+		t.Errorf("after a broken rotation serves %q, want second", cn)
+	}
+}
+
+// TestIdleConnectionsCannotExhaustDescriptors: a process with 128 file
+// descriptors and 117 idle keep-alive connections still answers a new
+// caller, reloads its policies (which opens files) and stops cleanly.
+func TestIdleConnectionsCannotExhaustDescriptors(t *testing.T) {
+	args, _ := quickArgs(t)
+	srv := startServerWith(t, func(c *exec.Cmd) {
+		// The shell lowers the limit for the server alone.
+		c.Path = "/bin/sh"
+		c.Args = append([]string{"sh", "-c", `ulimit -n 128 && exec "$0" "$@"`, binPath}, c.Args[1:]...)
+	}, args...)
+	var idle []*http.Client
+	t.Cleanup(func() {
+		for _, c := range idle {
+			c.CloseIdleConnections()
+		}
+	})
+	for i := range 117 {
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		resp, err := c.Get(srv.url + "/health")
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		idle = append(idle, c)
+	}
+	fresh := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	fx := decidedFixture(t)
+	if a, wrong, err := tryFixture(fresh, srv.url, fx); err != nil || a.status != http.StatusOK || wrong != "" {
+		t.Fatalf("a new caller beside 117 idle connections: %v %d %s", err, a.status, wrong)
+	}
+	resp, err := fresh.Post(srv.url+"/v1/reload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ OK bool }
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if !st.OK {
+		t.Errorf("reload beside 117 idle connections failed:\n%s", srv.stderr.String())
+	}
+	srv.stop(t)
+	if strings.Contains(srv.stderr.String(), "too many open files") {
+		t.Errorf("the server ran out of descriptors:\n%s", srv.stderr.String())
+	}
+}
+
+// TestEveryCommandHelp: -h prints the command's usage on stdout and exits 0.
+func TestEveryCommandHelp(t *testing.T) {
+	for _, cmd := range []string{"serve", "eval", "check", "test", "replay", "bench"} {
+		for _, flag := range []string{"-h", "--help"} {
+			out, stderr, code := runCLI(t, nil, cmd, flag)
+			if code != 0 || !strings.Contains(out, "Usage: arbiter "+cmd) || !strings.Contains(out, "-policies") {
+				t.Errorf("arbiter %s %s: exit %d\nstdout:\n%s\nstderr:\n%s", cmd, flag, code, out, stderr)
+			}
+		}
+	}
+	if out, _, code := runCLI(t, nil, "-h"); code != 0 || !strings.Contains(out, "Usage:") {
+		t.Errorf("arbiter -h: exit %d %s", code, out)
+	}
+}
+
+// TestMalformedEnvironmentIsAnError: a value the flag would refuse is
+// refused from the environment too, naming the variable.
+func TestMalformedEnvironmentIsAnError(t *testing.T) {
+	fx := decidedFixture(t)
+	in := writeFile(t, t.TempDir(), "input.json", fx.Input)
+	quiet := []string{"--addr", "127.0.0.1:0", "--tests", "", "--decision-log", ""}
+	for _, env := range []string{"ARBITER_MAX_BODY_BYTES=32MiB", "ARBITER_EVAL_TIMEOUT=2", "ARBITER_INSECURE_LISTEN=maybe", "ARBITER_MEMORY_LIMIT=lots"} {
+		name, _, _ := strings.Cut(env, "=")
+		// A server that ignores the variable starts: runServe stops it and says so.
+		code, stderr, listened := runServe(t, []string{env}, quiet...)
+		if listened || code != 1 || !strings.Contains(stderr, name) {
+			t.Errorf("%s arbiter serve: exit %d, listened %v, stderr %q; want 1 naming %s", env, code, listened, stderr, name)
+		}
+	}
+	for _, tc := range []struct{ env, cmd string }{
+		{"ARBITER_MAX_BODY_BYTES=32MiB", "eval"},
+		{"ARBITER_MAX_INPUT_VALUES=-", "bench"},
+	} {
+		cmd := exec.Command(binPath, tc.cmd, "--decision", fx.Decision, "--input", in, "--duration", "1ms")
+		if tc.cmd == "eval" {
+			cmd.Args = cmd.Args[:len(cmd.Args)-2]
+		}
+		cmd.Env = append(os.Environ(), tc.env)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		_ = cmd.Run()
+		name, _, _ := strings.Cut(tc.env, "=")
+		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), name) {
+			t.Errorf("%s arbiter %s: exit %d, stderr %q; want 1 naming %s", tc.env, tc.cmd, code, stderr.String(), name)
+		}
+	}
+}
+
+// TestFolderDefaults: the default folders are those of the working
+// directory or of its git repository's root, never of another ancestor.
+func TestFolderDefaults(t *testing.T) {
+	root := copyRepo(t)
+	fx := decidedFixture(t)
+	in := writeFile(t, t.TempDir(), "input.json", fx.Input)
+	evalIn := func(dir string) (string, int) {
+		cmd := exec.Command(binPath, "eval", "--decision", fx.Decision, "--input", in)
+		cmd.Dir = dir
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "ARBITER_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		_ = cmd.Run()
+		return out.String(), cmd.ProcessState.ExitCode()
+	}
+	below := filepath.Join(root, "a", "b")
+	if err := os.MkdirAll(below, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An ancestor that is not a git root: its folders are not used.
+	if out, code := evalIn(below); code != 1 || !strings.Contains(out, filepath.Join("policies")) {
+		t.Errorf("eval below planted folders: exit %d, want 1 (no policies here):\n%s", code, out)
+	}
+	// The working directory itself.
+	if out, code := evalIn(root); code != 0 {
+		t.Errorf("eval in the folder holding policies/: exit %d\n%s", code, out)
+	}
+	// The root of the git repository, from below it.
+	if err := os.Mkdir(filepath.Join(root, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := evalIn(below); code != 0 {
+		t.Errorf("eval below the git root: exit %d\n%s", code, out)
+	}
+}
+
+// TestSignalStopsEveryCommand: a command blocked reading a FIFO that never
+// ends stops on SIGTERM and SIGINT with exit status 130.
+func TestSignalStopsEveryCommand(t *testing.T) {
+	root := copyRepo(t)
+	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
+	decision := decidedFixture(t).Decision
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		for name, args := range map[string]func(fifo string) []string{
+			"eval": func(f string) []string {
+				return append([]string{"eval", "--decision", decision, "--input", f}, dirs...)
+			},
+			"bench": func(f string) []string {
+				return append([]string{"bench", "--decision", decision, "--input", f}, dirs...)
+			},
+			"replay": func(f string) []string { return append([]string{"replay", "--log", f}, dirs...) },
+		} {
+			t.Run(fmt.Sprintf("%s %v", name, sig), func(t *testing.T) {
+				fifo := filepath.Join(t.TempDir(), "fifo")
+				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				cmd := exec.Command(binPath, args(fifo)...)
+				var stderr syncBuffer
+				cmd.Stderr = &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan struct{})
+				go func() { _ = cmd.Wait(); close(done) }()
+				// Opening the FIFO for writing returns once the command has
+				// opened it to read: it is then blocked reading.
+				w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				if _, err := w.Write([]byte(`{"run": `)); err != nil { // a start, and never an end
+					t.Fatal(err)
+				}
+				if err := cmd.Process.Signal(sig); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-done:
+				case <-time.After(30 * time.Second):
+					_ = cmd.Process.Kill()
+					t.Fatalf("arbiter %s did not stop on %v while reading a FIFO", name, sig)
+				}
+				if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(stderr.String(), "interrupted") {
+					t.Errorf("exit %d, stderr %q; want %d and interrupted", code, stderr.String(), exitInterrupted)
+				}
+			})
+		}
+	}
+}
+
+// TestInputReadAtMostMaxBody: eval and bench read at most --max-body-bytes
+// of their input; more is body_too_large (exit 2), even from a file that
+// never ends.
+func TestInputReadAtMostMaxBody(t *testing.T) {
+	root := copyRepo(t)
+	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
+	decision := decidedFixture(t).Decision
+	for _, cmd := range []string{"eval", "bench"} {
+		out, stderr, code := runCLI(t, nil, append([]string{cmd, "--decision", decision, "--input", "/dev/zero", "--max-body-bytes", "1048576"}, dirs...)...)
+		if code != exitInput || !strings.Contains(out, `"body_too_large"`) {
+			t.Errorf("%s --input /dev/zero: exit %d\n%s%s", cmd, code, out, stderr)
+		}
+	}
+}
+
+// TestMemoryLimitByDefault: serve sets a Go memory limit of 1 GiB unless
+// told otherwise; GOMEMLIMIT in the environment wins over the flag.
+func TestMemoryLimitByDefault(t *testing.T) {
+	args, _ := quickArgs(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want float64
+	}{
+		{"", nil, 1 << 30},
+		{"", []string{"--memory-limit", "768MiB"}, 768 << 20},
+		{"GOMEMLIMIT=512MiB", []string{"--memory-limit", "768MiB"}, 512 << 20},
+	} {
+		srv := startServerWith(t, func(c *exec.Cmd) {
+			if tc.env != "" {
+				c.Env = append(os.Environ(), tc.env)
+			}
+		}, append(args, tc.args...)...)
+		if got := metricValue(t, client, srv.url, "go_gc_gomemlimit_bytes"); got != tc.want {
+			t.Errorf("%s %v: memory limit %v, want %v", tc.env, tc.args, got, tc.want)
+		}
+		srv.stop(t)
+	}
+}
+
+// TestValueCapsAgree: the server counts values against the same default cap
+// as the engine.
+func TestValueCapsAgree(t *testing.T) {
+	if server.DefaultMaxInputValues != input.DefaultMaxValues {
+		t.Errorf("server cap %d, engine cap %d", server.DefaultMaxInputValues, input.DefaultMaxValues)
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// command is one subcommand's flag set, with the flags that an environment
+// variable may set (ARBITER_ + the flag name in upper case, - as _).
+type command struct {
+	*flag.FlagSet
+	synopsis string
+	env      []string
+}
+
+func newCommand(name, synopsis string) *command {
+	c := &command{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis}
+	c.Usage = func() {
+		fmt.Fprintf(c.Output(), "Usage: arbiter %s %s\n\nFlags:\n", name, synopsis)
+		c.PrintDefaults()
+		if len(c.env) > 0 {
+			fmt.Fprintf(c.Output(), "\nEnvironment (the flag wins):\n")
+			for _, n := range c.env {
+				fmt.Fprintf(c.Output(), "  %s\tfor -%s\n", envName(n), n)
+			}
+		}
+	}
+	return c
+}
+
+// fromEnv marks flags that their environment variable sets.
+func (c *command) fromEnv(names ...string) { c.env = append(c.env, names...) }
+
+func envName(flagName string) string {
+	return "ARBITER_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse applies the environment, then the arguments (which win). A value
+// the flag does not accept is an error, from the environment as from the
+// command line: ARBITER_MAX_BODY_BYTES=32MiB must not silently mean the
+// default. It returns done when the command should stop with code: after
+// -h (usage on stdout, 0) or on a bad flag or variable (stderr, bad).
+func (c *command) parse(args []string, stdout, stderr io.Writer, bad int) (done bool, code int) {
+	c.SetOutput(io.Discard) // errors are printed once, below
+	for _, name := range c.env {
+		key := envName(name)
+		if v, ok := os.LookupEnv(key); ok {
+			if err := c.Set(name, v); err != nil {
+				fmt.Fprintf(stderr, "arbiter %s: %s=%q: %v\n", c.Name(), key, v, err)
+				return true, bad
+			}
+		}
+	}
+	err := c.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.SetOutput(stdout)
+		c.Usage()
+		return true, exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "arbiter %s: %v\n", c.Name(), err)
+		c.SetOutput(stderr)
+		c.Usage()
+		return true, bad
+	}
+	c.SetOutput(stderr)
+	return false, 0
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/server"
+)
+
+// serveConfig is every setting of `arbiter serve`, parsed and validated here
+// and handed down as plain values.
+type serveConfig struct {
+	folders
+	fleetConfig
+	addr              string
+	decisionLog       string
+	logMaxMB          int
+	logMaxBackups     int
+	logQueueBytes     int64
+	logMask           string
+	logFull           string
+	maxBodyBytes      int64
+	maxInputValues    int64
+	maxInflightBytes  int64
+	maxInflightValues int64
+	maxConnections    int
+	maxFileBytes      int64
+	evalTimeout       time.Duration
+	requestTimeout    time.Duration
+	readTimeout       time.Duration
+	idleTimeout       time.Duration
+	shutdownTimeout   time.Duration
+	debounce          time.Duration
+	reloadTimeout     time.Duration
+	testTimeout       time.Duration
+	tokenFile         string
+	tlsCert           string
+	tlsKey            string
+	tlsClientCA       string
+	insecureListen    bool
+	logLevel          string
+	debugAddr         string
+	memoryLimit       byteSize
+	gcPercent         int
+	stateDir          string
+	selfCheckRate     float64
+	ui                bool // serve the /ui pages (cmd/arbiter/ui.go)
+	uiRecent          int  // decisions the pages keep in memory
+}
+
+// Defaults of serve's flags that are not another package's.
+const (
+	defaultMemoryLimit = 1 << 30
+	defaultIdleTimeout = 30 * time.Second
+)
+
+func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, int) {
+	fs := newCommand("serve", "[flags]")
+	c := &serveConfig{memoryLimit: defaultMemoryLimit}
+	c.folders.register(fs, true)
+	c.fleetConfig.register(fs)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8181", "listen address HOST:PORT")
+	fs.StringVar(&c.decisionLog, "decision-log", "var/decisions.log", "decision log file, - for stdout, '' to disable")
+	fs.IntVar(&c.logMaxMB, "decision-log-max-mb", decisionlog.DefaultMaxMegabytes, "rotate the decision log file at this many MiB; it must hold the largest record")
+	fs.IntVar(&c.logMaxBackups, "decision-log-max-backups", decisionlog.DefaultMaxBackups, "rotated decision log files to keep (negative: all)")
+	fs.Int64Var(&c.logQueueBytes, "decision-log-queue-bytes", decisionlog.DefaultQueueBytes, "bytes of records that may wait to be written; past it records are refused (see --decision-log-full)")
+	fs.StringVar(&c.logMask, "decision-log-mask", "", "comma-separated JSON pointers into the input to mask in the decision log")
+	fs.StringVar(&c.logFull, "decision-log-full", "drop", "when the decision log's queue is full: drop the record and answer, or refuse the decision (503 overloaded)")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.Int64Var(&c.maxInputValues, "max-input-values", server.DefaultMaxInputValues, "most JSON values in one input (body_too_large past it)")
+	fs.Int64Var(&c.maxInflightBytes, "max-inflight-bytes", server.DefaultMaxInflightBytes, "admission: body bytes of all requests in flight (503 overloaded past it)")
+	fs.Int64Var(&c.maxInflightValues, "max-inflight-values", server.DefaultMaxInflightValues, "admission: JSON values of all requests in flight (503 overloaded past it)")
+	fs.IntVar(&c.maxConnections, "max-connections", 0, "most open connections; at the cap the longest idle one is closed (0: half the file descriptor limit)")
+	fs.Int64Var(&c.maxFileBytes, "max-file-bytes", engine.DefaultMaxFileBytes, "largest policy, data, schema or test file read")
+	fs.DurationVar(&c.evalTimeout, "eval-timeout", engine.DefaultEvalTimeout, "deadline of one policy evaluation")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "deadline of a whole decision request: reading the body, decoding, validation and evaluation (at most --read-timeout)")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "deadline for reading one request, headers and body: a body trickled byte by byte is cut off")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a keep-alive connection may stay idle")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight and the decision log")
+	fs.DurationVar(&c.debounce, "reload-debounce", 100*time.Millisecond, "quiet time after file events before a reload")
+	fs.DurationVar(&c.reloadTimeout, "reload-timeout", engine.DefaultReloadTimeout, "deadline of a whole reload: reading, compiling and the test gate")
+	fs.DurationVar(&c.testTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
+	fs.StringVar(&c.tokenFile, "auth-token-file", "", "file of bearer tokens, one per line (CALLER TOKEN or TOKEN)")
+	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "TLS certificate (PEM), reloaded when it changes")
+	fs.StringVar(&c.tlsKey, "tls-key-file", "", "TLS private key (PEM), reloaded when it changes")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca-file", "", "CA bundle (PEM) that client certificates must chain to (mTLS)")
+	fs.BoolVar(&c.insecureListen, "insecure-listen", false, "allow a non-loopback address without authentication")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.stateDir, "state-dir", "var/state", "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
+	fs.Var(&c.memoryLimit, "memory-limit", "Go memory limit (GOMEMLIMIT syntax: 1GiB, 800MiB; 0 for none); the environment's GOMEMLIMIT wins when set")
+	fs.IntVar(&c.gcPercent, "gc-percent", 100, "Go garbage collector target (GOGC); the environment's GOGC wins when set")
+	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", 0.01, "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
+	fs.BoolVar(&c.ui, "ui", true, "serve the pages for reliability engineers at /ui, behind the same authentication")
+	fs.IntVar(&c.uiRecent, "ui-recent", 10000, "decisions the /ui pages keep in memory (the decision log has the rest)")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
+	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
+		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
+		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "idle-timeout", "shutdown-timeout", "reload-debounce",
+		"reload-timeout", "test-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
+		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "ui", "ui-recent")
+	if done, code := fs.parse(args, stdout, stderr, exitError); done {
+		return nil, true, code
+	}
+	if err := c.validate(fs); err != nil {
+		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
+		return nil, true, exitError
+	}
+	return c, false, 0
+}
+
+func (c *serveConfig) validate(fs *command) error {
+	positive := map[string]bool{
+		"--max-body-bytes": c.maxBodyBytes > 0, "--max-input-values": c.maxInputValues > 0,
+		"--max-inflight-bytes": c.maxInflightBytes > 0, "--max-inflight-values": c.maxInflightValues > 0,
+		"--max-file-bytes": c.maxFileBytes > 0, "--decision-log-max-mb": c.logMaxMB > 0, "--decision-log-queue-bytes": c.logQueueBytes > 0,
+		"--eval-timeout": c.evalTimeout > 0, "--request-timeout": c.requestTimeout > 0, "--read-timeout": c.readTimeout > 0,
+		"--idle-timeout": c.idleTimeout > 0, "--reload-timeout": c.reloadTimeout > 0, "--test-timeout": c.testTimeout > 0,
+	}
+	for name, ok := range positive {
+		if !ok {
+			return fmt.Errorf("%s must be positive", name)
+		}
+	}
+	if err := c.fleetConfig.validate(); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	case !(c.selfCheckRate >= 0 && c.selfCheckRate <= 1):
+		return errors.New("--selfcheck-rate must be between 0 and 1")
+	case c.maxConnections < 0:
+		return errors.New("--max-connections must not be negative")
+	case c.logFull != "drop" && c.logFull != "refuse":
+		return fmt.Errorf("--decision-log-full must be drop or refuse, not %q", c.logFull)
+	case c.decisionLog != "" && c.decisionLog != "-" && int64(c.logMaxMB)<<20 < c.maxBodyBytes+1<<20:
+		return fmt.Errorf("--decision-log-max-mb %d cannot hold the record of a %d-byte input: raise it above %d", c.logMaxMB, c.maxBodyBytes, (c.maxBodyBytes>>20)+1)
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return errors.New("--tls-cert-file and --tls-key-file go together")
+	case c.tlsClientCA != "" && c.tlsCert == "":
+		return errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+	case c.debugAddr != "" && !isLoopback(c.debugAddr):
+		return fmt.Errorf("--debug-addr %s must be a loopback address: profiles are not authenticated", c.debugAddr)
+	case !isLoopback(c.addr) && c.tokenFile == "" && c.tlsClientCA == "" && !c.insecureListen:
+		return fmt.Errorf("refusing to listen on non-loopback address %s without --auth-token-file or --tls-client-ca-file (pass --insecure-listen to override)", c.addr)
+	}
+	return nil
+}
+
+// isLoopback reports whether addr only listens on the loopback interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// byteSize is a flag of bytes in GOMEMLIMIT's syntax: an integer with an
+// optional B, KiB, MiB, GiB or TiB suffix.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = rest, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return fmt.Errorf("%q is not a size such as 1GiB or 800MiB", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

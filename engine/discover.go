@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"github.com/arbiter-dev/arbiter/engine/input"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+)
+
+// parseSchemas decodes every schema file and keys it as `opa check -s` does:
+// schemas/NAME/input.json is schema.NAME.input.
+func parseSchemas(files []sourceFile) (*ast.SchemaSet, map[string]schemaDoc, []Problem) {
+	var probs []Problem
+	ss := ast.NewSchemaSet()
+	docs := map[string]schemaDoc{}
+	for _, f := range files {
+		doc, err := input.Decode(f.data)
+		if err != nil {
+			probs = append(probs, Problem{File: f.path, Message: err.Error()})
+			continue
+		}
+		key := strings.TrimSuffix(f.rel, ".json")
+		ref := ast.Ref{ast.SchemaRootDocument}
+		for _, part := range strings.Split(key, "/") {
+			ref = append(ref, ast.StringTerm(part))
+		}
+		ss.Put(ref, doc)
+		docs[key] = schemaDoc{path: f.path, doc: doc}
+	}
+	return ss, docs, probs
+}
+
+type schemaDoc struct {
+	path string
+	doc  any
+}
+
+// discover finds the decisions: every package decisions.NAME with a rule
+// named decision. Nothing here knows any decision by name.
+func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[string]*ast.Module, schemas map[string]schemaDoc) []Problem {
+	var probs []Problem
+	found := map[string]string{} // name -> file declaring it
+	for file, m := range modules {
+		path := m.Package.Path
+		if len(path) != 3 || !path[1].Equal(ast.StringTerm("decisions")) {
+			continue
+		}
+		name, ok := path[2].Value.(ast.String)
+		if !ok {
+			continue
+		}
+		for _, r := range m.Rules {
+			if r.Head.Name.String() == "decision" || r.Head.Ref().String() == "decision" {
+				found[string(name)] = file
+			}
+		}
+	}
+	names := make([]string, 0, len(found))
+	for n := range found {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	as := c.GetAnnotationSet()
+	for _, name := range names {
+		file := found[name]
+		if !decisionName.MatchString(name) {
+			probs = append(probs, Problem{File: file, Message: fmt.Sprintf("decision name %q must match %s", name, decisionName)})
+			continue
+		}
+		def := &decisionDef{name: name}
+		in, okIn := schemas[name+"/input"]
+		out, okOut := schemas[name+"/result"]
+		if !okIn || !okOut {
+			probs = append(probs, Problem{File: file, Message: fmt.Sprintf("decision %s needs schemas %s/input.json and %s/result.json in the schema folder", name, name, name)})
+			continue
+		}
+		var err error
+		if def.inputSchema, err = compileSchema(in.path, in.doc); err != nil {
+			probs = append(probs, Problem{File: in.path, Message: err.Error()})
+			continue
+		}
+		def.input = input.NewSchema(def.inputSchema)
+		if def.result, err = compileSchema(out.path, out.doc); err != nil {
+			probs = append(probs, Problem{File: out.path, Message: err.Error()})
+			continue
+		}
+		def.inputDoc, def.resultDoc = in.doc, out.doc
+		def.outcomeKey = "outcome"
+		if obj, ok := out.doc.(map[string]any); ok {
+			if k, ok := obj[OutcomeKeyword].(string); ok {
+				def.outcomeKey = k
+			}
+		}
+		pkg := ast.MustParseRef("data.decisions." + name)
+		if !declaresInputSchema(as, pkg, name) {
+			probs = append(probs, Problem{File: file, Line: 1, Message: fmt.Sprintf("package decisions.%s must declare `schemas: [{input: schema.%s.input}]` in its package METADATA so that every input reference is type-checked", name, name)})
+			continue
+		}
+		def.title, def.description, def.rules = describe(as, pkg)
+		def.reads = ruleReads(c, pkg, def.rules)
+		pq, err := rego.New(
+			rego.Query(pkg.String()+".decision"),
+			rego.Compiler(c),
+			rego.Store(store),
+			rego.StrictBuiltinErrors(true),
+		).PrepareForEval(context.Background())
+		if err != nil {
+			probs = append(probs, Problem{File: file, Message: "preparing query: " + err.Error()})
+			continue
+		}
+		def.query = pq
+		s.decisions[name] = def
+		s.names = append(s.names, name)
+	}
+	if len(found) == 0 {
+		probs = append(probs, Problem{Message: "no decision found: a decision is a package decisions.NAME with a rule named decision"})
+	}
+	for key, sd := range schemas {
+		dir, _, _ := strings.Cut(key, "/")
+		if _, ok := found[dir]; !ok {
+			probs = append(probs, Problem{File: sd.path, Message: fmt.Sprintf("schema for unknown decision %q (no package decisions.%s with a decision rule)", dir, dir)})
+		}
+	}
+	sort.Slice(probs, func(i, j int) bool { return probs[i].String() < probs[j].String() })
+	return probs
+}

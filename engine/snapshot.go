@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"encoding/json"
+	"github.com/arbiter-dev/arbiter/engine/input"
+	"regexp"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Snapshot is everything needed to decide, compiled once and never mutated:
+// requests hold on to the Snapshot they started with while a reload builds
+// the next one.
+type Snapshot struct {
+	Revision string    // content hash of every policy, data and schema file, or a bundle's manifest revision
+	Hash     string    // content hash of every policy, data and schema file
+	Files    []string  // the files it was built from
+	LoadedAt time.Time // when it was built
+	// Skipped lists the files with a policy extension that were not read.
+	Skipped []SkippedFile
+	// Gated is true when the policy tests and fixtures of a test folder
+	// passed against this Snapshot before it was returned.
+	Gated bool
+
+	decisions map[string]*decisionDef
+	names     []string
+	timeout   time.Duration
+	// testTimeout replaces timeout while the gate runs fixtures.
+	testTimeout time.Duration
+	maxValues   int
+	checker     *selfChecker // nil: no self-check (engine/compiled.go)
+
+	// The bytes it was built from, for SaveTo: policies, schemas, and the
+	// tests that gated it (when a test folder was configured).
+	policySrc, schemaSrc, testSrc []sourceFile
+}
+
+// decisionDef is one decision of a Snapshot.
+type decisionDef struct {
+	name        string
+	title       string
+	description string
+	inputSchema *jsonschema.Schema
+	input       *input.Schema // the input schema, prepared for the one-pass walk
+	result      *jsonschema.Schema
+	inputDoc    any // the input schema as loaded, for GET /v1/decisions
+	resultDoc   any
+	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
+	query       rego.PreparedEvalQuery
+	rules       []RuleInfo
+	reads       []ruleEvidence    // per rule, what it reads of the input (evidence.go)
+	compiled    *compiledDecision // engine/compiled.go
+}
+
+// RuleInfo describes one reason rule of a decision, taken from its METADATA.
+type RuleInfo struct {
+	Rank        json.Number `json:"rank"`
+	Reason      string      `json:"reason"`
+	Title       string      `json:"title"`
+	Description string      `json:"description,omitempty"`
+	File        string      `json:"file"`
+	Line        int         `json:"line"`
+}
+
+// DecisionInfo is the public description of one decision.
+type DecisionInfo struct {
+	Name         string     `json:"name"`
+	Title        string     `json:"title,omitempty"`
+	Description  string     `json:"description,omitempty"`
+	Path         string     `json:"path"`
+	InputSchema  any        `json:"input_schema"`
+	ResultSchema any        `json:"result_schema"`
+	Rules        []RuleInfo `json:"rules"`
+}
+
+// Decisions lists the decisions of the Snapshot, sorted by name.
+func (s *Snapshot) Decisions() []DecisionInfo {
+	out := make([]DecisionInfo, 0, len(s.names))
+	for _, n := range s.names {
+		d := s.decisions[n]
+		out = append(out, DecisionInfo{
+			Name: n, Title: d.title, Description: d.description,
+			Path:        "/v1/data/decisions/" + n + "/decision",
+			InputSchema: d.inputDoc, ResultSchema: d.resultDoc, Rules: d.rules,
+		})
+	}
+	return out
+}
+
+// Names lists the decision names, sorted.
+func (s *Snapshot) Names() []string { return append([]string(nil), s.names...) }
+
+// OutcomeKeyword is the result-schema keyword naming the result member that
+// labels a decision's outcome in metrics (default "outcome").
+const OutcomeKeyword = "x-arbiter-outcome"
+
+var decisionName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// Has reports whether the Snapshot serves a decision of that name.
+func (s *Snapshot) Has(name string) bool {
+	_, ok := s.decisions[name]
+	return ok
+}
