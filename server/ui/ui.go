@@ -132,7 +132,8 @@ func New(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{cfg: cfg, log: cfg.Logger, pages: parseTemplates(cfg.Prefix)}
+	h := &handler{cfg: cfg, log: cfg.Logger}
+	h.pages = parseTemplates(cfg.Prefix, h.toneFor)
 
 	static, _ := fs.Sub(staticFS, "static")
 	fileServer := http.StripPrefix(cfg.Prefix+"/static/", http.FileServer(http.FS(static)))
@@ -504,6 +505,7 @@ func OutcomeKeys(d Decider) func(decision string) string {
 type evaluation struct {
 	ID       string // for the heading's id
 	Label    string
+	Name     string // the decision
 	Revision string
 	Decision *engine.Decision
 	Err      *engine.Error
@@ -517,7 +519,7 @@ type evaluation struct {
 type decideFunc func(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
 
 func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, name string, body []byte) evaluation {
-	ev := evaluation{Revision: revision}
+	ev := evaluation{Revision: revision, Name: name}
 	d, err := decide(ctx, name, body, engine.Options{Explain: true})
 	if err != nil {
 		ev.Err = engine.AsError(err)
@@ -609,10 +611,45 @@ func tone(v string) string {
 	return "tone-" + strconv.Itoa(int(f.Sum32()%6))
 }
 
-func parseTemplates(prefix string) map[string]*template.Template {
+// allowKeyword is the result-schema keyword listing the outcome values
+// that allow (issue 13's engine.AllowKeyword).
+const allowKeyword = "x-arbiter-allow"
+
+// toneFor colours an outcome by what it means when the decision's result
+// schema says which outcomes allow: green for those, red for the others;
+// otherwise by tone.
+func (h *handler) toneFor(decision, outcome string) string {
+	if outcome == OutcomeError || outcome == "" {
+		return tone(outcome)
+	}
+	snap := h.cfg.Decider.Snapshot()
+	if snap == nil {
+		return tone(outcome)
+	}
+	for _, d := range snap.Decisions() {
+		if d.Name != decision {
+			continue
+		}
+		m, _ := d.ResultSchema.(map[string]any)
+		list, ok := m[allowKeyword].([]any)
+		if !ok {
+			break
+		}
+		for _, v := range list {
+			if fmt.Sprint(v) == outcome {
+				return "tone-allow"
+			}
+		}
+		return "tone-refuse"
+	}
+	return tone(outcome)
+}
+
+func parseTemplates(prefix string, toneFor func(decision, outcome string) string) map[string]*template.Template {
 	funcs := template.FuncMap{
-		"prefix": func() string { return prefix },
-		"tone":   tone,
+		"prefix":  func() string { return prefix },
+		"tone":    tone,
+		"toneFor": toneFor,
 		"short": func(s string) string {
 			if len(s) > 8 {
 				return s[:8]
