@@ -2,7 +2,7 @@
 // playwright-core, against the real arbiter binary. Run: make ui-e2e.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, copyFileSync } from 'node:fs';
+import { mkdirSync, copyFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startArbiter, api, fixtures, getPointer, setPointer, launch, logLines, outDir, repoRoot } from './harness.mjs';
 
@@ -44,7 +44,7 @@ async function flipCase(all) {
     if (changed.length === 0) continue;
     const check = await api(srv, 'POST', `/v1/decisions/${ref.fx.decision}`, input);
     if (check.status === 200 && (check.json.result.reasons ?? []).length === 0) {
-      return { ...ref, fixedInput: input, changed, allowedOutcome: check.json.result };
+      return { ...ref, fixedInput: input, changed, allowedInput: ok.input };
     }
   }
   throw new Error('no refusal among the fixtures flips with an allowed input\'s values at its evidence');
@@ -137,6 +137,23 @@ test('filter to a refusal, open it, read its evidence, flip it with a what-if', 
   await page.locator('#whatif-result').scrollIntoViewIfNeeded();
   await shot(page, 'whatif');
 
+  // Paste a document read from a file (a runner-state.json): the allowed
+  // input's largest object member goes, by default, where it belongs.
+  const ok = flip.allowedInput;
+  const member = Object.keys(ok).filter(k => ok[k] && typeof ok[k] === 'object' && !Array.isArray(ok[k]))
+    .sort((a, b) => Object.keys(ok[b]).length - Object.keys(ok[a]).length)[0];
+  const file = join(outDir, 'runner-state.json');
+  writeFileSync(file, JSON.stringify(ok[member], null, 2));
+  await page.fill('#w-input', JSON.stringify({ ...flip.fx.input, [member]: null }, null, 2));
+  await page.click('details.paste summary');
+  await page.setInputFiles('#w-file', file);
+  await page.waitForFunction(() => document.getElementById('w-paste').value.length > 0);
+  await page.click('#w-run');
+  await page.waitForSelector('#whatif-result');
+  const merged = JSON.parse(await page.inputValue('#w-input'));
+  assert.deepEqual(merged[member], ok[member], `the pasted document is not at /${member}`);
+  assert.equal(await page.inputValue('#w-at'), `/${member}`);
+
   // Nothing evaluated from the page is logged: a marker decision made after
   // it is the only new record.
   const marker = await api(srv, 'POST', `/v1/decisions/${flip.fx.decision}`, flip.fx.input);
@@ -155,7 +172,9 @@ test('keyboard only: log in, filter, open a decision, run a what-if', async () =
     await page.evaluate(() => document.querySelector('form.logout button').click());
     await page.waitForURL(/\/ui\/login/);
   }
-  // The token field has focus (autofocus); type and Enter.
+  // The token field takes the focus (autofocus, applied once the page is
+  // rendered); type and Enter.
+  await page.waitForFunction(() => document.activeElement && document.activeElement.id === 'token');
   await page.keyboard.type(srv.token);
   await page.keyboard.press('Enter');
   await page.waitForURL(/\/ui\/decisions/);
