@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 )
@@ -19,7 +21,10 @@ import (
 // the values from the input, when a decision is explained.
 type Evidence struct {
 	// Path is a JSON pointer into the input document.
-	Path string `json:"path"`
+	Path string `json:"path,omitempty"`
+	// Data, instead of Path, names a value of the policy's data (a data.json
+	// that the rule compares the input with), as a reference below data.
+	Data string `json:"data,omitempty"`
 	// Value is the value at Path, numbers in canonical form; it is left out
 	// when Absent or when the value is too large to show (see Summary).
 	Value json.RawMessage `json:"value,omitempty"`
@@ -47,8 +52,9 @@ const maxReadRules = 1000
 // inputRead is one input path that a reason rule reads: the constant
 // prefix of an input reference (input.a.b[x] reads input.a.b whole).
 type inputRead struct {
-	path []string // pointer tokens below input
+	path []string // pointer tokens below input (or below data)
 	via  string
+	data bool // a read of the policy's data, not of the input
 }
 
 // pointer is the JSON pointer of the read.
@@ -69,7 +75,7 @@ func (r inputRead) pointer() string {
 // conservative: every constant input path a rule could read is listed,
 // whichever body of a helper decided; a path below a variable is cut at
 // the variable.
-func ruleReads(c *ast.Compiler, pkg ast.Ref, rules []RuleInfo) []ruleEvidence {
+func ruleReads(c *ast.Compiler, store storage.Store, pkg ast.Ref, rules []RuleInfo) []ruleEvidence {
 	reasonRules := map[string]*ast.Rule{}
 	excluded := map[string]bool{} // the paths of the reason rules' documents
 	for _, a := range c.GetAnnotationSet().Flatten() {
@@ -93,14 +99,17 @@ func ruleReads(c *ast.Compiler, pkg ast.Ref, rules []RuleInfo) []ruleEvidence {
 		w := &readWalker{c: c, pkg: pkg, excluded: excluded, visited: map[*ast.Rule]bool{}, seen: map[string]bool{}}
 		w.rule(r, "")
 		out[i] = ruleEvidence{doc: r.Ref().Append(r.Head.Key), reads: prune(w.reads)}
+		out[i].data = dataEvidence(store, prune(w.dataReads))
 	}
 	return out
 }
 
-// ruleEvidence is what a reason rule reads of the input.
+// ruleEvidence is what a reason rule reads of the input, and the values
+// of the policy's data it reads (fixed for a Snapshot, so read at load).
 type ruleEvidence struct {
 	doc   ast.Ref // the rule's own entry: defined when it fires (tests use it)
 	reads []inputRead
+	data  []Evidence
 }
 
 type readWalker struct {
@@ -108,8 +117,9 @@ type readWalker struct {
 	pkg      ast.Ref
 	excluded map[string]bool
 	visited  map[*ast.Rule]bool
-	seen     map[string]bool // pointers already listed
-	reads    []inputRead
+	seen      map[string]bool // pointers already listed
+	reads     []inputRead
+	dataReads []inputRead
 }
 
 // rule lists the input reads of r (every body of an else chain too), then
@@ -129,7 +139,11 @@ func (w *readWalker) rule(r *ast.Rule, via string) {
 					return false
 				}
 				if ref.HasPrefix(ast.DefaultRootRef) {
-					deps = append(deps, w.dependencies(ref)...)
+					rules := w.dependencies(ref)
+					if len(rules) == 0 && len(w.c.GetRulesDynamicWithOpts(ref, ast.RulesOptions{})) == 0 {
+						w.addData(ref, via)
+					}
+					deps = append(deps, rules...)
 				}
 				return false
 			})
@@ -211,6 +225,28 @@ func (w *readWalker) inputPath(ref ast.Ref, aliases map[ast.Var][]string) ([]str
 		}
 	}
 	return p, true
+}
+
+// addData lists a reference to the policy's data (a base document: no
+// rule defines it), up to its first variable.
+func (w *readWalker) addData(ref ast.Ref, via string) {
+	var p []string
+	for _, t := range ref[1:] {
+		s, ok := t.Value.(ast.String)
+		if !ok {
+			break
+		}
+		p = append(p, string(s))
+	}
+	if len(p) == 0 {
+		return
+	}
+	key := "data:" + strings.Join(p, "\x00")
+	if w.seen[key] {
+		return
+	}
+	w.seen[key] = true
+	w.dataReads = append(w.dataReads, inputRead{path: p, via: via, data: true})
 }
 
 func (w *readWalker) add(p []string, via string) {
@@ -414,6 +450,46 @@ func appendCanonical(b *bytes.Buffer, v any, limit int) bool {
 	return b.Len() <= limit
 }
 
+// dataEvidence reads the data values a rule reads from the Snapshot's store.
+func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
+	var out []Evidence
+	for _, r := range reads {
+		name := ast.Ref{ast.DefaultRootDocument}
+		for _, t := range r.path {
+			name = append(name, ast.StringTerm(t))
+		}
+		ev := Evidence{Data: strings.TrimPrefix(name.String(), "data."), Via: r.via}
+		v, err := storage.ReadOne(context.Background(), store, storage.Path(r.path))
+		if err != nil {
+			ev.Absent = true
+		} else {
+			shownEv := shown("", canonicalDoc(v))
+			ev.Value, ev.Summary = shownEv.Value, shownEv.Summary
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// canonicalDoc turns what the store holds (OPA's values or Go's) into the
+// documents appendCanonical writes.
+func canonicalDoc(v any) any {
+	if val, ok := v.(ast.Value); ok {
+		if doc, err := ast.JSON(val); err == nil {
+			v = doc
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	doc, err := input.Decode(b)
+	if err != nil {
+		return v
+	}
+	return doc
+}
+
 // explain lists every reason rule of def, whether it fired, and for each
 // that fired the input values it read. raw is the input as received; it is
 // decoded again only when some rule fired (the decision's own pass built
@@ -428,7 +504,11 @@ func explain(def *decisionDef, reasons []string, raw []byte) []RuleOutcome {
 	decoded := false
 	for i, r := range def.rules {
 		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
-		if !out[i].Fired || i >= len(def.reads) || len(def.reads[i].reads) == 0 {
+		if !out[i].Fired || i >= len(def.reads) {
+			continue
+		}
+		if len(def.reads[i].reads) == 0 {
+			out[i].Evidence = def.reads[i].data
 			continue
 		}
 		if !decoded {
@@ -444,7 +524,7 @@ func explain(def *decisionDef, reasons []string, raw []byte) []RuleOutcome {
 		if doc == nil {
 			continue
 		}
-		out[i].Evidence = evidenceOf(doc, def.reads[i].reads)
+		out[i].Evidence = append(evidenceOf(doc, def.reads[i].reads), def.reads[i].data...)
 	}
 	return out
 }

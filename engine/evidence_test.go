@@ -188,6 +188,12 @@ func TestEvidenceOfFixtures(t *testing.T) {
 			}
 			withEvidence++
 			for _, ev := range ro.Evidence {
+				if ev.Data != "" {
+					if ev.Path != "" || (ev.Value == nil && ev.Summary == "" && !ev.Absent) {
+						t.Errorf("%s/%s: data evidence %+v", fx.Decision, fx.Name, ev)
+					}
+					continue
+				}
 				got, found := at(doc, ev.Path)
 				switch {
 				case ev.Absent:
@@ -271,7 +277,8 @@ func TestEvidenceGolden(t *testing.T) {
 		def := s.decisions[name]
 		fmt.Fprintf(&out, "## decision %s: what each reason rule reads\n", name)
 		for i, r := range def.rules {
-			fmt.Fprintf(&out, "%s %s (line %d): %s\n", r.Rank, r.Reason, r.Line, strings.Join(readsWithVia(def.reads[i].reads), " "))
+			data, _ := json.Marshal(def.reads[i].data)
+			fmt.Fprintf(&out, "%s %s (line %d): %s data %s\n", r.Rank, r.Reason, r.Line, strings.Join(readsWithVia(def.reads[i].reads), " "), data)
 		}
 		out.WriteString("\n")
 	}
