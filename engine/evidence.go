@@ -113,10 +113,10 @@ type ruleEvidence struct {
 }
 
 type readWalker struct {
-	c        *ast.Compiler
-	pkg      ast.Ref
-	excluded map[string]bool
-	visited  map[*ast.Rule]bool
+	c         *ast.Compiler
+	pkg       ast.Ref
+	excluded  map[string]bool
+	visited   map[*ast.Rule]bool
 	seen      map[string]bool // pointers already listed
 	reads     []inputRead
 	dataReads []inputRead
