@@ -76,9 +76,32 @@ type Shadow interface {
 	Candidate() (revision string, ok bool)
 	// DecideCandidate decides with the candidate, without logging.
 	DecideCandidate(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
-	// Summary is the impact summary of the candidate on live traffic, as
-	// GET /v1/shadow answers it; the page shows it as it is.
-	Summary(ctx context.Context) (any, bool)
+	// Summary is the impact of the candidate on the live decisions it was
+	// shown, as GET /v1/shadow reports it; false when there is none.
+	Summary(ctx context.Context) (ShadowSummary, bool)
+}
+
+// ShadowSummary is the impact of a shadow candidate: how many live
+// decisions it was shown, and how many fell in each class of change, with
+// a few example decision ids.
+type ShadowSummary struct {
+	Total     uint64
+	Classes   []ShadowClass
+	Decisions []ShadowDecision
+}
+
+// ShadowClass is one class of change (the candidate's words) and its count.
+type ShadowClass struct {
+	Class    string
+	Count    uint64
+	Examples []string // decision ids
+}
+
+// ShadowDecision is the impact on one decision.
+type ShadowDecision struct {
+	Decision string
+	Total    uint64
+	Classes  []ShadowClass
 }
 
 // Config is what New needs. Recent and Decider are required.
@@ -551,7 +574,7 @@ type policyData struct {
 	History   []engine.ReloadStatus
 	Candidate string
 	Shadow    bool // a Shadow is wired
-	Summary   any
+	Summary   ShadowSummary
 	HasSum    bool
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -543,3 +544,116 @@ func BenchmarkListPage10k(b *testing.B) {
 		})
 	}
 }
+
+// fakeShadow is a candidate engine beside the live one, as issue 13's
+// shadow evaluation provides it.
+type fakeShadow struct {
+	cand    *engine.Engine
+	summary ShadowSummary
+}
+
+func (f *fakeShadow) Candidate() (string, bool) { return f.cand.Snapshot().Revision, true }
+func (f *fakeShadow) DecideCandidate(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error) {
+	return f.cand.Decide(ctx, name, body, opts)
+}
+func (f *fakeShadow) Summary(context.Context) (ShadowSummary, bool) { return f.summary, true }
+
+// quotaCopy copies the quota test decision; scale multiplies every number
+// of its data files (a data edit that names nothing).
+func quotaCopy(t *testing.T, scale int64) engine.Config {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("../../engine/testdata/quota")); err != nil {
+		t.Fatal(err)
+	}
+	if scale != 1 {
+		files, _ := filepath.Glob(filepath.Join(dir, "policies", "decisions", "*", "data.json"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			var doc any
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.UseNumber()
+			if err := dec.Decode(&doc); err != nil {
+				t.Fatal(err)
+			}
+			var scaleAll func(any) any
+			scaleAll = func(v any) any {
+				switch x := v.(type) {
+				case json.Number:
+					n, _ := x.Int64()
+					return n * scale
+				case map[string]any:
+					for k := range x {
+						x[k] = scaleAll(x[k])
+					}
+				case []any:
+					for i := range x {
+						x[i] = scaleAll(x[i])
+					}
+				}
+				return v
+			}
+			out, _ := json.Marshal(scaleAll(doc))
+			if err := os.WriteFile(f, out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return engine.Config{Policies: filepath.Join(dir, "policies"), Schemas: filepath.Join(dir, "schemas"), Tests: filepath.Join(dir, "tests")}
+}
+
+// TestWhatIfBesideTheCandidate: with a shadow candidate loaded, a what-if
+// shows the live revision's and the candidate's answers side by side and
+// says when they differ; nothing is recorded. The policy page shows the
+// candidate and its impact summary, examples linked.
+func TestWhatIfBesideTheCandidate(t *testing.T) {
+	liveCfg := quotaCopy(t, 1)
+	live := mustEngine(t, engine.Config{Policies: liveCfg.Policies, Schemas: liveCfg.Schemas})
+	candCfg := quotaCopy(t, 0)
+	cand := mustEngine(t, engine.Config{Policies: candCfg.Policies, Schemas: candCfg.Schemas})
+	fixtures, err := engine.LoadFixtures(liveCfg.Tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var body []byte
+	for _, fx := range fixtures {
+		if fx.Input == nil || fx.WantError != nil {
+			continue
+		}
+		a, err1 := live.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
+		b, err2 := cand.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
+		if err1 == nil && err2 == nil && !jsonEqual(a.Result, b.Result) {
+			name, body = fx.Decision, fx.Input
+			break
+		}
+	}
+	if body == nil {
+		t.Fatal("no quota fixture that the scaled data decides differently")
+	}
+	ring := NewRing(RingConfig{})
+	sh := &fakeShadow{cand: cand, summary: ShadowSummary{Total: 7, Decisions: []ShadowDecision{{Decision: name, Total: 7, Classes: []ShadowClass{{Class: "example-class", Count: 3, Examples: []string{"example-id-1"}}}}}}}
+	srv := httptest.NewServer(New(Config{Recent: ring, Decider: live, Shadow: sh}))
+	defer srv.Close()
+	h := &harness{srv: srv}
+	status, page := h.post(t, "/ui/whatif", url.Values{"decision": {name}, "input": {string(body)}}, "")
+	if status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	for _, want := range []string{`id="eval-live"`, `id="eval-candidate"`, "The shadow candidate decides this input differently.", short(cand.Snapshot().Revision)} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the what-if page lacks %q", want)
+		}
+	}
+	if ring.Len() != 0 {
+		t.Errorf("a what-if reached the ring")
+	}
+	_, page = h.get(t, "/ui/policy")
+	for _, want := range []string{cand.Snapshot().Revision, "<code>example-class</code>", `href="/ui/decisions/example-id-1"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the policy page lacks %q", want)
+		}
+	}
+}
+
+func short(s string) string { return s[:8] }
