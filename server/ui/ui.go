@@ -262,10 +262,26 @@ type listData struct {
 type row struct {
 	Entry
 	URL string
+	// Shown are the reasons shown in the row: the first, and the one the
+	// filter asked for when it is another; More counts the others.
+	Shown []string
+	More  int
 }
 
-func (h *handler) rowOf(e Entry) row {
-	return row{Entry: e, URL: h.cfg.Prefix + "/decisions/" + url.PathEscape(e.Record.DecisionID)}
+func (h *handler) rowOf(e Entry, f Filter) row {
+	r := row{Entry: e, URL: h.cfg.Prefix + "/decisions/" + url.PathEscape(e.Record.DecisionID)}
+	if len(e.Reasons) > 0 {
+		r.Shown = []string{e.Reasons[0]}
+		if f.Reason != "" && f.Reason != e.Reasons[0] {
+			for _, rs := range e.Reasons[1:] {
+				if rs == f.Reason {
+					r.Shown = append(r.Shown, rs)
+				}
+			}
+		}
+		r.More = len(e.Reasons) - len(r.Shown)
+	}
+	return r
 }
 
 // parseFilter reads the filter of a query string; times are UTC, as the
@@ -323,7 +339,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	d := listData{Filter: f, Form: q, Page: pg, PageSize: h.cfg.PageSize, Newest: before == 0, FilterNote: bad}
 	d.Choices = h.choices()
 	for _, e := range pg.Entries {
-		d.Rows = append(d.Rows, h.rowOf(e))
+		d.Rows = append(d.Rows, h.rowOf(e, f))
 	}
 	d.NewestURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
 	if pg.Older != 0 {
@@ -389,7 +405,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		missed := h.cfg.Recent.Query(f, 0, h.cfg.PageSize).Entries
 		for i := len(missed) - 1; i >= 0; i-- {
 			if missed[i].Seq > last {
-				if err := h.sendRow(w, missed[i]); err != nil {
+				if err := h.sendRow(w, missed[i], f); err != nil {
 					return
 				}
 			}
@@ -412,16 +428,16 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 			if !f.Match(e) {
 				continue
 			}
-			if err := h.sendRow(w, e); err != nil || rc.Flush() != nil {
+			if err := h.sendRow(w, e, f); err != nil || rc.Flush() != nil {
 				return
 			}
 		}
 	}
 }
 
-func (h *handler) sendRow(w http.ResponseWriter, e Entry) error {
+func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter) error {
 	var buf bytes.Buffer
-	if err := h.pages["decisions"].ExecuteTemplate(&buf, "row", h.rowOf(e)); err != nil {
+	if err := h.pages["decisions"].ExecuteTemplate(&buf, "row", h.rowOf(e, f)); err != nil {
 		return err
 	}
 	var out bytes.Buffer
@@ -694,7 +710,6 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 		"selected": func(form url.Values, key, v string) bool {
 			return form.Get(key) == v
 		},
-		"more": func(n int) int { return n - 1 },
 		"json": func(v any) string {
 			b, err := json.MarshalIndent(v, "", "  ")
 			if err != nil {

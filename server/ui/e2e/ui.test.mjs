@@ -31,7 +31,7 @@ async function flipCase(all) {
   for (const ref of refused) {
     const ok = allowed.get(ref.fx.decision);
     if (!ok) continue;
-    const evidence = ref.explanation.filter(e => e.fired).flatMap(e => e.evidence ?? []);
+    const evidence = ref.explanation.filter(e => e.fired).flatMap(e => e.evidence ?? []).filter(ev => ev.path !== undefined);
     const input = structuredClone(ref.fx.input);
     const changed = [];
     for (const ev of evidence) {
@@ -89,12 +89,16 @@ async function readable(page, what) {
       fontSize: parseFloat(getComputedStyle(document.body).fontSize),
       unlabelled,
       h1: document.querySelectorAll('h1').length,
+      // A table wider than its box spills over its neighbours.
+      spilling: [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > 0 &&
+        t.scrollWidth > t.parentElement.clientWidth + 1).map(t => t.className + ' in ' + t.parentElement.className),
     };
   });
   assert.ok(r.scrollWidth <= 1280, `${what}: the page is ${r.scrollWidth}px wide at 1280`);
   assert.ok(r.fontSize >= 14, `${what}: body text is ${r.fontSize}px`);
   assert.deepEqual(r.unlabelled, [], `${what}: controls without a label`);
   assert.equal(r.h1, 1, `${what}: one h1`);
+  assert.deepEqual(r.spilling, [], `${what}: tables wider than their box`);
 }
 
 test('filter to a refusal, open it, read its evidence, flip it with a what-if', async () => {
