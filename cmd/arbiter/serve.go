@@ -155,7 +155,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		BundleStatus:      fl.bundleStatus,
 	}
 	if c.ui {
-		pg, err := newPages(c, eng, len(tokens) > 0, log)
+		pg, err := newPages(c, eng, nil, len(tokens) > 0, log) // nil: no shadow evaluation yet (issue 13)
 		if err != nil {
 			return exitError, err
 		}

@@ -24,8 +24,9 @@ type pages struct {
 }
 
 // newPages builds the pages over eng (decisions made for the pages are never
-// logged) and fills the ring from the tail of the decision log file.
-func newPages(c *serveConfig, eng *engine.Engine, login bool, log *slog.Logger) (*pages, error) {
+// logged) and shadow (nil: none; issue 13 wires its candidate here), and
+// fills the ring from the tail of the decision log file.
+func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, login bool, log *slog.Logger) (*pages, error) {
 	p := &pages{refuseUnlogged: c.logFull == "refuse"}
 	var pointers []string
 	for _, s := range strings.Split(c.logMask, ",") {
@@ -52,7 +53,7 @@ func newPages(c *serveConfig, eng *engine.Engine, login bool, log *slog.Logger) 
 		archive = lf
 	}
 	p.handler = ui.New(ui.Config{
-		Recent: p.ring, Archive: archive, Decider: eng, Reloads: eng, Logger: log,
+		Recent: p.ring, Archive: archive, Decider: eng, Reloads: eng, Shadow: shadow, Logger: log,
 		MaxBodyBytes: c.maxBodyBytes, EvalTimeout: 2*c.evalTimeout + 5*time.Second, Login: login,
 	})
 	return p, nil

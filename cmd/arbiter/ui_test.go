@@ -55,7 +55,7 @@ func TestPagesBesideTheLog(t *testing.T) {
 		if done {
 			t.Fatalf("parseServe: exit %d", code)
 		}
-		pg, err := newPages(c, eng, false, log)
+		pg, err := newPages(c, eng, nil, false, log)
 		if err != nil {
 			t.Fatal(err)
 		}
