@@ -2,7 +2,7 @@
 // for the browser tests of the /ui pages. Nothing here names a decision, a
 // rule, a field or an outcome: they come from the fixtures and the API.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync, readdirSync, existsSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, readFileSync, readdirSync, existsSync, cpSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,9 +31,11 @@ export async function startArbiter(extraArgs = []) {
   writeFileSync(join(dir, 'tokens'), `reliability-engineer ${token}\nhost-preparation ${token}-host\n`);
   const port = await freePort();
   const log = join(dir, 'decisions.log');
+  // A copy of the policies, so that a test can break one and reload.
+  for (const d of ['policies', 'schemas', 'policy_test']) cpSync(join(repoRoot, d), join(dir, d), { recursive: true });
   const args = ['serve', '--addr', `127.0.0.1:${port}`, '--auth-token-file', join(dir, 'tokens'),
-    '--decision-log', log, '--state-dir', '', '--log-level', 'warn',
-    '--policies', join(repoRoot, 'policies'), '--schemas', join(repoRoot, 'schemas'), '--tests', join(repoRoot, 'policy_test'), ...extraArgs];
+    '--decision-log', log, '--state-dir', '', '--log-level', 'error', '--reload-debounce', '1h',
+    '--policies', join(dir, 'policies'), '--schemas', join(dir, 'schemas'), '--tests', join(dir, 'policy_test'), ...extraArgs];
   const proc = spawn(bin, args, { stdio: ['ignore', 'inherit', 'inherit'] });
   const base = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;

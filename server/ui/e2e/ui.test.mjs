@@ -2,7 +2,7 @@
 // playwright-core, against the real arbiter binary. Run: make ui-e2e.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, copyFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, copyFileSync, writeFileSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startArbiter, api, fixtures, getPointer, setPointer, launch, logLines, outDir, repoRoot } from './harness.mjs';
 
@@ -245,12 +245,28 @@ test('live updates: a new decision appears on the open page', async () => {
   await page.close();
 });
 
-test('policy status and the what-if page are readable at 1280x800', async () => {
+test('policy status: a refused candidate\'s problems as file:line; readable at 1280x800', async () => {
+  // Break a policy file of the served copy, reload (refused), mend it.
+  const policies = join(srv.dir, 'policies');
+  const rego = readdirSync(policies, { recursive: true }).map(f => join(policies, f)).find(f => f.endsWith('.rego'));
+  const good = readFileSync(rego, 'utf8');
+  writeFileSync(rego, good + '\nthis line is not rego\n');
+  const refused = await api(srv, 'POST', '/v1/reload');
+  assert.equal(refused.json.ok, false, JSON.stringify(refused.json));
+  writeFileSync(rego, good);
+
   const page = await browser.newPage();
   await page.goto(srv.base + '/ui/policy');
   if (/\/ui\/login/.test(page.url())) { await login(page); await page.goto(srv.base + '/ui/policy'); }
   await readable(page, 'policy');
-  assert.ok(await page.locator('table.reloads tbody tr').count() >= 1, 'the reload history has the first load');
+  const rows = page.locator('table.reloads tbody tr');
+  assert.ok(await rows.count() >= 2, 'the reload history has the first load and the refusal');
+  const newest = await rows.first().innerText();
+  assert.match(newest, /refused/);
+  const problems = await rows.first().locator('ul.problems li').allInnerTexts();
+  const lines = good.split('\n').length;
+  assert.ok(problems.some(p => p.startsWith(`${rego}:${lines + 1}:`)), `no problem at ${rego}:${lines + 1} in ${problems}`);
+  assert.match(await rows.nth(1).innerText(), /activated/);
   await shot(page, 'policy');
   await page.goto(srv.base + '/ui/whatif');
   await readable(page, 'whatif');
