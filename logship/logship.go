@@ -61,7 +61,7 @@ type Uploader struct {
 	cfg    Config
 	client rest.Client
 	log    *slog.Logger
-	mask func([]byte) ([]byte, []string)
+	mask   func([]byte) ([]byte, []string)
 
 	queue chan decisionlog.Record
 	done  chan struct{}
