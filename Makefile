@@ -13,7 +13,7 @@ ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
 GOTEST    := $(GO) test -race -count=1
 
-.PHONY: all build run test ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick fleet clean
+.PHONY: all build run test ui-e2e ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick fleet clean
 
 all: build
 
@@ -46,7 +46,16 @@ test: vet build $(OPA)
 	$(ARBITER) check
 	$(ARBITER) test --coverage --threshold 95
 
-ci: test lint bench-quick fuzz-quick
+ci: test ui-e2e lint bench-quick fuzz-quick
+
+# ui-e2e: the /ui pages in Debian's Chromium against the real binary, driven
+# by playwright-core (server/ui/e2e/package-lock.json): the main flow with
+# the mouse and with the keyboard alone, live rows, 1280x800 readability,
+# and a page load with 10,000 decisions in memory (measured, printed).
+# Needs: apt-get install -y chromium chromium-driver; npm ci --prefix server/ui/e2e.
+# UPDATE_SCREENSHOTS=1 also copies the screenshots to docs/ui/.
+ui-e2e: build
+	cd server/ui/e2e && ARBITER_BIN=$(abspath $(ARBITER)) node --test
 
 opa-check: $(OPA)
 	$(OPA) check --strict $(POLICIES) $(TESTS)

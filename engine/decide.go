@@ -53,6 +53,9 @@ type RuleOutcome struct {
 	RuleInfo
 	// Fired is true when the rule's reason is in the result's reasons.
 	Fired bool `json:"fired"`
+	// Evidence lists, for a rule that fired, the input values it read
+	// (engine/evidence.go).
+	Evidence []Evidence `json:"evidence,omitempty"`
 }
 
 // Decide decides one input with this Snapshot. A refusal is a Decision; an
@@ -78,7 +81,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	d := &Decision{ID: uuid.NewString(), Name: name, Revision: s.Revision, Result: out, Input: in.Raw}
 	d.Reasons, d.Outcome = summarize(result, def.outcomeKey)
 	if opts.Explain {
-		d.Explanation = explain(def.rules, d.Reasons)
+		d.Explanation = explain(def, d.Reasons, in.Raw)
 	}
 	return d, nil
 }
@@ -196,16 +199,4 @@ func summarize(result ast.Value, outcomeKey string) ([]string, string) {
 		}
 	}
 	return reasons, ""
-}
-
-func explain(rules []RuleInfo, reasons []string) []RuleOutcome {
-	fired := map[string]bool{}
-	for _, r := range reasons {
-		fired[r] = true
-	}
-	out := make([]RuleOutcome, len(rules))
-	for i, r := range rules {
-		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
-	}
-	return out
 }

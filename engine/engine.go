@@ -26,6 +26,7 @@ type Engine struct {
 	next   *reloadToken // the reload that triggers arriving now will get
 
 	reloadsOK, reloadsFailed atomic.Uint64
+	history                  reloadHistory // engine/history.go
 
 	promoted atomic.Pointer[Promotion] // set by Promote, cleared by the next activation (promote.go)
 
@@ -73,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := newEngine(cfg, snap)
-	e.last.Store(&ReloadStatus{At: snap.LoadedAt, Trigger: "start", OK: true, Revision: snap.Revision, Candidate: snap.Revision, Changed: true, Skipped: snap.Skipped})
+	e.setLast(&ReloadStatus{At: snap.LoadedAt, Trigger: "start", OK: true, Revision: snap.Revision, Candidate: snap.Revision, Changed: true, Skipped: snap.Skipped})
 	return e, nil
 }
 
@@ -168,7 +169,7 @@ func (e *Engine) reloadOnce(triggers []string) ReloadStatus {
 	}
 	e.activate(&st, b.snap, b.err)
 	st.Duration = time.Since(start)
-	e.last.Store(&st)
+	e.setLast(&st)
 	return st
 }
 

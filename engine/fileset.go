@@ -135,6 +135,6 @@ func (e *Engine) ReloadWith(ctx context.Context, trigger string, load func(conte
 	snap, err := load(ctx)
 	e.activate(&st, snap, err)
 	st.Duration = time.Since(start)
-	e.last.Store(&st)
+	e.setLast(&st)
 	return st
 }

@@ -162,7 +162,7 @@ func NewOrFallback(ctx context.Context, cfg, fallback Config) (*Engine, error) {
 		return nil, err // never serve an ungated copy in a gated start
 	}
 	e = newEngine(cfg, snap)
-	e.last.Store(&ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Skipped: snap.Skipped, Problems: append(problemsOf(err),
+	e.setLast(&ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Skipped: snap.Skipped, Problems: append(problemsOf(err),
 		Problem{File: fallback.Policies, Message: fmt.Sprintf("serving the last good revision %s saved here until the configured folders load", snap.Revision)})})
 	e.reloadsFailed.Add(1)
 	return e, nil

@@ -50,6 +50,7 @@ type decisionDef struct {
 	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
 	query       rego.PreparedEvalQuery
 	rules       []RuleInfo
+	reads       []ruleEvidence    // per rule, what it reads of the input (evidence.go)
 	compiled    *compiledDecision // engine/compiled.go
 }
 

@@ -79,6 +79,9 @@ type Config struct {
 	BundleStatus func() any
 	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
 	Shadow *ShadowConfig
+	// UI, when set, serves the pages under /ui (package server/ui): behind
+	// the same authentication, with the login page and the stylesheet open.
+	UI http.Handler
 }
 
 type server struct {
@@ -148,6 +151,9 @@ func New(cfg Config, eng Engine) http.Handler {
 		s.shadowRoutes(r)
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	})
+	if cfg.UI != nil {
+		mountUI(r, cfg.UI, s.authenticate)
+	}
 	return r
 }
 

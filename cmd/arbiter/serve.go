@@ -159,6 +159,13 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		BundleStatus:      fl.bundleStatus,
 		Shadow:            sh.srv,
 	}
+	if c.ui {
+		pg, err := newPages(c, eng, nil, len(tokens) > 0, log) // nil: no shadow evaluation yet (issue 13)
+		if err != nil {
+			return exitError, err
+		}
+		scfg.UI, scfg.DecisionLog = pg.handler, pg.beside(scfg.DecisionLog)
+	}
 	if ecfg.SelfCheck != nil {
 		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
 	}

@@ -1,0 +1,121 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// TokenCookie holds, for a browser, the bearer token that the API asks for.
+const TokenCookie = "arbiter_token"
+
+// Bridge lets a browser authenticate as an API client does: a request under
+// prefix that carries no Authorization header but the login page's cookie
+// gets the cookie's token as its bearer token, for the API's own
+// authentication (which runs after Bridge) to accept or refuse. When that
+// refuses (401), the browser is sent to the login page instead of the
+// API's error document. Nothing else changes: the same tokens, compared
+// the same way.
+func Bridge(prefix string) func(http.Handler) http.Handler {
+	if prefix == "" {
+		prefix = "/ui"
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.HasPrefix(r.URL.Path, prefix+"/") && r.URL.Path != prefix {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if r.Header.Get("Authorization") == "" {
+				if c, err := r.Cookie(TokenCookie); err == nil && c.Value != "" {
+					r.Header.Set("Authorization", "Bearer "+c.Value)
+				}
+			}
+			next.ServeHTTP(&loginRedirect{ResponseWriter: w, r: r, prefix: prefix}, r)
+		})
+	}
+}
+
+// loginRedirect turns the API's 401 into a redirect to the login page.
+type loginRedirect struct {
+	http.ResponseWriter
+	r         *http.Request
+	prefix    string
+	redirect  bool
+	committed bool
+}
+
+func (l *loginRedirect) WriteHeader(code int) {
+	if l.committed {
+		return
+	}
+	l.committed = true
+	if code == http.StatusUnauthorized && l.r.Header.Get("Accept") != "text/event-stream" {
+		l.redirect = true
+		h := l.ResponseWriter.Header()
+		for k := range h {
+			delete(h, k)
+		}
+		next := l.r.URL.RequestURI()
+		if l.r.Method != http.MethodGet {
+			next = l.prefix + "/decisions"
+		}
+		http.Redirect(l.ResponseWriter, l.r, l.prefix+"/login?next="+url.QueryEscape(next), http.StatusSeeOther)
+		return
+	}
+	l.ResponseWriter.WriteHeader(code)
+}
+
+func (l *loginRedirect) Write(b []byte) (int, error) {
+	if !l.committed {
+		l.WriteHeader(http.StatusOK)
+	}
+	if l.redirect {
+		return len(b), nil
+	}
+	return l.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushing the
+// live stream, its write deadline).
+func (l *loginRedirect) Unwrap() http.ResponseWriter { return l.ResponseWriter }
+
+type loginData struct {
+	Next   string
+	Failed bool
+}
+
+// login shows the token form and, posted, keeps the token in a cookie that
+// only these pages receive (Path, HttpOnly, SameSite=Strict; Secure over
+// TLS). Whether the token is good is decided by the API's authentication
+// on the next page.
+func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, h.cfg.Prefix+"/") || strings.HasPrefix(next, "//") {
+		next = h.cfg.Prefix + "/decisions"
+	}
+	if r.Method == http.MethodPost {
+		if !sameOrigin(r) {
+			h.render(w, r, http.StatusForbidden, "error", page{Title: "Refused", Message: "Log in from this page."})
+			return
+		}
+		token := strings.TrimSpace(r.PostFormValue("token"))
+		http.SetCookie(w, &http.Cookie{
+			Name: TokenCookie, Value: token, Path: h.cfg.Prefix,
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		})
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	_, had := r.Cookie(TokenCookie)
+	h.render(w, r, http.StatusOK, "login", page{Title: "Log in", Data: loginData{Next: next, Failed: had == nil}})
+}
+
+func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		h.render(w, r, http.StatusForbidden, "error", page{Title: "Refused", Message: "Log out from these pages."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: "", Path: h.cfg.Prefix, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, h.cfg.Prefix+"/login", http.StatusSeeOther)
+}

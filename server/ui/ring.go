@@ -1,0 +1,307 @@
+package ui
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+)
+
+// Entry is one decision as the pages show it: the decision-log record and
+// what is read from its result for filtering.
+type Entry struct {
+	Seq    uint64 // order of arrival in the ring, 1-based
+	Record decisionlog.Record
+	// Outcome is the result member that the decision's result schema names
+	// as its outcome (x-arbiter-outcome, default "outcome"), or "error".
+	Outcome string
+	// Reasons are the result's conventional "reasons" member.
+	Reasons []string
+	// InputDropped means the input was too large to keep in memory: the
+	// decision log has it.
+	InputDropped bool
+}
+
+// Primary is the first reason, or "".
+func (e Entry) Primary() string {
+	if len(e.Reasons) == 0 {
+		return ""
+	}
+	return e.Reasons[0]
+}
+
+// ErrorCode is the error code of a decision that ended in an error.
+func (e Entry) ErrorCode() string {
+	if e.Record.Error == nil {
+		return ""
+	}
+	return e.Record.Error.Code
+}
+
+// OutcomeError is the outcome of every entry whose request ended in an error.
+const OutcomeError = "error"
+
+// Defaults of a Ring.
+const (
+	DefaultRingSize  = 10_000
+	DefaultRingBytes = 64 << 20
+	// DefaultMaxKeptInput is the largest input the ring keeps in memory; a
+	// larger one is read from the decision log when its page is opened.
+	DefaultMaxKeptInput = 64 << 10
+)
+
+// RingConfig bounds a Ring. Zero values mean the defaults.
+type RingConfig struct {
+	Size         int // entries kept
+	Bytes        int // input and result bytes kept, over all entries
+	MaxKeptInput int // inputs above this size are not kept
+	// OutcomeKey names, per decision, the result member that is its
+	// outcome; nil or "" means "outcome".
+	OutcomeKey func(decision string) string
+}
+
+// Ring holds the most recent decisions in memory, bounded in count and in
+// bytes, beside the decision log. It is safe for concurrent use; Add never
+// blocks on a reader.
+type Ring struct {
+	cfg RingConfig
+
+	mu      sync.Mutex
+	entries []Entry // circular, len == cfg.Size once full
+	start   int     // index of the oldest entry
+	n       int
+	bytes   int
+	seq     uint64
+	subs    map[chan Entry]struct{}
+}
+
+// NewRing returns an empty Ring.
+func NewRing(cfg RingConfig) *Ring {
+	if cfg.Size <= 0 {
+		cfg.Size = DefaultRingSize
+	}
+	if cfg.Bytes <= 0 {
+		cfg.Bytes = DefaultRingBytes
+	}
+	if cfg.MaxKeptInput <= 0 {
+		cfg.MaxKeptInput = DefaultMaxKeptInput
+	}
+	return &Ring{cfg: cfg, entries: make([]Entry, cfg.Size), subs: map[chan Entry]struct{}{}}
+}
+
+// Add records one decision. The record's byte slices must not change
+// afterwards (the decision log's records never do).
+func (r *Ring) Add(rec decisionlog.Record) {
+	e := Entry{Record: rec}
+	if len(rec.Input) > r.cfg.MaxKeptInput {
+		e.Record.Input, e.InputDropped = nil, true
+	}
+	if len(rec.BodyBase64) > r.cfg.MaxKeptInput {
+		e.Record.BodyBase64, e.InputDropped = "", true
+	}
+	if len(rec.Result) > r.cfg.MaxKeptInput {
+		e.Record.Result = nil // a result schema keeps results small; never seen
+	}
+	key := "outcome"
+	if r.cfg.OutcomeKey != nil {
+		if k := r.cfg.OutcomeKey(rec.Decision); k != "" {
+			key = k
+		}
+	}
+	e.Outcome, e.Reasons = summarize(rec, key)
+
+	r.mu.Lock()
+	r.seq++
+	e.Seq = r.seq
+	size := entrySize(e)
+	for r.n > 0 && (r.n == len(r.entries) || r.bytes+size > r.cfg.Bytes) {
+		r.bytes -= entrySize(r.entries[r.start])
+		r.entries[r.start] = Entry{}
+		r.start = (r.start + 1) % len(r.entries)
+		r.n--
+	}
+	r.entries[(r.start+r.n)%len(r.entries)] = e
+	r.n++
+	r.bytes += size
+	for ch := range r.subs {
+		select {
+		case ch <- e:
+		default: // a slow page misses a live row; reloading shows it
+		}
+	}
+	r.mu.Unlock()
+}
+
+func entrySize(e Entry) int {
+	return len(e.Record.Input) + len(e.Record.Result) + len(e.Record.BodyBase64) + 512
+}
+
+// summarize reads the outcome and reasons of a record's result, by the
+// conventions every decision follows; nothing here knows a decision.
+func summarize(rec decisionlog.Record, outcomeKey string) (string, []string) {
+	if rec.Error != nil {
+		return OutcomeError, nil
+	}
+	var res map[string]json.RawMessage
+	if json.Unmarshal(rec.Result, &res) != nil {
+		return "", nil
+	}
+	var reasons []string
+	_ = json.Unmarshal(res["reasons"], &reasons)
+	var outcome string
+	if raw, ok := res[outcomeKey]; ok {
+		var s string
+		var b bool
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			outcome = s
+		case json.Unmarshal(raw, &b) == nil:
+			outcome = strconv.FormatBool(b)
+		}
+	}
+	return outcome, reasons
+}
+
+// Filter selects entries; an empty field matches everything.
+type Filter struct {
+	Decision string
+	Outcome  string
+	Reason   string // among the entry's reasons, or its error code
+	Revision string // a prefix of the policy revision
+	Caller   string
+	Since    time.Time // at or after
+	Until    time.Time // before
+}
+
+// Match reports whether e passes f.
+func (f Filter) Match(e Entry) bool {
+	rec := e.Record
+	switch {
+	case f.Decision != "" && rec.Decision != f.Decision,
+		f.Outcome != "" && e.Outcome != f.Outcome,
+		f.Revision != "" && !strings.HasPrefix(rec.Revision, f.Revision),
+		f.Caller != "" && rec.Caller != f.Caller,
+		!f.Since.IsZero() && rec.Time.Before(f.Since),
+		!f.Until.IsZero() && !rec.Time.Before(f.Until):
+		return false
+	}
+	if f.Reason != "" {
+		if e.ErrorCode() == f.Reason {
+			return true
+		}
+		for _, r := range e.Reasons {
+			if r == f.Reason {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// Page is one page of entries, newest first.
+type Page struct {
+	Entries []Entry
+	// Older is the cursor of the next page (Before), 0 when there is none.
+	Older uint64
+	// Matched counts the entries that match the filter in the whole ring.
+	Matched int
+	// Total is the number of entries in the ring.
+	Total int
+}
+
+// Query returns up to limit entries that match f and arrived before the
+// entry with sequence number before (0: from the newest), newest first.
+func (r *Ring) Query(f Filter, before uint64, limit int) Page {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := Page{Total: r.n}
+	for i := r.n - 1; i >= 0; i-- {
+		e := r.entries[(r.start+i)%len(r.entries)]
+		if !f.Match(e) {
+			continue
+		}
+		p.Matched++
+		if before != 0 && e.Seq >= before {
+			continue
+		}
+		if len(p.Entries) < limit {
+			p.Entries = append(p.Entries, e)
+		} else if p.Older == 0 {
+			p.Older = p.Entries[len(p.Entries)-1].Seq
+		}
+	}
+	return p
+}
+
+// Get returns the entry of a decision id, when the ring still holds it.
+func (r *Ring) Get(id string) (Entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := r.n - 1; i >= 0; i-- {
+		e := r.entries[(r.start+i)%len(r.entries)]
+		if e.Record.DecisionID == id {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// Values lists the distinct values of each filterable field in the ring,
+// for the filter form's choices; at most max of each.
+func (r *Ring) Values(max int) map[string][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]map[string]bool{}
+	out := map[string][]string{}
+	add := func(field, v string) {
+		if v == "" {
+			return
+		}
+		if seen[field] == nil {
+			seen[field] = map[string]bool{}
+		}
+		if seen[field][v] || len(out[field]) >= max {
+			return
+		}
+		seen[field][v] = true
+		out[field] = append(out[field], v)
+	}
+	for i := r.n - 1; i >= 0; i-- {
+		e := r.entries[(r.start+i)%len(r.entries)]
+		add("decision", e.Record.Decision)
+		add("outcome", e.Outcome)
+		add("revision", e.Record.Revision)
+		add("caller", e.Record.Caller)
+		add("reason", e.ErrorCode())
+		for _, rs := range e.Reasons {
+			add("reason", rs)
+		}
+	}
+	return out
+}
+
+// Subscribe returns a channel that receives every entry added from now on
+// (entries are dropped for a subscriber that does not keep up) and a
+// function that ends the subscription.
+func (r *Ring) Subscribe() (<-chan Entry, func()) {
+	ch := make(chan Entry, 64)
+	r.mu.Lock()
+	r.subs[ch] = struct{}{}
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		delete(r.subs, ch)
+		r.mu.Unlock()
+	}
+}
+
+// Len is the number of entries held.
+func (r *Ring) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}

@@ -1,0 +1,728 @@
+// Package ui serves the pages that reliability engineers open instead of
+// grepping the decision log: recent decisions with filters and live
+// updates, one decision with its input, result and the explanation with
+// evidence, "what if" on an edited input against the live revision and the
+// shadow candidate side by side, and the policy status with the reload
+// history.
+//
+// The pages are HTML rendered on the server (html/template) from embedded
+// files; one small script of our own (static/ui.js) adds the live rows and
+// loading a file into the paste box. Every form works without it. Nothing
+// is fetched from elsewhere, and the Content-Security-Policy says so.
+//
+// The package knows no decision, rule, field or reason: everything it shows
+// comes from the decision log's records, the engine's Snapshot and the
+// explanation. It declares what it needs as small interfaces; the server
+// wires them.
+package ui
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Recent is the source of recent decisions (a *Ring).
+type Recent interface {
+	Query(f Filter, before uint64, limit int) Page
+	Get(id string) (Entry, bool)
+	Values(max int) map[string][]string
+	Subscribe() (<-chan Entry, func())
+}
+
+// Archive finds a decision that the ring no longer holds (a LogFile).
+type Archive interface {
+	Lookup(id string) (decisionlog.Record, bool, error)
+}
+
+// Decider decides without logging anything: explanations of logged
+// decisions and what-if evaluations are never real decisions.
+type Decider interface {
+	Decide(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
+	Snapshot() *engine.Snapshot
+}
+
+// Reloads is the history of reload attempts, newest first.
+type Reloads interface {
+	ReloadHistory() []engine.ReloadStatus
+}
+
+// Shadow is a candidate revision evaluated beside the live one.
+type Shadow interface {
+	// Candidate is the candidate's revision, when one is loaded.
+	Candidate() (revision string, ok bool)
+	// DecideCandidate decides with the candidate, without logging.
+	DecideCandidate(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
+	// Summary is the impact of the candidate on the live decisions it was
+	// shown, as GET /v1/shadow reports it; false when there is none.
+	Summary(ctx context.Context) (ShadowSummary, bool)
+}
+
+// ShadowSummary is the impact of a shadow candidate: how many live
+// decisions it was shown, and how many fell in each class of change, with
+// a few example decision ids.
+type ShadowSummary struct {
+	Total     uint64
+	Classes   []ShadowClass
+	Decisions []ShadowDecision
+}
+
+// ShadowClass is one class of change (the candidate's words) and its count.
+type ShadowClass struct {
+	Class    string
+	Count    uint64
+	Examples []string // decision ids
+}
+
+// ShadowDecision is the impact on one decision.
+type ShadowDecision struct {
+	Decision string
+	Total    uint64
+	Classes  []ShadowClass
+}
+
+// Config is what New needs. Recent and Decider are required.
+type Config struct {
+	Recent  Recent
+	Archive Archive // may be nil
+	Decider Decider
+	Reloads Reloads // may be nil
+	Shadow  Shadow  // may be nil: no shadow evaluation in this process
+	Logger  *slog.Logger
+
+	// Prefix is where the pages are mounted; default "/ui".
+	Prefix string
+	// PageSize is the number of rows of one page of decisions; default 50.
+	PageSize int
+	// MaxBodyBytes bounds one what-if input, as the API bounds a body;
+	// default 16 MiB.
+	MaxBodyBytes int64
+	// EvalTimeout bounds one what-if request; default 30s.
+	EvalTimeout time.Duration
+	// Login says that the API needs a bearer token, so the pages offer a
+	// login form that keeps it in a cookie (see Bridge).
+	Login bool
+}
+
+// DefaultPageSize is the number of decisions on one page.
+const DefaultPageSize = 50
+
+type handler struct {
+	cfg   Config
+	pages map[string]*template.Template
+	log   *slog.Logger
+}
+
+// New returns the handler of every page under cfg.Prefix. It does not
+// authenticate: mount it behind the API's authentication (Bridge lets a
+// browser carry the token).
+func New(cfg Config) http.Handler {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/ui"
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 16 << 20
+	}
+	if cfg.EvalTimeout <= 0 {
+		cfg.EvalTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{cfg: cfg, log: cfg.Logger}
+	h.pages = parseTemplates(cfg.Prefix, h.toneFor)
+
+	static, _ := fs.Sub(staticFS, "static")
+	fileServer := http.StripPrefix(cfg.Prefix+"/static/", http.FileServer(http.FS(static)))
+
+	r := chi.NewRouter()
+	r.Use(securityHeaders)
+	p := cfg.Prefix
+	r.Get(p, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/decisions", http.StatusSeeOther) })
+	r.Get(p+"/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/decisions", http.StatusSeeOther) })
+	r.Get(p+"/decisions", h.list)
+	r.Get(p+"/decisions/{id}", h.decision)
+	r.Post(p+"/decisions/{id}", h.decision) // what-if on this decision's input
+	r.Get(p+"/whatif", h.whatif)
+	r.Post(p+"/whatif", h.whatif)
+	r.Get(p+"/events", h.events)
+	r.Get(p+"/policy", h.policy)
+	r.Get(p+"/login", h.login)
+	r.Post(p+"/login", h.login)
+	r.Post(p+"/logout", h.logout)
+	r.Get(p+"/static/*", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		fileServer.ServeHTTP(w, r)
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		h.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Message: "There is no page at " + r.URL.Path + "."})
+	})
+	return r
+}
+
+// securityHeaders forbid anything the pages do not load from this server,
+// framing, and caching of pages that show inputs.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		if !strings.Contains(r.URL.Path, "/static/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sameOrigin refuses a form post from another site: the pages accept a
+// token cookie, which a browser would attach to a cross-site post (the
+// cookie is SameSite=Strict too). A browser says where a request comes
+// from in Sec-Fetch-Site; without it, the Origin must be this host. A
+// client that sends neither (curl with a bearer token) is no browser.
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == r.Host
+}
+
+// page is what every template gets.
+type page struct {
+	Title   string
+	Nav     string // the current section
+	Message string
+	Login   bool
+	Data    any
+}
+
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.Login = h.cfg.Login
+	var buf bytes.Buffer
+	if err := h.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
+		h.log.Error("ui: rendering a page failed", "page", name, "err", err)
+		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// ---- recent decisions ----
+
+type listData struct {
+	Filter     Filter
+	Form       url.Values
+	Page       Page
+	Choices    map[string][]string
+	Newest     bool
+	OlderURL   string
+	NewestURL  string
+	EventsURL  string
+	PageSize   int
+	Rows       []row
+	FilterNote string
+}
+
+// row is one decision in a table.
+type row struct {
+	Entry
+	URL string
+	// Shown are the reasons shown in the row: the first, and the one the
+	// filter asked for when it is another; More counts the others.
+	Shown []string
+	More  int
+}
+
+func (h *handler) rowOf(e Entry, f Filter) row {
+	r := row{Entry: e, URL: h.cfg.Prefix + "/decisions/" + url.PathEscape(e.Record.DecisionID)}
+	if len(e.Reasons) > 0 {
+		r.Shown = []string{e.Reasons[0]}
+		if f.Reason != "" && f.Reason != e.Reasons[0] {
+			for _, rs := range e.Reasons[1:] {
+				if rs == f.Reason {
+					r.Shown = append(r.Shown, rs)
+				}
+			}
+		}
+		r.More = len(e.Reasons) - len(r.Shown)
+	}
+	return r
+}
+
+// parseFilter reads the filter of a query string; times are UTC, as the
+// form's datetime-local fields or RFC 3339.
+func parseFilter(q url.Values) (Filter, string) {
+	f := Filter{
+		Decision: q.Get("decision"), Outcome: q.Get("outcome"), Reason: q.Get("reason"),
+		Revision: q.Get("revision"), Caller: q.Get("caller"),
+	}
+	var bad []string
+	for _, t := range []struct {
+		key string
+		dst *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		v := strings.TrimSpace(q.Get(t.key))
+		if v == "" {
+			continue
+		}
+		tm, ok := parseTime(v)
+		if !ok {
+			bad = append(bad, fmt.Sprintf("%s %q is not a time (want 2006-01-02T15:04, UTC)", t.key, v))
+			continue
+		}
+		*t.dst = tm
+	}
+	return f, strings.Join(bad, "; ")
+}
+
+func parseTime(v string) (time.Time, bool) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t.UTC(), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// filterQuery is the query string of f's form fields (without the cursor).
+func filterQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for _, k := range []string{"decision", "outcome", "reason", "revision", "caller", "since", "until"} {
+		if v := q.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	return out
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f, bad := parseFilter(q)
+	before, _ := strconv.ParseUint(q.Get("before"), 10, 64)
+	pg := h.cfg.Recent.Query(f, before, h.cfg.PageSize)
+	fq := filterQuery(q)
+	d := listData{Filter: f, Form: q, Page: pg, PageSize: h.cfg.PageSize, Newest: before == 0, FilterNote: bad}
+	d.Choices = h.choices()
+	for _, e := range pg.Entries {
+		d.Rows = append(d.Rows, h.rowOf(e, f))
+	}
+	d.NewestURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
+	if pg.Older != 0 {
+		oq := filterQuery(q)
+		oq.Set("before", strconv.FormatUint(pg.Older, 10))
+		d.OlderURL = h.cfg.Prefix + "/decisions" + encodeQuery(oq)
+	}
+	d.EventsURL = h.cfg.Prefix + "/events" + encodeQuery(fq)
+	h.render(w, r, http.StatusOK, "decisions", page{Title: "Recent decisions", Nav: "decisions", Data: d})
+}
+
+func encodeQuery(q url.Values) string {
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// choices are the values the filter form offers: those in the ring, and the
+// decisions and reasons of the live revision.
+func (h *handler) choices() map[string][]string {
+	c := h.cfg.Recent.Values(200)
+	if snap := h.cfg.Decider.Snapshot(); snap != nil {
+		for _, d := range snap.Decisions() {
+			c["decision"] = appendNew(c["decision"], d.Name)
+			for _, rule := range d.Rules {
+				c["reason"] = appendNew(c["reason"], rule.Reason)
+			}
+		}
+	}
+	c["outcome"] = appendNew(c["outcome"], OutcomeError)
+	for k := range c {
+		sort.Strings(c[k])
+	}
+	return c
+}
+
+func appendNew(list []string, v string) []string {
+	for _, x := range list {
+		if x == v {
+			return list
+		}
+	}
+	return append(list, v)
+}
+
+// events streams rows of new decisions that match the page's filter, as
+// server-sent events, until the page goes away.
+func (h *handler) events(w http.ResponseWriter, r *http.Request) {
+	f, _ := parseFilter(r.URL.Query())
+	rc := http.NewResponseController(w)
+	// The stream outlives the server's write timeout, by design.
+	_ = rc.SetWriteDeadline(time.Time{})
+	ch, stop := h.cfg.Recent.Subscribe()
+	defer stop()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	// A reconnecting page sends the last row it has: catch up from there.
+	if last, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && last > 0 {
+		missed := h.cfg.Recent.Query(f, 0, h.cfg.PageSize).Entries
+		for i := len(missed) - 1; i >= 0; i-- {
+			if missed[i].Seq > last {
+				if err := h.sendRow(w, missed[i], f); err != nil {
+					return
+				}
+			}
+		}
+	}
+	if _, err := fmt.Fprint(w, ": live\n\n"); err != nil || rc.Flush() != nil {
+		return
+	}
+	keepalive := time.NewTicker(20 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepalive.C:
+			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case e := <-ch:
+			if !f.Match(e) {
+				continue
+			}
+			if err := h.sendRow(w, e, f); err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter) error {
+	var buf bytes.Buffer
+	if err := h.pages["decisions"].ExecuteTemplate(&buf, "row", h.rowOf(e, f)); err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "id: %d\nevent: decision\n", e.Seq)
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		out.WriteString("data: ")
+		out.WriteString(line)
+		out.WriteByte('\n')
+	}
+	out.WriteByte('\n')
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+// ---- one decision ----
+
+type decisionData struct {
+	Entry        Entry
+	Found        bool
+	InputText    string
+	ResultText   string
+	Explained    *evaluation // the live revision's explanation of the logged input
+	SameResult   bool
+	LiveRevision string
+	Masked       bool
+	WhatIf       *whatIfData
+}
+
+func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	e, ok := h.cfg.Recent.Get(id)
+	if (!ok || e.InputDropped) && h.cfg.Archive != nil {
+		rec, found, err := h.cfg.Archive.Lookup(id)
+		if err != nil {
+			h.log.Warn("ui: reading the decision log failed", "err", err)
+		}
+		if found {
+			key := "outcome"
+			if snap := h.cfg.Decider.Snapshot(); snap != nil {
+				key = outcomeKeyOf(snap, rec.Decision)
+			}
+			e = Entry{Seq: e.Seq, Record: rec}
+			e.Outcome, e.Reasons = summarize(rec, key)
+			ok = true
+		}
+	}
+	if !ok {
+		h.render(w, r, http.StatusNotFound, "error", page{Title: "Decision not found", Nav: "decisions",
+			Message: "No decision " + id + " in memory or in the decision log."})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
+	defer cancel()
+	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0}
+	d.InputText = indent(e.Record.Input)
+	d.ResultText = indent(e.Record.Result)
+	if snap := h.cfg.Decider.Snapshot(); snap != nil {
+		d.LiveRevision = snap.Revision
+	}
+	if len(e.Record.Input) > 0 {
+		ev := h.evaluate(ctx, h.cfg.Decider.Decide, d.LiveRevision, e.Record.Decision, e.Record.Input)
+		d.Explained = &ev
+		d.SameResult = ev.Err == nil && len(e.Record.Result) > 0 && jsonEqual(ev.Decision.Result, e.Record.Result)
+	}
+	wi := h.newWhatIf(e.Record.Decision, d.InputText)
+	wi.Action = h.cfg.Prefix + "/decisions/" + url.PathEscape(id) + "#whatif-result"
+	if r.Method == http.MethodPost {
+		if !h.readWhatIf(w, r, &wi) {
+			return
+		}
+		h.runWhatIf(ctx, &wi)
+	}
+	d.WhatIf = &wi
+	h.render(w, r, http.StatusOK, "decision", page{Title: "Decision " + id, Nav: "decisions", Data: d})
+}
+
+func outcomeKeyOf(snap *engine.Snapshot, decision string) string {
+	for _, d := range snap.Decisions() {
+		if d.Name != decision {
+			continue
+		}
+		if m, ok := d.ResultSchema.(map[string]any); ok {
+			if k, ok := m[engine.OutcomeKeyword].(string); ok && k != "" {
+				return k
+			}
+		}
+	}
+	return "outcome"
+}
+
+// OutcomeKeys returns, for RingConfig.OutcomeKey, the outcome member of
+// each decision of the live revision.
+func OutcomeKeys(d Decider) func(decision string) string {
+	return func(decision string) string {
+		snap := d.Snapshot()
+		if snap == nil {
+			return ""
+		}
+		return outcomeKeyOf(snap, decision)
+	}
+}
+
+// evaluation is one decision made for the page, never logged.
+type evaluation struct {
+	ID       string // for the heading's id
+	Label    string
+	Name     string // the decision
+	Revision string
+	Decision *engine.Decision
+	Err      *engine.Error
+	Result   string // indented result
+	Outcome  string
+	Reasons  []string
+	Fired    []engine.RuleOutcome
+	Quiet    []engine.RuleOutcome // rules that did not fire
+}
+
+type decideFunc func(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
+
+func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, name string, body []byte) evaluation {
+	ev := evaluation{Revision: revision, Name: name}
+	d, err := decide(ctx, name, body, engine.Options{Explain: true})
+	if err != nil {
+		ev.Err = engine.AsError(err)
+		return ev
+	}
+	ev.Decision = d
+	ev.Revision = d.Revision
+	ev.Result = indent(d.Result)
+	key := "outcome"
+	if snap := h.cfg.Decider.Snapshot(); snap != nil {
+		key = outcomeKeyOf(snap, name)
+	}
+	ev.Outcome, ev.Reasons = summarize(decisionlog.Record{Result: d.Result}, key)
+	for _, ro := range d.Explanation {
+		if ro.Fired {
+			ev.Fired = append(ev.Fired, ro)
+		} else {
+			ev.Quiet = append(ev.Quiet, ro)
+		}
+	}
+	return ev
+}
+
+// ---- policy status ----
+
+type policyData struct {
+	Snapshot  *engine.Snapshot
+	Decisions []engine.DecisionInfo
+	History   []engine.ReloadStatus
+	Candidate string
+	Shadow    bool // a Shadow is wired
+	Summary   ShadowSummary
+	HasSum    bool
+}
+
+func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
+	d := policyData{Snapshot: h.cfg.Decider.Snapshot()}
+	if d.Snapshot != nil {
+		d.Decisions = d.Snapshot.Decisions()
+	}
+	if h.cfg.Reloads != nil {
+		d.History = h.cfg.Reloads.ReloadHistory()
+	}
+	if h.cfg.Shadow != nil {
+		d.Shadow = true
+		d.Candidate, _ = h.cfg.Shadow.Candidate()
+		d.Summary, d.HasSum = h.cfg.Shadow.Summary(r.Context())
+	}
+	h.render(w, r, http.StatusOK, "policy", page{Title: "Policy status", Nav: "policy", Data: d})
+}
+
+// ---- helpers for templates ----
+
+// indent is raw JSON indented for reading, its numbers as written; text
+// that is not JSON is shown as it is.
+func indent(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Indent(&b, raw, "", "  ") != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return bytes.Equal(xa, ya)
+}
+
+// tone picks one of a few colours for a value, the same every time, so
+// that outcomes are told apart at a glance without the page knowing which
+// outcome is which.
+func tone(v string) string {
+	if v == OutcomeError {
+		return "tone-error"
+	}
+	if v == "" {
+		return "tone-none"
+	}
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(v))
+	return "tone-" + strconv.Itoa(int(f.Sum32()%6))
+}
+
+// allowKeyword is the result-schema keyword listing the outcome values
+// that allow (issue 13's engine.AllowKeyword).
+const allowKeyword = "x-arbiter-allow"
+
+// toneFor colours an outcome by what it means when the decision's result
+// schema says which outcomes allow: green for those, red for the others;
+// otherwise by tone.
+func (h *handler) toneFor(decision, outcome string) string {
+	if outcome == OutcomeError || outcome == "" {
+		return tone(outcome)
+	}
+	snap := h.cfg.Decider.Snapshot()
+	if snap == nil {
+		return tone(outcome)
+	}
+	for _, d := range snap.Decisions() {
+		if d.Name != decision {
+			continue
+		}
+		m, _ := d.ResultSchema.(map[string]any)
+		list, ok := m[allowKeyword].([]any)
+		if !ok {
+			break
+		}
+		for _, v := range list {
+			if fmt.Sprint(v) == outcome {
+				return "tone-allow"
+			}
+		}
+		return "tone-refuse"
+	}
+	return tone(outcome)
+}
+
+func parseTemplates(prefix string, toneFor func(decision, outcome string) string) map[string]*template.Template {
+	funcs := template.FuncMap{
+		"prefix":  func() string { return prefix },
+		"tone":    tone,
+		"toneFor": toneFor,
+		"short": func(s string) string {
+			if len(s) > 8 {
+				return s[:8]
+			}
+			return s
+		},
+		"when": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05.000Z")
+		},
+		"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+		"ms": func(ns int64) string {
+			return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
+		},
+		"dur": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+		"raw": func(b json.RawMessage) string { return string(b) },
+		"selected": func(form url.Values, key, v string) bool {
+			return form.Get(key) == v
+		},
+		"json": func(v any) string {
+			b, err := json.MarshalIndent(v, "", "  ")
+			if err != nil {
+				return fmt.Sprint(v)
+			}
+			return string(b)
+		},
+	}
+	base := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
+	out := map[string]*template.Template{}
+	for _, name := range []string{"decisions", "decision", "whatif", "policy", "login", "error"} {
+		t := template.Must(base.Clone())
+		out[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html"))
+	}
+	return out
+}

@@ -1,0 +1,659 @@
+package ui
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// The repository's policies and fixtures: the pages know no decision, so
+// every test takes its decisions, inputs and outcomes from the fixtures.
+var repo = engine.Config{Policies: "../../policies", Schemas: "../../schemas"}
+
+const repoTests = "../../policy_test"
+
+func mustEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	eng, err := engine.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// decided is a fixture's input decided by the engine, as the server would
+// log it.
+type decided struct {
+	fx  engine.Fixture
+	rec decisionlog.Record
+	d   *engine.Decision
+}
+
+func decideFixtures(t testing.TB, eng *engine.Engine) []decided {
+	t.Helper()
+	fixtures, err := engine.LoadFixtures(repoTests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []decided
+	for _, fx := range fixtures {
+		if fx.Input == nil || fx.WantError != nil {
+			continue
+		}
+		d, err := eng.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
+		if err != nil {
+			t.Fatalf("%s/%s: %v", fx.Decision, fx.Name, err)
+		}
+		out = append(out, decided{fx: fx, d: d, rec: decisionlog.Record{
+			DecisionID: d.ID, Time: time.Now().UTC(), Decision: d.Name, Revision: d.Revision,
+			Path: "/v1/decisions/" + d.Name, Input: d.Input, Result: d.Result, DurationNS: 1000, Caller: "caller-" + fx.Decision,
+		}})
+	}
+	if len(out) < 20 {
+		t.Fatalf("only %d fixtures decided", len(out))
+	}
+	return out
+}
+
+// countingDecider counts the decisions made for the pages, which must never
+// reach the ring or the log.
+type countingDecider struct {
+	*engine.Engine
+	n int
+}
+
+func (c *countingDecider) Decide(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error) {
+	c.n++
+	return c.Engine.Decide(ctx, name, body, opts)
+}
+
+type harness struct {
+	eng  *engine.Engine
+	ring *Ring
+	dec  *countingDecider
+	srv  *httptest.Server
+	all  []decided
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	eng := mustEngine(t, repo)
+	h := &harness{eng: eng, dec: &countingDecider{Engine: eng}}
+	h.ring = NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
+	h.all = decideFixtures(t, eng)
+	for _, d := range h.all {
+		h.ring.Add(d.rec)
+	}
+	cfg.Recent, cfg.Decider, cfg.Reloads = h.ring, h.dec, eng
+	h.srv = httptest.NewServer(New(cfg))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *harness) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(h.srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (h *harness) post(t *testing.T, path string, form url.Values, origin string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", h.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+var rowRE = regexp.MustCompile(`<tr data-seq="(\d+)"`)
+
+// TestListIsBoundedAndPaged: whatever the ring holds (10,000 decisions
+// here), a page shows PageSize rows, newest first, and the "Older" cursor
+// walks every matching decision exactly once.
+func TestListIsBoundedAndPaged(t *testing.T) {
+	h := newHarness(t, Config{PageSize: 40})
+	for i := 0; h.ring.Len() < DefaultRingSize; i++ {
+		rec := h.all[i%len(h.all)].rec
+		rec.DecisionID = fmt.Sprintf("%s-%d", rec.DecisionID, i)
+		h.ring.Add(rec)
+	}
+	status, body := h.get(t, "/ui/decisions")
+	if status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	rows := rowRE.FindAllStringSubmatch(body, -1)
+	if len(rows) != 40 {
+		t.Fatalf("%d rows on a page of 40 with %d decisions in memory", len(rows), h.ring.Len())
+	}
+	if len(body) > 200<<10 {
+		t.Errorf("a page of 40 rows is %d bytes", len(body))
+	}
+	// Walk one decision's pages to the end.
+	name := h.all[0].rec.Decision
+	want := h.ring.Query(Filter{Decision: name}, 0, DefaultRingSize).Matched
+	seen := map[string]bool{}
+	next := "/ui/decisions?decision=" + name
+	last := uint64(1 << 62)
+	for pages := 0; next != ""; pages++ {
+		if pages > want/40+2 {
+			t.Fatal("the pages do not end")
+		}
+		_, body := h.get(t, next)
+		for _, m := range rowRE.FindAllStringSubmatch(body, -1) {
+			var seq uint64
+			fmt.Sscan(m[1], &seq)
+			if seq >= last {
+				t.Fatalf("row %d after %d: not newest first", seq, last)
+			}
+			last = seq
+			if seen[m[1]] {
+				t.Fatalf("row %s twice", m[1])
+			}
+			seen[m[1]] = true
+		}
+		next = ""
+		if m := regexp.MustCompile(`<a id="older" rel="next" href="([^"]+)">`).FindStringSubmatch(body); m != nil {
+			next = strings.TrimPrefix(strings.ReplaceAll(m[1], "&amp;", "&"), h.srv.URL)
+		}
+	}
+	if len(seen) != want {
+		t.Errorf("the pages showed %d decisions of %s, the ring holds %d", len(seen), name, want)
+	}
+}
+
+// TestFilters: each filter of the form keeps exactly the ring's entries
+// that have the value, for values taken from the entries themselves.
+func TestFilters(t *testing.T) {
+	h := newHarness(t, Config{PageSize: 1000})
+	all := h.ring.Query(Filter{}, 0, 1000).Entries
+	pick := all[len(all)/2]
+	if len(pick.Reasons) == 0 {
+		for _, e := range all {
+			if len(e.Reasons) > 0 {
+				pick = e
+				break
+			}
+		}
+	}
+	// One decision of another revision and caller, later.
+	alt := pick.Record
+	alt.DecisionID, alt.Revision, alt.Caller, alt.Time = "alt", "0123456789abcdef", "another-caller", pick.Record.Time.Add(time.Second)
+	h.ring.Add(alt)
+	all = h.ring.Query(Filter{}, 0, 1000).Entries
+	cases := []struct {
+		name, query string
+		keep        func(Entry) bool
+	}{
+		{"decision", "decision=" + url.QueryEscape(pick.Record.Decision), func(e Entry) bool { return e.Record.Decision == pick.Record.Decision }},
+		{"outcome", "outcome=" + url.QueryEscape(pick.Outcome), func(e Entry) bool { return e.Outcome == pick.Outcome }},
+		{"reason", "reason=" + url.QueryEscape(pick.Reasons[len(pick.Reasons)-1]), func(e Entry) bool {
+			for _, r := range e.Reasons {
+				if r == pick.Reasons[len(pick.Reasons)-1] {
+					return true
+				}
+			}
+			return false
+		}},
+		{"revision", "revision=" + pick.Record.Revision[:6], func(e Entry) bool { return strings.HasPrefix(e.Record.Revision, pick.Record.Revision[:6]) }},
+		{"caller", "caller=" + url.QueryEscape(pick.Record.Caller), func(e Entry) bool { return e.Record.Caller == pick.Record.Caller }},
+		{"since", "since=" + url.QueryEscape(pick.Record.Time.Format(time.RFC3339Nano)), func(e Entry) bool { return !e.Record.Time.Before(pick.Record.Time) }},
+		{"until", "until=" + url.QueryEscape(pick.Record.Time.Format(time.RFC3339Nano)), func(e Entry) bool { return e.Record.Time.Before(pick.Record.Time) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, body := h.get(t, "/ui/decisions?"+tc.query)
+			got := map[string]bool{}
+			for _, m := range rowRE.FindAllStringSubmatch(body, -1) {
+				got[m[1]] = true
+			}
+			want := 0
+			for _, e := range all {
+				keep := tc.keep(e)
+				if keep {
+					want++
+				}
+				if got[fmt.Sprint(e.Seq)] != keep {
+					t.Errorf("entry %d (%s %s %v): shown %v, want %v", e.Seq, e.Record.Decision, e.Outcome, e.Reasons, !keep, keep)
+				}
+			}
+			if want == 0 || want == len(all) && tc.name != "since" {
+				t.Errorf("the filter %s keeps %d of %d: it tells nothing apart", tc.query, want, len(all))
+			}
+		})
+	}
+}
+
+// TestDecisionPageShowsEvidence: a refused fixture's page shows each fired
+// rule with the evidence the engine gives, and the input as logged.
+func TestDecisionPageShowsEvidence(t *testing.T) {
+	h := newHarness(t, Config{})
+	for _, d := range h.all {
+		if len(d.d.Reasons) == 0 {
+			continue
+		}
+		exp, err := h.eng.Decide(context.Background(), d.rec.Decision, d.rec.Input, engine.Options{Explain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, body := h.get(t, "/ui/decisions/"+d.rec.DecisionID)
+		if status != 200 {
+			t.Fatalf("%s: status %d", d.fx.Name, status)
+		}
+		for _, ro := range exp.Explanation {
+			if !ro.Fired {
+				continue
+			}
+			if !strings.Contains(body, `<code class="reason">`+ro.Reason+`</code>`) {
+				t.Errorf("%s: fired rule %s is not on the page", d.fx.Name, ro.Reason)
+			}
+			for _, ev := range ro.Evidence {
+				if !strings.Contains(body, `<code class="ptr">`+ev.Path+`</code>`) {
+					t.Errorf("%s: evidence %s of %s is not on the page", d.fx.Name, ev.Path, ro.Reason)
+				}
+			}
+		}
+		return
+	}
+	t.Fatal("no refused fixture")
+}
+
+// TestWhatIfIsNotLogged: a what-if on a refused decision's page, with an
+// allowed fixture's input of the same decision, shows the allowance; it is
+// decided by the Decider only, so the ring (and the log beside it) gain
+// nothing. A post from another origin is refused.
+func TestWhatIfIsNotLogged(t *testing.T) {
+	h := newHarness(t, Config{})
+	var refused, allowed *decided
+	for i := range h.all {
+		d := &h.all[i]
+		if len(d.d.Reasons) > 0 && refused == nil {
+			refused = d
+		}
+	}
+	for i := range h.all {
+		d := &h.all[i]
+		if d.rec.Decision == refused.rec.Decision && len(d.d.Reasons) == 0 {
+			allowed = d
+			break
+		}
+	}
+	if refused == nil || allowed == nil {
+		t.Fatal("no refused and allowed fixtures of one decision")
+	}
+	before := h.ring.Len()
+	path := "/ui/decisions/" + refused.rec.DecisionID
+	if status, _ := h.post(t, path, url.Values{"input": {string(allowed.rec.Input)}}, "http://elsewhere.example"); status != http.StatusForbidden {
+		t.Errorf("a cross-origin what-if answered %d", status)
+	}
+	calls := h.dec.n
+	status, body := h.post(t, path, url.Values{"input": {string(allowed.rec.Input)}}, h.srv.URL)
+	if status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	if h.dec.n != calls+2 { // the page's explanation and the what-if
+		t.Errorf("the Decider decided %d times, want 2", h.dec.n-calls)
+	}
+	res := body[strings.Index(body, `id="whatif-result"`):]
+	if !strings.Contains(res, `data-outcome="`+allowed.d.Outcome+`"`) || !strings.Contains(res, "No reason rule fired.") {
+		t.Errorf("the what-if does not show the allowed outcome %q:\n%.2000s", allowed.d.Outcome, res)
+	}
+	if h.ring.Len() != before {
+		t.Errorf("the ring went from %d to %d entries: a what-if was recorded", before, h.ring.Len())
+	}
+}
+
+// TestWhatIfPaste: a document pasted into the what-if goes, unless told
+// otherwise, to the input member whose schema and value have the most keys
+// in common with it, even when the input's value there is nearly empty;
+// its numbers keep every digit.
+func TestWhatIfPaste(t *testing.T) {
+	h := newHarness(t, Config{})
+	var target decided
+	member := ""
+	for _, d := range h.all {
+		var in map[string]json.RawMessage
+		_ = json.Unmarshal(d.rec.Input, &in)
+		best := 0
+		for k, v := range in {
+			var obj map[string]any
+			if json.Unmarshal(v, &obj) == nil && len(obj) > best {
+				best, member = len(obj), k
+			}
+		}
+		if best >= 5 {
+			target = d
+			break
+		}
+	}
+	if member == "" {
+		t.Fatal("no fixture with an object member of five keys")
+	}
+	var in map[string]map[string]any
+	dec := json.NewDecoder(bytes.NewReader(target.rec.Input))
+	dec.UseNumber()
+	_ = dec.Decode(&in)
+	doc := in[member]
+	// A key that no other member has, with a number beyond float64.
+	doc["pasted_marker"] = json.Number("18446744073709551615")
+	pasted, _ := json.Marshal(doc)
+	in[member] = map[string]any{}
+	for k := range doc {
+		if k != "pasted_marker" {
+			in[member][k] = "placeholder"
+			break
+		}
+	}
+	emptied, _ := json.Marshal(in)
+
+	var schema any
+	for _, d := range h.eng.Snapshot().Decisions() {
+		if d.Name == target.rec.Decision {
+			schema = d.InputSchema
+		}
+	}
+	merged, at, err := paste(emptied, pasted, "", nil, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at != "/"+member {
+		t.Errorf("pasted at %s, want /%s", at, member)
+	}
+	if !bytes.Contains(merged, []byte(`"pasted_marker":18446744073709551615`)) {
+		t.Errorf("the merged input lost digits: %s", merged)
+	}
+	// Told where, it goes there, and only to a member of the schema.
+	status, body := h.post(t, "/ui/decisions/"+target.rec.DecisionID, url.Values{
+		"input": {string(emptied)}, "paste": {string(pasted)}, "paste_at": {"/no-such-member"},
+	}, "")
+	if status != 200 || !strings.Contains(body, "is not a member of this decision") {
+		t.Errorf("a paste at an unknown member: %d %.300s", status, body)
+	}
+}
+
+// TestEvents: the live stream sends a row for a new decision that matches
+// the page's filter, and nothing for one that does not.
+func TestEvents(t *testing.T) {
+	h := newHarness(t, Config{})
+	a, b := h.all[0], h.all[len(h.all)-1]
+	if a.rec.Decision == b.rec.Decision {
+		t.Fatal("the fixtures have one decision")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.srv.URL+"/ui/events?decision="+url.QueryEscape(a.rec.Decision), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	r := bufio.NewReader(resp.Body)
+	if line, _ := r.ReadString('\n'); line != ": live\n" {
+		t.Fatalf("first line %q", line)
+	}
+	other, match := b.rec, a.rec
+	other.DecisionID, match.DecisionID = "other-id", "match-id"
+	h.ring.Add(other)
+	h.ring.Add(match)
+	var event strings.Builder
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "\n" && event.Len() > 0 {
+			break
+		}
+		if !strings.HasPrefix(line, ":") {
+			event.WriteString(line)
+		}
+	}
+	got := event.String()
+	if !strings.Contains(got, "event: decision\n") || !strings.Contains(got, "/ui/decisions/match-id") || strings.Contains(got, "other-id") {
+		t.Errorf("event:\n%s", got)
+	}
+}
+
+// TestRingBounds: the ring holds at most Size entries and Bytes bytes,
+// dropping the oldest, and keeps no input larger than MaxKeptInput.
+func TestRingBounds(t *testing.T) {
+	eng := mustEngine(t, repo)
+	all := decideFixtures(t, eng)
+	r := NewRing(RingConfig{Size: 10, Bytes: 20 << 10, MaxKeptInput: 2 << 10})
+	big := 0
+	for i := 0; i < 200; i++ {
+		rec := all[i%len(all)].rec
+		rec.DecisionID = fmt.Sprint(i)
+		r.Add(rec)
+		if len(rec.Input) > 2<<10 {
+			big++
+		}
+	}
+	if r.Len() > 10 {
+		t.Errorf("%d entries in a ring of 10", r.Len())
+	}
+	if r.bytes > 20<<10 {
+		t.Errorf("%d bytes in a ring of 20 KiB", r.bytes)
+	}
+	page := r.Query(Filter{}, 0, 100)
+	if page.Entries[0].Record.DecisionID != "199" {
+		t.Errorf("newest is %s", page.Entries[0].Record.DecisionID)
+	}
+	for _, e := range page.Entries {
+		if len(e.Record.Input) > 2<<10 {
+			t.Errorf("an input of %d bytes kept", len(e.Record.Input))
+		}
+	}
+	if _, ok := r.Get("0"); ok {
+		t.Error("the oldest entry is still there")
+	}
+}
+
+// TestLogFile: the ring is filled from the decision log's tail, and a
+// decision it no longer holds is found in the log.
+func TestLogFile(t *testing.T) {
+	eng := mustEngine(t, repo)
+	all := decideFixtures(t, eng)
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := decisionlog.Open(decisionlog.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range all {
+		l.Log(d.rec)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ring := NewRing(RingConfig{Size: 5})
+	lf := LogFile{Path: path}
+	n, err := lf.Preload(ring, 5)
+	if err != nil || n != 5 {
+		t.Fatalf("preloaded %d: %v", n, err)
+	}
+	if _, ok := ring.Get(all[len(all)-1].rec.DecisionID); !ok {
+		t.Error("the newest record is not in the ring")
+	}
+	rec, found, err := lf.Lookup(all[0].rec.DecisionID)
+	if err != nil || !found || !jsonEqual(rec.Input, all[0].rec.Input) {
+		t.Errorf("lookup of the oldest: found %v, err %v", found, err)
+	}
+	h := &harness{}
+	srv := httptest.NewServer(New(Config{Recent: ring, Archive: lf, Decider: eng}))
+	defer srv.Close()
+	h.srv = srv
+	if status, body := h.get(t, "/ui/decisions/"+all[0].rec.DecisionID); status != 200 || !strings.Contains(body, all[0].rec.DecisionID) {
+		t.Errorf("the page of a decision only the log holds: %d", status)
+	}
+	if status, _ := h.get(t, "/ui/decisions/no-such-id"); status != 404 {
+		t.Errorf("an unknown id: %d", status)
+	}
+}
+
+// BenchmarkListPage10k measures the newest page of decisions with 10,000
+// decisions in the ring (the README quotes it).
+func BenchmarkListPage10k(b *testing.B) {
+	eng := mustEngine(b, repo)
+	all := decideFixtures(b, eng)
+	ring := NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
+	for i := 0; ring.Len() < DefaultRingSize; i++ {
+		rec := all[i%len(all)].rec
+		rec.DecisionID = fmt.Sprint(i)
+		ring.Add(rec)
+	}
+	h := New(Config{Recent: ring, Decider: eng})
+	for _, q := range []string{"", "?outcome=" + OutcomeError} {
+		b.Run("query="+q, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest("GET", "/ui/decisions"+q, nil))
+				if w.Code != 200 {
+					b.Fatal(w.Code)
+				}
+			}
+		})
+	}
+}
+
+// fakeShadow is a candidate engine beside the live one, as issue 13's
+// shadow evaluation provides it.
+type fakeShadow struct {
+	cand    *engine.Engine
+	summary ShadowSummary
+}
+
+func (f *fakeShadow) Candidate() (string, bool) { return f.cand.Snapshot().Revision, true }
+func (f *fakeShadow) DecideCandidate(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error) {
+	return f.cand.Decide(ctx, name, body, opts)
+}
+func (f *fakeShadow) Summary(context.Context) (ShadowSummary, bool) { return f.summary, true }
+
+// quotaCopy copies the quota test decision; scale multiplies every number
+// of its data files (a data edit that names nothing).
+func quotaCopy(t *testing.T, scale int64) engine.Config {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("../../engine/testdata/quota")); err != nil {
+		t.Fatal(err)
+	}
+	if scale != 1 {
+		files, _ := filepath.Glob(filepath.Join(dir, "policies", "decisions", "*", "data.json"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			var doc any
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.UseNumber()
+			if err := dec.Decode(&doc); err != nil {
+				t.Fatal(err)
+			}
+			var scaleAll func(any) any
+			scaleAll = func(v any) any {
+				switch x := v.(type) {
+				case json.Number:
+					n, _ := x.Int64()
+					return n * scale
+				case map[string]any:
+					for k := range x {
+						x[k] = scaleAll(x[k])
+					}
+				case []any:
+					for i := range x {
+						x[i] = scaleAll(x[i])
+					}
+				}
+				return v
+			}
+			out, _ := json.Marshal(scaleAll(doc))
+			if err := os.WriteFile(f, out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return engine.Config{Policies: filepath.Join(dir, "policies"), Schemas: filepath.Join(dir, "schemas"), Tests: filepath.Join(dir, "tests")}
+}
+
+// TestWhatIfBesideTheCandidate: with a shadow candidate loaded, a what-if
+// shows the live revision's and the candidate's answers side by side and
+// says when they differ; nothing is recorded. The policy page shows the
+// candidate and its impact summary, examples linked.
+func TestWhatIfBesideTheCandidate(t *testing.T) {
+	liveCfg := quotaCopy(t, 1)
+	live := mustEngine(t, engine.Config{Policies: liveCfg.Policies, Schemas: liveCfg.Schemas})
+	candCfg := quotaCopy(t, 0)
+	cand := mustEngine(t, engine.Config{Policies: candCfg.Policies, Schemas: candCfg.Schemas})
+	fixtures, err := engine.LoadFixtures(liveCfg.Tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var body []byte
+	for _, fx := range fixtures {
+		if fx.Input == nil || fx.WantError != nil {
+			continue
+		}
+		a, err1 := live.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
+		b, err2 := cand.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
+		if err1 == nil && err2 == nil && !jsonEqual(a.Result, b.Result) {
+			name, body = fx.Decision, fx.Input
+			break
+		}
+	}
+	if body == nil {
+		t.Fatal("no quota fixture that the scaled data decides differently")
+	}
+	ring := NewRing(RingConfig{})
+	sh := &fakeShadow{cand: cand, summary: ShadowSummary{Total: 7, Decisions: []ShadowDecision{{Decision: name, Total: 7, Classes: []ShadowClass{{Class: "example-class", Count: 3, Examples: []string{"example-id-1"}}}}}}}
+	srv := httptest.NewServer(New(Config{Recent: ring, Decider: live, Shadow: sh}))
+	defer srv.Close()
+	h := &harness{srv: srv}
+	status, page := h.post(t, "/ui/whatif", url.Values{"decision": {name}, "input": {string(body)}}, "")
+	if status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	for _, want := range []string{`id="eval-live"`, `id="eval-candidate"`, "The shadow candidate decides this input differently.", short(cand.Snapshot().Revision)} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the what-if page lacks %q", want)
+		}
+	}
+	if ring.Len() != 0 {
+		t.Errorf("a what-if reached the ring")
+	}
+	_, page = h.get(t, "/ui/policy")
+	for _, want := range []string{cand.Snapshot().Revision, "<code>example-class</code>", `href="/ui/decisions/example-id-1"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the policy page lacks %q", want)
+		}
+	}
+}
+
+func short(s string) string { return s[:8] }

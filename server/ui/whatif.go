@@ -1,0 +1,300 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
+)
+
+// whatIfData is the what-if form and, once run, its two evaluations.
+type whatIfData struct {
+	Action    string
+	Decision  string
+	Decisions []string // offered when the form is not about one decision
+	Input     string
+	Paste     string
+	PasteAt   string
+	Targets   []string // top-level members of the decision's input schema
+	schema    any      // the decision's input schema
+	Ran       bool
+	Problem   string
+	Live      *evaluation
+	Candidate *evaluation
+	// NoCandidate says why there is no candidate column.
+	NoCandidate string
+	Differ      bool
+}
+
+func (h *handler) newWhatIf(decision, inputText string) whatIfData {
+	wi := whatIfData{Decision: decision, Input: inputText}
+	if snap := h.cfg.Decider.Snapshot(); snap != nil {
+		for _, d := range snap.Decisions() {
+			wi.Decisions = append(wi.Decisions, d.Name)
+			if d.Name == decision {
+				wi.Targets = topLevelMembers(d.InputSchema)
+				wi.schema = d.InputSchema
+			}
+		}
+	}
+	return wi
+}
+
+// topLevelMembers lists the properties of an input schema, as JSON
+// pointers: where a pasted document can go.
+func topLevelMembers(schema any) []string {
+	m, _ := schema.(map[string]any)
+	props, _ := m["properties"].(map[string]any)
+	out := make([]string, 0, len(props))
+	for k := range props {
+		out = append(out, "/"+input.EscapePointer(k))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// readWhatIf reads the posted form into wi; it answers the request itself
+// (and returns false) when the post is refused.
+func (h *handler) readWhatIf(w http.ResponseWriter, r *http.Request, wi *whatIfData) bool {
+	if !sameOrigin(r) {
+		h.render(w, r, http.StatusForbidden, "error", page{Title: "Refused", Message: "A what-if must be posted from these pages."})
+		return false
+	}
+	// Form encoding can triple the size of a JSON text, and there are two.
+	r.Body = http.MaxBytesReader(w, r.Body, 6*h.cfg.MaxBodyBytes+1<<20)
+	if err := r.ParseForm(); err != nil {
+		status := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		h.render(w, r, status, "error", page{Title: "What if", Message: "The form could not be read: " + err.Error()})
+		return false
+	}
+	if d := r.PostForm.Get("decision"); d != "" && wi.Decision == "" {
+		*wi = h.newWhatIf(d, "")
+	}
+	wi.Input = r.PostForm.Get("input")
+	wi.Paste = r.PostForm.Get("paste")
+	wi.PasteAt = r.PostForm.Get("paste_at")
+	return true
+}
+
+// runWhatIf evaluates the form's input, with the pasted document put in
+// place, against the live revision and the shadow candidate. Nothing is
+// logged: the Decider and the Shadow decide without the decision log.
+func (h *handler) runWhatIf(ctx context.Context, wi *whatIfData) {
+	wi.Ran = true
+	body := []byte(wi.Input)
+	if int64(len(body)) > h.cfg.MaxBodyBytes {
+		wi.Problem = fmt.Sprintf("The input is larger than %d bytes, the limit of a request.", h.cfg.MaxBodyBytes)
+		return
+	}
+	if wi.Paste != "" {
+		merged, at, err := paste(body, []byte(wi.Paste), wi.PasteAt, wi.Targets, wi.schema)
+		if err != nil {
+			wi.Problem = err.Error()
+			return
+		}
+		body = merged
+		wi.Input = indent(merged)
+		wi.Paste, wi.PasteAt = "", at
+	}
+	live := h.evaluate(ctx, h.cfg.Decider.Decide, "", wi.Decision, body)
+	live.ID, live.Label = "live", "Live revision"
+	wi.Live = &live
+	switch {
+	case h.cfg.Shadow == nil:
+		wi.NoCandidate = "This server runs no shadow evaluation."
+	default:
+		rev, ok := h.cfg.Shadow.Candidate()
+		if !ok {
+			wi.NoCandidate = "No shadow candidate is loaded."
+			break
+		}
+		c := h.evaluate(ctx, h.cfg.Shadow.DecideCandidate, rev, wi.Decision, body)
+		c.ID, c.Label = "candidate", "Shadow candidate"
+		wi.Candidate = &c
+		wi.Differ = differ(live, c)
+	}
+}
+
+func differ(a, b evaluation) bool {
+	switch {
+	case a.Err != nil || b.Err != nil:
+		return (a.Err == nil) != (b.Err == nil) || a.Err.Code != b.Err.Code
+	default:
+		return !jsonEqual(a.Decision.Result, b.Decision.Result)
+	}
+}
+
+// paste puts doc into the input document at the top-level member at
+// (a JSON pointer from targets), or, when at is empty, at the member whose
+// schema properties and current value share the most keys with doc: a
+// runner-state.json pasted into an input goes where the input's Runner
+// state goes. Both are read strictly, and numbers keep their digits.
+func paste(body, doc []byte, at string, targets []string, schema any) ([]byte, string, error) {
+	in, err := input.Decode(body)
+	if err != nil {
+		return nil, "", fmt.Errorf("the input is not valid JSON: %v", err)
+	}
+	obj, ok := in.(map[string]any)
+	if !ok {
+		return nil, "", errors.New("the input must be a JSON object to paste a document into it")
+	}
+	pasted, err := input.Decode(doc)
+	if err != nil {
+		return nil, "", fmt.Errorf("the pasted document is not valid JSON: %v", err)
+	}
+	key := ""
+	if at != "" {
+		for _, t := range targets {
+			if t == at {
+				key = unescapePointerToken(at[1:])
+			}
+		}
+		if key == "" {
+			return nil, "", fmt.Errorf("%q is not a member of this decision's input", at)
+		}
+	} else {
+		key = bestMatch(obj, pasted, schema)
+		if key == "" {
+			return nil, "", errors.New("no member of the input looks like the pasted document (no keys in common): choose where to put it")
+		}
+	}
+	obj[key] = pasted
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, "/" + input.EscapePointer(key), nil
+}
+
+// bestMatch is the top-level member whose schema properties and current
+// object value share the most keys with doc (ties: the first in key
+// order), or "" when none shares one.
+func bestMatch(obj map[string]any, doc any, schema any) string {
+	d, ok := doc.(map[string]any)
+	if !ok {
+		return ""
+	}
+	known := map[string]map[string]bool{}
+	add := func(member, key string) {
+		if known[member] == nil {
+			known[member] = map[string]bool{}
+		}
+		known[member][key] = true
+	}
+	for member, props := range memberProperties(schema) {
+		for _, p := range props {
+			add(member, p)
+		}
+	}
+	for member, v := range obj {
+		if m, ok := v.(map[string]any); ok {
+			for k := range m {
+				add(member, k)
+			}
+		}
+	}
+	members := make([]string, 0, len(known))
+	for m := range known {
+		members = append(members, m)
+	}
+	sort.Strings(members)
+	best, bestN := "", 0
+	for _, m := range members {
+		n := 0
+		for k := range d {
+			if known[m][k] {
+				n++
+			}
+		}
+		if n > bestN {
+			best, bestN = m, n
+		}
+	}
+	return best
+}
+
+// memberProperties lists, for each top-level property of an input schema,
+// the properties its own schema declares (following local $refs).
+func memberProperties(schema any) map[string][]string {
+	root, _ := schema.(map[string]any)
+	props, _ := root["properties"].(map[string]any)
+	out := map[string][]string{}
+	for member, s := range props {
+		sub, _ := s.(map[string]any)
+		for i := 0; i < 8 && sub != nil; i++ { // a chain of $refs, bounded
+			ref, ok := sub["$ref"].(string)
+			if !ok || !strings.HasPrefix(ref, "#/") {
+				break
+			}
+			sub = resolveLocal(root, ref[2:])
+		}
+		p, _ := sub["properties"].(map[string]any)
+		for k := range p {
+			out[member] = append(out[member], k)
+		}
+	}
+	return out
+}
+
+func resolveLocal(root map[string]any, ptr string) map[string]any {
+	var cur any = root
+	for _, tok := range strings.Split(ptr, "/") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[unescapePointerToken(tok)]
+	}
+	m, _ := cur.(map[string]any)
+	return m
+}
+
+func unescapePointerToken(t string) string {
+	out := make([]byte, 0, len(t))
+	for i := 0; i < len(t); i++ {
+		if t[i] == '~' && i+1 < len(t) {
+			switch t[i+1] {
+			case '0':
+				out = append(out, '~')
+				i++
+				continue
+			case '1':
+				out = append(out, '/')
+				i++
+				continue
+			}
+		}
+		out = append(out, t[i])
+	}
+	return string(out)
+}
+
+// whatif serves the what-if form on its own, for an input that no logged
+// decision had.
+func (h *handler) whatif(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("decision")
+	wi := h.newWhatIf(name, "{}")
+	if name == "" && len(wi.Decisions) > 0 {
+		wi = h.newWhatIf(wi.Decisions[0], "{}")
+	}
+	if r.Method == http.MethodPost {
+		wi.Decision = ""
+		if !h.readWhatIf(w, r, &wi) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
+		defer cancel()
+		h.runWhatIf(ctx, &wi)
+	}
+	wi.Action = h.cfg.Prefix + "/whatif#whatif-result"
+	h.render(w, r, http.StatusOK, "whatif", page{Title: "What if", Nav: "whatif", Data: wi})
+}

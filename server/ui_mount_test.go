@@ -1,0 +1,63 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/arbiter-dev/arbiter/server/ui"
+)
+
+// TestUIAuthentication: the pages sit behind the API's own
+// authentication. A browser without a token is sent to the login page; the
+// login cookie is the bearer token, checked by the same code, and only
+// under /ui; a wrong one goes back to the login page. The login page and
+// the static files are open; a token in the Authorization header works as
+// on the API.
+func TestUIAuthentication(t *testing.T) {
+	eng := quotaEngine(t, quotaDir(t))
+	pages := ui.New(ui.Config{Recent: ui.NewRing(ui.RingConfig{}), Decider: eng, Login: true})
+	h := serve(t, Config{Tokens: []Token{{Caller: "engineer", Secret: []byte("ui-secret")}}, UI: pages}, eng)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cookie := func(v string) string { return ui.TokenCookie + "=" + v }
+	tests := []struct {
+		name, method, path, header, value string
+		status                            int
+		location                          string // on a redirect, its prefix
+	}{
+		{name: "no token: to the login page", method: "GET", path: "/ui/decisions", status: 303, location: "/ui/login?next="},
+		{name: "the login page is open", method: "GET", path: "/ui/login", status: 200},
+		{name: "the stylesheet is open", method: "GET", path: "/ui/static/ui.css", status: 200},
+		{name: "the cookie's token", method: "GET", path: "/ui/decisions", header: "Cookie", value: cookie("ui-secret"), status: 200},
+		{name: "a wrong cookie: back to the login page", method: "GET", path: "/ui/policy", header: "Cookie", value: cookie("nope"), status: 303, location: "/ui/login?next="},
+		{name: "a bearer token", method: "GET", path: "/ui/policy", header: "Authorization", value: "Bearer ui-secret", status: 200},
+		{name: "a wrong bearer token", method: "GET", path: "/ui/policy", header: "Authorization", value: "Bearer nope", status: 303, location: "/ui/login?next="},
+		{name: "the cookie is not a token for the API", method: "GET", path: "/v1/status", header: "Cookie", value: cookie("ui-secret"), status: 401},
+		{name: "nor for a path that only starts like the pages", method: "GET", path: "/uix", header: "Cookie", value: cookie("ui-secret"), status: 404},
+		{name: "a what-if needs the token too", method: "POST", path: "/ui/whatif", status: 303, location: "/ui/login?next="},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, h.srv.URL+tc.path, strings.NewReader(""))
+			if tc.header != "" {
+				req.Header.Set(tc.header, tc.value)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %.300s", resp.StatusCode, tc.status, body)
+			}
+			if loc := resp.Header.Get("Location"); !strings.HasPrefix(loc, tc.location) {
+				t.Errorf("Location %q, want %q...", loc, tc.location)
+			}
+			if tc.status == 303 && strings.Contains(string(body), "unauthorized") {
+				t.Errorf("the redirect carries the API's error document: %s", body)
+			}
+		})
+	}
+}
