@@ -11,7 +11,8 @@ import (
 
 // AllowKeyword is the result-schema keyword that lists the values of the
 // outcome member (the member OutcomeKeyword names) which allow what the
-// caller asked, for example "x-arbiter-allow": ["restart_bootstrap"].
+// caller asked, for example "x-arbiter-allow": ["admit"] for an outcome
+// member whose values are "admit" and "deny".
 // Every other value, a result without the member, and every error refuse:
 // an error is never an allowance.
 //
