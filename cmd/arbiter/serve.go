@@ -160,7 +160,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Shadow:            sh.srv,
 	}
 	if c.ui {
-		pg, err := newPages(c, eng, nil, len(tokens) > 0, log) // nil: no shadow evaluation yet (issue 13)
+		pg, err := newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)
 		if err != nil {
 			return exitError, err
 		}

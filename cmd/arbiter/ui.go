@@ -80,7 +80,9 @@ func (r ringLog) Log(rec decisionlog.Record) bool {
 	if r.log != nil {
 		took = r.log.Log(rec)
 	}
-	if took || !r.p.refuseUnlogged {
+	// A promotion's record names no decision: the log keeps it, the list of
+	// decisions does not.
+	if (took || !r.p.refuseUnlogged) && rec.Promotion == nil {
 		r.p.ring.Add(ringRec)
 	}
 	return took

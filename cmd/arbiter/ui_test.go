@@ -10,6 +10,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server/ui"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
 type takingLog struct {
@@ -84,4 +85,64 @@ func TestPagesBesideTheLog(t *testing.T) {
 		}
 	}
 	var _ ui.Decider = eng
+}
+
+// TestPagesShowTheShadowCandidate: the pages see the shadow's candidate, a
+// what-if decided by it is its answer (and is not judged), and the summary
+// is the shadow's report; a promotion record never reaches the ring.
+func TestPagesShowTheShadowCandidate(t *testing.T) {
+	cfg := engine.Config{Policies: "../../policies", Schemas: "../../schemas"}
+	eng, err := engine.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := engine.Load(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := shadow.New(shadow.Config{})
+	defer func() { _ = sh.Close(context.Background()) }()
+	sp := shadowPages{sh}
+	if _, ok := sp.Candidate(); ok {
+		t.Fatal("a candidate before one is loaded")
+	}
+	if _, err := sp.DecideCandidate(context.Background(), "x", nil, engine.Options{}); engine.ErrorCode(err) != engine.CodeNotReady {
+		t.Fatalf("what-if without a candidate: %v", err)
+	}
+	sh.Set(&shadow.Candidate{Snapshot: cand, Origin: "test"})
+	if rev, ok := sp.Candidate(); !ok || rev != cand.Revision {
+		t.Fatalf("candidate %q %v, want %q", rev, ok, cand.Revision)
+	}
+	fixtures, err := engine.LoadFixtures("../../policy_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fx := range fixtures {
+		if fx.Input == nil || fx.WantResult == nil {
+			continue
+		}
+		d, err := sp.DecideCandidate(context.Background(), fx.Decision, fx.Input, engine.Options{})
+		if err != nil || !engine.SameJSON(d.Result, fx.WantResult) {
+			t.Fatalf("%s: the candidate answered %v %v", fx.Name, d, err)
+		}
+		break
+	}
+	sum, ok := sp.Summary(context.Background())
+	if !ok || sum.Total != 0 || len(sum.Classes) == 0 {
+		t.Fatalf("summary %+v %v: want the empty report of a loaded candidate", sum, ok)
+	}
+
+	c, done, code := parseServe([]string{"--decision-log", ""}, io.Discard, io.Discard)
+	if done {
+		t.Fatalf("parseServe: exit %d", code)
+	}
+	pg, err := newPages(c, eng, sp, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := pg.beside(&takingLog{took: true})
+	sink.Log(decisionlog.Record{DecisionID: "promotion-1", Path: "/v1/shadow/promote", Promotion: json.RawMessage(`{"promoted":true}`)})
+	if _, ok := pg.ring.Get("promotion-1"); ok {
+		t.Error("a promotion record is listed among the decisions")
+	}
 }

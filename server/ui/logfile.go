@@ -37,7 +37,7 @@ func (l LogFile) Preload(ring *Ring, n int) (int, error) {
 	added := 0
 	for _, line := range lines {
 		var rec decisionlog.Record
-		if json.Unmarshal(line, &rec) != nil || rec.DecisionID == "" {
+		if json.Unmarshal(line, &rec) != nil || rec.DecisionID == "" || rec.Promotion != nil {
 			continue
 		}
 		ring.Add(rec)

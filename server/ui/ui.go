@@ -651,8 +651,8 @@ func tone(v string) string {
 }
 
 // allowKeyword is the result-schema keyword listing the outcome values
-// that allow (issue 13's engine.AllowKeyword).
-const allowKeyword = "x-arbiter-allow"
+// that allow.
+const allowKeyword = engine.AllowKeyword
 
 // toneFor colours an outcome by what it means when the decision's result
 // schema says which outcomes allow: green for those, red for the others;
