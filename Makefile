@@ -46,7 +46,11 @@ test: vet build $(OPA)
 	$(ARBITER) check
 	$(ARBITER) test --coverage --threshold 95
 
-ci: test ui-e2e lint bench-quick fuzz-quick
+ci: test ui-e2e rule-edit lint fleet bench-quick fuzz-quick
+
+# rule-edit: a rule edit made with files alone passes make test (.ci/rule-edit).
+rule-edit:
+	.ci/rule-edit
 
 # ui-e2e: the /ui pages in Debian's Chromium against the real binary, driven
 # by playwright-core (server/ui/e2e/package-lock.json): the main flow with
