@@ -13,7 +13,7 @@ ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
 GOTEST    := $(GO) test -race -count=1
 
-.PHONY: all build run test ui-e2e ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick fleet clean
+.PHONY: all build run test ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick fleet clean
 
 all: build
 
