@@ -46,8 +46,11 @@ const OutcomeError = "error"
 
 // Defaults of a Ring.
 const (
-	DefaultRingSize  = 10_000
-	DefaultRingBytes = 64 << 20
+	DefaultRingSize = 10_000
+	// DefaultRingBytes bounds the inputs, bodies and results kept in memory;
+	// past it the oldest entries give up their inputs first (their pages
+	// read them from the decision log) and only then whole entries go.
+	DefaultRingBytes = 16 << 20
 	// DefaultMaxKeptInput is the largest input the ring keeps in memory; a
 	// larger one is read from the decision log when its page is opened.
 	DefaultMaxKeptInput = 64 << 10
@@ -73,6 +76,7 @@ type Ring struct {
 	entries []Entry // circular, len == cfg.Size once full
 	start   int     // index of the oldest entry
 	n       int
+	kept    int // entries from start on whose inputs were shed to the byte budget
 	bytes   int
 	seq     uint64
 	subs    map[chan Entry]struct{}
@@ -117,11 +121,25 @@ func (r *Ring) Add(rec decisionlog.Record) {
 	r.seq++
 	e.Seq = r.seq
 	size := entrySize(e)
+	// Over the byte budget, the oldest entries first give up their inputs
+	// (their pages read them from the decision log), then go whole.
+	for r.kept < r.n && r.bytes+size > r.cfg.Bytes {
+		old := &r.entries[(r.start+r.kept)%len(r.entries)]
+		before := entrySize(*old)
+		if len(old.Record.Input) > 0 || old.Record.BodyBase64 != "" {
+			old.Record.Input, old.Record.BodyBase64, old.InputDropped = nil, "", true
+		}
+		r.bytes -= before - entrySize(*old)
+		r.kept++
+	}
 	for r.n > 0 && (r.n == len(r.entries) || r.bytes+size > r.cfg.Bytes) {
 		r.bytes -= entrySize(r.entries[r.start])
 		r.entries[r.start] = Entry{}
 		r.start = (r.start + 1) % len(r.entries)
 		r.n--
+		if r.kept > 0 {
+			r.kept--
+		}
 	}
 	r.entries[(r.start+r.n)%len(r.entries)] = e
 	r.n++

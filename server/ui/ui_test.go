@@ -657,3 +657,31 @@ func TestWhatIfBesideTheCandidate(t *testing.T) {
 }
 
 func short(s string) string { return s[:8] }
+
+// TestRingShedsInputsBeforeEntries: past its byte budget the ring keeps
+// every entry (up to Size) and gives up the inputs of the oldest, whose
+// pages read them from the decision log; the newest keep theirs.
+func TestRingShedsInputsBeforeEntries(t *testing.T) {
+	eng := mustEngine(t, repo)
+	all := decideFixtures(t, eng)
+	r := NewRing(RingConfig{Size: 100, Bytes: 100 << 10})
+	for i := 0; i < 100; i++ {
+		rec := all[i%len(all)].rec
+		rec.DecisionID = fmt.Sprint(i)
+		r.Add(rec)
+	}
+	if r.Len() != 100 {
+		t.Fatalf("%d entries, want all 100: inputs go before entries", r.Len())
+	}
+	if r.bytes > 100<<10 {
+		t.Errorf("%d bytes in a ring of 100 KiB", r.bytes)
+	}
+	oldest, _ := r.Get("0")
+	newest, _ := r.Get("99")
+	if !oldest.InputDropped || oldest.Record.Input != nil {
+		t.Error("the oldest entry kept its input past the byte budget")
+	}
+	if newest.InputDropped || len(newest.Record.Input) == 0 {
+		t.Error("the newest entry lost its input")
+	}
+}
