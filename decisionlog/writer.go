@@ -471,6 +471,13 @@ func (l *Logger) closeDest() {
 	}
 }
 
+// hasLineBreak reports whether b holds a CR or LF. bytes.IndexByte is
+// vectorised; bytes.ContainsAny looks at one byte at a time, a tenth of the
+// server's CPU on a 16 MiB input.
+func hasLineBreak(b []byte) bool {
+	return bytes.IndexByte(b, '\n') >= 0 || bytes.IndexByte(b, '\r') >= 0
+}
+
 // encode returns rec as one JSON line: its inputs compacted when they hold
 // line breaks, its input masked. Record.Input and Result are JSON already
 // (the strict parser accepted the input; the engine wrote the result), so
@@ -478,7 +485,7 @@ func (l *Logger) closeDest() {
 // of the server's CPU).
 func (l *Logger) encode(rec Record) []byte {
 	l.scratch.Reset()
-	if len(rec.Input) > 0 && bytes.ContainsAny(rec.Input, "\r\n") {
+	if len(rec.Input) > 0 && hasLineBreak(rec.Input) {
 		// Only line breaks would split the record; other whitespace is
 		// kept as received.
 		if err := json.Compact(&l.scratch, rec.Input); err != nil {
@@ -490,13 +497,13 @@ func (l *Logger) encode(rec Record) []byte {
 	if l.masker != nil {
 		rec = l.mask(rec)
 	}
-	if len(rec.Result) > 0 && bytes.ContainsAny(rec.Result, "\r\n") {
+	if len(rec.Result) > 0 && hasLineBreak(rec.Result) {
 		var out bytes.Buffer
 		if json.Compact(&out, rec.Result) == nil {
 			rec.Result = out.Bytes()
 		}
 	}
-	if rec.Shadow != nil && bytes.ContainsAny(rec.Shadow.Result, "\r\n") {
+	if rec.Shadow != nil && hasLineBreak(rec.Shadow.Result) {
 		var out bytes.Buffer
 		if json.Compact(&out, rec.Shadow.Result) == nil {
 			sh := *rec.Shadow
@@ -504,7 +511,7 @@ func (l *Logger) encode(rec Record) []byte {
 			rec.Shadow = &sh
 		}
 	}
-	if bytes.ContainsAny(rec.Promotion, "\r\n") {
+	if hasLineBreak(rec.Promotion) {
 		var out bytes.Buffer
 		if json.Compact(&out, rec.Promotion) == nil {
 			rec.Promotion = out.Bytes()

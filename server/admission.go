@@ -1,6 +1,9 @@
 package server
 
-import "sync/atomic"
+import (
+	"encoding/binary"
+	"sync/atomic"
+)
 
 // Defaults of the admission budgets (Config.MaxInflightBytes and
 // MaxInflightValues). A decoded JSON value costs about 190 bytes of heap
@@ -90,6 +93,18 @@ type valueCounter struct {
 	key   bool
 }
 
+// stringPlain marks the bytes a string may hold that neither end it nor
+// start an escape nor make it malformed.
+var stringPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// hasZero is non-zero when one of the eight bytes of v is zero.
+func hasZero(v uint64) uint64 { return (v - 0x0101010101010101) &^ v & 0x8080808080808080 }
+
 // maxTrackedDepth bounds the container stack; deeper text is malformed
 // anyway (the parser's limit is 1000), and its strings then count as values.
 const maxTrackedDepth = 1024
@@ -98,8 +113,27 @@ func (c *valueCounter) write(p []byte) {
 	if c.invalid {
 		return
 	}
-	for _, ch := range p {
+	for i := 0; i < len(p); i++ {
+		ch := p[i]
 		if c.inString {
+			if !c.escape {
+				// Skip what cannot end the string or be an error, eight
+				// bytes at a time: the text of strings is most of a body.
+				for i+8 <= len(p) {
+					v := binary.LittleEndian.Uint64(p[i:])
+					if (v-0x2020202020202020)&^v&0x8080808080808080|hasZero(v^0x2222222222222222)|hasZero(v^0x5C5C5C5C5C5C5C5C) != 0 {
+						break
+					}
+					i += 8
+				}
+				for i < len(p) && stringPlain[p[i]] {
+					i++
+				}
+				if i == len(p) {
+					return
+				}
+				ch = p[i]
+			}
 			switch {
 			case c.escape:
 				c.escape = false

@@ -243,10 +243,13 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buf
 	body := http.MaxBytesReader(w, r.Body, limit)
 	var vc valueCounter
 	for {
-		if buf.Available() < readChunk {
+		// Read into the space there is, growing only when none is left: a
+		// buffer sized from Content-Length is never grown (and copied, and
+		// cleared) again for its last chunk.
+		if buf.Available() == 0 {
 			buf.Grow(readChunk)
 		}
-		n, err := body.Read(buf.AvailableBuffer()[:readChunk])
+		n, err := body.Read(buf.AvailableBuffer()[:min(readChunk, buf.Available())])
 		if n > 0 {
 			chunk := buf.AvailableBuffer()[:n]
 			buf.Write(chunk)

@@ -52,6 +52,7 @@ type config struct {
 	shadow     bool    // -shadow: the shadow benchmark alone (shadow.go)
 	shadowCPU  float64 // its --shadow-cpu
 	shadowPace int     // requests a second of its paced load
+	pace       int     // requests a second of the fixed-rate latency runs
 }
 
 type sizeSpec struct {
@@ -101,6 +102,7 @@ func main() {
 	flag.BoolVar(&c.shadow, "shadow", false, "measure the live latency with and without a looping candidate in shadow, alone (prints, writes nothing)")
 	flag.Float64Var(&c.shadowCPU, "shadow-cpu", shadow.DefaultCPU, "with -shadow: the server's --shadow-cpu")
 	flag.IntVar(&c.shadowPace, "shadow-pace", 200, "with -shadow: requests a second of the paced (light) load")
+	flag.IntVar(&c.pace, "pace", 1000, "requests a second of the fixed-rate latency runs (open loop), a rate both servers sustain; 0 skips them")
 	flag.Parse()
 	c.sizes = fullSizes
 	if c.quick {
@@ -275,6 +277,11 @@ func run(ctx context.Context, c config) (err error) {
 			return err
 		}
 	}
+	if c.pace > 0 {
+		if err := pacedRuns(ctx, c, r, []*server{arb, opa}, inputs); err != nil {
+			return err
+		}
+	}
 	for _, s := range []*server{arb, opa} {
 		r.hwmAfterLoad = append(r.hwmAfterLoad, mustStatus(s.pid(), "VmHWM"))
 	}
@@ -382,6 +389,30 @@ func loadRuns(ctx context.Context, c config, r *report, servers []*server, scrip
 			r.runs = append(r.runs, run)
 			logf("run %d %-7s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d  cpu %.0f µs/req  rss %s",
 				rep+1, s.name, res.rps(), ms(res.P50US), ms(res.P99US), res.errors(), run.cpuPerReq()*1e6, mib(maxRSS))
+		}
+	}
+	return nil
+}
+
+// pacedRuns measures latency at a fixed rate both servers sustain (an open
+// loop: each request is sent on time whatever the answers before it),
+// alternating servers: the latency a caller sees when the service is not
+// saturated, which wrk's closed loop on two shared cores cannot show (there
+// the tail is the operating system's time slices, for every server).
+func pacedRuns(ctx context.Context, c config, r *report, servers []*server, inputs []corpus.Input) error {
+	reqs := dataRequests(inputs)
+	for rep := range c.reps {
+		for k := range servers {
+			s := servers[(rep+k)%len(servers)]
+			res, err := paced(ctx, s, reqs, c.pace, c.duration)
+			if err != nil {
+				return err
+			}
+			if err := s.alive(); err != nil {
+				return err
+			}
+			r.pacedRuns = append(r.pacedRuns, loadRun{server: s.name, rep: rep, res: res})
+			logf("paced %d %-7s %d req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d", rep+1, s.name, c.pace, ms(res.P50US), ms(res.P99US), res.Status)
 		}
 	}
 	return nil

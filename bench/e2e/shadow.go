@@ -168,7 +168,7 @@ func runShadow(ctx context.Context, c config) error {
 				if load == "saturated" {
 					res, err = runWrk(ctx, wrkArgs(c, c.duration, script, index, addr))
 				} else {
-					res, err = paced(ctx, s, inputs, c.shadowPace, c.duration)
+					res, err = paced(ctx, s, decisionRequests(inputs), c.shadowPace, c.duration)
 				}
 				cpu1, _ := cpuSeconds(s.pid())
 				if err != nil {
@@ -240,11 +240,37 @@ func runShadow(ctx context.Context, c config) error {
 	return nil
 }
 
-// paced sends the corpus at rate requests a second for d, each on its own
+// pacedRequest is one request of a paced load.
+type pacedRequest struct {
+	path string
+	body []byte
+}
+
+// decisionRequests are the corpus on Arbiter's own decision path.
+func decisionRequests(inputs []corpus.Input) []pacedRequest {
+	out := make([]pacedRequest, len(inputs))
+	for i, in := range inputs {
+		out[i] = pacedRequest{"/v1/decisions/" + in.Decision, in.Body}
+	}
+	return out
+}
+
+// dataRequests are the corpus on OPA's Data API path, which both servers
+// answer (the bytes wrk sends too).
+func dataRequests(inputs []corpus.Input) []pacedRequest {
+	out := make([]pacedRequest, len(inputs))
+	for i, in := range inputs {
+		out[i] = pacedRequest{dataPath(in.Decision), dataRequest(in.Body)}
+	}
+	return out
+}
+
+// paced sends reqs in turn at rate requests a second for d, each on its own
 // schedule whatever the answers before it (an open loop, as independent
 // callers are), and returns the latencies as a wrkResult.
-func paced(ctx context.Context, s *server, inputs []corpus.Input, rate int, d time.Duration) (wrkResult, error) {
+func paced(ctx context.Context, s *server, reqs []pacedRequest, rate int, d time.Duration) (wrkResult, error) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
 	n := int(d.Seconds() * float64(rate))
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
@@ -261,9 +287,9 @@ func paced(ctx context.Context, s *server, inputs []corpus.Input, rate int, d ti
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			in := inputs[i%len(inputs)]
+			req := reqs[i%len(reqs)]
 			t0 := time.Now()
-			resp, err := client.Post(s.url("/v1/decisions/"+in.Decision), "application/json", bytes.NewReader(in.Body))
+			resp, err := client.Post(s.url(req.path), "application/json", bytes.NewReader(req.body))
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
