@@ -65,8 +65,8 @@ var fullSizes = []sizeSpec{
 	{"64KiB", 64 << 10, 50},
 	{"1MiB", 1 << 20, 20},
 	{"4MiB", 4 << 20, 8},
-	{"8MiB", 8 << 20, 6},
-	{"16MiB", 16 << 20, 4},
+	{"8MiB", 8 << 20, 8},
+	{"16MiB", 16 << 20, 8},
 }
 
 var quickSizes = []sizeSpec{

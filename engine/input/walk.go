@@ -230,7 +230,7 @@ func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term,
 		word, kindOf, v = "false", tBool, scalar{kind: tBool}
 		t = ast.InternedTerm(false)
 	default:
-		t = ast.NullTerm()
+		t = ast.InternedNullTerm
 	}
 	if err := w.literal(word); err != nil {
 		return nil, err
@@ -499,7 +499,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 				case v != nil:
 					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
 				case placeholder:
-					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), ast.NullTerm()})
+					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), ast.InternedNullTerm})
 				}
 			}
 		}
@@ -687,7 +687,7 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 				case v != nil:
 					elems = append(elems, v)
 				case placeholder:
-					elems = append(elems, ast.NullTerm())
+					elems = append(elems, ast.InternedNullTerm)
 				}
 			}
 			n++
