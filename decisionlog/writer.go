@@ -100,8 +100,8 @@ type Logger struct {
 	maxWrite int64 // the largest write dest takes
 	torn     bool  // a failed write may have left a partial line
 	batch    bytes.Buffer
-	batchN   uint64 // records in batch
-	failWarn time.Time
+	batchN   uint64    // records in batch
+	warnedAt time.Time // when warnDropped last warned
 	line     bytes.Buffer
 	scratch  bytes.Buffer
 	closeErr error
@@ -403,7 +403,7 @@ func (l *Logger) add(rec Record) {
 	line := l.encode(rec)
 	if int64(len(line)) > l.maxWrite {
 		l.failed.Add(1)
-		l.fail("decision log: a record is larger than the log file may be (--decision-log-max-mb), not written", fmt.Errorf("%d bytes", len(line)), "decision_id", rec.DecisionID)
+		l.warnDropped("decision log: a record is larger than the log file may be (--decision-log-max-mb), not written", fmt.Errorf("%d bytes", len(line)), "decision_id", rec.DecisionID)
 		return
 	}
 	if l.batch.Len() > 0 && (l.batch.Len()+len(line) > batchBytes || int64(l.batch.Len()+len(line)) > l.maxWrite) {
@@ -424,7 +424,7 @@ func (l *Logger) flush() {
 		// blank line, as a terminating newline would at the top of a file).
 		if l.rotating != nil {
 			if err := l.rotating.Rotate(); err != nil {
-				l.failBatch("decision log: rotation after a failed write failed, records not written", err)
+				l.dropBatch("decision log: rotation after a failed write failed, records not written", err)
 				return
 			}
 		}
@@ -432,17 +432,18 @@ func (l *Logger) flush() {
 	}
 	if _, err := l.dest.Write(l.batch.Bytes()); err != nil {
 		l.torn = true
-		l.failBatch("decision log: write failed, records not written", err)
+		l.dropBatch("decision log: write failed, records not written", err)
 		return
 	}
 	l.written.Add(l.batchN)
 	l.resetBatch()
 }
 
-func (l *Logger) failBatch(msg string, err error) {
+// dropBatch counts the pending batch as failed, discards it and warns.
+func (l *Logger) dropBatch(msg string, err error) {
 	l.failed.Add(l.batchN)
 	l.resetBatch()
-	l.fail(msg, err)
+	l.warnDropped(msg, err)
 }
 
 func (l *Logger) resetBatch() {
@@ -660,11 +661,12 @@ func shrink(b *bytes.Buffer) {
 	}
 }
 
-// fail reports a failure of the writer, at most once per second: a full
-// disk must not turn into a flood of warnings.
-func (l *Logger) fail(msg string, err error, args ...any) {
-	if now := time.Now(); now.Sub(l.failWarn) >= time.Second {
-		l.failWarn = now
+// warnDropped warns that records were not written (they are already counted
+// in failed), at most once per second: a full disk must not turn into a
+// flood of warnings.
+func (l *Logger) warnDropped(msg string, err error, args ...any) {
+	if now := time.Now(); now.Sub(l.warnedAt) >= time.Second {
+		l.warnedAt = now
 		l.log.Warn(msg, append([]any{"err", err, "failed_total", l.failed.Load()}, args...)...)
 	}
 }

@@ -41,7 +41,7 @@ func Check(ctx context.Context, cfg Config, tests string) (probs []Problem) {
 
 // checkTestModules compiles the test modules together with the policies,
 // as `opa check --strict` would.
-func (b *built) checkTestModules(st *suite) []Problem {
+func (b *sourcedSnapshot) checkTestModules(st *suite) []Problem {
 	if len(st.modules) == 0 {
 		return nil
 	}

@@ -25,9 +25,10 @@ var keepTerm = rego.EvalGenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any
 type Options struct {
 	// Explain adds each reason rule's outcome, title and description.
 	Explain bool
-	// Wrapped means the body is an OPA Data API request, {"input": ...};
+	// DataAPIBody means the body is an OPA Data API request, {"input": ...}
+	// (POST /v1/data/...), rather than the input document itself;
 	// violations stay relative to the input document.
-	Wrapped bool
+	DataAPIBody bool
 }
 
 // Decision is one decision made: the envelope of the contract plus what the
@@ -66,7 +67,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if !ok {
 		return nil, &Error{Code: CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
 	}
-	in, err := s.parseInput(ctx, def, body, opts.Wrapped)
+	in, err := s.parseInput(ctx, def, body, opts.DataAPIBody)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +91,8 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 // scanned, validated against the input schema (the library's compiled
 // schema is the one authority) and built as an ast.Value, in one pass
 // (package input). Every failure is an *Error.
-func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte, wrapped bool) (input.Input, error) {
-	in, err := input.Parse(ctx, body, def.input, input.Options{Wrapped: wrapped, Projection: def.inputProjection(), MaxValues: s.maxValues})
+func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte, dataAPIBody bool) (input.Input, error) {
+	in, err := input.Parse(ctx, body, def.input, input.Options{DataAPIBody: dataAPIBody, Projection: def.inputProjection(), MaxValues: s.maxValues})
 	if err == nil {
 		return in, nil
 	}

@@ -52,7 +52,7 @@ func TestDecideInputErrors(t *testing.T) {
 			if name == "" {
 				name = "quota_check"
 			}
-			e := decideErr(t, s, name, tt.body, Options{Wrapped: tt.wrapped})
+			e := decideErr(t, s, name, tt.body, Options{DataAPIBody: tt.wrapped})
 			if e.Code != tt.wantCode {
 				t.Fatalf("code = %s (%s), want %s", e.Code, e.Message, tt.wantCode)
 			}
@@ -84,7 +84,7 @@ func TestU64ComparedExactly(t *testing.T) {
 			if wrapped {
 				b = `{"input":` + body + `}`
 			}
-			d, err := s.Decide(context.Background(), "quota_check", []byte(b), Options{Wrapped: wrapped})
+			d, err := s.Decide(context.Background(), "quota_check", []byte(b), Options{DataAPIBody: wrapped})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -148,26 +148,27 @@ func (e *Engine) reloadOnce(triggers []string) ReloadStatus {
 	timeout := orDefault(e.cfg.ReloadTimeout, DefaultReloadTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	type built struct {
+	// loadOutcome is what one load of the candidate returned.
+	type loadOutcome struct {
 		snap *Snapshot
 		err  error
 	}
 	// The build runs apart so that the deadline holds even where it cannot
 	// be checked (compiling): a build still running at the deadline is
 	// abandoned, its result dropped, and the next reload is not held up.
-	ch := make(chan built, 1)
+	ch := make(chan loadOutcome, 1)
 	load, cfg := e.load, e.cfg
 	go func() {
 		snap, err := load(ctx, cfg)
-		ch <- built{snap, err}
+		ch <- loadOutcome{snap, err}
 	}()
-	var b built
+	var out loadOutcome
 	select {
-	case b = <-ch:
+	case out = <-ch:
 	case <-ctx.Done():
-		b.err = &LoadError{Problems: []Problem{{Message: fmt.Sprintf("the reload did not finish within %s (--reload-timeout); the candidate was abandoned", timeout)}}}
+		out.err = &LoadError{Problems: []Problem{{Message: fmt.Sprintf("the reload did not finish within %s (--reload-timeout); the candidate was abandoned", timeout)}}}
 	}
-	e.activate(&st, b.snap, b.err)
+	e.activate(&st, out.snap, out.err)
 	st.Duration = time.Since(start)
 	e.setLast(&st)
 	return st

@@ -105,7 +105,7 @@ func sources(origin string, files []File) []sourceFile {
 
 // loadSuite is the test suite that gates b: the files it holds in memory,
 // or those of the test folder dir.
-func (b *built) loadSuite(r *treeReader, dir string) (*suite, []Problem) {
+func (b *sourcedSnapshot) loadSuite(r *treeReader, dir string) (*suite, []Problem) {
 	if b.testFiles == nil {
 		return loadSuite(r, dir)
 	}

@@ -292,7 +292,7 @@ func FuzzDecide(f *testing.F) {
 		if sel != unknownDecision {
 			name = names[int(sel)%len(names)]
 		}
-		opts := Options{Wrapped: wrapped}
+		opts := Options{DataAPIBody: wrapped}
 		d, err := snap.Decide(context.Background(), name, body, opts)
 		checkDecided(t, name, body, wrapped, d, err)
 

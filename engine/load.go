@@ -73,8 +73,9 @@ func Load(ctx context.Context, cfg Config) (*Snapshot, error) {
 	return b.snap, nil
 }
 
-// built is a Snapshot with what it was built from, for tests and checks.
-type built struct {
+// sourcedSnapshot is a Snapshot with what it was built from (modules, data,
+// schemas, capabilities, source files), for the gate's tests and checks.
+type sourcedSnapshot struct {
 	snap       *Snapshot
 	cfg        Config
 	modules    map[string]*ast.Module
@@ -85,7 +86,7 @@ type built struct {
 	testFiles  []sourceFile // tests held in memory (a bundle's); nil: read cfg.Tests
 }
 
-func build(ctx context.Context, cfg Config) (*built, error) {
+func build(ctx context.Context, cfg Config) (*sourcedSnapshot, error) {
 	r := newTreeReader(ctx, cfg)
 	policyFiles, probs := r.read(cfg.Policies, ".rego", ".json", ".yaml", ".yml")
 	schemaFiles, p := r.read(cfg.Schemas, ".json")
@@ -104,7 +105,7 @@ func build(ctx context.Context, cfg Config) (*built, error) {
 }
 
 // buildFrom compiles files already read, from folders or from a bundle.
-func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*built, error) {
+func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*sourcedSnapshot, error) {
 	var probs []Problem
 
 	h := sha256.New()
@@ -158,7 +159,7 @@ func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*built, error
 		return nil, &LoadError{Problems: probs}
 	}
 	snap.compileDecisions(cfg, compiler, store, modules)
-	return &built{snap: snap, cfg: cfg, modules: modules, data: data, schemaSet: schemaSet, caps: caps, policySrcs: policyFiles}, nil
+	return &sourcedSnapshot{snap: snap, cfg: cfg, modules: modules, data: data, schemaSet: schemaSet, caps: caps, policySrcs: policyFiles}, nil
 }
 
 func newCompiler(caps *ast.Capabilities, ss *ast.SchemaSet) *ast.Compiler {

@@ -93,7 +93,7 @@ func RunTests(ctx context.Context, cfg Config, opts TestOptions) (*TestReport, e
 	return b.snap.runTests(ctx, b, opts)
 }
 
-func (s *Snapshot) runTests(ctx context.Context, b *built, opts TestOptions) (*TestReport, error) {
+func (s *Snapshot) runTests(ctx context.Context, b *sourcedSnapshot, opts TestOptions) (*TestReport, error) {
 	var filter *regexp.Regexp
 	if opts.Run != "" {
 		var err error
@@ -149,7 +149,7 @@ func loadSuite(r *treeReader, dir string) (*suite, []Problem) {
 	return &suite{modules: modules, data: data, fixtures: fixtures, files: files}, append(probs, p...)
 }
 
-func (s *Snapshot) runRego(ctx context.Context, b *built, st *suite, opts TestOptions, rep *TestReport) error {
+func (s *Snapshot) runRego(ctx context.Context, b *sourcedSnapshot, st *suite, opts TestOptions, rep *TestReport) error {
 	if len(st.modules) == 0 {
 		return nil
 	}
@@ -215,7 +215,7 @@ func (s *Snapshot) runRego(ctx context.Context, b *built, st *suite, opts TestOp
 // withTests returns copies of the policy and test modules together: a
 // compiler annotates the modules it compiles, and the Snapshot's own must
 // stay as they were.
-func (b *built) withTests(st *suite) map[string]*ast.Module {
+func (b *sourcedSnapshot) withTests(st *suite) map[string]*ast.Module {
 	modules := make(map[string]*ast.Module, len(b.modules)+len(st.modules))
 	for k, m := range b.modules {
 		modules[k] = m.Copy()

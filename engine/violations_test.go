@@ -24,7 +24,7 @@ func TestViolationsAreBounded(t *testing.T) {
 		}
 		var err error
 		allocated := allocatedBy(func() {
-			_, err = s.Decide(context.Background(), "quota_check", []byte(body), Options{Wrapped: wrapped})
+			_, err = s.Decide(context.Background(), "quota_check", []byte(body), Options{DataAPIBody: wrapped})
 		})
 		// Memory, not time, is the bound checked: every violation listed
 		// would cost hundreds of bytes each; the bound is 36 per byte of the body (27 measured;

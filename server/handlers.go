@@ -54,7 +54,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		// What can be answered without the body is answered before it is
 		// read: a request for a decision that does not exist costs nothing.
 		if err := s.precheck(r, q.name); err != nil {
-			s.fail(q, nil, err)
+			s.answerError(q, nil, err)
 			return
 		}
 		t := &ticket{a: s.adm}
@@ -65,10 +65,10 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		var d *engine.Decision
 		if err == nil {
 			explain, _ := strconv.ParseBool(r.URL.Query().Get("explain"))
-			d, err = s.safeDecide(ctx, q.name, body, engine.Options{Explain: explain, Wrapped: wrapped})
+			d, err = s.safeDecide(ctx, q.name, body, engine.Options{Explain: explain, DataAPIBody: wrapped})
 		}
 		if err != nil {
-			s.fail(q, body, engine.AsError(err))
+			s.answerError(q, body, engine.AsError(err))
 			return
 		}
 
@@ -82,7 +82,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		logged := s.record(rec)
 		if !logged && s.cfg.RefuseUnlogged {
 			// No decision is answered without its record queued.
-			s.fail(q, nil, &engine.Error{Code: CodeOverloaded, Message: "the decision log cannot keep up; the decision was not answered"})
+			s.answerError(q, nil, &engine.Error{Code: CodeOverloaded, Message: "the decision log cannot keep up; the decision was not answered"})
 			return
 		}
 		s.metrics.observeDecision(d, elapsed)
@@ -139,10 +139,10 @@ const (
 	loggedPrefixLen = 1 << 10
 )
 
-// fail answers a decision request that has no decision: it is logged,
+// answerError answers a decision request that has no decision: it is logged,
 // counted and answered with the error document. body is what was read of
 // the request, nil when nothing was.
-func (s *server) fail(q *query, body []byte, e *engine.Error) {
+func (s *server) answerError(q *query, body []byte, e *engine.Error) {
 	elapsed := time.Since(q.start)
 	id := uuid.NewString()
 	rec := decisionlog.Record{

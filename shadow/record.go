@@ -61,7 +61,7 @@ func FromRecord(rec decisionlog.Record) (Request, string) {
 	// wrapper. A decision logs the input it unwrapped; a request that failed
 	// logs its body as received, in input when it is JSON and in
 	// body_base64 otherwise.
-	req.Options.Wrapped = strings.HasPrefix(rec.Path, "/v1/data/") && req.Live.failed()
+	req.Options.DataAPIBody = strings.HasPrefix(rec.Path, "/v1/data/") && req.Live.failed()
 	// Whether the input was masked is read from the record's masked and
 	// erased lists, never from the content: a caller can put any string in
 	// its own input.

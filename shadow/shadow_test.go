@@ -129,7 +129,7 @@ func (h *harness) serve(r request) decisionlog.Record {
 		path = "/v1/data/decisions/" + decisionName + "/decision"
 	}
 	rec := decisionlog.Record{Decision: decisionName, Path: path, Revision: h.live.Revision, Time: time.Now().UTC()}
-	d, err := h.live.Decide(context.Background(), decisionName, []byte(r.body), engine.Options{Wrapped: r.wrapped})
+	d, err := h.live.Decide(context.Background(), decisionName, []byte(r.body), engine.Options{DataAPIBody: r.wrapped})
 	if err != nil {
 		e := engine.AsError(err)
 		rec.DecisionID = uuid.NewString()

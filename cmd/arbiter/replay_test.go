@@ -50,7 +50,7 @@ func writeLogWith(t *testing.T, policies string, reqs []loggedRequest, extra ...
 	for _, r := range reqs {
 		wrapped := strings.HasPrefix(r.path, "/v1/data/")
 		rec := decisionlog.Record{DecisionID: r.id, Time: time.Now().UTC(), Decision: "quota_check", Path: r.path, Revision: snap.Revision}
-		d, err := snap.Decide(ctx, "quota_check", []byte(r.body), engine.Options{Wrapped: wrapped})
+		d, err := snap.Decide(ctx, "quota_check", []byte(r.body), engine.Options{DataAPIBody: wrapped})
 		if err != nil {
 			e := engine.AsError(err)
 			rec.Error = &decisionlog.RecordError{Code: string(e.Code), Message: e.Message}

@@ -26,9 +26,10 @@ const DefaultMaxValues = 2_000_000
 
 // Options say how to read one body.
 type Options struct {
-	// Wrapped means the body is an OPA Data API request, {"input": ...};
+	// DataAPIBody means the body is an OPA Data API request, {"input": ...}
+	// (POST /v1/data/...), rather than the input document itself;
 	// violations stay relative to the input document.
-	Wrapped bool
+	DataAPIBody bool
 	// Projection names the parts of the input to build (see Projection);
 	// nil builds all of it. It must have gone through Normalize.
 	Projection *Projection
@@ -86,16 +87,16 @@ func Parse(ctx context.Context, body []byte, s *Schema, opts Options) (Input, er
 		maxValues = DefaultMaxValues
 	}
 	if s.root == nil {
-		return parseWithLibrary(ctx, body, s, opts.Wrapped, proj, maxValues)
+		return parseWithLibrary(ctx, body, s, opts.DataAPIBody, proj, maxValues)
 	}
-	first, err := walk(ctx, body, s.root.set, proj, opts.Wrapped, maxValues, false)
+	first, err := walk(ctx, body, s.root.set, proj, opts.DataAPIBody, maxValues, false)
 	if err != nil {
 		return Input{}, err
 	}
 	if first.valid {
 		return Input{Value: first.value.Value, Raw: first.raw}, nil
 	}
-	rep, err := walk(ctx, body, s.root.set, nil, opts.Wrapped, maxValues, true)
+	rep, err := walk(ctx, body, s.root.set, nil, opts.DataAPIBody, maxValues, true)
 	if err != nil {
 		return Input{}, err
 	}

@@ -75,8 +75,8 @@ func (e *LimitError) Error() string {
 
 func (w *walker) checking() bool { return w.valid || w.report }
 
-// fail records a violation at the current location plus names.
-func (w *walker) fail(msg string, names ...string) {
+// recordViolation records a violation at the current location plus names.
+func (w *walker) recordViolation(msg string, names ...string) {
 	w.valid = false
 	if w.report {
 		w.rep.add(msg, names...)
@@ -313,7 +313,7 @@ func (w *walker) checkBounds(nd *node, n number, lit []byte) {
 			bad = !new(big.Rat).Quo(n.rat(), b.r).IsInt()
 		}
 		if bad {
-			w.fail(boundMessage(b, n))
+			w.recordViolation(boundMessage(b, n))
 		}
 	}
 }
@@ -575,7 +575,7 @@ func (w *walker) memberSet(set []*node, alive uint64, key string) []*node {
 			case n.addl != nil:
 				single, count = w.addSet(single, count, mark, n.addl.set)
 			case n.addlNo:
-				w.fail("property is not allowed", key)
+				w.recordViolation("property is not allowed", key)
 			}
 		}
 	}
@@ -635,7 +635,7 @@ func (w *walker) closeObject(set []*node, alive uint64, frame int, seen map[stri
 				}
 			}
 			if !found {
-				w.fail("missing required property", r)
+				w.recordViolation("missing required property", r)
 			}
 		}
 		if n.s.MinProperties != nil && len(keys) < *n.s.MinProperties {

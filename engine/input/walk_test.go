@@ -130,7 +130,7 @@ func TestWrappedInput(t *testing.T) {
 		"type": "object", "required": []any{"n"},
 		"properties": map[string]any{"n": map[string]any{"type": "integer"}},
 	}))
-	in, err := Parse(context.Background(), []byte(`{"other": [1, {"x": 2}], "input" : {"n": 1.0} }`), s, Options{Wrapped: true})
+	in, err := Parse(context.Background(), []byte(`{"other": [1, {"x": 2}], "input" : {"n": 1.0} }`), s, Options{DataAPIBody: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestWrappedInput(t *testing.T) {
 		`{"input": []}`:         "",
 		`[]`:                    "",
 	} {
-		_, err := Parse(context.Background(), []byte(body), s, Options{Wrapped: true})
+		_, err := Parse(context.Background(), []byte(body), s, Options{DataAPIBody: true})
 		var inv *InvalidError
 		if !errors.As(err, &inv) || len(inv.Violations) == 0 || inv.Violations[0].Path != want {
 			t.Errorf("%s: want a violation at %q, got %v", body, want, err)
@@ -152,7 +152,7 @@ func TestWrappedInput(t *testing.T) {
 	}
 	for _, body := range []string{`{"input": {"n": 1}, "input": {"n": 2}}`, `{"input": {"n": 1}} x`} {
 		var syn *SyntaxError
-		if _, err := Parse(context.Background(), []byte(body), s, Options{Wrapped: true}); !errors.As(err, &syn) {
+		if _, err := Parse(context.Background(), []byte(body), s, Options{DataAPIBody: true}); !errors.As(err, &syn) {
 			t.Errorf("%s: want a syntax error, got %v", body, err)
 		}
 	}
