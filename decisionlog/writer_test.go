@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -317,7 +318,8 @@ func TestRotationWithLumberjack(t *testing.T) {
 			t.Fatal("record refused")
 		}
 		if i%5 == 4 {
-			waitWritten(t, l, uint64(i+1)) // rotations are timestamped to the millisecond
+			waitWritten(t, l, uint64(i+1))
+			nextMillisecond()
 		}
 	}
 	closeLog(t, l)
@@ -370,7 +372,17 @@ func waitWritten(t *testing.T, l *Logger, n uint64) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(2 * time.Millisecond) // next rotation in a later millisecond
+}
+
+// nextMillisecond returns once the wall clock has reached a later
+// millisecond than when it was called. lumberjack names a backup after the
+// UTC millisecond of its rotation, and a second rotation within the same
+// millisecond would rename over the first backup; every rotation so far
+// happened before this call, so the next one gets a later name.
+func nextMillisecond() {
+	for now := time.Now().UnixMilli(); time.Now().UnixMilli() <= now; {
+		runtime.Gosched()
+	}
 }
 
 // TestRecordTooLargeForTheFile: a record larger than the rotation size is

@@ -323,7 +323,9 @@ func TestDecisionLog(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(h.log.records())
+			sent := time.Now()
 			r := h.do(t, "POST", tc.path, tc.body, auth...)
+			answered := time.Now()
 			recs := h.log.records()[before:]
 			if len(recs) != 1 {
 				t.Fatalf("%d records for one request", len(recs))
@@ -335,8 +337,12 @@ func TestDecisionLog(t *testing.T) {
 			if rec.Decision != tc.decision || rec.Path != tc.path || rec.Caller != "host-prep" || rec.Revision != rev {
 				t.Errorf("decision %q path %q caller %q revision %q", rec.Decision, rec.Path, rec.Caller, rec.Revision)
 			}
-			if rec.DurationNS <= 0 || time.Since(rec.Time) > time.Minute {
-				t.Errorf("duration %d time %v", rec.DurationNS, rec.Time)
+			// The record's time and duration lie within the request's.
+			if rec.Time.Before(sent) || rec.Time.After(answered) {
+				t.Errorf("time %v, want between %v and %v", rec.Time, sent, answered)
+			}
+			if rec.DurationNS <= 0 || rec.DurationNS > answered.Sub(sent).Nanoseconds() {
+				t.Errorf("duration %dns, want above 0 and at most the request's %s", rec.DurationNS, answered.Sub(sent))
 			}
 			if string(rec.Input) != tc.input || rec.BodyBase64 != tc.base64 {
 				t.Errorf("input %q base64 %q", rec.Input, rec.BodyBase64)

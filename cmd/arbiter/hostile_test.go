@@ -163,8 +163,11 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 	}()
 
 	// The server either answers the trickled request with an error and
-	// closes, or just closes: in no case does it decide.
-	_ = conn.SetReadDeadline(time.Now().Add(readTimeout + 8*time.Second))
+	// closes, or just closes: in no case does it decide. The test waits for
+	// that event; the read deadlines below are hang guards only (the read
+	// timeout plus a wide margin), never a measure of how fast it happens.
+	const hangGuard = readTimeout + time.Minute
+	_ = conn.SetReadDeadline(time.Now().Add(hangGuard))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	cutOff.Store(true)
 	cut := time.Since(start)
@@ -181,13 +184,14 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 		if json.Unmarshal(b, &doc) != nil || doc.Error.Code != "request_timeout" || resp.StatusCode != http.StatusRequestTimeout {
 			t.Errorf("answer to the trickled request: %d %s", resp.StatusCode, b)
 		}
-		// After an answer to an unread body the server closes the connection.
-		_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		// After an answer to an unread body the server closes the
+		// connection: the read returns EOF or a reset, and no byte.
+		_ = conn.SetReadDeadline(time.Now().Add(hangGuard))
 		if n, err := conn.Read(make([]byte, 1)); err == nil || isTimeout(err) {
-			t.Errorf("the connection stayed open after the read timeout (read %d bytes, %v)", n, err)
+			t.Errorf("the connection stayed open after the 408 answer (read %d bytes, %v; hang guard %s)", n, err, hangGuard)
 		}
 	case isTimeout(err):
-		t.Fatalf("the server did not cut the trickled body off within %s", readTimeout+8*time.Second)
+		t.Fatalf("the server neither answered nor closed the trickled request (hang guard %s)", hangGuard)
 	default:
 		// Connection closed or reset without an answer: cut off too.
 	}
