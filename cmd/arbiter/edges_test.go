@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -266,19 +268,135 @@ func TestIdleConnectionsCannotExhaustDescriptors(t *testing.T) {
 	}
 }
 
-// TestEveryCommandHelp: -h prints the command's usage on stdout and exits 0.
+// TestEveryCommandHelp: every command of the command table (so a new one
+// too) takes -h and --help, printing its usage on stdout with exit 0; and
+// the top-level usage text names every command, with every flag its
+// synopsis shows being a real flag of the command, and, unless the
+// synopsis defers to -h, every flag of the command shown.
 func TestEveryCommandHelp(t *testing.T) {
-	for _, cmd := range []string{"serve", "eval", "check", "test", "replay", "bench"} {
+	synopses := usageSynopses(t)
+	for _, c := range commands {
+		var flags map[string]bool
 		for _, flag := range []string{"-h", "--help"} {
-			out, stderr, code := runCLI(t, nil, cmd, flag)
-			if code != 0 || !strings.Contains(out, "Usage: arbiter "+cmd) || !strings.Contains(out, "-policies") {
-				t.Errorf("arbiter %s %s: exit %d\nstdout:\n%s\nstderr:\n%s", cmd, flag, code, out, stderr)
+			out, stderr, code := runCLI(t, nil, c.name, flag)
+			if code != 0 || !strings.HasPrefix(out, "Usage: arbiter "+c.name) {
+				t.Errorf("arbiter %s %s: exit %d\nstdout:\n%s\nstderr:\n%s", c.name, flag, code, out, stderr)
+			}
+			flags = helpFlags(out)
+		}
+		synopsis, ok := synopses[c.name]
+		if !ok {
+			t.Errorf("the usage text has no line for arbiter %s", c.name)
+			continue
+		}
+		delete(synopses, c.name)
+		shown := synopsisFlags(synopsis)
+		for f := range shown {
+			if !flags[f] {
+				t.Errorf("arbiter %s: the usage text shows --%s, which -h does not list", c.name, f)
+			}
+		}
+		if strings.Contains(synopsis, "-h for every flag") {
+			continue
+		}
+		for f := range flags {
+			if !shown[f] {
+				t.Errorf("arbiter %s: the usage text lacks --%s", c.name, f)
 			}
 		}
 	}
-	if out, _, code := runCLI(t, nil, "-h"); code != 0 || !strings.Contains(out, "Usage:") {
+	for name := range synopses {
+		t.Errorf("the usage text shows arbiter %s, which is not in the command table", name)
+	}
+	if out, _, code := runCLI(t, nil, "-h"); code != 0 || out != usage {
 		t.Errorf("arbiter -h: exit %d %s", code, out)
 	}
+}
+
+// TestReadmeCommandLine: the README's command-line block shows each
+// command with the flags of the usage text (serve's flags have their own
+// table there, as its usage defers to -h).
+func TestReadmeCommandLine(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "## Command line\n\n```\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok {
+		t.Fatal("README.md has no command-line block")
+	}
+	documented := synopses(strings.ReplaceAll("\n"+block, "\narbiter ", "\n  arbiter "))
+	for name, synopsis := range usageSynopses(t) {
+		doc, ok := documented[name]
+		if !ok {
+			t.Errorf("README.md's command-line block lacks arbiter %s", name)
+			continue
+		}
+		if strings.Contains(synopsis, "-h for every flag") {
+			continue
+		}
+		if got, want := synopsisFlags(doc), synopsisFlags(synopsis); !maps.Equal(got, want) {
+			t.Errorf("README.md shows arbiter %s with %v, the usage text with %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		}
+	}
+}
+
+// usageSynopses maps each command of the top-level usage text to its
+// synopsis (its line and the indented lines that continue it).
+func usageSynopses(t *testing.T) map[string]string {
+	t.Helper()
+	out := synopses(usage)
+	if len(out) == 0 {
+		t.Fatal("no command lines found in the usage text")
+	}
+	return out
+}
+
+// synopses reads "  arbiter NAME ..." lines and their indented
+// continuations.
+func synopses(text string) map[string]string {
+	out := map[string]string{}
+	var cur string
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "  arbiter "):
+			fields := strings.Fields(line)
+			cur = fields[1]
+			out[cur] = strings.Join(fields[2:], " ")
+		case cur != "" && strings.HasPrefix(line, "    "):
+			out[cur] += " " + strings.TrimSpace(line)
+		default:
+			cur = ""
+		}
+	}
+	return out
+}
+
+var (
+	synopsisFlag = regexp.MustCompile(`(?:^|[\s\[])--?([a-z][a-z0-9-]*)`)
+	helpFlag     = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
+)
+
+// synopsisFlags are the flags a synopsis shows (-h, which every command
+// takes and none lists, aside).
+func synopsisFlags(synopsis string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range synopsisFlag.FindAllStringSubmatch(synopsis, -1) {
+		if m[1] != "h" {
+			out[m[1]] = true
+		}
+	}
+	return out
+}
+
+// helpFlags are the flags a command's -h output lists (flag.PrintDefaults).
+func helpFlags(help string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range helpFlag.FindAllStringSubmatch(help, -1) {
+		out[m[1]] = true
+	}
+	return out
 }
 
 // TestMalformedEnvironmentIsAnError: a value the flag would refuse is

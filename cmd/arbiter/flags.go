@@ -20,8 +20,13 @@ type command struct {
 func newCommand(name, synopsis string) *command {
 	c := &command{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis}
 	c.Usage = func() {
-		fmt.Fprintf(c.Output(), "Usage: arbiter %s %s\n\nFlags:\n", name, synopsis)
-		c.PrintDefaults()
+		fmt.Fprintln(c.Output(), strings.TrimSpace("Usage: arbiter "+name+" "+synopsis))
+		hasFlags := false
+		c.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintf(c.Output(), "\nFlags:\n")
+			c.PrintDefaults()
+		}
 		if len(c.env) > 0 {
 			fmt.Fprintf(c.Output(), "\nEnvironment (the flag wins):\n")
 			for _, n := range c.env {

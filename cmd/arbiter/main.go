@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 )
 
@@ -17,14 +18,18 @@ Usage:
                   [--decision-log PATH|-] [--max-body-bytes N] [--eval-timeout D]
                   [--auth-token-file F] [--tls-cert-file F --tls-key-file F [--tls-client-ca-file F]]
                   [--insecure-listen]   (see arbiter serve -h for every flag)
-  arbiter eval    --decision NAME --input FILE|- [--explain] [--max-body-bytes N] [--policies DIR] [--schemas DIR]
+  arbiter eval    --decision NAME --input FILE|- [--explain] [--max-body-bytes N] [--max-input-values N]
+                  [--policies DIR] [--schemas DIR]
   arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v]
-  arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG]]
-                  [--policies DIR] [--schemas DIR] [--tests DIR]   (an OPA bundle of one revision)
-  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] [--policies DIR] [--schemas DIR] [--format text|json]
-  arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--format text|json]
+  arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG] [--signing-key-id ID]]
+                  [--claims-file FILE] [--no-gate] [--policies DIR] [--schemas DIR] [--tests DIR]
+                  (an OPA bundle of one revision)
+  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] [--examples N] [--policies DIR] [--schemas DIR]
+                  [--format text|json]
+  arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--max-input-values N]
+                  [--policies DIR] [--schemas DIR] [--format text|json]
   arbiter version
 
 Every command takes -h. Folders default to the policies/, schemas/ and
@@ -49,44 +54,69 @@ func main() {
 	os.Exit(code)
 }
 
+// subcommand is one entry of the command table.
+type subcommand struct {
+	name string
+	run  func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int
+	// stopsItself: the command handles a signal on its own (serve finishes
+	// the requests in flight and drains the decision log first); any other
+	// command is stopped at once by run.
+	stopsItself bool
+}
+
+// commands is every command of arbiter, in the order of the usage text: run
+// dispatches on it and the tests walk it, so that a new command is held to
+// what every command promises (-h, and a signal stops it) without a test edit.
+var commands = []subcommand{
+	{"serve", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdServe(ctx, args, stdout, stderr)
+	}, true},
+	{"eval", cmdEval, false},
+	{"check", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdCheck(ctx, args, stdout, stderr)
+	}, false},
+	{"test", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdTest(ctx, args, stdout, stderr)
+	}, false},
+	{"build", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdBuild(ctx, args, stdout, stderr)
+	}, false},
+	{"replay", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdReplay(ctx, args, stdout, stderr)
+	}, false},
+	{"bench", cmdBench, false},
+	{"version", func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdVersion(args, stdout, stderr)
+	}, false},
+}
+
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitError
 	}
 	cmd, rest := args[0], args[1:]
-	var fn func() int
 	switch cmd {
-	case "serve":
-		// serve stops itself on a signal: it finishes the requests in
-		// flight and drains the decision log first.
-		return cmdServe(ctx, rest, stdout, stderr)
-	case "eval":
-		fn = func() int { return cmdEval(ctx, rest, stdin, stdout, stderr) }
-	case "bench":
-		fn = func() int { return cmdBench(ctx, rest, stdin, stdout, stderr) }
-	case "check":
-		fn = func() int { return cmdCheck(ctx, rest, stdout, stderr) }
-	case "test":
-		fn = func() int { return cmdTest(ctx, rest, stdout, stderr) }
-	case "replay":
-		fn = func() int { return cmdReplay(ctx, rest, stdout, stderr) }
-	case "build":
-		fn = func() int { return cmdBuild(ctx, rest, stdout, stderr) }
-	case "version", "--version":
-		return cmdVersion(stdout)
+	case "--version":
+		cmd = "version"
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	default:
+	}
+	i := slices.IndexFunc(commands, func(c subcommand) bool { return c.name == cmd })
+	if i < 0 {
 		fmt.Fprintf(stderr, "arbiter: unknown command %q\n\n%s", cmd, usage)
 		return exitError
+	}
+	c := commands[i]
+	if c.stopsItself {
+		return c.run(ctx, rest, stdin, stdout, stderr)
 	}
 	// The other commands hold nothing that needs a clean stop, and may be
 	// blocked in a read that never ends (a FIFO, a terminal): a signal
 	// stops them at once, whatever they are doing.
 	done := make(chan int, 1)
-	go func() { done <- fn() }()
+	go func() { done <- c.run(ctx, rest, stdin, stdout, stderr) }()
 	select {
 	case code := <-done:
 		return code

@@ -8,7 +8,15 @@ import (
 	"github.com/open-policy-agent/opa/v1/version"
 )
 
-func cmdVersion(stdout io.Writer) int {
+func cmdVersion(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("version", "")
+	if done, code := c.parse(args, stdout, stderr, exitError); done {
+		return code
+	}
+	if c.NArg() > 0 {
+		fmt.Fprintf(stderr, "arbiter version: no arguments expected, got %q\n", c.Args())
+		return exitError
+	}
 	v := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		v = bi.Main.Version
