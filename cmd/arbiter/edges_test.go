@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -472,53 +474,126 @@ func TestFolderDefaults(t *testing.T) {
 	}
 }
 
-// TestSignalStopsEveryCommand: a command blocked reading a FIFO that never
-// ends stops on SIGTERM and SIGINT with exit status 130.
+// TestSignalStopsEveryCommand: every command of the command table but
+// those that stop themselves (serve) stops on SIGTERM and SIGINT with exit
+// status 130, whatever it is blocked on. Each is held running by something
+// that never ends, and signalled only once the test has seen it there:
+//   - eval, bench, replay read a FIFO that never ends (the test's open for
+//     writing returns once the command has opened it to read);
+//   - check, test and build write far more to stdout than a pipe holds
+//     (problems about 2,000 FIFOs among the tests; a bundle carrying 400 KB
+//     of incompressible data) to a pipe that the test reads one byte of:
+//     that byte shows the command running, the rest keeps it blocked.
+//
+// A command the test does not know how to hold fails it, so a new command
+// needs a way here, or a reason in cannotHold.
 func TestSignalStopsEveryCommand(t *testing.T) {
 	root := copyRepo(t)
 	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
 	decision := decidedFixture(t).Decision
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		for name, args := range map[string]func(fifo string) []string{
-			"eval": func(f string) []string {
-				return append([]string{"eval", "--decision", decision, "--input", f}, dirs...)
-			},
-			"bench": func(f string) []string {
-				return append([]string{"bench", "--decision", decision, "--input", f}, dirs...)
-			},
-			"replay": func(f string) []string { return append([]string{"replay", "--log", f}, dirs...) },
-		} {
-			t.Run(fmt.Sprintf("%s %v", name, sig), func(t *testing.T) {
-				fifo := filepath.Join(t.TempDir(), "fifo")
-				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-					t.Fatal(err)
-				}
-				cmd := exec.Command(binPath, args(fifo)...)
+	readingFIFO := map[string]func(fifo string) []string{
+		"eval": func(f string) []string {
+			return append([]string{"eval", "--decision", decision, "--input", f}, dirs...)
+		},
+		"bench": func(f string) []string {
+			return append([]string{"bench", "--decision", decision, "--input", f}, dirs...)
+		},
+		"replay": func(f string) []string { return append([]string{"replay", "--log", f}, dirs...) },
+	}
+	// The quota test decision, with 2,000 FIFOs among its tests (each a
+	// "skipped: not a regular file" line of check and test, about 250 KB)
+	// and 400 KB of base64 of random bytes among its policies (the bundle's bulk).
+	quota := copyQuota(t)
+	long := strings.Repeat("x", 100)
+	for i := range 2000 {
+		if err := syscall.Mkfifo(filepath.Join(quota, "policy_test", fmt.Sprintf("fifo_%04d_%s.rego", i, long)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blob := make([]byte, 300<<10)
+	_, _ = rand.NewChaCha8([32]byte{1}).Read(blob) // the same bytes every run
+	if err := os.Mkdir(filepath.Join(quota, "policies", "padding"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(quota, "policies", "padding"), "data.json", []byte(fmt.Sprintf(`{"blob": %q}`, base64.StdEncoding.EncodeToString(blob))))
+	quotaDirs := folderArgs(quota)
+	writingStdout := map[string][]string{
+		"check": append([]string{"check"}, quotaDirs...),
+		"test":  append([]string{"test"}, quotaDirs...),
+		"build": append([]string{"build", "--output", "-", "--tests", ""}, folderArgs(quota)[:4]...),
+	}
+	cannotHold := map[string]string{
+		"version": "it prints one short line and exits: nothing it does can be held open for the signal",
+	}
+	for _, c := range commands {
+		if c.stopsItself {
+			continue
+		}
+		_, fifo := readingFIFO[c.name]
+		_, pipe := writingStdout[c.name]
+		if _, ok := cannotHold[c.name]; ok || (!fifo && !pipe) {
+			if !ok {
+				t.Errorf("arbiter %s: no way to hold it running for the signal; add one, or a reason to cannotHold", c.name)
+			}
+			continue
+		}
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+			t.Run(fmt.Sprintf("%s %v", c.name, sig), func(t *testing.T) {
+				var cmd *exec.Cmd
 				var stderr syncBuffer
+				var held func() // returns once the command is seen running, held
+				if fifo {
+					path := filepath.Join(t.TempDir(), "fifo")
+					if err := syscall.Mkfifo(path, 0o600); err != nil {
+						t.Fatal(err)
+					}
+					cmd = exec.Command(binPath, readingFIFO[c.name](path)...)
+					held = func() {
+						// Opening the FIFO for writing returns once the
+						// command has opened it to read: it is then blocked
+						// reading.
+						w, err := os.OpenFile(path, os.O_WRONLY, 0)
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { w.Close() })
+						if _, err := w.Write([]byte(`{"run": `)); err != nil { // a start, and never an end
+							t.Fatal(err)
+						}
+					}
+				} else {
+					r, w, err := os.Pipe()
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { r.Close() })
+					cmd = exec.Command(binPath, writingStdout[c.name]...)
+					cmd.Stdout = w
+					held = func() {
+						w.Close() // the command holds the only write end
+						// A hang guard only: the first byte comes once the
+						// command has done its work.
+						_ = r.SetReadDeadline(time.Now().Add(2 * time.Minute))
+						if _, err := io.ReadFull(r, make([]byte, 1)); err != nil {
+							t.Fatalf("no output from arbiter %s: %v\n%s", c.name, err, stderr.String())
+						}
+					}
+				}
 				cmd.Stderr = &stderr
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
 				done := make(chan struct{})
 				go func() { _ = cmd.Wait(); close(done) }()
-				// Opening the FIFO for writing returns once the command has
-				// opened it to read: it is then blocked reading.
-				w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer w.Close()
-				if _, err := w.Write([]byte(`{"run": `)); err != nil { // a start, and never an end
-					t.Fatal(err)
-				}
+				held()
 				if err := cmd.Process.Signal(sig); err != nil {
 					t.Fatal(err)
 				}
 				select {
 				case <-done:
-				case <-time.After(30 * time.Second):
+				case <-time.After(30 * time.Second): // a hang guard only
 					_ = cmd.Process.Kill()
-					t.Fatalf("arbiter %s did not stop on %v while reading a FIFO", name, sig)
+					t.Fatalf("arbiter %s did not stop on %v while held", c.name, sig)
 				}
 				if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(stderr.String(), "interrupted") {
 					t.Errorf("exit %d, stderr %q; want %d and interrupted", code, stderr.String(), exitInterrupted)
