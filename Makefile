@@ -93,18 +93,24 @@ regal: $(REGAL)
 # machine's packages: apt-get install -y wrk), and Runner state sizes up to
 # 16 MiB. About 6 minutes. BENCHFLAGS passes flags to the driver, e.g.
 # BENCHFLAGS='-reps 5 -duration 20s' (go run ./bench/e2e -h lists them).
+# The hand-written floor (engine/testdata/floor) restates the rules in Go,
+# so only make bench builds it (-tags benchfloor, also in the driver's
+# in-process run): first TestFloorMatchesEngine checks that it still
+# decides the corpus and the fixtures as the engine does, so that a floor
+# left behind by a rule edit is reported where its figures are produced.
 BENCHFLAGS ?=
 
 bench:
+	$(GO) test -count=1 -tags benchfloor -run '^TestFloorMatchesEngine$$' ./engine/
 	$(GO) run ./bench/e2e $(BENCHFLAGS)
 
 # Keeps the benchmarks and the driver compiling and running in CI; never a
-# timed assertion. -tags benchfloor builds the hand-written floor
-# (engine/testdata/floor), which restates the rules and so stays out of
-# make test. The driver's smoke run needs only Go (it skips its load
-# runs when wrk is missing) and writes nothing.
+# timed assertion. Without -tags benchfloor: the floor restates the rules,
+# so a rule edit must not break CI through it (make bench checks it). The
+# driver's smoke run needs only Go (it skips its load runs when wrk is
+# missing), runs no in-process benchmark and writes nothing.
 bench-quick:
-	$(GO) test -tags benchfloor -run '^$$' -bench . -benchtime 3x ./...
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 	$(GO) run ./bench/e2e -quick
 
 # Fuzz targets: the input boundary (engine/input: the strict decoder, the

@@ -212,7 +212,9 @@ func (r *report) markdown() string {
 
 	r.writeSummary(w)
 
-	w("## Commands\n\n```sh\nmake bench    # = go run ./bench/e2e, which runs:\n")
+	w("## Commands\n\n```sh\nmake bench    # = these two:\n")
+	w("go test -count=1 -tags benchfloor -run '^TestFloorMatchesEngine$' ./engine/    # the floor still decides as the engine\n")
+	w("go run ./bench/e2e    # which runs:\n")
 	self, _ := os.Executable()
 	for _, c := range r.commands {
 		c = strings.ReplaceAll(c, r.tmp, "$TMP")
