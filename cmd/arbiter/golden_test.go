@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -26,4 +27,39 @@ func TestEvalExplainGolden(t *testing.T) {
 		}
 	}
 	golden.Check(t, "testdata/golden/eval_explain.golden", out.Bytes())
+}
+
+// TestCheckCompiledGolden: `arbiter check` says, per decision, whether it
+// runs compiled (engine/ireval) or on topdown and why, as
+// testdata/golden/check_compiled.golden records it. The quota test decision
+// compiles; a copy of it named quota_traced, whose one extra rule calls
+// trace (a builtin the compiled evaluator leaves to topdown), does not.
+// After an intended change: go test ./cmd/arbiter/ -run TestCheckCompiledGolden -update
+func TestCheckCompiledGolden(t *testing.T) {
+	const traced = "quota_traced"
+	quota := copyQuota(t)
+	policy, err := os.ReadFile(filepath.Join(quota, "policies", "decisions", quotaDecision, "policy.rego"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy = bytes.ReplaceAll(policy, []byte(quotaDecision), []byte(traced))
+	policy = append(policy, "\nfailures contains [3, \"traced\"] if trace(input.tenant)\n"...)
+	for _, dir := range []string{"policies/decisions/" + traced, "schemas/" + traced} {
+		if err := os.MkdirAll(filepath.Join(quota, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(quota, "policies", "decisions", traced), "policy.rego", policy)
+	for _, f := range []string{"policies/decisions/%s/data.json", "schemas/%s/input.json", "schemas/%s/result.json"} {
+		b, err := os.ReadFile(filepath.Join(quota, fmt.Sprintf(f, quotaDecision)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, quota, fmt.Sprintf(f, traced), b)
+	}
+	stdout, stderr, code := runCLI(t, nil, append([]string{"check"}, folderArgs(quota)...)...)
+	if code != 0 {
+		t.Fatalf("arbiter check: exit %d\n%s%s", code, stdout, stderr)
+	}
+	golden.Check(t, "testdata/golden/check_compiled.golden", golden.Mask([]byte(stdout), quota))
 }
