@@ -10,14 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -312,35 +310,6 @@ func TestEveryCommandHelp(t *testing.T) {
 	}
 	if out, _, code := runCLI(t, nil, "-h"); code != 0 || out != usage {
 		t.Errorf("arbiter -h: exit %d %s", code, out)
-	}
-}
-
-// TestReadmeCommandLine: the README's command-line block shows each
-// command with the flags of the usage text (serve's flags have their own
-// table there, as its usage defers to -h).
-func TestReadmeCommandLine(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(readme), "## Command line\n\n```\n")
-	block, _, _ = strings.Cut(block, "```")
-	if !ok {
-		t.Fatal("README.md has no command-line block")
-	}
-	documented := synopses(strings.ReplaceAll("\n"+block, "\narbiter ", "\n  arbiter "))
-	for name, synopsis := range usageSynopses(t) {
-		doc, ok := documented[name]
-		if !ok {
-			t.Errorf("README.md's command-line block lacks arbiter %s", name)
-			continue
-		}
-		if strings.Contains(synopsis, "-h for every flag") {
-			continue
-		}
-		if got, want := synopsisFlags(doc), synopsisFlags(synopsis); !maps.Equal(got, want) {
-			t.Errorf("README.md shows arbiter %s with %v, the usage text with %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
-		}
 	}
 }
 
