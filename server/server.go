@@ -74,6 +74,9 @@ type Config struct {
 	// CompiledDisagreements, when set, is exported as
 	// arbiter_compiled_disagreements_total{decision}.
 	CompiledDisagreements func() map[string]uint64
+	// SelfCheckCounts, when set, is exported as
+	// arbiter_selfcheck_samples_total{outcome}.
+	SelfCheckCounts func() engine.SelfCheckCounts
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any

@@ -168,6 +168,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	if ecfg.SelfCheck != nil {
 		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
+		scfg.SelfCheckCounts = ecfg.SelfCheck.Counts
 	}
 	fl.register(reg)
 	sh.register(reg)
