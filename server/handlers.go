@@ -17,13 +17,13 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
 
 // DecisionIDHeader carries the decision id of every answer of the decision
@@ -330,14 +330,14 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 		b = append(b, `{"result":`...)
 		b = append(b, d.Result...)
 		b = append(b, `,"decision_id":`...)
-		b = appendString(b, d.ID)
+		b = jsonenc.AppendString(b, d.ID)
 	} else {
 		b = append(b, `{"decision_id":`...)
-		b = appendString(b, d.ID)
+		b = jsonenc.AppendString(b, d.ID)
 		b = append(b, `,"decision":`...)
-		b = appendString(b, d.Name)
+		b = jsonenc.AppendString(b, d.Name)
 		b = append(b, `,"policy_revision":`...)
-		b = appendString(b, d.Revision)
+		b = jsonenc.AppendString(b, d.Revision)
 		b = append(b, `,"result":`...)
 		b = append(b, d.Result...)
 	}
@@ -346,36 +346,6 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 		b = append(b, expl...)
 	}
 	return append(b, '}'), nil
-}
-
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
-// encoding/json does.
-func appendString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }
 
 // health answers 200 while the process runs (HEAD too). With ?bundles
