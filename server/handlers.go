@@ -75,7 +75,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		elapsed := time.Since(q.start)
 		rec := decisionlog.Record{
 			DecisionID: d.ID, Time: q.start.UTC(), Decision: d.Name, Revision: d.Revision,
-			Path: r.URL.Path, Input: bytes.Clone(d.Input), Result: d.Result,
+			Path: r.URL.Path, Input: keepInput(buf, d.Input), Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		}
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
@@ -305,11 +305,23 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func getBuffer() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
 
 func putBuffer(b *bytes.Buffer) {
-	if b.Cap() > maxPooled {
+	if !pooled(b) {
 		return
 	}
 	b.Reset()
 	bufPool.Put(b)
+}
+
+func pooled(b *bytes.Buffer) bool { return b.Cap() <= maxPooled }
+
+// keepInput returns input, a slice of b, for a record that outlives the
+// request: a copy when b goes back to the pool, else input itself (a body
+// of megabytes is not copied again; nothing writes to b after the read).
+func keepInput(b *bytes.Buffer, input []byte) []byte {
+	if pooled(b) {
+		return bytes.Clone(input)
+	}
+	return input
 }
 
 // encodeDecision writes the answer of a decision by hand: the result is
