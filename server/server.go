@@ -155,7 +155,7 @@ func New(cfg Config, eng Engine) http.Handler {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	})
 	if cfg.UI != nil {
-		mountUI(r, cfg.UI, s.authenticate)
+		s.mountUI(r, cfg.UI)
 	}
 	return r
 }
