@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +208,68 @@ func TestShadowThroughTheAPI(t *testing.T) {
 	if len(promotions) != 2 || promotions[0].Promoted || !promotions[1].Promoted || !promotions[1].Forced || promotions[1].Revision != candRev ||
 		promotions[1].By != "sre" || promotions[1].Report.Count(shadow.RefuseToAllow) != 1 {
 		t.Errorf("promotion records %+v", promotions)
+	}
+}
+
+// The body of POST /v1/shadow/promote may make the operator's gate
+// stricter, never looser: a body that empties the forbidden classes or
+// asks for no decisions still meets the operator's gate (here, the
+// candidate allows one more case: refuse_to_allow), and is refused; one
+// that asks for more decisions than were judged is refused too. Only
+// "force" promotes, and the record says forced.
+func TestPromoteBodyCannotLoosenTheGate(t *testing.T) {
+	live := accessDir(t)
+	cand := accessDir(t)
+	testfiles.Edit(t, filepath.Join(cand, accessData), `"limit": 10`, `"limit": 11`)
+	h, eng, _ := serveShadow(t, live, Config{}, shadow.Config{Rate: 1, CPU: 8}, 0)
+	if r := h.do(t, "POST", "/v1/shadow", loadBody(cand)); r.status != http.StatusOK {
+		t.Fatalf("loading: %d %s", r.status, r.body)
+	}
+	for _, b := range []string{`{"tenant":"a","used":3}`, `{"tenant":"b","used":10}`} {
+		h.do(t, "POST", accessPath, b)
+	}
+	waitJudged(t, h, 2)
+	before := eng.Snapshot().Revision
+	for _, tc := range []struct {
+		body       string
+		min        uint64
+		forbidden  []shadow.Class
+		firstCause string
+	}{
+		{`{"forbid":[],"min_decisions":0}`, 1, shadow.DefaultForbidden, "refuse_to_allow"},
+		{`{"forbid":["same"]}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.Same), "refuse_to_allow"},
+		{`{"min_decisions":0,"forbid":["error_changed"],"force":false}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.ErrorChanged), "refuse_to_allow"},
+		{`{"min_decisions":3,"forbid":["refuse_to_allow"]}`, 3, shadow.DefaultForbidden, "fewer than the 3 required"},
+	} {
+		r := h.do(t, "POST", "/v1/shadow/promote", tc.body)
+		var refused struct {
+			Error     engine.DocumentBody `json:"error"`
+			Promotion shadow.Promotion    `json:"promotion"`
+		}
+		decodeJSON(t, r, &refused)
+		if r.status != http.StatusConflict || refused.Error.Code != CodePromotionRefused || refused.Promotion.Promoted || eng.Snapshot().Revision != before {
+			t.Fatalf("%s: %d %s", tc.body, r.status, r.body)
+		}
+		if g := refused.Promotion.Gate; g.MinDecisions != tc.min || !slices.Equal(g.Forbidden, tc.forbidden) {
+			t.Errorf("%s: the gate applied was %+v, want min %d forbidding %v", tc.body, g, tc.min, tc.forbidden)
+		}
+		if len(refused.Promotion.Refusals) == 0 || !strings.Contains(refused.Promotion.Refusals[0], tc.firstCause) {
+			t.Errorf("%s: refusals %q, want first %q", tc.body, refused.Promotion.Refusals, tc.firstCause)
+		}
+	}
+	if r := h.do(t, "POST", "/v1/shadow/promote", `{"bogus":1}`); r.status != http.StatusBadRequest {
+		t.Errorf("an unknown member: %d %s", r.status, r.body)
+	}
+	if r := h.do(t, "POST", "/v1/shadow/promote", `{"forbid":["nonsense"]}`); r.status != http.StatusBadRequest {
+		t.Errorf("an unknown class: %d %s", r.status, r.body)
+	}
+	r := h.do(t, "POST", "/v1/shadow/promote", `{"force":true}`)
+	var ok struct {
+		Promotion shadow.Promotion `json:"promotion"`
+	}
+	decodeJSON(t, r, &ok)
+	if r.status != http.StatusOK || !ok.Promotion.Promoted || !ok.Promotion.Forced || eng.Snapshot().Revision == before {
+		t.Fatalf("forced promotion: %d %s", r.status, r.body)
 	}
 }
 

@@ -216,8 +216,9 @@ func metricLine(t *testing.T, url, prefix string) bool {
 
 // --shadow-bundle-url: each verified bundle published there goes through
 // the gate and becomes the candidate (an unsigned one is refused and
-// changes nothing); its impact is judged on live traffic and it is
-// promoted through the API, live under its manifest revision.
+// changes nothing); its impact is judged on live traffic, a body that
+// tries to loosen the gate is refused, and a forced promotion makes it
+// live under its manifest revision.
 func TestShadowFromBundle(t *testing.T) {
 	live := copyAccess(t)
 	cand := copyAccess(t)
@@ -269,7 +270,10 @@ func TestShadowFromBundle(t *testing.T) {
 	if ex := doc.Report.Examples(shadow.RefuseToAllow); len(ex) != 1 || ex[0] != atLimit.id {
 		t.Fatalf("refuse_to_allow %v, want %s", ex, atLimit.id)
 	}
-	a := post(t, http.DefaultClient, s.url+"/v1/shadow/promote", []byte(`{"revision":"candidate-1","min_decisions":2,"forbid":[]}`))
+	if a := post(t, http.DefaultClient, s.url+"/v1/shadow/promote", []byte(`{"revision":"candidate-1","min_decisions":2,"forbid":[]}`)); a.status != http.StatusConflict {
+		t.Fatalf("a body emptying the forbidden classes promoted a refuse_to_allow candidate: %d %s", a.status, a.body)
+	}
+	a := post(t, http.DefaultClient, s.url+"/v1/shadow/promote", []byte(`{"revision":"candidate-1","force":true}`))
 	if a.status != http.StatusOK {
 		t.Fatalf("promotion: %d %s", a.status, a.body)
 	}
