@@ -55,8 +55,11 @@ type ShadowConfig struct {
 	// ask for more decisions and forbid more classes, never less; only
 	// "force" promotes past a gate that refuses.
 	Gate shadow.Gate
-	// Admins, when not empty, are the only callers that may load, clear
-	// and promote a candidate; GET /v1/shadow stays open to every caller.
+	// Admins are the only callers that may load, clear and promote a
+	// candidate. Empty, they fail closed when the API is authenticated
+	// (Config.Tokens or Config.ClientCerts): no caller may; only an API
+	// without authentication (loopback development) leaves these routes
+	// open. GET /v1/shadow stays open to every caller.
 	Admins []string
 }
 
@@ -182,10 +185,18 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 }
 
 // admin refuses a caller that may not change what runs, and returns who
-// is asking: the authenticated caller, or the remote address.
+// is asking: the authenticated caller, or the remote address. With
+// authentication on and no admin named, nobody may: a caller allowed to
+// ask for decisions (host preparation's token) must not be able to load a
+// folder the server can read and promote it.
 func (s *server) admin(w http.ResponseWriter, r *http.Request) (string, bool) {
 	caller := callerOf(r.Context())
-	if admins := s.cfg.Shadow.Admins; len(admins) > 0 && !slices.Contains(admins, caller) {
+	authenticated := s.auth != nil || s.cfg.ClientCerts || caller != "" || (r.TLS != nil && len(r.TLS.VerifiedChains) > 0)
+	switch admins := s.cfg.Shadow.Admins; {
+	case len(admins) == 0 && authenticated:
+		writeError(w, &engine.Error{Code: CodeForbidden, Message: "authentication is on and --shadow-admins names no caller: nobody may load, clear or promote candidates until it names who may"}, false, "")
+		return "", false
+	case len(admins) > 0 && !slices.Contains(admins, caller):
 		writeError(w, &engine.Error{Code: CodeForbidden, Message: "this caller may not load, clear or promote candidates (--shadow-admins)"}, false, "")
 		return "", false
 	}

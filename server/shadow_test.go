@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -270,6 +271,76 @@ func TestPromoteBodyCannotLoosenTheGate(t *testing.T) {
 	decodeJSON(t, r, &ok)
 	if r.status != http.StatusOK || !ok.Promotion.Promoted || !ok.Promotion.Forced || eng.Snapshot().Revision == before {
 		t.Fatalf("forced promotion: %d %s", r.status, r.body)
+	}
+}
+
+// --shadow-admins left empty fails closed once the API is authenticated:
+// with bearer tokens or with client certificates, an authenticated caller
+// (host preparation's token) may neither load a candidate, clear it nor
+// promote it, and the refusal names --shadow-admins; GET /v1/shadow stays
+// readable. Without authentication (loopback development) the routes stay
+// open, and a named admin may change what runs.
+func TestShadowAdminsFailClosedUnderAuthentication(t *testing.T) {
+	cand := accessDir(t)
+	tokens := []Token{{Caller: "host", Secret: []byte("host-secret")}, {Caller: "sre", Secret: []byte("sre-secret")}}
+	bearer := func(secret string) func(*http.Request) {
+		return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret) }
+	}
+	cert := func(cn string) func(*http.Request) {
+		return func(r *http.Request) { r.TLS = verified(cn) }
+	}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		admins []string
+		as     func(*http.Request)
+		open   bool
+	}{
+		{"tokens, no admins", Config{Tokens: tokens}, nil, bearer("host-secret"), false},
+		{"client certificates, no admins", Config{ClientCerts: true}, nil, cert("host-prep.internal"), false},
+		{"a verified certificate, no admins", Config{}, nil, cert("host-prep.internal"), false},
+		{"tokens, another admin", Config{Tokens: tokens}, []string{"sre"}, bearer("host-secret"), false},
+		{"tokens, the admin", Config{Tokens: tokens}, []string{"sre"}, bearer("sre-secret"), true},
+		{"client certificates, the admin", Config{ClientCerts: true}, []string{"sre"}, cert("sre"), true},
+		{"no authentication, no admins", Config{}, nil, func(*http.Request) {}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, eng, sh := serveShadow(t, accessDir(t), tc.cfg, shadow.Config{Rate: 1, CPU: 8}, 0, tc.admins...)
+			call := func(method, path, body string) response {
+				req := httptest.NewRequest(method, path, strings.NewReader(body))
+				tc.as(req)
+				w := httptest.NewRecorder()
+				h.srv.Config.Handler.ServeHTTP(w, req)
+				return response{status: w.Code, header: w.Header(), body: w.Body.Bytes(), path: path}
+			}
+			if r := call("GET", "/v1/shadow", ""); r.status != http.StatusOK {
+				t.Fatalf("GET /v1/shadow: %d %s", r.status, r.body)
+			}
+			sh.Set(&shadow.Candidate{Snapshot: eng.Snapshot(), Origin: "test", LoadedAt: time.Now()})
+			for _, rt := range []struct{ method, path, body string }{
+				{"POST", "/v1/shadow", loadBody(cand)},
+				{"POST", "/v1/shadow/promote", `{"force":true}`},
+				{"DELETE", "/v1/shadow", ""},
+			} {
+				r := call(rt.method, rt.path, rt.body)
+				if !tc.open {
+					if e := r.errorDoc(t); r.status != http.StatusForbidden || e.Code != CodeForbidden || !strings.Contains(e.Message, "--shadow-admins") {
+						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.body)
+					}
+					continue
+				}
+				if r.status != http.StatusOK {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.body)
+				}
+				if rt.method == "POST" && rt.path == "/v1/shadow" {
+					// The promotion below is of a known candidate.
+					sh.Set(&shadow.Candidate{Snapshot: eng.Snapshot(), Origin: "test", LoadedAt: time.Now()})
+				}
+			}
+			if c := sh.Candidate(); !tc.open && (c == nil || c.Origin != "test") {
+				t.Errorf("a refused caller changed the candidate: %+v", c)
+			}
+		})
 	}
 }
 

@@ -158,6 +158,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
 		Shadow:            sh.srv,
+		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	}
 	if c.ui {
 		pg, err := newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)

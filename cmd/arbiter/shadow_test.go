@@ -281,3 +281,47 @@ func TestShadowFromBundle(t *testing.T) {
 		t.Fatalf("live after promotion: %v", st["policy_revision"])
 	}
 }
+
+// With --auth-token-file and no --shadow-admins, the real binary fails
+// closed: host preparation's token, good for decisions, may not load a
+// folder as the candidate (nor promote or clear it), and the refusal
+// names --shadow-admins; the impact report stays readable. (With client
+// certificates: TestMutualTLS.)
+func TestShadowAdminsDefaultIsClosedWithTokens(t *testing.T) {
+	live := copyAccess(t)
+	cand := copyAccess(t)
+	tokenFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokenFile, []byte("host-preparation host-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, append(accessArgs(live), "--auth-token-file", tokenFile)...)
+	do := func(method, path, body string) (int, []byte) {
+		req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer host-secret")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	load, _ := json.Marshal(map[string]string{"policies": filepath.Join(cand, "policies")})
+	for _, rt := range []struct{ method, path, body string }{
+		{"POST", "/v1/shadow", string(load)},
+		{"POST", "/v1/shadow/promote", `{"force":true}`},
+		{"DELETE", "/v1/shadow", ""},
+	} {
+		status, body := do(rt.method, rt.path, rt.body)
+		if status != http.StatusForbidden || !strings.Contains(string(body), `"forbidden"`) || !strings.Contains(string(body), "--shadow-admins") {
+			t.Errorf("%s %s with the host's token: %d %s", rt.method, rt.path, status, body)
+		}
+	}
+	if status, body := do("GET", "/v1/shadow", ""); status != http.StatusOK || !strings.Contains(string(body), `"candidate":null`) {
+		t.Errorf("GET /v1/shadow: %d %s", status, body)
+	}
+}
