@@ -85,6 +85,11 @@ type Config struct {
 	// UI, when set, serves the pages under /ui (package server/ui): behind
 	// the same authentication, with the login page and the stylesheet open.
 	UI http.Handler
+	// ClientCerts says callers are authenticated by verified TLS client
+	// certificates (mTLS). With Tokens, it marks the API as authenticated,
+	// which closes the shadow routes that change what runs unless
+	// ShadowConfig.Admins names who may.
+	ClientCerts bool
 }
 
 type server struct {

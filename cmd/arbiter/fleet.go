@@ -131,7 +131,10 @@ func (f *fleet) decisionLog(local server.DecisionLog) server.DecisionLog {
 	}
 }
 
-// teeLog writes to the local log and the upload; whether the record was
+// teeLog writes to the local log, then to the upload only what the local
+// log took: a record it refused (with --decision-log-full refuse, the
+// caller got 503 instead of the decision) is not shipped either, so the
+// service never holds a result nobody was answered. Whether the record was
 // taken is the local log's answer (the upload counts its own drops).
 type teeLog struct {
 	local  server.DecisionLog
@@ -139,8 +142,11 @@ type teeLog struct {
 }
 
 func (t teeLog) Log(rec decisionlog.Record) bool {
+	if !t.local.Log(rec) {
+		return false
+	}
 	t.upload.Log(rec)
-	return t.local.Log(rec)
+	return true
 }
 
 // uploadLog is the upload alone as the server's decision log.
