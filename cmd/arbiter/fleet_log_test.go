@@ -52,11 +52,21 @@ func (s *logSink) ids() []string {
 	return out
 }
 
-// With --decision-log-full refuse and an upload service, a decision whose
-// record the local log refused is answered overloaded, and its record,
-// result included, is not uploaded either: the service receives exactly
-// what the local log accepted.
-func TestUploadOnlyWhatTheLocalLogAccepted(t *testing.T) {
+// The upload ships what was answered. With --decision-log-full refuse, a
+// decision whose record the local log refused is answered overloaded, and
+// its record, result included, is not uploaded either: the service
+// receives exactly what the local log accepted. With drop (the default),
+// the caller has the answer although the local log dropped its record, and
+// the upload keeps that audit record.
+func TestUploadWhatWasAnswered(t *testing.T) {
+	for _, refuse := range []bool{true, false} {
+		t.Run(map[bool]string{true: "refuse", false: "drop"}[refuse], func(t *testing.T) {
+			uploadWhatWasAnswered(t, refuse)
+		})
+	}
+}
+
+func uploadWhatWasAnswered(t *testing.T, refuse bool) {
 	root := copyAccess(t)
 	eng, err := engine.New(context.Background(), engine.Config{Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas")})
 	if err != nil {
@@ -75,7 +85,7 @@ func TestUploadOnlyWhatTheLocalLogAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &fleet{cfg: &fleetConfig{}, upload: up}
-	api := httptest.NewServer(server.New(server.Config{RefuseUnlogged: true, DecisionLog: f.decisionLog(local)}, eng))
+	api := httptest.NewServer(server.New(server.Config{RefuseUnlogged: refuse, DecisionLog: f.decisionLog(local, refuse)}, eng))
 	defer api.Close()
 
 	accepted := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"a","used":3}`))
@@ -87,19 +97,27 @@ func TestUploadOnlyWhatTheLocalLogAccepted(t *testing.T) {
 	if err := local.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	refused := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"b","used":4}`))
-	if refused.status != http.StatusServiceUnavailable || !strings.Contains(string(refused.body), `"overloaded"`) || refused.id == "" {
-		t.Fatalf("with the local log refusing: %d %s", refused.status, refused.body)
+	second := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"b","used":4}`))
+	want := []string{accepted.id}
+	if refuse {
+		if second.status != http.StatusServiceUnavailable || !strings.Contains(string(second.body), `"overloaded"`) || second.id == "" {
+			t.Fatalf("with the local log refusing: %d %s", second.status, second.body)
+		}
+	} else {
+		if second.status != http.StatusOK {
+			t.Fatalf("with the local log dropping: %d %s", second.status, second.body)
+		}
+		want = append(want, second.id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := up.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The refused decision's record (its result) and the record of the 503
-	// (refused too) must both stay off the service.
-	if got := sink.ids(); !slices.Equal(got, []string{accepted.id}) {
-		t.Fatalf("uploaded %d events %v; want only %s, the one the local log accepted (the 503 was %s)", len(got), got, accepted.id, refused.id)
+	// refuse: the refused decision's record (its result) and the record of
+	// the 503 (refused too) both stay off the service.
+	if got := sink.ids(); !slices.Equal(got, want) {
+		t.Fatalf("uploaded %d events %v; want %v (the second answer was %d %s)", len(got), got, want, second.status, second.id)
 	}
 	var local1 []string
 	for _, rec := range readDecisionLog(t, logPath) {

@@ -153,7 +153,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		RefuseUnlogged:    c.logFull == "refuse",
 		Tokens:            tokens,
 		Logger:            log,
-		DecisionLog:       fl.decisionLog(sink),
+		DecisionLog:       fl.decisionLog(sink, c.logFull == "refuse"),
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
