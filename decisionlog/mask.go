@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // MaskedValue replaces every masked value of a logged input. A record whose
@@ -32,7 +34,7 @@ func newMasker(pointers []string) (*masker, error) {
 		node := root
 		if p != "" {
 			for _, tok := range strings.Split(p[1:], "/") {
-				tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+				tok = jsonptr.Unescape(tok)
 				if node.children == nil {
 					node.children = map[string]*masker{}
 				}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ type Logger struct {
 	batch    bytes.Buffer
 	batchN   uint64    // records in batch
 	warnedAt time.Time // when warnDropped last warned
-	line     bytes.Buffer
+	line     []byte
 	scratch  bytes.Buffer
 	closeErr error
 }
@@ -409,6 +410,12 @@ func (l *Logger) add(rec Record) {
 	if l.batch.Len() > 0 && (l.batch.Len()+len(line) > batchBytes || int64(l.batch.Len()+len(line)) > l.maxWrite) {
 		l.flush()
 	}
+	if len(line) >= batchBytes {
+		// A large record (a Runner state of megabytes) is written as it
+		// is: copying it into the batch would only double its cost.
+		l.write(line, 1)
+		return
+	}
 	l.batch.Write(line)
 	l.batchN++
 }
@@ -418,32 +425,33 @@ func (l *Logger) flush() {
 	if l.batchN == 0 {
 		return
 	}
+	l.write(l.batch.Bytes(), l.batchN)
+	l.resetBatch()
+}
+
+// write writes lines, n whole records, in one write, and counts them as
+// written or failed.
+func (l *Logger) write(lines []byte, n uint64) {
 	if l.torn {
 		// The last write failed and may have left a partial line: start a
 		// new file rather than append to it (a rotation never leaves a
 		// blank line, as a terminating newline would at the top of a file).
 		if l.rotating != nil {
 			if err := l.rotating.Rotate(); err != nil {
-				l.dropBatch("decision log: rotation after a failed write failed, records not written", err)
+				l.failed.Add(n)
+				l.warnDropped("decision log: rotation after a failed write failed, records not written", err)
 				return
 			}
 		}
 		l.torn = false
 	}
-	if _, err := l.dest.Write(l.batch.Bytes()); err != nil {
+	if _, err := l.dest.Write(lines); err != nil {
 		l.torn = true
-		l.dropBatch("decision log: write failed, records not written", err)
+		l.failed.Add(n)
+		l.warnDropped("decision log: write failed, records not written", err)
 		return
 	}
-	l.written.Add(l.batchN)
-	l.resetBatch()
-}
-
-// dropBatch counts the pending batch as failed, discards it and warns.
-func (l *Logger) dropBatch(msg string, err error) {
-	l.failed.Add(l.batchN)
-	l.resetBatch()
-	l.warnDropped(msg, err)
+	l.written.Add(n)
 }
 
 func (l *Logger) resetBatch() {
@@ -518,11 +526,24 @@ func (l *Logger) encode(rec Record) []byte {
 			rec.Promotion = out.Bytes()
 		}
 	}
-	l.line.Reset()
-	shrink(&l.line)
-	l.line.Write(appendRecord(l.line.AvailableBuffer(), rec))
+	if cap(l.line) > 1<<20 {
+		l.line = nil // do not hold a large record's buffer between records
+	}
+	// Sized once for the record, so that a large input is not copied
+	// through a series of doubling buffers.
+	l.line = appendRecord(slices.Grow(l.line[:0], recordSize(rec)), rec)
 	shrink(&l.scratch)
-	return l.line.Bytes()
+	return l.line
+}
+
+// recordSize is about the length of rec's line: its JSON members, which
+// are written as they are, and room for the rest.
+func recordSize(rec Record) int {
+	n := 1024 + len(rec.Input) + len(rec.Result) + len(rec.BodyBase64) + len(rec.BodyPrefix) + len(rec.Promotion)
+	if rec.Shadow != nil {
+		n += len(rec.Shadow.Result)
+	}
+	return n
 }
 
 // mask applies the configured pointers to rec's input and records which

@@ -302,6 +302,33 @@ func TestCloseAccountsForEveryRecord(t *testing.T) {
 	close(gate.release)
 }
 
+// TestLargeRecordsKeepTheirPlace: a record too large to batch is written
+// on its own, after the batch before it, so records of every size stay in
+// the order they were logged, each whole.
+func TestLargeRecordsKeepTheirPlace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := Open(Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{100, 200, batchBytes * 3, 50, batchBytes - 1, batchBytes, 300, batchBytes * 2}
+	for i, n := range sizes {
+		if !l.Log(bigRec(fmt.Sprint(i), n)) {
+			t.Fatal("record refused")
+		}
+	}
+	closeLog(t, l)
+	_, recs := readLines(t, path)
+	if len(recs) != len(sizes) {
+		t.Fatalf("%d records, want %d", len(recs), len(sizes))
+	}
+	for i, r := range recs {
+		if want := bigRec(fmt.Sprint(i), sizes[i]); r.DecisionID != want.DecisionID || !bytes.Equal(r.Input, want.Input) {
+			t.Errorf("record %d: id %s, %d input bytes; want id %s, %d", i, r.DecisionID, len(r.Input), want.DecisionID, len(want.Input))
+		}
+	}
+}
+
 // TestRotationWithLumberjack: files rotate at the configured size, each
 // file holds whole records only and never starts with a blank line, the
 // configured number of backups is kept, and every record is written once.

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // AllowKeyword is the result-schema keyword that lists the values of the
@@ -132,8 +134,7 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 // pointerToken escapes a member name for a JSON pointer inside a URL
 // fragment.
 func pointerToken(s string) string {
-	s = strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-	return strings.NewReplacer("%", "%25", "#", "%23", " ", "%20").Replace(s)
+	return strings.NewReplacer("%", "%25", "#", "%23", " ", "%20").Replace(jsonptr.Escape(s))
 }
 
 func jsonText(v any) string {

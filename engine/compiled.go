@@ -267,6 +267,13 @@ type SelfCheck struct {
 	// Queue bounds the decisions waiting for a check per Snapshot; a full
 	// queue drops the sample (counted). Zero means DefaultSelfCheckQueue.
 	Queue int
+	// MaxBytes bounds the bytes of the inputs waiting for a check per
+	// Snapshot, so that the copies the checks keep stay small beside the
+	// admission budgets whatever the callers send: a sample that would pass
+	// it is dropped (counted), and an input larger than MaxBytes is never
+	// sampled (counted as too large; the differential tests and fuzz targets
+	// cover large inputs instead). Zero means DefaultSelfCheckBytes.
+	MaxBytes int
 	// OnDisagreement, when set, is called from the background worker.
 	OnDisagreement func(Disagreement)
 
@@ -274,10 +281,17 @@ type SelfCheck struct {
 	disagreements map[string]uint64
 	checked       atomic.Uint64
 	dropped       atomic.Uint64
+	tooLarge      atomic.Uint64
 }
 
 // DefaultSelfCheckQueue is the queue bound when SelfCheck leaves it zero.
 const DefaultSelfCheckQueue = 64
+
+// DefaultSelfCheckBytes is the bound on queued input bytes when SelfCheck
+// leaves MaxBytes zero. A typical Runner state is a few KB; re-deciding a
+// state of megabytes with topdown would cost more CPU than the rate
+// promises.
+const DefaultSelfCheckBytes = 1 << 20
 
 // Disagreement is one input on which the compiled program and topdown
 // answered differently.
@@ -301,10 +315,19 @@ func (sc *SelfCheck) Disagreements() map[string]uint64 {
 	return out
 }
 
-// Counts returns how many samples were checked and how many were dropped
-// because the queue was full.
-func (sc *SelfCheck) Counts() (checked, dropped uint64) {
-	return sc.checked.Load(), sc.dropped.Load()
+// SelfCheckCounts says what became of the sampled decisions.
+type SelfCheckCounts struct {
+	// Checked were decided again by topdown.
+	Checked uint64
+	// Dropped found the queue full (by count or by bytes).
+	Dropped uint64
+	// TooLarge had an input larger than MaxBytes.
+	TooLarge uint64
+}
+
+// Counts returns what became of the samples so far.
+func (sc *SelfCheck) Counts() SelfCheckCounts {
+	return SelfCheckCounts{Checked: sc.checked.Load(), Dropped: sc.dropped.Load(), TooLarge: sc.tooLarge.Load()}
 }
 
 // selfChecker is the per-Snapshot queue of a SelfCheck. Its worker
@@ -315,6 +338,9 @@ type selfChecker struct {
 	cfg     *SelfCheck
 	queue   chan checkJob
 	running atomic.Bool
+	// queued is the bytes of the inputs in queue, at most maxBytes.
+	queued   atomic.Int64
+	maxBytes int64
 }
 
 type checkJob struct {
@@ -328,7 +354,11 @@ func newSelfChecker(s *Snapshot, cfg *SelfCheck) *selfChecker {
 	if n <= 0 {
 		n = DefaultSelfCheckQueue
 	}
-	return &selfChecker{snap: s, cfg: cfg, queue: make(chan checkJob, n)}
+	b := cfg.MaxBytes
+	if b <= 0 {
+		b = DefaultSelfCheckBytes
+	}
+	return &selfChecker{snap: s, cfg: cfg, queue: make(chan checkJob, n), maxBytes: int64(b)}
 }
 
 // sample queues a compiled answer for checking with probability Rate. It
@@ -337,11 +367,22 @@ func (c *selfChecker) sample(def *decisionDef, raw []byte, v ast.Value) {
 	if c.cfg.Rate < 1 && rand.Float64() >= c.cfg.Rate {
 		return
 	}
+	n := int64(len(raw))
+	if n > c.maxBytes {
+		c.cfg.tooLarge.Add(1)
+		return
+	}
+	if c.queued.Add(n) > c.maxBytes {
+		c.queued.Add(-n)
+		c.cfg.dropped.Add(1)
+		return
+	}
 	// The body's buffer goes back to the server's pool with the answer.
 	job := checkJob{def: def, raw: append([]byte(nil), raw...), compiled: v}
 	select {
 	case c.queue <- job:
 	default:
+		c.queued.Add(-n)
 		c.cfg.dropped.Add(1)
 		return
 	}
@@ -355,6 +396,7 @@ func (c *selfChecker) drain() {
 		select {
 		case job := <-c.queue:
 			c.check(job)
+			c.queued.Add(-int64(len(job.raw)))
 		default:
 			c.running.Store(false)
 			// A job queued between the empty read and the store above

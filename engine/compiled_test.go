@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -360,6 +361,33 @@ func TestSelfCheckTurnsOffADisagreeingDecision(t *testing.T) {
 	}
 }
 
+// TestSelfCheckQueueIsBoundedInBytes: the copies of the inputs waiting for
+// a check never exceed MaxBytes, whatever their number, and an input
+// larger than MaxBytes is never copied. The worker is held off (marked
+// running) so that nothing drains while the queue is filled.
+func TestSelfCheckQueueIsBoundedInBytes(t *testing.T) {
+	sc := &SelfCheck{Rate: 1, MaxBytes: 100}
+	cfg := quotaConfig(quota)
+	cfg.SelfCheck = sc
+	s := mustLoad(t, cfg)
+	c := newSelfChecker(s, sc)
+	c.running.Store(true)
+	def := s.decisions["quota_check"]
+	body := func(n int) []byte { return []byte(fmt.Sprintf(`{"tenant": %q, "used": 1}`, strings.Repeat("t", n))) }
+	c.sample(def, body(200), ast.Null{}) // larger than the bound: never queued
+	small := len(body(10))
+	fit := 100 / small
+	for range 10 {
+		c.sample(def, body(10), ast.Null{})
+	}
+	if got, want := sc.Counts(), (SelfCheckCounts{TooLarge: 1, Dropped: uint64(10 - fit)}); got != want {
+		t.Errorf("counts %+v, want %+v", got, want)
+	}
+	if q, n := c.queued.Load(), len(c.queue); q != int64(fit*small) || n != fit {
+		t.Errorf("queued %d bytes in %d jobs, want %d in %d", q, n, fit*small, fit)
+	}
+}
+
 // TestSelfCheckAgreementCountsNothing: untampered compiled answers pass the
 // self-check.
 func TestSelfCheckAgreementCountsNothing(t *testing.T) {
@@ -384,12 +412,12 @@ func TestSelfCheckAgreementCountsNothing(t *testing.T) {
 	// Wait for the queue to drain: every decision checked or dropped.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		checked, dropped := sc.Counts()
-		if int(checked+dropped) >= decided {
+		n := sc.Counts()
+		if int(n.Checked+n.Dropped+n.TooLarge) >= decided {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("self-check stalled: %d checked, %d dropped of %d", checked, dropped, decided)
+			t.Fatalf("self-check stalled: %+v of %d", n, decided)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // Evidence is one input value that a fired reason rule read: where it is in
@@ -62,7 +63,7 @@ func (r inputRead) pointer() string {
 	var b strings.Builder
 	for _, t := range r.path {
 		b.WriteByte('/')
-		b.WriteString(input.EscapePointer(t))
+		b.WriteString(jsonptr.Escape(t))
 	}
 	return b.String()
 }
@@ -342,7 +343,7 @@ func resolve(doc any, path []string) Evidence {
 		switch v := cur.(type) {
 		case map[string]any:
 			ptr.WriteByte('/')
-			ptr.WriteString(input.EscapePointer(tok))
+			ptr.WriteString(jsonptr.Escape(tok))
 			next, ok := v[tok]
 			if !ok {
 				return Evidence{Path: ptr.String(), Absent: true}
@@ -350,7 +351,7 @@ func resolve(doc any, path []string) Evidence {
 			cur = next
 		case []any:
 			ptr.WriteByte('/')
-			ptr.WriteString(input.EscapePointer(tok))
+			ptr.WriteString(jsonptr.Escape(tok))
 			i, err := strconv.Atoi(tok)
 			if err != nil || i < 0 || i >= len(v) {
 				return Evidence{Path: ptr.String(), Absent: true}

@@ -16,9 +16,10 @@ import (
 	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/tester"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
-	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
 
 // TestOptions select and report the policy tests of a test folder.
@@ -404,7 +405,7 @@ func CheckOutcome(fx Fixture, d *Decision, err error) string {
 		return fmt.Sprintf("want result, got error %s: %s %v", e.Code, e.Message, e.Violations)
 	}
 	if !SameJSON(d.Result, fx.WantResult) {
-		return fmt.Sprintf("result differs:\n  want %s\n  got  %s", compact(fx.WantResult), compact(d.Result))
+		return fmt.Sprintf("result differs:\n  want %s\n  got  %s", jsonenc.Compact(fx.WantResult), jsonenc.Compact(d.Result))
 	}
 	return ""
 }
@@ -421,12 +422,4 @@ func SameJSON(a, b []byte) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
-}
-
-func compact(b []byte) string {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return string(b)
-	}
-	return buf.String()
 }

@@ -40,6 +40,9 @@ type Config struct {
 	Labels map[string]string
 	// Mask lists JSON pointers into the input whose values are replaced by
 	// "**masked**"; the event's masked field lists them (as /input/...).
+	// With a mask, a body that is not JSON is left out of the event and
+	// its erased field lists /input (OPA's erased: removed; masked:
+	// replaced).
 	Mask []string
 	// MaxEvents bounds the events waiting for upload (default 10000); an
 	// event that finds it full is dropped and counted.
@@ -344,6 +347,12 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		ev.Input = &v
 	} else if rec.BodyBase64 != "" && u.mask == nil {
 		ev.Custom = map[string]any{"body_base64": rec.BodyBase64}
+	} else if rec.BodyBase64 != "" || len(rec.Input) > 0 && !json.Valid(rec.Input) {
+		// A body that is not JSON cannot be masked (nor be an input): it is
+		// left out and listed in erased, as OPA's "remove" mask op lists
+		// the /input it removed, so a collector can tell it from a request
+		// that carried none.
+		ev.Erased = append(ev.Erased, "/input")
 	}
 	if len(rec.Result) > 0 {
 		var v any = json.RawMessage(rec.Result)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,7 +38,8 @@ func record(i int) decisionlog.Record {
 }
 
 // Each record reaches the service as OPA's EventV1, gzip-compressed, with
-// its bundle revision, labels, exact numbers and masked values.
+// its bundle revision, labels, exact numbers, masked values and, under a
+// mask, a body that is not JSON erased.
 func TestEventsAreOPAEvents(t *testing.T) {
 	sink := logsink.New()
 	var encodings atomic.Value
@@ -71,7 +73,7 @@ func TestEventsAreOPAEvents(t *testing.T) {
 		"id-00001": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00001","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":18446744073709551615,"secret":{"token":"**masked**"},"f":1.000E+3},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000001Z","metrics":{"timer_server_handler_ns":1234}}`,
 		"id-00002": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00002","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1e3,"secret":{"token":"**masked**"}},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000002Z","metrics":{"timer_server_handler_ns":1234}}`,
 		"id-00004": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00004","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1},"result":{"allow":false},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000004Z","metrics":{"timer_server_handler_ns":1234}}`,
-		"id-00003": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00003","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","error":{"code":"malformed_json","message":"not JSON"},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000003Z","metrics":{"timer_server_handler_ns":1234}}`,
+		"id-00003": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00003","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","erased":["/input"],"error":{"code":"malformed_json","message":"not JSON"},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000003Z","metrics":{"timer_server_handler_ns":1234}}`,
 	}
 	for id, w := range want {
 		got, _ := sink.Event(id)
@@ -184,5 +186,64 @@ func TestPromotionRecordIsACustomEvent(t *testing.T) {
 	want := `{"labels":{"id":"r1"},"decision_id":"p1","bundles":{"arbiter":{"revision":"cand"}},"requested_by":"sre","timestamp":"2026-12-03T10:00:00Z","metrics":{"timer_server_handler_ns":0},"custom":{"promotion":{"policy_revision":"cand","promoted":true}}}`
 	if string(ev) != want {
 		t.Errorf("\n got  %s\n want %s", ev, want)
+	}
+}
+
+// What an event says about its input, as OPA's events do: masked lists
+// the values replaced by "**masked**" (OPA's "upsert"), erased what was
+// left out (OPA's "remove"). Under a mask, a body that is not JSON cannot
+// be masked, so it is erased, never dropped without a word; without a
+// mask it travels whole in custom.body_base64.
+func TestErasedAndMasked(t *testing.T) {
+	notJSON := "bm90IGpzb24=" // "not json"
+	tests := []struct {
+		name       string
+		mask       []string
+		input      string
+		body64     string
+		wantInput  string // "" = no input member
+		wantMasked []string
+		wantErased []string
+		wantCustom string
+	}{
+		{name: "masked value", mask: []string{"/secret"}, input: `{"secret":"s","n":1}`, wantInput: `{"secret":"**masked**","n":1}`, wantMasked: []string{"/input/secret"}},
+		{name: "mask that names nothing", mask: []string{"/secret"}, input: `{"n":1}`, wantInput: `{"n":1}`},
+		{name: "body not JSON, masked", mask: []string{"/secret"}, body64: notJSON, wantErased: []string{"/input"}},
+		{name: "body not JSON, no mask", body64: notJSON, wantCustom: `{"body_base64":"` + notJSON + `"}`},
+		{name: "input not JSON, masked", mask: []string{"/secret"}, input: `{"secret":`, wantErased: []string{"/input"}},
+		{name: "input not JSON, no mask", input: `{"secret":`, wantErased: []string{"/input"}},
+		{name: "no body", mask: []string{"/secret"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := New(Config{URL: "http://127.0.0.1:1", Mask: tc.mask, Interval: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				_ = u.Close(ctx)
+			}()
+			rec := record(1)
+			rec.Result, rec.Input, rec.BodyBase64 = nil, []byte(tc.input), tc.body64
+			rec.Error = &decisionlog.RecordError{Code: "malformed_json", Message: "m"}
+			b, err := u.event(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ev struct {
+				Input  json.RawMessage `json:"input"`
+				Masked []string        `json:"masked"`
+				Erased []string        `json:"erased"`
+				Custom json.RawMessage `json:"custom"`
+			}
+			if err := json.Unmarshal(b, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if string(ev.Input) != tc.wantInput || !slices.Equal(ev.Masked, tc.wantMasked) || !slices.Equal(ev.Erased, tc.wantErased) || string(ev.Custom) != tc.wantCustom {
+				t.Errorf("event %s\nwant input %s, masked %q, erased %q, custom %s", b, tc.wantInput, tc.wantMasked, tc.wantErased, tc.wantCustom)
+			}
+		})
 	}
 }

@@ -10,7 +10,7 @@ var (
 	requestsDesc = prometheus.NewDesc("arbiter_bundle_requests_total",
 		"Bundle polls, by result: downloaded, not_modified or failed (network, HTTP status, signature).", []string{"bundle", "result"}, nil)
 	loadsDesc = prometheus.NewDesc("arbiter_bundle_loads_total",
-		"Downloaded bundles, by result: activated, or refused at read (layout, signature) or at the gate (compile, schemas, tests).", []string{"bundle", "result"}, nil)
+		"Downloaded bundles, by result: activated, or refused at read (layout) or at the gate (compile, schemas, tests); a bundle that fails its signature is a failed request.", []string{"bundle", "result"}, nil)
 	lastDesc = prometheus.NewDesc("arbiter_bundle_last_timestamp_seconds",
 		"Unix time of the last bundle request, successful request, download and activation (0: never).", []string{"bundle", "event"}, nil)
 	activeDesc = prometheus.NewDesc("arbiter_bundle_active_revision_info",

@@ -8,9 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/engine"
 )
@@ -116,22 +119,34 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 		return srv.notModded > 0
 	})
 
+	// Each refusal is counted in the metric docs/RELIABILITY.md and
+	// docs/FLEET.md name for it: the downloader verifies signatures, so
+	// an unsigned or tampered bundle is a failed request, not a load.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(src.Collector())
 	steps := []struct {
-		name  string
-		raw   []byte
-		count func(Counts) uint64
+		name   string
+		raw    []byte
+		count  func(Counts) uint64
+		metric string
 	}{
-		{"failing its tests", failingBundle(t, "r2"), func(c Counts) uint64 { return c.GateFailed }},
+		{"failing its tests", failingBundle(t, "r2"), func(c Counts) uint64 { return c.GateFailed }, `arbiter_bundle_loads_total{result="refused_gate"}`},
 		{"tampered", rewrite(t, buildSigned(t, "r3", "a"), func(f map[string][]byte) {
 			p := firstFile(t, f, "decisions/*/data.json")
 			f[p] = withMember(t, f[p])
-		}), func(c Counts) uint64 { return c.DownloadFailed }},
-		{"unsigned", buildSigned(t, "r4", ""), func(c Counts) uint64 { return c.DownloadFailed }},
+		}), func(c Counts) uint64 { return c.DownloadFailed }, `arbiter_bundle_requests_total{result="failed"}`},
+		{"unsigned", buildSigned(t, "r4", ""), func(c Counts) uint64 { return c.DownloadFailed }, `arbiter_bundle_requests_total{result="failed"}`},
 	}
 	for _, step := range steps {
 		before := step.count(src.Counts())
 		srv.publish(step.raw)
 		waitUntil(t, step.name+" refused", func() bool { return step.count(src.Counts()) > before })
+		if got := counterValue(t, reg, step.metric); got < 1 {
+			t.Errorf("%s: %s is %v", step.name, step.metric, got)
+		}
+		if got := counterValue(t, reg, `arbiter_bundle_loads_total{result="refused_read"}`); got != 0 {
+			t.Errorf("%s: refused_read is %v; signatures are checked by the download", step.name, got)
+		}
 		st := src.Status()
 		if revision() != "r1" || st.ActiveRevision != "r1" || st.Code != "bundle_error" || st.Message == "" {
 			t.Fatalf("%s: serving %q, status %+v", step.name, revision(), st)
@@ -168,4 +183,30 @@ func TestSplitURL(t *testing.T) {
 			t.Errorf("%s: got %q %q %v %v", c.in, s, p, oci, err)
 		}
 	}
+}
+
+// counterValue is the value of the counter named as name{result="..."}
+// among what reg gathers.
+func counterValue(t *testing.T, reg *prometheus.Registry, metric string) float64 {
+	t.Helper()
+	name, label, _ := strings.Cut(metric, "{")
+	label = strings.TrimSuffix(label, "}")
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName()+`="`+lp.GetValue()+`"` == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s", metric)
+	return 0
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
@@ -230,16 +231,8 @@ func (o Outcome) Describe(other Outcome) string {
 	case o.Error != "":
 		return "error " + o.Error
 	case o.Reasons != nil && (other.Reasons == nil || !engine.SameJSON(o.Reasons, other.Reasons)):
-		return "reasons " + compactJSON(o.Reasons)
+		return "reasons " + jsonenc.Compact(o.Reasons)
 	default:
-		return "result " + compactJSON(o.Result)
+		return "result " + jsonenc.Compact(o.Result)
 	}
-}
-
-func compactJSON(b []byte) string {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return string(b)
-	}
-	return buf.String()
 }

@@ -17,13 +17,13 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
 
 // DecisionIDHeader carries the decision id of every answer of the decision
@@ -75,7 +75,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		elapsed := time.Since(q.start)
 		rec := decisionlog.Record{
 			DecisionID: d.ID, Time: q.start.UTC(), Decision: d.Name, Revision: d.Revision,
-			Path: r.URL.Path, Input: bytes.Clone(d.Input), Result: d.Result,
+			Path: r.URL.Path, Input: keepInput(buf, d.Input), Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		}
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
@@ -305,11 +305,23 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func getBuffer() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
 
 func putBuffer(b *bytes.Buffer) {
-	if b.Cap() > maxPooled {
+	if !pooled(b) {
 		return
 	}
 	b.Reset()
 	bufPool.Put(b)
+}
+
+func pooled(b *bytes.Buffer) bool { return b.Cap() <= maxPooled }
+
+// keepInput returns input, a slice of b, for a record that outlives the
+// request: a copy when b goes back to the pool, else input itself (a body
+// of megabytes is not copied again; nothing writes to b after the read).
+func keepInput(b *bytes.Buffer, input []byte) []byte {
+	if pooled(b) {
+		return bytes.Clone(input)
+	}
+	return input
 }
 
 // encodeDecision writes the answer of a decision by hand: the result is
@@ -330,14 +342,14 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 		b = append(b, `{"result":`...)
 		b = append(b, d.Result...)
 		b = append(b, `,"decision_id":`...)
-		b = appendString(b, d.ID)
+		b = jsonenc.AppendString(b, d.ID)
 	} else {
 		b = append(b, `{"decision_id":`...)
-		b = appendString(b, d.ID)
+		b = jsonenc.AppendString(b, d.ID)
 		b = append(b, `,"decision":`...)
-		b = appendString(b, d.Name)
+		b = jsonenc.AppendString(b, d.Name)
 		b = append(b, `,"policy_revision":`...)
-		b = appendString(b, d.Revision)
+		b = jsonenc.AppendString(b, d.Revision)
 		b = append(b, `,"result":`...)
 		b = append(b, d.Result...)
 	}
@@ -346,36 +358,6 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 		b = append(b, expl...)
 	}
 	return append(b, '}'), nil
-}
-
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
-// encoding/json does.
-func appendString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }
 
 // health answers 200 while the process runs (HEAD too). With ?bundles

@@ -379,19 +379,3 @@ func TestDecisionLog(t *testing.T) {
 		t.Errorf("%d records for requests that are not decisions", n)
 	}
 }
-
-func TestAppendString(t *testing.T) {
-	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "ctl\x00\x01\n\t\x1f", "é漢字🙂", "bad\xffutf8\xc3", "<html>&"} {
-		got := appendString(nil, s)
-		var back string
-		if err := json.Unmarshal(got, &back); err != nil {
-			t.Fatalf("%q encodes to invalid JSON %s: %v", s, got, err)
-		}
-		want, _ := json.Marshal(s)
-		var wantBack string
-		_ = json.Unmarshal(want, &wantBack)
-		if back != wantBack {
-			t.Errorf("%q round-trips to %q, encoding/json to %q", s, back, wantBack)
-		}
-	}
-}

@@ -80,6 +80,9 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission
 	if cfg.CompiledDisagreements != nil {
 		reg.MustRegister(disagreementCollector{cfg.CompiledDisagreements})
 	}
+	if cfg.SelfCheckCounts != nil {
+		reg.MustRegister(selfCheckCollector{cfg.SelfCheckCounts})
+	}
 	if cfg.DroppedLogRecords != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "arbiter_decision_log_dropped_total",
@@ -158,4 +161,21 @@ func (c disagreementCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, n := range c.counts() {
 		ch <- prometheus.MustNewConstMetric(disagreementDesc, prometheus.CounterValue, float64(n), name)
 	}
+}
+
+// selfCheckCollector exports what became of the self-check's samples, read
+// at scrape time.
+type selfCheckCollector struct{ counts func() engine.SelfCheckCounts }
+
+var selfCheckDesc = prometheus.NewDesc("arbiter_selfcheck_samples_total",
+	"Compiled decisions sampled by the self-check, by outcome: checked (decided again by topdown), dropped (the queue was full by count or bytes) or too_large (an input over the self-check's byte bound, never copied).",
+	[]string{"outcome"}, nil)
+
+func (c selfCheckCollector) Describe(ch chan<- *prometheus.Desc) { ch <- selfCheckDesc }
+
+func (c selfCheckCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.counts()
+	ch <- prometheus.MustNewConstMetric(selfCheckDesc, prometheus.CounterValue, float64(n.Checked), "checked")
+	ch <- prometheus.MustNewConstMetric(selfCheckDesc, prometheus.CounterValue, float64(n.Dropped), "dropped")
+	ch <- prometheus.MustNewConstMetric(selfCheckDesc, prometheus.CounterValue, float64(n.TooLarge), "too_large")
 }

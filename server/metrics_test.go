@@ -15,6 +15,7 @@ func TestMetrics(t *testing.T) {
 		ReloadCounts:          func() (uint64, uint64) { return 3, 1 },
 		DroppedLogRecords:     func() uint64 { return 7 },
 		CompiledDisagreements: func() map[string]uint64 { return map[string]uint64{"quota_check": 2} },
+		SelfCheckCounts:       func() engine.SelfCheckCounts { return engine.SelfCheckCounts{Checked: 4, Dropped: 5, TooLarge: 6} },
 	}, eng)
 
 	// The outcome label is whatever the engine reports for this decision.
@@ -64,6 +65,9 @@ func TestMetrics(t *testing.T) {
 		`arbiter_reloads_total{result="failed"} 1`,
 		`arbiter_decision_log_dropped_total 7`,
 		`arbiter_compiled_disagreements_total{decision="quota_check"} 2`,
+		`arbiter_selfcheck_samples_total{outcome="checked"} 4`,
+		`arbiter_selfcheck_samples_total{outcome="dropped"} 5`,
+		`arbiter_selfcheck_samples_total{outcome="too_large"} 6`,
 	}
 	for _, line := range want {
 		if !strings.Contains(text, "\n"+line) {

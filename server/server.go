@@ -74,6 +74,9 @@ type Config struct {
 	// CompiledDisagreements, when set, is exported as
 	// arbiter_compiled_disagreements_total{decision}.
 	CompiledDisagreements func() map[string]uint64
+	// SelfCheckCounts, when set, is exported as
+	// arbiter_selfcheck_samples_total{outcome}.
+	SelfCheckCounts func() engine.SelfCheckCounts
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any
@@ -82,6 +85,11 @@ type Config struct {
 	// UI, when set, serves the pages under /ui (package server/ui): behind
 	// the same authentication, with the login page and the stylesheet open.
 	UI http.Handler
+	// ClientCerts says callers are authenticated by verified TLS client
+	// certificates (mTLS). With Tokens, it marks the API as authenticated,
+	// which closes the shadow routes that change what runs unless
+	// ShadowConfig.Admins names who may.
+	ClientCerts bool
 }
 
 type server struct {
@@ -152,7 +160,7 @@ func New(cfg Config, eng Engine) http.Handler {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	})
 	if cfg.UI != nil {
-		mountUI(r, cfg.UI, s.authenticate)
+		s.mountUI(r, cfg.UI)
 	}
 	return r
 }

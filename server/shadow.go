@@ -51,11 +51,15 @@ type ShadowConfig struct {
 	Promote func(ctx context.Context, c *shadow.Candidate, by string) (string, error)
 	// Promoted, when set, reports the promotion in effect (GET /v1/shadow).
 	Promoted func() (engine.Promotion, bool)
-	// Gate is what POST /v1/shadow/promote requires unless its body says
-	// otherwise.
+	// Gate is what POST /v1/shadow/promote requires at least: its body may
+	// ask for more decisions and forbid more classes, never less; only
+	// "force" promotes past a gate that refuses.
 	Gate shadow.Gate
-	// Admins, when not empty, are the only callers that may load, clear
-	// and promote a candidate; GET /v1/shadow stays open to every caller.
+	// Admins are the only callers that may load, clear and promote a
+	// candidate. Empty, they fail closed when the API is authenticated
+	// (Config.Tokens or Config.ClientCerts): no caller may; only an API
+	// without authentication (loopback development) leaves these routes
+	// open. GET /v1/shadow stays open to every caller.
 	Admins []string
 }
 
@@ -181,10 +185,18 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 }
 
 // admin refuses a caller that may not change what runs, and returns who
-// is asking: the authenticated caller, or the remote address.
+// is asking: the authenticated caller, or the remote address. With
+// authentication on and no admin named, nobody may: a caller allowed to
+// ask for decisions (host preparation's token) must not be able to load a
+// folder the server can read and promote it.
 func (s *server) admin(w http.ResponseWriter, r *http.Request) (string, bool) {
 	caller := callerOf(r.Context())
-	if admins := s.cfg.Shadow.Admins; len(admins) > 0 && !slices.Contains(admins, caller) {
+	authenticated := s.auth != nil || s.cfg.ClientCerts || caller != "" || (r.TLS != nil && len(r.TLS.VerifiedChains) > 0)
+	switch admins := s.cfg.Shadow.Admins; {
+	case len(admins) == 0 && authenticated:
+		writeError(w, &engine.Error{Code: CodeForbidden, Message: "authentication is on and --shadow-admins names no caller: nobody may load, clear or promote candidates until it names who may"}, false, "")
+		return "", false
+	case len(admins) > 0 && !slices.Contains(admins, caller):
 		writeError(w, &engine.Error{Code: CodeForbidden, Message: "this caller may not load, clear or promote candidates (--shadow-admins)"}, false, "")
 		return "", false
 	}
@@ -267,7 +279,7 @@ func (s *server) shadowClear(w http.ResponseWriter, r *http.Request) {
 }
 
 // promoteRequest is the body of POST /v1/shadow/promote; every member is
-// optional.
+// optional. MinDecisions and Forbid only tighten the operator's gate.
 type promoteRequest struct {
 	// Revision is the candidate revision whose impact was read: another
 	// candidate in shadow is not promoted.
@@ -289,21 +301,22 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 	if !readAdminBody(w, r, &req) {
 		return
 	}
-	gate := s.cfg.Shadow.Gate
+	// The body may only make the operator's gate stricter; "force" is the
+	// one way past a gate that refuses, and it is recorded as forced.
+	var minDecisions uint64
 	if req.MinDecisions != nil {
-		gate.MinDecisions = *req.MinDecisions
+		minDecisions = *req.MinDecisions
 	}
-	if req.Forbid != nil {
-		gate.Forbidden = []shadow.Class{}
-		for _, f := range req.Forbid {
-			c, ok := shadow.ParseClass(f)
-			if !ok {
-				writeError(w, &engine.Error{Code: CodeBadRequest, Message: fmt.Sprintf("forbid: %q is not a class (%v)", f, shadow.Classes)}, false, "")
-				return
-			}
-			gate.Forbidden = append(gate.Forbidden, c)
+	var forbid []shadow.Class
+	for _, f := range req.Forbid {
+		c, ok := shadow.ParseClass(f)
+		if !ok {
+			writeError(w, &engine.Error{Code: CodeBadRequest, Message: fmt.Sprintf("forbid: %q is not a class (%v)", f, shadow.Classes)}, false, "")
+			return
 		}
+		forbid = append(forbid, c)
 	}
+	gate := s.cfg.Shadow.Gate.Stricter(minDecisions, forbid)
 	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
 	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate) (string, error) {
 		return s.cfg.Shadow.Promote(ctx, c, by)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +209,138 @@ func TestShadowThroughTheAPI(t *testing.T) {
 	if len(promotions) != 2 || promotions[0].Promoted || !promotions[1].Promoted || !promotions[1].Forced || promotions[1].Revision != candRev ||
 		promotions[1].By != "sre" || promotions[1].Report.Count(shadow.RefuseToAllow) != 1 {
 		t.Errorf("promotion records %+v", promotions)
+	}
+}
+
+// The body of POST /v1/shadow/promote may make the operator's gate
+// stricter, never looser: a body that empties the forbidden classes or
+// asks for no decisions still meets the operator's gate (here, the
+// candidate allows one more case: refuse_to_allow), and is refused; one
+// that asks for more decisions than were judged is refused too. Only
+// "force" promotes, and the record says forced.
+func TestPromoteBodyCannotLoosenTheGate(t *testing.T) {
+	live := accessDir(t)
+	cand := accessDir(t)
+	testfiles.Edit(t, filepath.Join(cand, accessData), `"limit": 10`, `"limit": 11`)
+	h, eng, _ := serveShadow(t, live, Config{}, shadow.Config{Rate: 1, CPU: 8}, 0)
+	if r := h.do(t, "POST", "/v1/shadow", loadBody(cand)); r.status != http.StatusOK {
+		t.Fatalf("loading: %d %s", r.status, r.body)
+	}
+	for _, b := range []string{`{"tenant":"a","used":3}`, `{"tenant":"b","used":10}`} {
+		h.do(t, "POST", accessPath, b)
+	}
+	waitJudged(t, h, 2)
+	before := eng.Snapshot().Revision
+	for _, tc := range []struct {
+		body       string
+		min        uint64
+		forbidden  []shadow.Class
+		firstCause string
+	}{
+		{`{"forbid":[],"min_decisions":0}`, 1, shadow.DefaultForbidden, "refuse_to_allow"},
+		{`{"forbid":["same"]}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.Same), "refuse_to_allow"},
+		{`{"min_decisions":0,"forbid":["error_changed"],"force":false}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.ErrorChanged), "refuse_to_allow"},
+		{`{"min_decisions":3,"forbid":["refuse_to_allow"]}`, 3, shadow.DefaultForbidden, "fewer than the 3 required"},
+	} {
+		r := h.do(t, "POST", "/v1/shadow/promote", tc.body)
+		var refused struct {
+			Error     engine.DocumentBody `json:"error"`
+			Promotion shadow.Promotion    `json:"promotion"`
+		}
+		decodeJSON(t, r, &refused)
+		if r.status != http.StatusConflict || refused.Error.Code != CodePromotionRefused || refused.Promotion.Promoted || eng.Snapshot().Revision != before {
+			t.Fatalf("%s: %d %s", tc.body, r.status, r.body)
+		}
+		if g := refused.Promotion.Gate; g.MinDecisions != tc.min || !slices.Equal(g.Forbidden, tc.forbidden) {
+			t.Errorf("%s: the gate applied was %+v, want min %d forbidding %v", tc.body, g, tc.min, tc.forbidden)
+		}
+		if len(refused.Promotion.Refusals) == 0 || !strings.Contains(refused.Promotion.Refusals[0], tc.firstCause) {
+			t.Errorf("%s: refusals %q, want first %q", tc.body, refused.Promotion.Refusals, tc.firstCause)
+		}
+	}
+	if r := h.do(t, "POST", "/v1/shadow/promote", `{"bogus":1}`); r.status != http.StatusBadRequest {
+		t.Errorf("an unknown member: %d %s", r.status, r.body)
+	}
+	if r := h.do(t, "POST", "/v1/shadow/promote", `{"forbid":["nonsense"]}`); r.status != http.StatusBadRequest {
+		t.Errorf("an unknown class: %d %s", r.status, r.body)
+	}
+	r := h.do(t, "POST", "/v1/shadow/promote", `{"force":true}`)
+	var ok struct {
+		Promotion shadow.Promotion `json:"promotion"`
+	}
+	decodeJSON(t, r, &ok)
+	if r.status != http.StatusOK || !ok.Promotion.Promoted || !ok.Promotion.Forced || eng.Snapshot().Revision == before {
+		t.Fatalf("forced promotion: %d %s", r.status, r.body)
+	}
+}
+
+// --shadow-admins left empty fails closed once the API is authenticated:
+// with bearer tokens or with client certificates, an authenticated caller
+// (host preparation's token) may neither load a candidate, clear it nor
+// promote it, and the refusal names --shadow-admins; GET /v1/shadow stays
+// readable. Without authentication (loopback development) the routes stay
+// open, and a named admin may change what runs.
+func TestShadowAdminsFailClosedUnderAuthentication(t *testing.T) {
+	cand := accessDir(t)
+	tokens := []Token{{Caller: "host", Secret: []byte("host-secret")}, {Caller: "sre", Secret: []byte("sre-secret")}}
+	bearer := func(secret string) func(*http.Request) {
+		return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+secret) }
+	}
+	cert := func(cn string) func(*http.Request) {
+		return func(r *http.Request) { r.TLS = verified(cn) }
+	}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		admins []string
+		as     func(*http.Request)
+		open   bool
+	}{
+		{"tokens, no admins", Config{Tokens: tokens}, nil, bearer("host-secret"), false},
+		{"client certificates, no admins", Config{ClientCerts: true}, nil, cert("host-prep.internal"), false},
+		{"a verified certificate, no admins", Config{}, nil, cert("host-prep.internal"), false},
+		{"tokens, another admin", Config{Tokens: tokens}, []string{"sre"}, bearer("host-secret"), false},
+		{"tokens, the admin", Config{Tokens: tokens}, []string{"sre"}, bearer("sre-secret"), true},
+		{"client certificates, the admin", Config{ClientCerts: true}, []string{"sre"}, cert("sre"), true},
+		{"no authentication, no admins", Config{}, nil, func(*http.Request) {}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, eng, sh := serveShadow(t, accessDir(t), tc.cfg, shadow.Config{Rate: 1, CPU: 8}, 0, tc.admins...)
+			call := func(method, path, body string) response {
+				req := httptest.NewRequest(method, path, strings.NewReader(body))
+				tc.as(req)
+				w := httptest.NewRecorder()
+				h.srv.Config.Handler.ServeHTTP(w, req)
+				return response{status: w.Code, header: w.Header(), body: w.Body.Bytes(), path: path}
+			}
+			if r := call("GET", "/v1/shadow", ""); r.status != http.StatusOK {
+				t.Fatalf("GET /v1/shadow: %d %s", r.status, r.body)
+			}
+			sh.Set(&shadow.Candidate{Snapshot: eng.Snapshot(), Origin: "test", LoadedAt: time.Now()})
+			for _, rt := range []struct{ method, path, body string }{
+				{"POST", "/v1/shadow", loadBody(cand)},
+				{"POST", "/v1/shadow/promote", `{"force":true}`},
+				{"DELETE", "/v1/shadow", ""},
+			} {
+				r := call(rt.method, rt.path, rt.body)
+				if !tc.open {
+					if e := r.errorDoc(t); r.status != http.StatusForbidden || e.Code != CodeForbidden || !strings.Contains(e.Message, "--shadow-admins") {
+						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.body)
+					}
+					continue
+				}
+				if r.status != http.StatusOK {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.body)
+				}
+				if rt.method == "POST" && rt.path == "/v1/shadow" {
+					// The promotion below is of a known candidate.
+					sh.Set(&shadow.Candidate{Snapshot: eng.Snapshot(), Origin: "test", LoadedAt: time.Now()})
+				}
+			}
+			if c := sh.Candidate(); !tc.open && (c == nil || c.Origin != "test") {
+				t.Errorf("a refused caller changed the candidate: %+v", c)
+			}
+		})
 	}
 }
 

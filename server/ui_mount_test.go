@@ -3,10 +3,12 @@ package server
 import (
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/arbiter-dev/arbiter/server/ui"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestUIAuthentication: the pages sit behind the API's own
@@ -59,5 +61,41 @@ func TestUIAuthentication(t *testing.T) {
 				t.Errorf("the redirect carries the API's error document: %s", body)
 			}
 		})
+	}
+}
+
+// TestWhatIfFormsTakeTheAdmissionBudget: a what-if form is held to the
+// API's budgets: while a decision request holds the bytes in flight, a form
+// is answered 503 overloaded like a request would be, and decided once the
+// budget is back.
+func TestWhatIfFormsTakeTheAdmissionBudget(t *testing.T) {
+	eng := quotaEngine(t, quotaDir(t))
+	pages := ui.New(ui.Config{Recent: ui.NewRing(ui.RingConfig{}), Decider: eng})
+	reg := prometheus.NewRegistry()
+	h := serve(t, Config{UI: pages, MaxInflightBytes: 8 << 10, Registry: reg}, eng)
+	form := url.Values{"decision": {"quota_check"}, "input": {`{"tenant":"t","used":1}`}}.Encode()
+	post := func() *http.Response {
+		t.Helper()
+		resp, err := http.Post(h.srv.URL+"/ui/whatif", "application/x-www-form-urlencoded", strings.NewReader(form))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+
+	conn := rawRequest(t, h, plainPath, 8<<10, `{"tenant":"t",`)
+	waitUntil(t, "the request holds its budget", func() bool { return inflight(t, reg, "arbiter_inflight_bytes") >= 8<<10 })
+	if resp := post(); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("what-if while the budget is held: %d Retry-After %q, want 503 with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	conn.Close()
+	waitUntil(t, "the budget is given back", func() bool { return inflight(t, reg, "arbiter_inflight_bytes") == 0 })
+	if resp := post(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("what-if after the budget is back: %d, want 200", resp.StatusCode)
+	}
+	if n := inflight(t, reg, "arbiter_inflight_bytes"); n != 0 {
+		t.Errorf("the what-if kept %v bytes of the budget", n)
 	}
 }

@@ -3,6 +3,7 @@ package shadow
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -175,6 +176,23 @@ func (g Gate) Refusals(r Report) []string {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%d decisions are %s (forbidden), e.g. %s", r.Count(c), c, strings.Join(r.Examples(c), " ")))
+	}
+	return out
+}
+
+// Stricter returns g as a promotion request may tighten it: at least
+// minDecisions judged decisions when that is more than g asks, and forbid
+// added to g's forbidden classes. A request never loosens the operator's
+// gate; only a forced promotion passes a gate that refuses.
+func (g Gate) Stricter(minDecisions uint64, forbid []Class) Gate {
+	out := Gate{MinDecisions: max(g.MinDecisions, minDecisions), Forbidden: slices.Clone(g.Forbidden)}
+	if out.Forbidden == nil {
+		out.Forbidden = []Class{}
+	}
+	for _, c := range forbid {
+		if !containsClass(out.Forbidden, c) {
+			out.Forbidden = append(out.Forbidden, c)
+		}
 	}
 	return out
 }

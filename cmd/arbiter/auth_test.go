@@ -285,6 +285,11 @@ func TestMutualTLS(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	// Authenticated by certificate and no --shadow-admins: nobody may
+	// change the candidate.
+	if a := post(t, good, url+"/v1/shadow/promote", []byte(`{"force":true}`)); a.status != http.StatusForbidden || !strings.Contains(string(a.body), "--shadow-admins") {
+		t.Errorf("promotion over mTLS without --shadow-admins: %d %s", a.status, a.body)
+	}
 
 	refusals := []struct {
 		name   string

@@ -119,28 +119,38 @@ func newFleet(c *serveConfig, eng *engine.Engine, ecfg engine.Config, mask strin
 }
 
 // decisionLog is the sink the server logs to: the local log, the upload,
-// or both.
-func (f *fleet) decisionLog(local server.DecisionLog) server.DecisionLog {
+// or both. refuseUnlogged is --decision-log-full refuse: a decision whose
+// record the local log refused is not answered.
+func (f *fleet) decisionLog(local server.DecisionLog, refuseUnlogged bool) server.DecisionLog {
 	switch {
 	case f.upload == nil:
 		return local
 	case local == nil:
 		return uploadLog{f.upload}
 	default:
-		return teeLog{local, f.upload}
+		return teeLog{local, f.upload, refuseUnlogged}
 	}
 }
 
-// teeLog writes to the local log and the upload; whether the record was
-// taken is the local log's answer (the upload counts its own drops).
+// teeLog writes to the local log, then uploads what was answered. With
+// refuseUnlogged, a record the local log refused is not shipped either (the
+// caller got 503 instead of the decision), so the service never holds a
+// result nobody was answered; without it the caller has the answer
+// whether or not the local log kept the record, and the upload keeps the
+// audit record the local log lost. Whether the record was taken is the
+// local log's answer (the upload counts its own drops).
 type teeLog struct {
-	local  server.DecisionLog
-	upload *logship.Uploader
+	local          server.DecisionLog
+	upload         *logship.Uploader
+	refuseUnlogged bool
 }
 
 func (t teeLog) Log(rec decisionlog.Record) bool {
-	t.upload.Log(rec)
-	return t.local.Log(rec)
+	ok := t.local.Log(rec)
+	if ok || !t.refuseUnlogged {
+		t.upload.Log(rec)
+	}
+	return ok
 }
 
 // uploadLog is the upload alone as the server's decision log.

@@ -153,21 +153,25 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		RefuseUnlogged:    c.logFull == "refuse",
 		Tokens:            tokens,
 		Logger:            log,
-		DecisionLog:       fl.decisionLog(sink),
+		DecisionLog:       fl.decisionLog(sink, c.logFull == "refuse"),
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
 		Shadow:            sh.srv,
+		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	}
+	var onShutdown []func() // run as Shutdown begins, beside closing the listeners
 	if c.ui {
 		pg, err := newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)
 		if err != nil {
 			return exitError, err
 		}
 		scfg.UI, scfg.DecisionLog = pg.handler, pg.beside(scfg.DecisionLog)
+		onShutdown = append(onShutdown, pg.endStreams) // a live stream never ends by itself
 	}
 	if ecfg.SelfCheck != nil {
 		scfg.CompiledDisagreements = ecfg.SelfCheck.Disagreements
+		scfg.SelfCheckCounts = ecfg.SelfCheck.Counts
 	}
 	fl.register(reg)
 	sh.register(reg)
@@ -185,6 +189,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		TLSConfig:         tlsConfig,
 		ConnState:         conns.ConnState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	for _, f := range onShutdown {
+		srv.RegisterOnShutdown(f)
 	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
@@ -264,13 +271,17 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
 		_ = srv.Close()
 	}
-	sh.stop(shutCtx, log) // releases the records waiting for the candidate before the log closes
+	// Draining has its own budget, as long again: requests that ran to the
+	// shutdown deadline must not leave the decision log an expired one.
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancelDrain()
+	sh.stop(drainCtx, log) // releases the records waiting for the candidate before the log closes
 	code := exitOK
 	if dlog != nil {
 		// Every answered decision was queued before its response was
 		// written, so draining now loses nothing, unless the sink is stuck
-		// past the shutdown deadline: then what is left is counted.
-		if err := dlog.Close(shutCtx); err != nil {
+		// past the drain deadline: then what is left is counted.
+		if err := dlog.Close(drainCtx); err != nil {
 			log.Error("decision log not fully written", "err", err)
 		}
 		st := dlog.Stats()

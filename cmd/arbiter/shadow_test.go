@@ -216,8 +216,9 @@ func metricLine(t *testing.T, url, prefix string) bool {
 
 // --shadow-bundle-url: each verified bundle published there goes through
 // the gate and becomes the candidate (an unsigned one is refused and
-// changes nothing); its impact is judged on live traffic and it is
-// promoted through the API, live under its manifest revision.
+// changes nothing); its impact is judged on live traffic, a body that
+// tries to loosen the gate is refused, and a forced promotion makes it
+// live under its manifest revision.
 func TestShadowFromBundle(t *testing.T) {
 	live := copyAccess(t)
 	cand := copyAccess(t)
@@ -269,11 +270,58 @@ func TestShadowFromBundle(t *testing.T) {
 	if ex := doc.Report.Examples(shadow.RefuseToAllow); len(ex) != 1 || ex[0] != atLimit.id {
 		t.Fatalf("refuse_to_allow %v, want %s", ex, atLimit.id)
 	}
-	a := post(t, http.DefaultClient, s.url+"/v1/shadow/promote", []byte(`{"revision":"candidate-1","min_decisions":2,"forbid":[]}`))
+	if a := post(t, http.DefaultClient, s.url+"/v1/shadow/promote", []byte(`{"revision":"candidate-1","min_decisions":2,"forbid":[]}`)); a.status != http.StatusConflict {
+		t.Fatalf("a body emptying the forbidden classes promoted a refuse_to_allow candidate: %d %s", a.status, a.body)
+	}
+	a := post(t, http.DefaultClient, s.url+"/v1/shadow/promote", []byte(`{"revision":"candidate-1","force":true}`))
 	if a.status != http.StatusOK {
 		t.Fatalf("promotion: %d %s", a.status, a.body)
 	}
 	if _, st := getJSON(t, s.url+"/v1/status"); st["policy_revision"] != "candidate-1" {
 		t.Fatalf("live after promotion: %v", st["policy_revision"])
+	}
+}
+
+// With --auth-token-file and no --shadow-admins, the real binary fails
+// closed: host preparation's token, good for decisions, may not load a
+// folder as the candidate (nor promote or clear it), and the refusal
+// names --shadow-admins; the impact report stays readable. (With client
+// certificates: TestMutualTLS.)
+func TestShadowAdminsDefaultIsClosedWithTokens(t *testing.T) {
+	live := copyAccess(t)
+	cand := copyAccess(t)
+	tokenFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokenFile, []byte("host-preparation host-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, append(accessArgs(live), "--auth-token-file", tokenFile)...)
+	do := func(method, path, body string) (int, []byte) {
+		req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer host-secret")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	load, _ := json.Marshal(map[string]string{"policies": filepath.Join(cand, "policies")})
+	for _, rt := range []struct{ method, path, body string }{
+		{"POST", "/v1/shadow", string(load)},
+		{"POST", "/v1/shadow/promote", `{"force":true}`},
+		{"DELETE", "/v1/shadow", ""},
+	} {
+		status, body := do(rt.method, rt.path, rt.body)
+		if status != http.StatusForbidden || !strings.Contains(string(body), `"forbidden"`) || !strings.Contains(string(body), "--shadow-admins") {
+			t.Errorf("%s %s with the host's token: %d %s", rt.method, rt.path, status, body)
+		}
+	}
+	if status, body := do("GET", "/v1/shadow", ""); status != http.StatusOK || !strings.Contains(string(body), `"candidate":null`) {
+		t.Errorf("GET /v1/shadow: %d %s", status, body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
@@ -21,13 +22,22 @@ type pages struct {
 	// refuseUnlogged: a decision whose record the log refused was not
 	// answered (--decision-log-full refuse), so the ring leaves it out.
 	refuseUnlogged bool
+	// closing, closed by endStreams when the server shuts down, ends the
+	// pages' live streams.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
+
+// endStreams ends every live stream of the pages (http.Server's
+// RegisterOnShutdown): Shutdown waits for requests to finish, and a
+// stream would otherwise only end at the shutdown deadline.
+func (p *pages) endStreams() { p.closeOnce.Do(func() { close(p.closing) }) }
 
 // newPages builds the pages over eng (decisions made for the pages are never
 // logged) and shadow (nil: none; issue 13 wires its candidate here), and
 // fills the ring from the tail of the decision log file.
 func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, login bool, log *slog.Logger) (*pages, error) {
-	p := &pages{refuseUnlogged: c.logFull == "refuse"}
+	p := &pages{refuseUnlogged: c.logFull == "refuse", closing: make(chan struct{})}
 	var pointers []string
 	for _, s := range strings.Split(c.logMask, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -55,6 +65,7 @@ func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, login bool, 
 	p.handler = ui.New(ui.Config{
 		Recent: p.ring, Archive: archive, Decider: eng, Reloads: eng, Shadow: shadow, Logger: log,
 		MaxBodyBytes: c.maxBodyBytes, EvalTimeout: 2*c.evalTimeout + 5*time.Second, Login: login,
+		Closing: p.closing,
 	})
 	return p, nil
 }

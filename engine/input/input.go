@@ -178,8 +178,14 @@ func parseWithLibrary(ctx context.Context, body []byte, s *Schema, wrapped bool,
 	if _, ok := doc.(map[string]any); !ok {
 		return Input{}, notObject()
 	}
+	// Neither the decoder nor the library's Validate can be interrupted
+	// (each is linear in the body, which the value cap bounds); the
+	// deadline is looked at between the steps, and the walk as it goes.
 	if err := s.lib.Validate(doc); err != nil {
 		return Input{}, &InvalidError{Message: "input does not match the schema", Violations: Violations(err)}
+	}
+	if err := ctx.Err(); err != nil {
+		return Input{}, err
 	}
 	p, err := walk(ctx, body, nil, proj, wrapped, maxValues, false)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // Violation is one failing location of an input, as a JSON pointer relative
@@ -55,7 +57,7 @@ func (r *reporter) pointer() string {
 		if t.index >= 0 {
 			b = strconv.AppendInt(b, int64(t.index), 10)
 		} else {
-			b = append(b, EscapePointer(t.key)...)
+			b = append(b, jsonptr.Escape(t.key)...)
 		}
 	}
 	return string(b)
@@ -66,7 +68,7 @@ func (r *reporter) pointer() string {
 func (r *reporter) add(msg string, names ...string) {
 	ptr := r.pointer()
 	for _, n := range names {
-		ptr += "/" + EscapePointer(n)
+		ptr += "/" + jsonptr.Escape(n)
 	}
 	r.addAt(ptr, msg)
 }
@@ -126,15 +128,15 @@ func flatten(err error) []Violation {
 			}
 			return
 		}
-		base := pointer(e.InstanceLocation)
+		base := jsonptr.Join(e.InstanceLocation)
 		switch k := e.ErrorKind.(type) {
 		case *kind.Required:
 			for _, name := range k.Missing {
-				out = append(out, Violation{Path: base + "/" + EscapePointer(name), Message: "missing required property"})
+				out = append(out, Violation{Path: base + "/" + jsonptr.Escape(name), Message: "missing required property"})
 			}
 		case *kind.AdditionalProperties:
 			for _, name := range k.Properties {
-				out = append(out, Violation{Path: base + "/" + EscapePointer(name), Message: "property is not allowed"})
+				out = append(out, Violation{Path: base + "/" + jsonptr.Escape(name), Message: "property is not allowed"})
 			}
 		default:
 			out = append(out, Violation{Path: base, Message: e.ErrorKind.LocalizedString(printer)})
@@ -142,23 +144,4 @@ func flatten(err error) []Violation {
 	}
 	walk(ve)
 	return out
-}
-
-func pointer(tokens []string) string {
-	var b strings.Builder
-	for _, t := range tokens {
-		b.WriteByte('/')
-		b.WriteString(EscapePointer(t))
-	}
-	return b.String()
-}
-
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-
-// EscapePointer escapes one JSON pointer reference token (RFC 6901).
-func EscapePointer(s string) string {
-	if !strings.ContainsAny(s, "~/") {
-		return s
-	}
-	return pointerEscaper.Replace(s)
 }

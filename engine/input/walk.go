@@ -774,7 +774,14 @@ func (w *walker) elementSet(set []*node, alive uint64, i int) []*node {
 func (w *walker) delegate(n *node, raw []byte) {
 	doc, err := Decode(raw)
 	if err != nil {
-		return // cannot happen: the walk has just accepted raw
+		// The walk has just accepted raw, so the decoder disagreeing with
+		// it is a bug; the library could not be asked, so the value is not
+		// valid (fail closed).
+		w.valid = false
+		if w.report {
+			w.rep.addAt(w.rep.pointer(), "the value could not be decoded for validation: "+err.Error())
+		}
+		return
 	}
 	verr := n.s.Validate(doc)
 	if verr == nil {

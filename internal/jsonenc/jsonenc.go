@@ -1,9 +1,11 @@
-// Package jsonenc appends JSON text without reflection, for the two hot
-// paths that write it once per decision: the engine's result and the
-// decision log's line.
+// Package jsonenc is the codebase's one JSON string escaper and one
+// compactor. It appends JSON text without reflection, for the hot paths
+// that write it once per decision: the engine's result, the answer's
+// envelope and the decision log's line.
 package jsonenc
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -62,6 +64,16 @@ func AppendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// Compact returns b without insignificant whitespace, or b as it is when
+// it is not JSON (for messages that show a document to a person).
+func Compact(b []byte) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return string(b)
+	}
+	return buf.String()
 }
 
 // AppendValue appends an OPA value as JSON: objects with their keys in

@@ -1,7 +1,9 @@
 package jsonenc
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -44,5 +46,33 @@ func TestAppendValueRefusesWhatJSONLacks(t *testing.T) {
 	}
 	if out, err := AppendValue(nil, ast.Number("1.")); err == nil {
 		t.Errorf("the number 1. encoded as %s; want an error", out)
+	}
+}
+
+// TestAppendString: what encoding/json writes with HTML escaping off, for
+// quotes, control characters, invalid UTF-8 and the JavaScript line
+// separators.
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "ctl\x00\x01\n\t\r\x1f", "é漢字🙂", "bad\xffutf8\xc3", "<html>&", "ls\u2028ps\u2029"} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendString(nil, s); string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Errorf("%q:\n got  %s\n want %s", s, got, want.String())
+		}
+	}
+}
+
+func TestCompact(t *testing.T) {
+	for in, want := range map[string]string{
+		"{ \"a\" : [1, 2.50] }\n": `{"a":[1,2.50]}`,
+		"not json { ":             "not json { ",
+	} {
+		if got := Compact([]byte(in)); got != want {
+			t.Errorf("Compact(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

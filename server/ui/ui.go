@@ -125,6 +125,10 @@ type Config struct {
 	// Login says that the API needs a bearer token, so the pages offer a
 	// login form that keeps it in a cookie (see Bridge).
 	Login bool
+	// Closing, when closed, ends every live stream (/events): the server
+	// is shutting down, and a graceful stop must not wait for a page that
+	// would stay open forever. nil: streams end with their request only.
+	Closing <-chan struct{}
 }
 
 // DefaultPageSize is the number of decisions on one page.
@@ -387,7 +391,7 @@ func appendNew(list []string, v string) []string {
 }
 
 // events streams rows of new decisions that match the page's filter, as
-// server-sent events, until the page goes away.
+// server-sent events, until the page goes away or the server shuts down.
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	f, _ := parseFilter(r.URL.Query())
 	rc := http.NewResponseController(w)
@@ -419,6 +423,8 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-r.Context().Done():
+			return
+		case <-h.cfg.Closing:
 			return
 		case <-keepalive.C:
 			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil || rc.Flush() != nil {

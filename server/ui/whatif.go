@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // whatIfData is the what-if form and, once run, its two evaluations.
@@ -52,7 +53,7 @@ func topLevelMembers(schema any) []string {
 	props, _ := m["properties"].(map[string]any)
 	out := make([]string, 0, len(props))
 	for k := range props {
-		out = append(out, "/"+input.EscapePointer(k))
+		out = append(out, "/"+jsonptr.Escape(k))
 	}
 	sort.Strings(out)
 	return out
@@ -155,7 +156,7 @@ func paste(body, doc []byte, at string, targets []string, schema any) ([]byte, s
 	if at != "" {
 		for _, t := range targets {
 			if t == at {
-				key = unescapePointerToken(at[1:])
+				key = jsonptr.Unescape(at[1:])
 			}
 		}
 		if key == "" {
@@ -172,7 +173,7 @@ func paste(body, doc []byte, at string, targets []string, schema any) ([]byte, s
 	if err != nil {
 		return nil, "", err
 	}
-	return out, "/" + input.EscapePointer(key), nil
+	return out, "/" + jsonptr.Escape(key), nil
 }
 
 // bestMatch is the top-level member whose schema properties and current
@@ -252,30 +253,10 @@ func resolveLocal(root map[string]any, ptr string) map[string]any {
 		if !ok {
 			return nil
 		}
-		cur = m[unescapePointerToken(tok)]
+		cur = m[jsonptr.Unescape(tok)]
 	}
 	m, _ := cur.(map[string]any)
 	return m
-}
-
-func unescapePointerToken(t string) string {
-	out := make([]byte, 0, len(t))
-	for i := 0; i < len(t); i++ {
-		if t[i] == '~' && i+1 < len(t) {
-			switch t[i+1] {
-			case '0':
-				out = append(out, '~')
-				i++
-				continue
-			case '1':
-				out = append(out, '/')
-				i++
-				continue
-			}
-		}
-		out = append(out, t[i])
-	}
-	return string(out)
 }
 
 // whatif serves the what-if form on its own, for an input that no logged

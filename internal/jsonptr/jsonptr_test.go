@@ -1,0 +1,28 @@
+package jsonptr
+
+import "testing"
+
+// TestTokens: the examples of RFC 6901 section 3 and 5, and Unescape
+// undoing Escape; "~01" is "~1", not "/".
+func TestTokens(t *testing.T) {
+	for _, tt := range []struct{ token, escaped string }{
+		{"", ""}, {"foo", "foo"}, {"a/b", "a~1b"}, {"m~n", "m~0n"},
+		{"~1", "~01"}, {"/~", "~1~0"}, {"c%d", "c%d"}, {" ", " "},
+	} {
+		if got := Escape(tt.token); got != tt.escaped {
+			t.Errorf("Escape(%q) = %q, want %q", tt.token, got, tt.escaped)
+		}
+		if got := Unescape(tt.escaped); got != tt.token {
+			t.Errorf("Unescape(%q) = %q, want %q", tt.escaped, got, tt.token)
+		}
+	}
+	if got := Unescape("~2x~"); got != "~2x~" {
+		t.Errorf("Unescape kept no stray tilde: %q", got)
+	}
+	if got := Join([]string{"a/b", "0", "m~n"}); got != "/a~1b/0/m~0n" {
+		t.Errorf("Join: %q", got)
+	}
+	if got := Join(nil); got != "" {
+		t.Errorf("Join(nil): %q", got)
+	}
+}
