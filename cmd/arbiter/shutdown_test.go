@@ -85,15 +85,7 @@ func TestLiveStreamDoesNotHoldShutdown(t *testing.T) {
 			t.Errorf("the stop logged %q", bad)
 		}
 	}
-	var logged []string
-	for _, rec := range readDecisionLog(t, logPath) {
-		logged = append(logged, rec.DecisionID)
-	}
-	for _, id := range ids {
-		if !slices.Contains(logged, id) {
-			t.Errorf("decision %s is not in the log (%d records)", id, len(logged))
-		}
-	}
+	assertLogged(t, logPath, ids)
 }
 
 // A request that holds past --shutdown-timeout is cut at that deadline;
@@ -148,6 +140,13 @@ func TestDecisionLogDrainsAfterTheShutdownDeadline(t *testing.T) {
 	if strings.Contains(stderr, "decision log not fully written") {
 		t.Error(`the stop logged "decision log not fully written": the log was closed with the expired shutdown deadline`)
 	}
+	assertLogged(t, logPath, ids)
+}
+
+// assertLogged fails the test for each of ids that is not in the decision
+// log at logPath.
+func assertLogged(t *testing.T, logPath string, ids []string) {
+	t.Helper()
 	var logged []string
 	for _, rec := range readDecisionLog(t, logPath) {
 		logged = append(logged, rec.DecisionID)
