@@ -99,3 +99,34 @@ func TestWhatIfFormsTakeTheAdmissionBudget(t *testing.T) {
 		t.Errorf("the what-if kept %v bytes of the budget", n)
 	}
 }
+
+// TestLoginFormIsBounded: the login form is open to anyone, so it is read
+// within its small bound; a larger body is refused (413) and sets no
+// cookie, where Go's form parser alone would read 10 MB.
+func TestLoginFormIsBounded(t *testing.T) {
+	eng := quotaEngine(t, quotaDir(t))
+	pages := ui.New(ui.Config{Recent: ui.NewRing(ui.RingConfig{}), Decider: eng, Login: true})
+	h := serve(t, Config{Tokens: []Token{{Caller: "engineer", Secret: []byte("ui-secret")}}, UI: pages}, eng)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		name   string
+		form   string
+		status int
+	}{
+		{"a token", "token=ui-secret", http.StatusSeeOther},
+		{"a megabyte", "token=ui-secret&pad=" + strings.Repeat("x", 1<<20), http.StatusRequestEntityTooLarge},
+	} {
+		resp, err := client.Post(h.srv.URL+"/ui/login", "application/x-www-form-urlencoded", strings.NewReader(tc.form))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
+		}
+		if set := resp.Header.Get("Set-Cookie") != ""; set != (tc.status == http.StatusSeeOther) {
+			t.Errorf("%s: Set-Cookie %q", tc.name, resp.Header.Get("Set-Cookie"))
+		}
+	}
+}

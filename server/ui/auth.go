@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -85,11 +86,26 @@ type loginData struct {
 	Failed bool
 }
 
+// maxLoginForm bounds the login form: a token and the page to go back to.
+const maxLoginForm = 16 << 10
+
 // login shows the token form and, posted, keeps the token in a cookie that
 // only these pages receive (Path, HttpOnly, SameSite=Strict; Secure over
 // TLS). Whether the token is good is decided by the API's authentication
 // on the next page.
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+	// Anyone may post here, before any token is checked: the form (a token
+	// and a path) is read within a few KiB, not Go's default of 10 MB.
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
+	if err := r.ParseForm(); err != nil {
+		status := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		h.render(w, r, status, "error", page{Title: "Log in", Message: "The form could not be read: " + err.Error()})
+		return
+	}
 	next := r.FormValue("next")
 	if !strings.HasPrefix(next, h.cfg.Prefix+"/") || strings.HasPrefix(next, "//") {
 		next = h.cfg.Prefix + "/decisions"
