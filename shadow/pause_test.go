@@ -42,13 +42,7 @@ func TestCandidatePausesWhileLiveDecisionsAreInFlight(t *testing.T) {
 	live := load(t, configOf(copyAccess(t)))
 	h := newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 8})
 	h.sh.Set(candidate(loopingWithin(t, time.Hour)))
-	started := testsignal.On(t, "loop")
-	h.serve(request{"loop", `{"tenant":"loop","used":1}`, false})
-	select {
-	case <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the candidate never reached its loop")
-	}
+	reachLoop(t, h)
 	h.sh.LiveStart()
 	waitStat(t, h.sh, "the looping evaluation pausing for a live decision", func(s Stats) bool { return s.Paused == 1 && s.InFlight == 1 })
 	h.sh.LiveEnd()
@@ -85,16 +79,6 @@ func TestLoopingCandidateIsACandidateErrorWhateverItWaited(t *testing.T) {
 	const deadline = 200 * time.Millisecond
 	live := load(t, configOf(copyAccess(t)))
 	loop := request{"loop", `{"tenant":"loop","used":1}`, false}
-	reachLoop := func(h *harness) string {
-		started := testsignal.On(t, "loop")
-		rec := h.serve(loop)
-		select {
-		case <-started:
-		case <-time.After(time.Minute):
-			t.Fatal("the candidate never reached its loop")
-		}
-		return rec.DecisionID
-	}
 
 	h := newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 8})
 	h.sh.Set(candidate(loopingWithin(t, deadline)))
@@ -111,7 +95,7 @@ func TestLoopingCandidateIsACandidateErrorWhateverItWaited(t *testing.T) {
 
 	h = newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 8})
 	h.sh.Set(candidate(loopingWithin(t, deadline)))
-	id := reachLoop(h)
+	id := reachLoop(t, h)
 	h.sh.LiveStart()
 	waitStat(t, h.sh, "the looping evaluation pausing", func(s Stats) bool { return s.Paused == 1 })
 	time.Sleep(2 * deadline) // longer than its deadline, paused
@@ -126,7 +110,7 @@ func TestLoopingCandidateIsACandidateErrorWhateverItWaited(t *testing.T) {
 
 	h = newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 8, Timeout: 3 * deadline})
 	h.sh.Set(candidate(loopingWithin(t, time.Hour)))
-	id = reachLoop(h)
+	id = reachLoop(t, h)
 	h.sh.LiveStart()
 	waitStat(t, h.sh, "the decision paused past the wall-clock bound", func(s Stats) bool { return s.Expired == 1 && s.InFlight == 0 })
 	h.sh.LiveEnd()
@@ -146,12 +130,20 @@ func TestBudgetThrottlesARunningEvaluation(t *testing.T) {
 	live := load(t, configOf(copyAccess(t)))
 	h := newHarness(t, live, Config{Rate: 1, Workers: 1, CPU: 0.01})
 	h.sh.Set(candidate(loopingWithin(t, time.Hour)))
+	reachLoop(t, h)
+	waitStat(t, h.sh, "the running evaluation waiting for its budget", func(s Stats) bool { return s.InFlight == 1 && s.ThrottledSeconds > 0.05 })
+}
+
+// reachLoop serves a decision whose candidate loops and returns its id once
+// the candidate's evaluation has reached its loop.
+func reachLoop(t *testing.T, h *harness) string {
+	t.Helper()
 	started := testsignal.On(t, "loop")
-	h.serve(request{"loop", `{"tenant":"loop","used":1}`, false})
+	rec := h.serve(request{"loop", `{"tenant":"loop","used":1}`, false})
 	select {
 	case <-started:
 	case <-time.After(time.Minute):
 		t.Fatal("the candidate never reached its loop")
 	}
-	waitStat(t, h.sh, "the running evaluation waiting for its budget", func(s Stats) bool { return s.InFlight == 1 && s.ThrottledSeconds > 0.05 })
+	return rec.DecisionID
 }

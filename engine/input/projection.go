@@ -96,23 +96,23 @@ func Union(a, b *Projection) *Projection {
 		return whole
 	}
 	u := &Projection{Count: a.Count || b.Count, Any: Union(a.Any, b.Any)}
-	if len(a.Keys)+len(b.Keys) > 0 {
-		u.Keys = make(map[string]*Projection, len(a.Keys)+len(b.Keys))
-		for k, v := range a.Keys {
-			u.Keys[k] = v
-		}
-		for k, v := range b.Keys {
-			u.Keys[k] = Union(u.Keys[k], v)
-		}
+	u.Keys = unionMembers(a.Keys, b.Keys)
+	u.Index = unionMembers(a.Index, b.Index)
+	return u
+}
+
+// unionMembers is the union of the member projections of a and b, by key
+// or by index (nil when both are empty).
+func unionMembers[K comparable](a, b map[K]*Projection) map[K]*Projection {
+	if len(a)+len(b) == 0 {
+		return nil
 	}
-	if len(a.Index)+len(b.Index) > 0 {
-		u.Index = make(map[int]*Projection, len(a.Index)+len(b.Index))
-		for k, v := range a.Index {
-			u.Index[k] = v
-		}
-		for k, v := range b.Index {
-			u.Index[k] = Union(u.Index[k], v)
-		}
+	u := make(map[K]*Projection, len(a)+len(b))
+	for k, v := range a {
+		u[k] = v
+	}
+	for k, v := range b {
+		u[k] = Union(u[k], v)
 	}
 	return u
 }

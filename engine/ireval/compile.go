@@ -71,6 +71,15 @@ func (p *Program) Entrypoint() string { return p.entry }
 // returned (the state holds the value).
 type stmt func(st *state, l []*ast.Term) int
 
+// setLocal is the statement that sets local t to the constant v (nil
+// resets it) and goes on.
+func setLocal(t int, v *ast.Term, next int) stmt {
+	return func(_ *state, l []*ast.Term) int {
+		l[t] = v
+		return next
+	}
+}
+
 type block []stmt
 
 const (
@@ -649,18 +658,10 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 		}, nil
 
 	case *ir.ResetLocalStmt:
-		t := int(s.Target)
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = nil
-			return next
-		}, nil
+		return setLocal(int(s.Target), nil, next), nil
 
 	case *ir.AssignIntStmt:
-		t, v := int(s.Target), intTerm(s.Value)
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = v
-			return next
-		}, nil
+		return setLocal(int(s.Target), intTerm(s.Value), next), nil
 
 	case *ir.AssignVarStmt:
 		src, err := c.operand(s.Source)
@@ -692,18 +693,10 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 		}, nil
 
 	case *ir.MakeNullStmt:
-		t := int(s.Target)
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = ast.InternedNullTerm
-			return next
-		}, nil
+		return setLocal(int(s.Target), ast.InternedNullTerm, next), nil
 
 	case *ir.MakeNumberIntStmt:
-		t, v := int(s.Target), intTerm(s.Value)
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = v
-			return next
-		}, nil
+		return setLocal(int(s.Target), intTerm(s.Value), next), nil
 
 	case *ir.MakeNumberRefStmt:
 		lit, err := c.str(s.Index)
@@ -711,12 +704,7 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 			return nil, err
 		}
 		// The literal as the parser read it: topdown's constant term.
-		v := ast.NewTerm(ast.Number(lit.Value.(ast.String)))
-		t := int(s.Target)
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = v
-			return next
-		}, nil
+		return setLocal(int(s.Target), ast.NewTerm(ast.Number(lit.Value.(ast.String))), next), nil
 
 	case *ir.MakeArrayStmt:
 		t, n := int(s.Target), int(max(s.Capacity, 0))

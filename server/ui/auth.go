@@ -86,6 +86,22 @@ type loginData struct {
 	Failed bool
 }
 
+// readForm parses r's form, reading at most limit bytes of its body, and
+// answers an error page (413 past the limit, 400 otherwise) when it cannot.
+func (h *handler) readForm(w http.ResponseWriter, r *http.Request, limit int64, title string) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	if err := r.ParseForm(); err != nil {
+		status := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		h.render(w, r, status, "error", page{Title: title, Message: "The form could not be read: " + err.Error()})
+		return false
+	}
+	return true
+}
+
 // maxLoginForm bounds the login form: a token and the page to go back to.
 const maxLoginForm = 16 << 10
 
@@ -96,14 +112,7 @@ const maxLoginForm = 16 << 10
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	// Anyone may post here, before any token is checked: the form (a token
 	// and a path) is read within a few KiB, not Go's default of 10 MB.
-	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
-	if err := r.ParseForm(); err != nil {
-		status := http.StatusBadRequest
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		h.render(w, r, status, "error", page{Title: "Log in", Message: "The form could not be read: " + err.Error()})
+	if !h.readForm(w, r, maxLoginForm, "Log in") {
 		return
 	}
 	next := r.FormValue("next")

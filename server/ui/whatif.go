@@ -67,14 +67,7 @@ func (h *handler) readWhatIf(w http.ResponseWriter, r *http.Request, wi *whatIfD
 		return false
 	}
 	// Form encoding can triple the size of a JSON text, and there are two.
-	r.Body = http.MaxBytesReader(w, r.Body, 6*h.cfg.MaxBodyBytes+1<<20)
-	if err := r.ParseForm(); err != nil {
-		status := http.StatusBadRequest
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		h.render(w, r, status, "error", page{Title: "What if", Message: "The form could not be read: " + err.Error()})
+	if !h.readForm(w, r, 6*h.cfg.MaxBodyBytes+1<<20, "What if") {
 		return false
 	}
 	if d := r.PostForm.Get("decision"); d != "" && wi.Decision == "" {
