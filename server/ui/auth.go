@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 )
 
@@ -115,10 +116,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if !h.readForm(w, r, maxLoginForm, "Log in") {
 		return
 	}
-	next := r.FormValue("next")
-	if !strings.HasPrefix(next, h.cfg.Prefix+"/") || strings.HasPrefix(next, "//") {
-		next = h.cfg.Prefix + "/decisions"
-	}
+	next := localNext(h.cfg.Prefix, r.FormValue("next"))
 	if r.Method == http.MethodPost {
 		if !sameOrigin(r) {
 			h.render(w, r, http.StatusForbidden, "error", page{Title: "Refused", Message: "Log in from this page."})
@@ -134,6 +132,21 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	_, had := r.Cookie(TokenCookie)
 	h.render(w, r, http.StatusOK, "login", page{Title: "Log in", Data: loginData{Next: next, Failed: had == nil}})
+}
+
+// localNext is next when it is one of these pages, else prefix+"/": a
+// clean path under prefix (raw and percent-decoded) with no scheme, host,
+// user, backslash, space or control character. Browsers read "/\host" and
+// "/<tab>/host" as "//host", and http.Redirect cleans "/ui/../\host" to
+// "/\host": a link that sent an engineer who had just logged in elsewhere.
+func localNext(prefix, next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		strings.ContainsFunc(next+u.Path, func(r rune) bool { return r <= ' ' || r == '\\' || r == 0x7f }) ||
+		!strings.HasPrefix(u.Path, prefix+"/") || path.Clean(u.Path) != strings.TrimSuffix(u.Path, "/") {
+		return prefix + "/"
+	}
+	return next
 }
 
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {

@@ -685,3 +685,53 @@ func TestRingShedsInputsBeforeEntries(t *testing.T) {
 		t.Error("the newest entry lost its input")
 	}
 }
+
+// TestLoginNextStaysOnThePages: after logging in, the browser goes back to
+// the page it came from only when that is one of these pages; every form
+// that a browser resolves to another site, or that http.Redirect cleans to
+// one, goes to the pages' root instead.
+func TestLoginNextStaysOnThePages(t *testing.T) {
+	h := newHarness(t, Config{Login: true})
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const root = "/ui/"
+	tests := []struct{ name, next, want string }{
+		{name: "a decision's page", next: "/ui/decisions/abc-123", want: "/ui/decisions/abc-123"},
+		{name: "a filtered list", next: "/ui/decisions?decision=a&outcome=b", want: "/ui/decisions?decision=a&outcome=b"},
+		{name: "the pages' root", next: "/ui/", want: root},
+		{name: "none", next: "", want: root},
+		{name: "scheme-relative", next: "//evil.example/x", want: root},
+		{name: "slash backslash", next: `/\evil.example/x`, want: root},
+		{name: "backslash slash", next: `\/evil.example/x`, want: root},
+		{name: "dot-dot to slash backslash", next: `/ui/../\evil.example/x`, want: root},
+		{name: "encoded slashes", next: "/ui/..%2f..%2fevil.example/x", want: root},
+		{name: "encoded backslash", next: "/ui/..%5c..%5cevil.example/x", want: root},
+		{name: "encoded backslash at the root", next: "/%5cevil.example/x", want: root},
+		{name: "encoded dots", next: "/ui/%2e%2e/", want: root},
+		{name: "dot-dot out of the pages", next: "/ui/../v1/status", want: root},
+		{name: "double slash inside", next: "/ui//evil.example/x", want: root},
+		{name: "tab", next: "/\t/evil.example/x", want: root},
+		{name: "carriage return", next: "/\r/evil.example/x", want: root},
+		{name: "line feed", next: "/ui/\n/evil.example/x", want: root},
+		{name: "leading space", next: " //evil.example/x", want: root},
+		{name: "absolute", next: "https://evil.example/ui/x", want: root},
+		{name: "javascript", next: "javascript:alert(1)//ui/", want: root},
+		{name: "userinfo scheme-relative", next: "//ui@evil.example/ui/", want: root},
+		{name: "userinfo absolute", next: "https://ui:x@evil.example/ui/", want: root},
+		{name: "userinfo lookalike", next: "/ui@evil.example/", want: root},
+		{name: "not the pages", next: "/v1/status", want: root},
+		{name: "a prefix lookalike", next: "/uix/decisions", want: root},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			form := url.Values{"next": {tc.next}, "token": {"a-token"}}
+			resp, err := client.PostForm(h.srv.URL+"/ui/login", form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != tc.want {
+				t.Errorf("next %q: %d Location %q, want %q", tc.next, resp.StatusCode, loc, tc.want)
+			}
+		})
+	}
+}
