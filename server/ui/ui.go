@@ -37,6 +37,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
 
 //go:embed templates/*.html
@@ -446,15 +447,12 @@ func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter) error {
 	if err := h.pages["decisions"].ExecuteTemplate(&buf, "row", h.rowOf(e, f)); err != nil {
 		return err
 	}
-	var out bytes.Buffer
-	fmt.Fprintf(&out, "id: %d\nevent: decision\n", e.Seq)
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		out.WriteString("data: ")
-		out.WriteString(line)
-		out.WriteByte('\n')
-	}
-	out.WriteByte('\n')
-	_, err := w.Write(out.Bytes())
+	// The row is one JSON string (ui.js parses it): a CR or LF of a value
+	// would otherwise end the line, and a CR is a line end to EventSource
+	// that splitting on LF misses, letting a value forge fields (an id).
+	out := fmt.Appendf(nil, "id: %d\nevent: decision\ndata: ", e.Seq)
+	out = jsonenc.AppendString(out, strings.TrimSpace(buf.String()))
+	_, err := w.Write(append(out, "\n\n"...))
 	return err
 }
 

@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -424,22 +426,88 @@ func TestEvents(t *testing.T) {
 	other.DecisionID, match.DecisionID = "other-id", "match-id"
 	h.ring.Add(other)
 	h.ring.Add(match)
+	got := readEvent(t, r)
+	if !strings.Contains(got, "event: decision\n") || !strings.Contains(got, "/ui/decisions/match-id") || strings.Contains(got, "other-id") {
+		t.Errorf("event:\n%s", got)
+	}
+}
+
+// readEvent reads the stream up to the LF that ends its next event, and
+// returns the event's bytes without comment lines.
+func readEvent(t *testing.T, r *bufio.Reader) string {
+	t.Helper()
 	var event strings.Builder
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
 			t.Fatal(err)
 		}
-		if line == "\n" && event.Len() > 0 {
-			break
+		if line == "\n" {
+			if event.Len() > 0 {
+				return event.String()
+			}
+			continue
 		}
 		if !strings.HasPrefix(line, ":") {
 			event.WriteString(line)
 		}
 	}
-	got := event.String()
-	if !strings.Contains(got, "event: decision\n") || !strings.Contains(got, "/ui/decisions/match-id") || strings.Contains(got, "other-id") {
-		t.Errorf("event:\n%s", got)
+}
+
+// TestEventsCarryNoLineEnd: a value with line ends (a decision name, here)
+// cannot split the live stream's lines. EventSource ends a line at CR, LF
+// or CRLF; a raw CR once let a caller's name add a field, such as a forged
+// event id. The row arrives whole, as the one JSON string ui.js parses.
+func TestEventsCarryNoLineEnd(t *testing.T) {
+	h := newHarness(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.srv.URL+"/ui/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	lineEnd := regexp.MustCompile("\r\n|\r|\n")
+	tests := []struct{ name, decision string }{
+		{name: "carriage return", decision: "a\rid: 999999\rdata: forged"},
+		{name: "CR LF", decision: "a\r\nid: 999999"},
+		{name: "CR CR: an empty line", decision: "a\r\rid: 999999\r\r"},
+		{name: "line feeds", decision: "a\n\nid: 999999\n"},
+		{name: "line separator", decision: "a\u2028id: 999999"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := h.all[0].rec
+			rec.DecisionID, rec.Decision = fmt.Sprintf("line-end-%d", i), tc.decision
+			h.ring.Add(rec)
+			e, _ := h.ring.Get(rec.DecisionID)
+			raw := readEvent(t, r)
+			if strings.ContainsRune(raw, '\r') {
+				t.Errorf("a CR reached the stream: %q", raw)
+			}
+			// The fields as EventSource reads them.
+			var ids, data []string
+			for _, line := range lineEnd.Split(strings.TrimSuffix(raw, "\n"), -1) {
+				field, value, _ := strings.Cut(line, ":")
+				switch value = strings.TrimPrefix(value, " "); field {
+				case "":
+					t.Errorf("an empty line inside the event ends it early: %q", raw)
+				case "id":
+					ids = append(ids, value)
+				case "data":
+					data = append(data, value)
+				}
+			}
+			if want := []string{strconv.FormatUint(e.Seq, 10)}; !slices.Equal(ids, want) {
+				t.Errorf("event ids %q, want %q: %q", ids, want, raw)
+			}
+			var row string
+			if err := json.Unmarshal([]byte(strings.Join(data, "\n")), &row); err != nil || !strings.Contains(row, "/ui/decisions/"+rec.DecisionID) {
+				t.Errorf("data is not the row as one JSON string (%v): %q", err, raw)
+			}
+		})
 	}
 }
 

@@ -1,7 +1,8 @@
 // Arbiter's pages work without this script; it adds two things.
 // 1. On the newest page of decisions, rows of new decisions that match the
-//    filter arrive as server-sent events and are put at the top; the table
-//    keeps its page size, and the "Older" link follows the last row.
+//    filter arrive as server-sent events (each row's HTML as one JSON
+//    string) and are put at the top; the table keeps its page size, and
+//    the "Older" link follows the last row.
 // 2. A file chosen in the what-if form is read into the paste box.
 (function () {
   "use strict";
@@ -20,7 +21,7 @@
       var empty = tbody.querySelector("tr.empty");
       if (empty) { empty.remove(); }
       var tmp = document.createElement("tbody");
-      tmp.innerHTML = ev.data;
+      tmp.innerHTML = JSON.parse(ev.data); // the row, as one JSON string
       var row = tmp.firstElementChild;
       if (!row || tbody.querySelector('tr[data-seq="' + row.getAttribute("data-seq") + '"]')) { return; }
       tbody.insertBefore(row, tbody.firstElementChild);
