@@ -32,6 +32,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -235,16 +238,56 @@ type page struct {
 
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Login = h.cfg.Login
-	var buf bytes.Buffer
-	if err := h.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
+	b, err := h.execute(name, "layout", p)
+	if err != nil {
 		h.log.Error("ui: rendering a page failed", "page", name, "err", err)
 		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(b)
+}
+
+// execute renders the template name of a page through visible: every page
+// and every live row is written by it.
+func (h *handler) execute(pageName, name string, data any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := h.pages[pageName].ExecuteTemplate(&buf, name, data); err != nil {
+		return nil, err
+	}
+	return visible(buf.Bytes()), nil
+}
+
+// visible escapes, as \uXXXX (a JSON string's escape, so a what-if input
+// posted again means the same), each character that is itself invisible
+// but changes what a reader sees: the bidirectional controls (U+202E shows
+// "\u202ea3f7-nur" as "run-7f3a"), the other format characters (zero
+// widths, U+FEFF), line separators and the controls but tab, LF and CR,
+// which HTML lays out as white space. The templates hold none of them, so
+// each one in a page came from a value: this is where every value printed
+// is escaped.
+func visible(b []byte) []byte {
+	var out []byte
+	start := 0
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == '\t' || r == '\n' || r == '\r' || !unicode.IsControl(r) && !unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
+			i += n
+			continue
+		}
+		out = append(out, b[start:i]...)
+		for _, u := range utf16.AppendRune(nil, r) {
+			out = fmt.Appendf(out, `\u%04x`, u)
+		}
+		i += n
+		start = i
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[start:]...)
 }
 
 // ---- recent decisions ----
@@ -443,16 +486,16 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter) error {
-	var buf bytes.Buffer
-	if err := h.pages["decisions"].ExecuteTemplate(&buf, "row", h.rowOf(e, f)); err != nil {
+	row, err := h.execute("decisions", "row", h.rowOf(e, f))
+	if err != nil {
 		return err
 	}
 	// The row is one JSON string (ui.js parses it): a CR or LF of a value
 	// would otherwise end the line, and a CR is a line end to EventSource
 	// that splitting on LF misses, letting a value forge fields (an id).
 	out := fmt.Appendf(nil, "id: %d\nevent: decision\ndata: ", e.Seq)
-	out = jsonenc.AppendString(out, strings.TrimSpace(buf.String()))
-	_, err := w.Write(append(out, "\n\n"...))
+	out = jsonenc.AppendString(out, strings.TrimSpace(string(row)))
+	_, err = w.Write(append(out, "\n\n"...))
 	return err
 }
 

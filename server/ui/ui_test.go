@@ -21,6 +21,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // The repository's policies and fixtures: the pages know no decision, so
@@ -799,6 +800,146 @@ func TestLoginNextStaysOnThePages(t *testing.T) {
 			resp.Body.Close()
 			if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != tc.want {
 				t.Errorf("next %q: %d Location %q, want %q", tc.next, resp.StatusCode, loc, tc.want)
+			}
+		})
+	}
+}
+
+// setAt returns the JSON document doc with the value at the JSON pointer
+// ptr replaced by v; false when ptr names nothing in doc.
+func setAt(doc []byte, ptr string, v any) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var root any
+	if dec.Decode(&root) != nil {
+		return nil, false
+	}
+	tokens := strings.Split(ptr, "/")[1:]
+	parent := &root
+	for i, tok := range tokens {
+		obj, ok := (*parent).(map[string]any)
+		key := jsonptr.Unescape(tok)
+		if !ok || obj[key] == nil {
+			return nil, false
+		}
+		if i == len(tokens)-1 {
+			obj[key] = v
+			break
+		}
+		next := obj[key]
+		parent = &next
+	}
+	out, err := json.Marshal(root)
+	return out, err == nil
+}
+
+// TestPagesShowInvisibleCharactersEscaped: a character that is invisible
+// but changes what a reader sees (a bidirectional control turns
+// "\u202ea3f7-nur" into "run-7f3a" on screen, a zero width hides itself, a
+// control is dropped) is shown escaped, as in a JSON string, wherever the
+// pages print a value: the evidence of a fired rule (an input string the
+// rule read, found among the fixtures), the caller, the input, the list
+// of decisions and the error page.
+func TestPagesShowInvisibleCharactersEscaped(t *testing.T) {
+	h := newHarness(t, Config{})
+	const tail = "a3f7-nur"
+	// A fixture, and a pointer to a string that a rule fires on and shows
+	// as evidence, still, when the string is changed.
+	with := func(d decided, ptr string, rule string, v string) ([]byte, *engine.Decision, bool) {
+		in, ok := setAt(d.rec.Input, ptr, v)
+		if !ok {
+			return nil, nil, false
+		}
+		exp, err := h.eng.Decide(context.Background(), d.rec.Decision, in, engine.Options{Explain: true})
+		if err != nil {
+			return nil, nil, false
+		}
+		for _, ro := range exp.Explanation {
+			for _, ev := range ro.Evidence {
+				var got string
+				if ro.Fired && ro.Reason == rule && ev.Path == ptr && json.Unmarshal(ev.Value, &got) == nil && got == v {
+					return in, exp, true
+				}
+			}
+		}
+		return nil, nil, false
+	}
+	var base decided
+	var ptr, rule string
+search:
+	for _, d := range h.all {
+		exp, err := h.eng.Decide(context.Background(), d.rec.Decision, d.rec.Input, engine.Options{Explain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ro := range exp.Explanation {
+			for _, ev := range ro.Evidence {
+				if ro.Fired && len(ev.Value) > 0 && ev.Value[0] == '"' {
+					if _, _, ok := with(d, ev.Path, ro.Reason, "\u202e"+tail); ok {
+						base, ptr, rule = d, ev.Path, ro.Reason
+						break search
+					}
+				}
+			}
+		}
+	}
+	if ptr == "" {
+		t.Fatal("no fixture shows a string that can be changed as evidence")
+	}
+	tests := []struct{ name, char, shown string }{
+		{name: "right-to-left override", char: "\u202e", shown: `\u202e`},
+		{name: "left-to-right override", char: "\u202d", shown: `\u202d`},
+		{name: "left-to-right embedding", char: "\u202a", shown: `\u202a`},
+		{name: "right-to-left embedding", char: "\u202b", shown: `\u202b`},
+		{name: "pop directional formatting", char: "\u202c", shown: `\u202c`},
+		{name: "left-to-right isolate", char: "\u2066", shown: `\u2066`},
+		{name: "right-to-left isolate", char: "\u2067", shown: `\u2067`},
+		{name: "first strong isolate", char: "\u2068", shown: `\u2068`},
+		{name: "pop directional isolate", char: "\u2069", shown: `\u2069`},
+		{name: "arabic letter mark", char: "\u061c", shown: `\u061c`},
+		{name: "left-to-right mark", char: "\u200e", shown: `\u200e`},
+		{name: "right-to-left mark", char: "\u200f", shown: `\u200f`},
+		{name: "zero width space", char: "\u200b", shown: `\u200b`},
+		{name: "zero width joiner", char: "\u200d", shown: `\u200d`},
+		{name: "word joiner", char: "\u2060", shown: `\u2060`},
+		{name: "byte order mark", char: "\ufeff", shown: `\ufeff`},
+		{name: "line separator", char: "\u2028", shown: `\u2028`},
+		{name: "escape", char: "\x1b", shown: `\u001b`},
+		{name: "delete", char: "\x7f", shown: `\u007f`},
+		{name: "next line", char: "\u0085", shown: `\u0085`},
+		{name: "tag letter", char: "\U000e0041", shown: `\udb40\udc41`},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := tc.char + tail
+			in, exp, ok := with(base, ptr, rule, v)
+			if !ok {
+				t.Fatalf("rule %s no longer shows %q at %s", rule, v, ptr)
+			}
+			rec := base.rec
+			rec.DecisionID, rec.Input, rec.Result, rec.Caller = fmt.Sprintf("invisible-%d", i), in, exp.Result, v
+			h.ring.Add(rec)
+			pages := map[string]string{
+				"decision":  "/ui/decisions/" + rec.DecisionID,
+				"list":      "/ui/decisions?caller=" + url.QueryEscape(v),
+				"not found": "/ui/decisions/" + url.PathEscape(v),
+			}
+			want := map[string][]string{
+				"decision":  {`<code class="val">&#34;` + tc.shown + tail + `&#34;</code>`, `<dd>` + tc.shown + tail + `</dd>`},
+				"list":      {`<td>` + tc.shown + tail + `</td>`},
+				"not found": {`No decision ` + tc.shown + tail + ` in memory`},
+			}
+			for name, path := range pages {
+				_, body := h.get(t, path)
+				if strings.Contains(body, tc.char) {
+					i := strings.Index(body, tc.char)
+					t.Errorf("%s page: %q printed raw: %q", name, tc.char, body[max(0, i-60):i+len(tc.char)+len(tail)])
+				}
+				for _, w := range want[name] {
+					if !strings.Contains(body, w) {
+						t.Errorf("%s page: no %s", name, w)
+					}
+				}
 			}
 		})
 	}
