@@ -1,6 +1,7 @@
 package shadow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -477,9 +478,9 @@ func (s *Shadow) Close(ctx context.Context) error {
 	s.closeMu.Lock()
 	s.closed = true
 	s.closeMu.Unlock()
+	s.stop() // before adminMu: it ends a promotion's catchUp too
 	s.adminMu.Lock()
 	s.clear()
-	s.stop()
 	s.adminMu.Unlock()
 	stopped := make(chan struct{})
 	go func() {
@@ -645,6 +646,10 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 	if s.cfg.DecisionLog == "" || s.cfg.DecisionLog == "-" {
 		return append(why, "no decision log file to read the dropped decisions from (--decision-log)")
 	}
+	// Close ends it, as it ends the workers' evaluations.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.ctx, cancel)()
 	want := make(map[string]bool, len(owed))
 	for _, id := range owed {
 		want[id] = true
@@ -674,7 +679,7 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 			s.waitNS.Add(int64(w))
 			j, _ := s.evaluate(jctx, r, req)
 			if jctx.Err() != nil {
-				return errPausedTooLong
+				return cmp.Or(ctx.Err(), errPausedTooLong)
 			}
 			r.tally.AddLate(j.Decision, j.Class, j.DecisionID)
 			s.count(j.Decision, j.Class)
@@ -684,7 +689,7 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 		case errors.Is(err, errPausedTooLong):
 			return append(why, "judging the dropped decisions was "+err.Error()+": promote again when the load eases")
 		case err != nil && !errors.Is(err, fs.ErrNotExist): // a backup may be removed meanwhile
-			return append(why, "reading the decision log: "+err.Error())
+			return append(why, "judging the dropped decisions from the decision log: "+err.Error())
 		}
 	}
 	if len(cannot) > 0 {
