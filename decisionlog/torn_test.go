@@ -10,7 +10,7 @@ import (
 // TestOpenAfterTornLastLine: a crash can leave the log ending mid-line. The
 // next Logger rotates that file away (it becomes a backup, torn line and
 // all) and starts a new one, so that no record is glued to the torn one and
-// no file starts with a blank line.
+// no file starts with a blank line. Files lists both, newest first.
 func TestOpenAfterTornLastLine(t *testing.T) {
 	for name, existing := range map[string]string{
 		"torn":  `{"decision_id":"old","decision":"quota_check"}` + "\n" + `{"decision_id":"torn","deci`,
@@ -30,9 +30,13 @@ func TestOpenAfterTornLastLine(t *testing.T) {
 			l.Log(rec("new-2"))
 			closeLog(t, l)
 			entries, _ := os.ReadDir(dir)
+			files, err := Files(path) // the current file, then the backup
+			if err != nil || len(files) != len(entries) {
+				t.Fatalf("Files: %q, %v; the folder holds %d files", files, err, len(entries))
+			}
 			var ids, warnings []string
-			for _, e := range entries { // the backup's timestamped name sorts first
-				w, err := ReadFile(filepath.Join(dir, e.Name()), func(_ int, r Record) error {
+			for _, f := range files {
+				w, err := ReadFile(f, func(_ int, r Record) error {
 					ids = append(ids, r.DecisionID)
 					return nil
 				})
@@ -41,8 +45,12 @@ func TestOpenAfterTornLastLine(t *testing.T) {
 				}
 				warnings = append(warnings, w...)
 			}
-			if strings.Join(ids, ",") != "old,new-1,new-2" {
-				t.Errorf("records %v, want old,new-1,new-2", ids)
+			want := "old,new-1,new-2"
+			if name == "torn" {
+				want = "new-1,new-2,old"
+			}
+			if strings.Join(ids, ",") != want {
+				t.Errorf("records %v, want %s", ids, want)
 			}
 			data, _ := os.ReadFile(path)
 			wantFiles, wantWarnings, wantStart := 1, 0, `{"decision_id":"old"`

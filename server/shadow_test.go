@@ -493,3 +493,69 @@ func withoutMember(t *testing.T, r response, name string) response {
 	r.body = b
 	return r
 }
+
+// Issue 18, over HTTP: the candidate's worker held (a live decision in
+// flight, as the flood's own would), the queue fills and the request the
+// candidate allows more is dropped with the flood. GET /v1/shadow states
+// the decisions judged and dropped and is not promotable; a promotion
+// judges the dropped ones from the decision log first, and the 409 names
+// the request at the limit as refuse_to_allow; the live revision stays.
+func TestFloodedCandidateIsRefusedThroughTheAPI(t *testing.T) {
+	live := accessDir(t)
+	cand := accessDir(t)
+	testfiles.Edit(t, filepath.Join(cand, accessData), `"limit": 10`, `"limit": 11`)
+	logPath := filepath.Join(t.TempDir(), "decisions.log")
+	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const queue, flood = 2, 6
+	h, _, sh := serveShadow(t, live, Config{DecisionLog: dlog}, shadow.Config{Rate: 1, Queue: queue, Workers: 1, CPU: 8, DecisionLog: logPath}, 0)
+	r := h.do(t, "POST", "/v1/shadow", loadBody(cand))
+	var loaded struct {
+		Candidate candidateDoc `json:"candidate"`
+	}
+	decodeJSON(t, r, &loaded)
+
+	sh.LiveStart()
+	within := `{"tenant":"a","used":3}`
+	h.do(t, "POST", accessPath, within)
+	for deadline := time.Now().Add(time.Minute); sh.Stats().Paused != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never paused: %+v", sh.Stats())
+		}
+	}
+	for range queue {
+		h.do(t, "POST", accessPath, within)
+	}
+	atLimit := h.do(t, "POST", accessPath, `{"tenant":"b","used":10}`).header.Get(DecisionIDHeader)
+	for range flood - 1 {
+		h.do(t, "POST", accessPath, within)
+	}
+	sh.LiveEnd()
+	doc := waitJudged(t, h, queue+1)
+	if doc.Report.Dropped != flood || doc.Report.LaterJudged != 0 || doc.Promotable || doc.Report.Count(shadow.RefuseToAllow) != 0 {
+		t.Fatalf("flooded: report %+v, promotable %v %q", doc.Report, doc.Promotable, doc.Refusals)
+	}
+	for deadline := time.Now().Add(time.Minute); dlog.Written() < queue+1+flood; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the decision log wrote %d records", dlog.Written())
+		}
+	}
+
+	r = h.do(t, "POST", "/v1/shadow/promote", `{}`)
+	var refused struct {
+		Promotion shadow.Promotion `json:"promotion"`
+	}
+	decodeJSON(t, r, &refused)
+	rep := refused.Promotion.Report
+	if r.status != http.StatusConflict || rep.Total != queue+1+flood || rep.Dropped != flood || rep.LaterJudged != flood ||
+		!strings.Contains(refused.Promotion.Refusals[0], string(shadow.RefuseToAllow)) || !strings.Contains(refused.Promotion.Refusals[0], atLimit) {
+		t.Fatalf("promotion of the flooded candidate: %d %s", r.status, r.body)
+	}
+	var st statusDoc
+	decodeJSON(t, h.do(t, "GET", "/v1/status", ""), &st)
+	if st.Revision == loaded.Candidate.Revision {
+		t.Fatal("the flooded candidate went live")
+	}
+}

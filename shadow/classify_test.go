@@ -1,6 +1,8 @@
 package shadow
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
@@ -83,5 +85,30 @@ func TestGateRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Dropped requests are owed until judged later, each once; past the ids a
+// tally keeps, the ones it lost stay owed for good, and the gate refuses.
+func TestDroppedRequestsStayOwed(t *testing.T) {
+	tally := NewTally(2)
+	for i := range maxOwed + 1 {
+		tally.Drop(fmt.Sprint(i))
+	}
+	owed := tally.Owed()
+	if len(owed) != maxOwed {
+		t.Fatalf("%d ids kept, want %d", len(owed), maxOwed)
+	}
+	tally.AddLate("d", Same, "not dropped")
+	for _, id := range owed {
+		tally.AddLate("d", Same, id)
+		tally.AddLate("d", Same, id)
+	}
+	rep := tally.Report()
+	if rep.Total != maxOwed || rep.Dropped != maxOwed+1 || rep.LaterJudged != maxOwed || len(tally.Owed()) != 0 {
+		t.Fatalf("report %d judged, %d dropped, %d later judged; %d ids owed", rep.Total, rep.Dropped, rep.LaterJudged, len(tally.Owed()))
+	}
+	if got := (Gate{}).Refusals(rep); len(got) != 1 || !strings.HasPrefix(got[0], fmt.Sprintf("1 of the %d sampled decisions", maxOwed+1)) {
+		t.Errorf("refusals %q", got)
 	}
 }

@@ -3,6 +3,7 @@ package shadow
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -18,9 +19,16 @@ const DefaultExamples = 10
 // first ones (a bounded sample: the full list is in the decision log).
 // Every class is listed, in the order of Classes, refuse_to_allow first.
 type Report struct {
-	Total     uint64           `json:"total"`
-	Classes   []ClassCount     `json:"classes"`
-	Decisions []DecisionReport `json:"decisions"`
+	// Total is the decisions judged, LaterJudged included.
+	Total uint64 `json:"total"`
+	// Dropped is the decisions sampled for the candidate that it did not
+	// judge in time (its queue was full, or they waited past the shadow's
+	// timeout): the traffic a caller sends can cause that, so each one is
+	// owed until it is judged from the decision log (LaterJudged).
+	Dropped     uint64           `json:"dropped"`
+	LaterJudged uint64           `json:"later_judged"`
+	Classes     []ClassCount     `json:"classes"`
+	Decisions   []DecisionReport `json:"decisions"`
 }
 
 // DecisionReport is the impact on one decision.
@@ -58,7 +66,15 @@ type Tally struct {
 	examples int
 	mu       sync.Mutex
 	per      map[string]*tallyRow
+
+	dropped, later uint64
+	owed           map[string]bool // ids of dropped decisions not judged yet, at most maxOwed
 }
+
+// maxOwed bounds the ids of dropped decisions a Tally keeps (about a
+// hundred bytes each). Past it, the ids it did not keep can never be judged
+// and the gate refuses the candidate for good (see Gate.Refusals).
+const maxOwed = 1 << 16
 
 type tallyRow struct {
 	counts   [6]uint64
@@ -71,17 +87,50 @@ func NewTally(examples int) *Tally {
 	if examples <= 0 {
 		examples = DefaultExamples
 	}
-	return &Tally{examples: examples, per: map[string]*tallyRow{}}
+	return &Tally{examples: examples, per: map[string]*tallyRow{}, owed: map[string]bool{}}
 }
 
 // Add counts one judged request.
 func (t *Tally) Add(decision string, c Class, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.add(decision, c, id)
+}
+
+// Drop counts a request sampled for the candidate that it did not judge,
+// and keeps its id to be judged later (AddLate).
+func (t *Tally) Drop(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dropped++
+	if len(t.owed) < maxOwed {
+		t.owed[id] = true
+	}
+}
+
+// Owed returns the kept ids of the dropped requests not judged yet.
+func (t *Tally) Owed() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Collect(maps.Keys(t.owed))
+}
+
+// AddLate counts the judgement of a dropped request, once.
+func (t *Tally) AddLate(decision string, c Class, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.owed[id] {
+		delete(t.owed, id)
+		t.later++
+		t.add(decision, c, id)
+	}
+}
+
+func (t *Tally) add(decision string, c Class, id string) {
 	i := c.index()
 	if i < 0 {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	row := t.per[decision]
 	if row == nil {
 		row = &tallyRow{}
@@ -103,7 +152,7 @@ func (t *Tally) Report() Report {
 	}
 	sort.Strings(names)
 	var all tallyRow
-	rep := Report{Decisions: make([]DecisionReport, 0, len(names))}
+	rep := Report{Dropped: t.dropped, LaterJudged: t.later, Decisions: make([]DecisionReport, 0, len(names))}
 	for _, n := range names {
 		row := t.per[n]
 		dr := DecisionReport{Decision: n, Classes: classCounts(row)}
@@ -134,6 +183,9 @@ func classCounts(row *tallyRow) []ClassCount {
 // of every class but same.
 func (r Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "%d decisions judged\n", r.Total)
+	if r.Dropped > 0 {
+		fmt.Fprintf(w, "%d dropped before they were judged, %d of them judged later from the decision log\n", r.Dropped, r.LaterJudged)
+	}
 	writeClasses(w, "  ", r.Classes)
 	for _, d := range r.Decisions {
 		fmt.Fprintf(w, "decision %s: %d judged\n", d.Decision, d.Total)
@@ -176,6 +228,11 @@ func (g Gate) Refusals(r Report) []string {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%d decisions are %s (forbidden), e.g. %s", r.Count(c), c, strings.Join(r.Examples(c), " ")))
+	}
+	// A sampled decision the candidate did not judge is no evidence of its
+	// safety, and a flood of traffic is enough to have it dropped.
+	if owed := r.Dropped - r.LaterJudged; owed > 0 {
+		out = append(out, fmt.Sprintf("%d of the %d sampled decisions that the candidate dropped (its queue was full, or they waited too long) are not judged yet: a promotion judges them from the decision log first, and is refused while any remain", owed, r.Dropped))
 	}
 	return out
 }

@@ -1,9 +1,11 @@
 package shadow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -50,6 +52,10 @@ type Config struct {
 	// Examples is how many decision ids a report keeps per decision and
 	// class.
 	Examples int
+	// DecisionLog is the decision log file the server writes ("" or "-":
+	// none the shadow can read). A promotion reads there the inputs of the
+	// sampled decisions the candidate dropped, to judge them first.
+	DecisionLog string
 	// Logger receives the shadow's own warnings; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -238,7 +244,7 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 	if len(s.jobs) == cap(s.jobs) {
 		// Full already (a slow candidate, or one paused by steady load):
 		// dropped here, so that the live request pays for nothing more.
-		s.drop(nil)
+		s.drop(r, rec.DecisionID, nil)
 		return nil
 	}
 	return &Ticket{s: s, run: r, rec: rec, done: done,
@@ -262,18 +268,21 @@ func (t *Ticket) Start() {
 	}
 	if q := s.queued.Add(t.size); q > s.cfg.QueueBytes && q != t.size {
 		s.queued.Add(-t.size)
-		s.drop(t)
+		s.drop(t.run, t.rec.DecisionID, t)
 		return
 	}
 	select {
 	case s.jobs <- t:
 	default:
 		s.queued.Add(-t.size)
-		s.drop(t)
+		s.drop(t.run, t.rec.DecisionID, t)
 	}
 }
 
-func (s *Shadow) drop(t *Ticket) {
+// drop counts a sampled decision that finds the queue full; r owes its
+// judgement until a promotion judges it from the decision log.
+func (s *Shadow) drop(r *run, id string, t *Ticket) {
+	r.tally.Drop(id)
 	if n := s.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, ...: a flood warns a few times, not per request
 		s.log.Warn("shadow queue full: decisions not shadowed", "dropped_total", n, "queue", s.cfg.Queue, "queue_bytes", s.cfg.QueueBytes)
 	}
@@ -319,12 +328,35 @@ func (s *Shadow) judge(t *Ticket) {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.Timeout)
 	defer cancel()
-	// The candidate runs on time the live decisions leave idle, within its
-	// CPU budget: it starts when no live decision is in flight, and every
-	// few dozen evaluation steps it pays for the time it ran, pauses while
-	// a live decision is in flight (going on after a quiet millisecond)
-	// and while the budget is in debt (engine.Background). Its deadline
-	// counts only the time it runs.
+	j, d := s.evaluate(ctx, r, req)
+	switch {
+	case r.ctx.Err() != nil:
+		// Replaced, promoted or closed while it ran: its answer, cut off,
+		// says nothing about the candidate.
+		s.abandon(t)
+		return
+	case ctx.Err() != nil:
+		// Paused for live traffic (or its budget) past Config.Timeout:
+		// that says nothing about the candidate either, and it is owed.
+		s.expired.Add(1)
+		r.tally.Drop(t.rec.DecisionID)
+		t.finish(nil)
+		return
+	}
+	r.tally.Add(j.Decision, j.Class, j.DecisionID)
+	s.count(j.Decision, j.Class)
+	s.judged.Add(1)
+	t.finish(&Result{Judgement: j, Duration: d})
+}
+
+// evaluate judges req with r's candidate, within ctx, and returns the time
+// it ran. The candidate runs on time the live decisions leave idle, within
+// its CPU budget: it starts when no live decision is in flight, and every
+// few dozen evaluation steps it pays for the time it ran, pauses while a
+// live decision is in flight (going on after a quiet millisecond) and while
+// the budget is in debt (engine.Background). Its deadline counts only the
+// time it runs.
+func (s *Shadow) evaluate(ctx context.Context, r *run, req Request) (Judgement, time.Duration) {
 	var paused time.Duration
 	seen := s.starts.Load()
 	paused += s.waitIdle(ctx, &seen)
@@ -345,23 +377,7 @@ func (s *Shadow) judge(t *Ticket) {
 	s.inflight.Add(-1)
 	d -= min(d, paused)
 	s.evalNS.Add(int64(d))
-	switch {
-	case r.ctx.Err() != nil:
-		// Replaced, promoted or closed while it ran: its answer, cut off,
-		// says nothing about the candidate.
-		s.abandon(t)
-		return
-	case ctx.Err() != nil:
-		// Paused for live traffic (or its budget) past Config.Timeout:
-		// that says nothing about the candidate either.
-		s.expired.Add(1)
-		t.finish(nil)
-		return
-	}
-	r.tally.Add(j.Decision, j.Class, j.DecisionID)
-	s.count(j.Decision, j.Class)
-	s.judged.Add(1)
-	t.finish(&Result{Judgement: j, Duration: d})
+	return j, d
 }
 
 // LiveStart and LiveEnd bracket every live decision request: while any is
@@ -462,9 +478,9 @@ func (s *Shadow) Close(ctx context.Context) error {
 	s.closeMu.Lock()
 	s.closed = true
 	s.closeMu.Unlock()
+	s.stop() // before adminMu: it ends a promotion's catchUp too
 	s.adminMu.Lock()
 	s.clear()
-	s.stop()
 	s.adminMu.Unlock()
 	stopped := make(chan struct{})
 	go func() {
@@ -569,7 +585,8 @@ type Promotion struct {
 }
 
 // Promote makes the candidate live when its report passes o.Gate (or
-// o.Force): activate is handed the candidate and swaps it in; then the
+// o.Force), once it has judged the sampled decisions the candidate dropped
+// (catchUp): activate is handed the candidate and swaps it in; then the
 // shadow holds no candidate any more (the candidate is what is live). It
 // returns ErrNoCandidate, a *RevisionError, ErrRefused, or activate's
 // error, always with the Promotion record of the attempt when there was a
@@ -585,8 +602,10 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(co
 	if o.Revision != "" && o.Revision != p.Revision {
 		return p, &RevisionError{Want: o.Revision, Have: p.Revision}
 	}
+	why := s.catchUp(ctx, r)
 	p.Report = r.tally.Report()
 	p.Refusals = append(p.Refusals, o.Gate.Refusals(p.Report)...)
+	p.Refusals = append(p.Refusals, why...)
 	if len(p.Refusals) > 0 && !o.Force {
 		s.promotions[2].Add(1)
 		return p, ErrRefused
@@ -604,4 +623,84 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(co
 	}
 	s.clear()
 	return p, nil
+}
+
+// errPausedTooLong stops catchUp: live traffic held one of its evaluations
+// past Config.Timeout.
+var errPausedTooLong = errors.New("paused for live traffic past the shadow's timeout")
+
+// catchUp judges with r's candidate the sampled decisions it dropped,
+// reading their records from the decision log (the file, then the backups
+// the writer rotated it into), as shadow evaluations run: within the CPU
+// budget, on time live decisions leave idle. It returns why some remain
+// owed: each keeps the gate refusing.
+func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
+	var why []string
+	owed := r.tally.Owed()
+	if rep := r.tally.Report(); rep.Dropped-rep.LaterJudged > uint64(len(owed)) {
+		why = append(why, fmt.Sprintf("more decisions were dropped than the %d whose ids are kept: load the candidate again to start a new report", maxOwed))
+	}
+	if len(owed) == 0 {
+		return why
+	}
+	if s.cfg.DecisionLog == "" || s.cfg.DecisionLog == "-" {
+		return append(why, "no decision log file to read the dropped decisions from (--decision-log)")
+	}
+	// Close ends it, as it ends the workers' evaluations.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.ctx, cancel)()
+	want := make(map[string]bool, len(owed))
+	for _, id := range owed {
+		want[id] = true
+	}
+	files, err := decisionlog.Files(s.cfg.DecisionLog)
+	if err != nil {
+		return append(why, "reading the decision log: "+err.Error())
+	}
+	var cannot []string
+	for _, f := range files {
+		if len(want) == 0 {
+			break
+		}
+		_, err := decisionlog.ReadFile(f, func(_ int, rec decisionlog.Record) error {
+			if !want[rec.DecisionID] {
+				return nil
+			}
+			delete(want, rec.DecisionID)
+			req, skip := FromRecord(rec)
+			if skip != "" {
+				cannot = append(cannot, rec.DecisionID+" ("+skip+")")
+				return nil
+			}
+			jctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+			defer cancel()
+			w, _ := s.budget.wait(jctx)
+			s.waitNS.Add(int64(w))
+			j, _ := s.evaluate(jctx, r, req)
+			if jctx.Err() != nil {
+				return cmp.Or(ctx.Err(), errPausedTooLong)
+			}
+			r.tally.AddLate(j.Decision, j.Class, j.DecisionID)
+			s.count(j.Decision, j.Class)
+			return nil
+		})
+		switch {
+		case errors.Is(err, errPausedTooLong):
+			return append(why, "judging the dropped decisions was "+err.Error()+": promote again when the load eases")
+		case err != nil && !errors.Is(err, fs.ErrNotExist): // a backup may be removed meanwhile
+			return append(why, "judging the dropped decisions from the decision log: "+err.Error())
+		}
+	}
+	if len(cannot) > 0 {
+		why = append(why, fmt.Sprintf("%d dropped decisions cannot be decided again from their records, e.g. %s", len(cannot), cannot[0]))
+	}
+	if len(want) > 0 {
+		var id string
+		for id = range want {
+			break
+		}
+		why = append(why, fmt.Sprintf("%d dropped decisions are not in the decision log (not written yet, refused by the log, or rotated away), e.g. %s", len(want), id))
+	}
+	return why
 }

@@ -111,7 +111,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		}
 	}
 	sh := shadow.New(shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
-		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, Logger: log})
+		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log})
 	s := &shadowing{sh: sh}
 	load := func(ctx context.Context, src server.ShadowSource) (*engine.Snapshot, string, error) {
 		cfg := ecfg
