@@ -54,7 +54,7 @@ func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, login bool, 
 	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng)})
 	var archive ui.Archive
 	if c.decisionLog != "" && c.decisionLog != "-" {
-		lf := ui.LogFile{Path: c.decisionLog, Backups: c.logMaxBackups}
+		lf := ui.LogFile{Path: c.decisionLog}
 		n, err := lf.Preload(p.ring, c.uiRecent)
 		if err != nil {
 			log.Warn("ui: could not read the decision log's tail", "err", err)

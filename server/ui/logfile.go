@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"strconv"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 )
@@ -16,8 +15,6 @@ import (
 // (or holds without its input) is looked up in it.
 type LogFile struct {
 	Path string
-	// Backups is how many rotated files (Path.1 ... Path.N) to search.
-	Backups int
 }
 
 // maxTailBytes bounds what Preload reads from the end of the log.
@@ -100,15 +97,18 @@ func tailLines(path string, n, max int) ([][]byte, error) {
 
 var errFound = errors.New("found")
 
-// Lookup finds the record of a decision id in the log and its backups,
-// newest file first.
+// Lookup finds the record of a decision id in the log and the backups the
+// writer rotated it into (named by the writer's own code), newest first.
 func (l LogFile) Lookup(id string) (decisionlog.Record, bool, error) {
 	if l.Path == "" || l.Path == "-" {
 		return decisionlog.Record{}, false, nil
 	}
-	files := []string{l.Path}
-	for i := 1; i <= l.Backups; i++ {
-		files = append(files, l.Path+"."+strconv.Itoa(i))
+	files, err := decisionlog.Files(l.Path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return decisionlog.Record{}, false, nil
+		}
+		return decisionlog.Record{}, false, err
 	}
 	for _, path := range files {
 		var found decisionlog.Record

@@ -588,6 +588,50 @@ func TestLogFile(t *testing.T) {
 	}
 }
 
+// TestLogFileFindsRotatedRecords: a decision whose record the writer has
+// rotated into a backup (lumberjack's PATH-TIMESTAMP.ext) is still found by
+// its page. The pages once looked for PATH.1 ... PATH.N, names the writer
+// never uses, and answered 404.
+func TestLogFileFindsRotatedRecords(t *testing.T) {
+	eng := mustEngine(t, repo)
+	all := decideFixtures(t, eng)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "decisions.log")
+	l, err := decisionlog.Open(decisionlog.Options{Path: path, MaxMegabytes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each record carries a quarter MiB of padding in a free-form field, so
+	// a handful of them fill the 1 MiB file and rotate it.
+	pad := `"` + strings.Repeat("p", 256<<10) + `"`
+	var ids []string
+	for i := 0; i < 12; i++ {
+		rec := all[i%len(all)].rec
+		rec.DecisionID = fmt.Sprintf("rotated-%02d", i)
+		rec.Input = json.RawMessage(`{"padding":` + pad + `}`)
+		if !l.Log(rec) {
+			t.Fatalf("record %d refused", i)
+		}
+		ids = append(ids, rec.DecisionID)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	files, err := decisionlog.Files(path)
+	if err != nil || len(files) < 3 {
+		t.Fatalf("the writer rotated into %v (%v), want the file and at least two backups", files, err)
+	}
+	lf := LogFile{Path: path}
+	srv := httptest.NewServer(New(Config{Recent: NewRing(RingConfig{Size: 1}), Archive: lf, Decider: eng}))
+	defer srv.Close()
+	h := &harness{srv: srv}
+	for _, id := range []string{ids[0], ids[len(ids)/2], ids[len(ids)-1]} {
+		if status, body := h.get(t, "/ui/decisions/"+id); status != 200 || !strings.Contains(body, id) {
+			t.Errorf("the page of %s, whose record is in %d files: %d", id, len(files), status)
+		}
+	}
+}
+
 // BenchmarkListPage10k measures the newest page of decisions with 10,000
 // decisions in the ring (the README quotes it).
 func BenchmarkListPage10k(b *testing.B) {
