@@ -58,6 +58,8 @@ type Config struct {
 	// (default 10s).
 	MaxRetryDelay time.Duration
 	Logger        *slog.Logger
+
+	after func(time.Duration) <-chan time.Time // tests: the backoff's wait; nil is time.After
 }
 
 // Uploader is a decision-log sink (server.DecisionLog) that ships events.
@@ -119,6 +121,9 @@ func New(cfg Config) (*Uploader, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.after == nil {
+		cfg.after = time.After
 	}
 	if !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
 		return nil, fmt.Errorf("decision-log service %q: want an http(s) URL", cfg.URL)
@@ -289,7 +294,7 @@ func (u *Uploader) upload(batch []json.RawMessage) bool {
 			u.log.Warn("decision-log upload failed; retrying", "events", len(batch), "retry", retry, "next_in", delay, "err", err)
 		}
 		select {
-		case <-time.After(delay):
+		case <-u.cfg.after(delay):
 		case <-u.ctx.Done():
 			u.dropShutdown.Add(uint64(len(batch)))
 			return false

@@ -287,7 +287,14 @@ func TestCollectorAnswering413LosesNothing(t *testing.T) {
 		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
 	}))
 	defer hs.Close()
-	u, err := New(Config{URL: hs.URL, BatchEvents: 100, Interval: 5 * time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
+	var waits []time.Duration // the backoff, counted, not timed
+	after := func(d time.Duration) <-chan time.Time {
+		mu.Lock()
+		waits = append(waits, d)
+		mu.Unlock()
+		return time.After(d)
+	}
+	u, err := New(Config{URL: hs.URL, BatchEvents: 100, Interval: time.Hour, MaxRetryDelay: 5 * time.Millisecond, after: after})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,15 +313,24 @@ func TestCollectorAnswering413LosesNothing(t *testing.T) {
 	if s.Dropped() != 0 || sink.Stats().Unique != total {
 		t.Fatalf("after %d refusals: %d of %d events delivered, stats %+v", refusals, sink.Stats().Unique, total, s)
 	}
-	// 10 batches of 100, each split at most log2(100) times after the
-	// collector recovers: far fewer than one upload per event.
-	if n := posts.Load(); n > refusals+10*8 {
+	// Only full batches go (the interval is an hour): 10 of 100 events,
+	// and the pieces of the first one, split while refused (at most
+	// log2(100) of them): far fewer than one upload per event.
+	if n := posts.Load(); n > refusals+10+7 {
 		t.Fatalf("%d POSTs for %d events", n, total)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(refusedSingles) != 1 {
 		t.Fatalf("single events refused: %v; want retries of one kept event", refusedSingles)
 	}
-	t.Logf("%d POSTs, single events refused %v", posts.Load(), refusedSingles)
+	for _, n := range refusedSingles {
+		// OPA's backoff retries at once the first time, then waits.
+		if len(waits) != n || slices.Contains(waits[1:], 0) {
+			t.Fatalf("%d refusals of the kept event, backoff waits %v: want one wait after each", n, waits)
+		}
+	}
+	t.Logf("%d POSTs, single events refused %v, backoff waits %v", posts.Load(), refusedSingles, waits)
 }
 
 // A single event larger than the batch size and than anything the

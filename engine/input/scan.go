@@ -33,7 +33,7 @@ var numberLimitMessage = fmt.Sprintf("number beyond what the engine represents: 
 type NumberLimitError struct{ Offset int }
 
 func (e *NumberLimitError) Error() string {
-	return fmt.Sprintf("the number at byte %d is %s", e.Offset, numberLimitMessage)
+	return fmt.Sprintf("at byte %d: %s", e.Offset, numberLimitMessage)
 }
 
 // SyntaxError is a malformed_json cause, with the byte offset it was found at.
