@@ -183,7 +183,7 @@ func (l *Logger) openFile(opts Options) error {
 	l.path = opts.Path
 	l.rotating = &lumberjack.Logger{Filename: opts.Path, MaxSize: mb, MaxBackups: backups}
 	l.dest = l.rotating
-	l.maxWrite = int64(mb) << 20
+	l.maxWrite = MaxLineBytes(mb)
 	if st.Size() > 0 && !endsWithNewline(opts.Path, st.Size()) {
 		if err := l.rotating.Rotate(); err != nil {
 			return fmt.Errorf("rotating away a torn last line: %w", err)
@@ -392,6 +392,17 @@ func (l *Logger) release(held *[]Record, closing bool) (int64, int) {
 	clear((*held)[len(kept):])
 	*held = kept
 	return taken, n
+}
+
+// MaxLineBytes is the longest line, newline included, that a Logger writes
+// into a file rotated at maxMegabytes MiB (0: DefaultMaxMegabytes): a
+// record larger than the file may be is not written (add). The reader
+// bounds lines with it.
+func MaxLineBytes(maxMegabytes int) int64 {
+	if maxMegabytes <= 0 {
+		maxMegabytes = DefaultMaxMegabytes
+	}
+	return int64(maxMegabytes) << 20
 }
 
 // FlushDelay bounds how long a written record may wait in memory before it

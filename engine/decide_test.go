@@ -45,27 +45,42 @@ func TestDecideInputErrors(t *testing.T) {
 		{name: "wrapped input not an object", wrapped: true, body: `{"input": 3}`, wantCode: CodeInputSchemaInvalid, wantPaths: []string{""}},
 		{name: "wrapped pointers relative to input", wrapped: true, body: `{"input":{"tenant":"t","used":-1}}`, wantCode: CodeInputSchemaInvalid, wantPaths: []string{"/used"}},
 		{name: "wrapped duplicate key", wrapped: true, body: `{"input":{},"input":{}}`, wantCode: CodeMalformedJSON},
+		// Valid JSON beyond the numbers the engine represents: one code,
+		// at the number, whatever its length and wherever it is.
+		{name: "400 fraction digits", body: `{"tenant":"t","used":0.` + strings.Repeat("3", 400) + `}`, wantCode: CodeInputSchemaInvalid, wantPaths: []string{"/used"}},
+		{name: "10,000 digits", body: `{"tenant":"t","used":` + strings.Repeat("3", 10_000) + `}`, wantCode: CodeInputSchemaInvalid, wantPaths: []string{"/used"}},
+		{name: "exponent of 9 digits, wrapped", wrapped: true, body: `{"input":{"tenant":"t","used":1e999999999}}`, wantCode: CodeInputSchemaInvalid, wantPaths: []string{"/used"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			name := tt.decision
-			if name == "" {
-				name = "quota_check"
-			}
-			e := decideErr(t, s, name, tt.body, Options{DataAPIBody: tt.wrapped})
-			if e.Code != tt.wantCode {
-				t.Fatalf("code = %s (%s), want %s", e.Code, e.Message, tt.wantCode)
-			}
-			if tt.wantPaths != nil {
-				var got []string
-				for _, v := range e.Violations {
-					got = append(got, v.Path)
-				}
-				if strings.Join(got, ",") != strings.Join(tt.wantPaths, ",") {
-					t.Errorf("violation paths = %q, want %q (%+v)", got, tt.wantPaths, e.Violations)
+	for _, evaluator := range []string{"compiled", "topdown"} {
+		if evaluator == "topdown" {
+			for _, def := range s.decisions {
+				if def.compiled != nil {
+					why := "test: topdown"
+					def.compiled.off.Store(&why)
 				}
 			}
-		})
+		}
+		for _, tt := range tests {
+			t.Run(evaluator+"/"+tt.name, func(t *testing.T) {
+				name := tt.decision
+				if name == "" {
+					name = "quota_check"
+				}
+				e := decideErr(t, s, name, tt.body, Options{DataAPIBody: tt.wrapped})
+				if e.Code != tt.wantCode {
+					t.Fatalf("code = %s (%s), want %s", e.Code, e.Message, tt.wantCode)
+				}
+				if tt.wantPaths != nil {
+					var got []string
+					for _, v := range e.Violations {
+						got = append(got, v.Path)
+					}
+					if strings.Join(got, ",") != strings.Join(tt.wantPaths, ",") {
+						t.Errorf("violation paths = %q, want %q (%+v)", got, tt.wantPaths, e.Violations)
+					}
+				}
+			})
+		}
 	}
 }
 

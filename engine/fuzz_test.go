@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -336,6 +337,12 @@ func checkDecided(t *testing.T, name string, body []byte, wrapped bool, d *Decis
 				if !wrapped || len(e.Violations) != 1 || e.Violations[0].Path != "" {
 					t.Fatalf("input_schema_invalid on a body encoding/json cannot read: %+v", e.Violations)
 				}
+				return
+			}
+			if _, derr := input.Decode(body); errors.As(derr, new(*input.NumberLimitError)) {
+				// Valid JSON beyond the numbers the engine represents:
+				// the reference validator has no say, the pointers do.
+				checkPointers(t, doc, e.Violations)
 				return
 			}
 			if refErr := referenceSchema(t, name, "input").Validate(doc); refErr == nil {

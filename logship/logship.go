@@ -48,7 +48,8 @@ type Config struct {
 	// event that finds it full is dropped and counted.
 	MaxEvents int
 	// BatchEvents and BatchBytes bound one upload (default 1000 events,
-	// 1 MiB of uncompressed JSON).
+	// 1 MiB of uncompressed JSON). An event no larger than BatchBytes is
+	// never dropped as too large: see upload.
 	BatchEvents, BatchBytes int
 	// Interval between uploads while events trickle in (default 1s); a
 	// full batch goes at once.
@@ -57,6 +58,8 @@ type Config struct {
 	// (default 10s).
 	MaxRetryDelay time.Duration
 	Logger        *slog.Logger
+
+	after func(time.Duration) <-chan time.Time // tests: the backoff's wait; nil is time.After
 }
 
 // Uploader is a decision-log sink (server.DecisionLog) that ships events.
@@ -72,6 +75,10 @@ type Uploader struct {
 	once  sync.Once
 	ctx   context.Context // cancelled by Close at its deadline
 	abort context.CancelFunc
+
+	// acceptedMax is the largest batch (bytes of JSON) the service has
+	// accepted; only the upload loop uses it.
+	acceptedMax int
 
 	sent, dropFull, dropShutdown, dropTooLarge atomic.Uint64
 	uploadsOK, uploadsFailed                   atomic.Uint64
@@ -114,6 +121,9 @@ func New(cfg Config) (*Uploader, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.after == nil {
+		cfg.after = time.After
 	}
 	if !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
 		return nil, fmt.Errorf("decision-log service %q: want an http(s) URL", cfg.URL)
@@ -241,11 +251,22 @@ func (u *Uploader) loop() {
 }
 
 // upload sends batch, retrying with OPA's backoff until it is accepted,
-// or until Close's deadline (then the batch is counted as dropped).
+// or until Close's deadline (then the batch is counted as dropped). A batch
+// the service refuses as too large (413) is split in halves, each uploaded
+// the same way, first half first; a single event refused so is dropped as
+// too_large only when it is larger than both BatchBytes and the largest
+// batch the service has accepted. Otherwise the 413 is the service's fault
+// (a collector answering 413 to everything would lose every event), and the
+// event is retried with backoff while the bounded buffer holds the rest.
 func (u *Uploader) upload(batch []json.RawMessage) bool {
 	for retry := 0; ; retry++ {
 		err := u.post(batch)
 		if err == nil {
+			size := 0
+			for _, ev := range batch {
+				size += len(ev) + 1
+			}
+			u.acceptedMax = max(u.acceptedMax, size)
 			u.uploadsOK.Add(1)
 			u.sent.Add(uint64(len(batch)))
 			u.lastOK.Store(time.Now().UnixNano())
@@ -254,20 +275,26 @@ func (u *Uploader) upload(batch []json.RawMessage) bool {
 		u.uploadsFailed.Add(1)
 		var tooLarge errTooLarge
 		if errors.As(err, &tooLarge) {
-			if len(batch) == 1 {
+			if len(batch) > 1 {
+				half := len(batch) / 2
+				return u.upload(batch[:half]) && u.upload(batch[half:])
+			}
+			// One event: too large only when it is larger than a batch
+			// this uploader is configured to send and than any batch the
+			// service has accepted. A smaller one refused is the
+			// service's fault: it is kept and retried with backoff.
+			if n := len(batch[0]); n > u.cfg.BatchBytes && n > u.acceptedMax {
 				u.dropTooLarge.Add(1)
-				u.log.Warn("decision-log service refused an event as too large: dropped")
+				u.log.Warn("decision-log service refused an event as too large: dropped", "bytes", n, "largest_accepted", u.acceptedMax)
 				return true
 			}
-			half := len(batch) / 2
-			return u.upload(batch[:half]) && u.upload(batch[half:])
 		}
 		delay := util.DefaultBackoff(float64(100*time.Millisecond), float64(u.cfg.MaxRetryDelay), retry)
 		if retry == 0 || retry%10 == 0 {
 			u.log.Warn("decision-log upload failed; retrying", "events", len(batch), "retry", retry, "next_in", delay, "err", err)
 		}
 		select {
-		case <-time.After(delay):
+		case <-u.cfg.after(delay):
 		case <-u.ctx.Done():
 			u.dropShutdown.Add(uint64(len(batch)))
 			return false

@@ -1,14 +1,18 @@
 package logship
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,5 +249,123 @@ func TestErasedAndMasked(t *testing.T) {
 				t.Errorf("event %s\nwant input %s, masked %q, erased %q, custom %s", b, tc.wantInput, tc.wantMasked, tc.wantErased, tc.wantCustom)
 			}
 		})
+	}
+}
+
+// A collector that answers 413 to everything for a while, then accepts:
+// a refused batch is split, but a single small event refused is the
+// collector's fault, kept and retried with backoff. No event is lost, and
+// the refused single-event uploads are all retries of the one event at the
+// head of the line, not a march through the buffer dropping each.
+func TestCollectorAnswering413LosesNothing(t *testing.T) {
+	sink := logsink.New()
+	const refusals = 40
+	var posts atomic.Int64
+	var mu sync.Mutex
+	refusedSingles := map[string]int{} // decision id -> 413s on a one-event upload
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if posts.Add(1) > refusals {
+			sink.ServeHTTP(w, r)
+			return
+		}
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var batch []struct {
+			DecisionID string `json:"decision_id"`
+		}
+		if err := json.NewDecoder(zr).Decode(&batch); err != nil {
+			t.Error(err)
+		}
+		if len(batch) == 1 {
+			mu.Lock()
+			refusedSingles[batch[0].DecisionID]++
+			mu.Unlock()
+		}
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+	}))
+	defer hs.Close()
+	var waits []time.Duration // the backoff, counted, not timed
+	after := func(d time.Duration) <-chan time.Time {
+		mu.Lock()
+		waits = append(waits, d)
+		mu.Unlock()
+		return time.After(d)
+	}
+	u, err := New(Config{URL: hs.URL, BatchEvents: 100, Interval: time.Hour, MaxRetryDelay: 5 * time.Millisecond, after: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 1000
+	for i := range total {
+		u.Log(record(i))
+	}
+	waitUntil(t, "every event sent or dropped", func() bool {
+		s := u.Stats()
+		return s.Queued == 0 && s.Sent+s.Dropped() == total
+	})
+	if err := u.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := u.Stats()
+	if s.Dropped() != 0 || sink.Stats().Unique != total {
+		t.Fatalf("after %d refusals: %d of %d events delivered, stats %+v", refusals, sink.Stats().Unique, total, s)
+	}
+	// Only full batches go (the interval is an hour): 10 of 100 events,
+	// and the pieces of the first one, split while refused (at most
+	// log2(100) of them): far fewer than one upload per event.
+	if n := posts.Load(); n > refusals+10+7 {
+		t.Fatalf("%d POSTs for %d events", n, total)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refusedSingles) != 1 {
+		t.Fatalf("single events refused: %v; want retries of one kept event", refusedSingles)
+	}
+	for _, n := range refusedSingles {
+		// OPA's backoff retries at once the first time, then waits.
+		if len(waits) != n || slices.Contains(waits[1:], 0) {
+			t.Fatalf("%d refusals of the kept event, backoff waits %v: want one wait after each", n, waits)
+		}
+	}
+	t.Logf("%d POSTs, single events refused %v, backoff waits %v", posts.Load(), refusedSingles, waits)
+}
+
+// A single event larger than the batch size and than anything the
+// collector accepted is too large: dropped and counted, and the events
+// after it still go.
+func TestEventLargerThanTheCollectorTakesIsDropped(t *testing.T) {
+	sink := logsink.New()
+	const limit = 4 << 10
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		data, _ := io.ReadAll(zr)
+		if len(data) > limit {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		sink.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/logs", bytes.NewReader(data)))
+	}))
+	defer hs.Close()
+	u, err := New(Config{URL: hs.URL, BatchBytes: 1 << 10, Interval: 5 * time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Log(record(1))
+	big := record(2)
+	big.Input = []byte(`{"s":"` + strings.Repeat("x", 2*limit) + `"}`)
+	u.Log(big)
+	u.Log(record(3))
+	if err := u.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := u.Stats(); s.DroppedLarge != 1 || s.Sent != 2 || sink.Stats().Unique != 2 {
+		t.Fatalf("stats %+v, sink %+v; want the large event dropped as too large, the others sent", s, sink.Stats())
 	}
 }

@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 var (
 	eventsDesc = prometheus.NewDesc("arbiter_decision_log_upload_events_total",
-		"Decision-log events, by result: sent (accepted by the service) or dropped (buffer_full, shutdown, too_large).", []string{"result", "reason"}, nil)
+		"Decision-log events, by result: sent (accepted by the service) or dropped (buffer_full, shutdown, too_large: refused with 413 while larger than the batch size and than any batch the service accepted).", []string{"result", "reason"}, nil)
 	uploadsDesc = prometheus.NewDesc("arbiter_decision_log_uploads_total",
 		"Upload requests to the decision-log service, by result (ok, failed).", []string{"result"}, nil)
 	queuedDesc = prometheus.NewDesc("arbiter_decision_log_upload_queued_events",

@@ -75,7 +75,8 @@ func noInput() error {
 }
 
 // Parse reads body as the input of a decision with schema s. Errors are
-// *SyntaxError (malformed JSON), *InvalidError, *LimitError, the context's
+// *SyntaxError (malformed JSON), *InvalidError (also for a number beyond
+// MaxNumberLength or MaxExponentDigits, at its place), *LimitError, the context's
 // error when its deadline passed while reading, or *DisagreementError.
 func Parse(ctx context.Context, body []byte, s *Schema, opts Options) (Input, error) {
 	proj := opts.Projection
@@ -160,6 +161,18 @@ func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapp
 // schema) builds the value.
 func parseWithLibrary(ctx context.Context, body []byte, s *Schema, wrapped bool, proj *Projection, maxValues int) (Input, error) {
 	doc, err := decode(body, maxValues)
+	if _, beyond := err.(*NumberLimitError); beyond {
+		// The walk says where, as on the streamed path (or finds a
+		// syntax error after the number).
+		rep, err := walk(ctx, body, nil, nil, wrapped, maxValues, true)
+		if err != nil {
+			return Input{}, err
+		}
+		if len(rep.violations) == 0 {
+			return Input{}, &DisagreementError{}
+		}
+		return Input{}, &InvalidError{Message: "input does not match the schema", Violations: rep.violations}
+	}
 	if err != nil {
 		return Input{}, err
 	}

@@ -2,9 +2,12 @@ package input
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -189,6 +192,87 @@ func TestCanonicalNumbersInRego(t *testing.T) {
 		}
 		if !rs.Allowed() {
 			t.Errorf("%s does not hold on %s (built %v)", q, body, in.Value)
+		}
+	}
+}
+
+// TestNumbersBeyondTheEngine: a number literal beyond MaxNumberLength or
+// MaxExponentDigits is valid JSON that the engine does not represent. In
+// every place, typed by the schema or free-form, on the streamed path and
+// the library's, in a Data API body too, it is one violation at the
+// number's pointer, whatever its length; a number within the limits is
+// judged by the schema alone. Before, 400 fraction digits were
+// malformed_json while 300 were a schema violation.
+func TestNumbersBeyondTheEngine(t *testing.T) {
+	props := map[string]any{
+		"count": map[string]any{"type": "integer", "minimum": 0},
+		"ratio": map[string]any{"type": "number"},
+		"state": map[string]any{"type": "object"}, // free-form
+	}
+	streamed := NewSchema(compileDoc(t, "n.json", map[string]any{"type": "object", "properties": props, "additionalProperties": false}))
+	libProps := maps.Clone(props)
+	libProps["kids"] = map[string]any{"type": "array", "items": map[string]any{"$dynamicRef": "#node"}}
+	library := NewSchema(compileDoc(t, "n-lib.json", map[string]any{
+		"$schema": "https://json-schema.org/draft/2020-12/schema", "$dynamicAnchor": "node",
+		"type": "object", "properties": libProps, "additionalProperties": false,
+	}))
+	if ok, _ := streamed.Streaming(); !ok {
+		t.Fatal("the streamed schema is left to the library")
+	}
+	if ok, _ := library.Streaming(); ok {
+		t.Fatal("the library's schema is streamed")
+	}
+	places := map[string]func(lit string) string{ // pointer -> body
+		"/count":        func(l string) string { return `{"count": ` + l + `}` },
+		"/ratio":        func(l string) string { return `{"ratio": ` + l + `, "count": 1}` },
+		"/state/deep/x": func(l string) string { return `{"state": {"deep": {"x": ` + l + `}}}` },
+		"/state/list/1": func(l string) string { return `{"state": {"list": [0, ` + l + `]}}` },
+		"/state/a~1b~0": func(l string) string { return `{"state": {"a/b~": ` + l + `}}` },
+	}
+	tests := []struct {
+		name, lit string
+		beyond    bool
+	}{
+		{"300 fraction digits", "0." + strings.Repeat("1", 300), false},
+		{"400 characters", "1" + strings.Repeat("0", 399), false},
+		{"exponent of 3 digits", "1e999", false},
+		{"400 fraction digits", "0." + strings.Repeat("1", 400), true},
+		{"401 characters", "1" + strings.Repeat("0", 400), true},
+		{"10,000 digits", strings.Repeat("7", 10_000), true},
+		{"10,000 fraction digits, negative", "-1." + strings.Repeat("3", 10_000), true},
+		{"exponent of 9 digits", "1e999999999", true},
+		{"exponent of 4 digits, negative", "-2.5E-1000", true},
+	}
+	for _, tc := range tests {
+		for place, body := range places {
+			for sname, s := range map[string]*Schema{"streamed": streamed, "library": library} {
+				for _, wrapped := range []bool{false, true} {
+					b := body(tc.lit)
+					if wrapped {
+						b = `{"input": ` + b + `}`
+					}
+					_, err := Parse(context.Background(), []byte(b), s, Options{DataAPIBody: wrapped})
+					var inv *InvalidError
+					errors.As(err, &inv)
+					limit := inv != nil && slices.ContainsFunc(inv.Violations, func(v Violation) bool { return v.Message == numberLimitMessage })
+					switch {
+					case tc.beyond && (inv == nil || len(inv.Violations) != 1 || inv.Violations[0] != Violation{Path: place, Message: numberLimitMessage}):
+						t.Errorf("%s at %s (%s, data API %v): %v; want one violation at %s: %s", tc.name, place, sname, wrapped, err, place, numberLimitMessage)
+					case !tc.beyond && limit:
+						t.Errorf("%s at %s (%s, data API %v): %v; within the limits", tc.name, place, sname, wrapped, err)
+					case !tc.beyond && place != "/count" && err != nil:
+						t.Errorf("%s at %s (%s, data API %v): %v; want it accepted", tc.name, place, sname, wrapped, err)
+					}
+				}
+			}
+		}
+	}
+	// The body is still read to its end: a syntax error after the number
+	// is malformed JSON.
+	for _, s := range []*Schema{streamed, library} {
+		var syn *SyntaxError
+		if _, err := Parse(context.Background(), []byte(`{"state": {"x": 1e99999, "x": 1}}`), s, Options{}); !errors.As(err, &syn) {
+			t.Errorf("a duplicate key after a number beyond the limits: %v; want a syntax error", err)
 		}
 	}
 }

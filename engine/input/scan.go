@@ -16,11 +16,25 @@ const MaxDepth = 1000
 // MaxNumberLength and MaxExponentDigits bound number literals, which are
 // compared exactly: a u64 counter needs 20 digits, not a million, and
 // 1e999999999 would expand into a billion digits. RFC 8259 lets a parser
-// limit the range and precision of numbers.
+// limit the range and precision of numbers. A literal beyond them is valid
+// JSON that the engine does not represent: a NumberLimitError, which the
+// walk reports as a violation at the number's place.
 const (
 	MaxNumberLength   = 400
 	MaxExponentDigits = 3
 )
+
+// numberLimitMessage is the violation of a number beyond the limits.
+var numberLimitMessage = fmt.Sprintf("number beyond what the engine represents: at most %d characters, with at most %d exponent digits", MaxNumberLength, MaxExponentDigits)
+
+// NumberLimitError is a number literal, valid JSON, beyond MaxNumberLength
+// or MaxExponentDigits. The scanner has read past it, so the rest of the
+// body is still checked.
+type NumberLimitError struct{ Offset int }
+
+func (e *NumberLimitError) Error() string {
+	return fmt.Sprintf("at byte %d: %s", e.Offset, numberLimitMessage)
+}
 
 // SyntaxError is a malformed_json cause, with the byte offset it was found at.
 type SyntaxError struct {
@@ -287,10 +301,11 @@ func hex4(d []byte, i int) (rune, bool) {
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // number checks the RFC 8259 grammar of the number at the scanner and
-// returns its literal text.
+// returns its literal text; beyond the limits above, it is read and a
+// *NumberLimitError returned.
 func (s *scanner) number() ([]byte, error) {
 	d, start := s.data, s.pos
-	i := start
+	i, expDigits := start, 0
 	if d[i] == '-' {
 		i++
 	}
@@ -325,13 +340,11 @@ func (s *scanner) number() ([]byte, error) {
 		for i < len(d) && isDigit(d[i]) {
 			i++
 		}
-		if i-expStart > MaxExponentDigits {
-			return nil, s.errorf(start, "number exponent has more than %d digits", MaxExponentDigits)
-		}
-	}
-	if i-start > MaxNumberLength {
-		return nil, s.errorf(start, "number literal longer than %d characters", MaxNumberLength)
+		expDigits = i - expStart
 	}
 	s.pos = i
+	if i-start > MaxNumberLength || expDigits > MaxExponentDigits {
+		return d[start:i], &NumberLimitError{Offset: start}
+	}
 	return d[start:i], nil
 }

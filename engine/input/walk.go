@@ -249,7 +249,13 @@ func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term,
 func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 	lit, err := w.number()
 	if err != nil {
-		return nil, err
+		if _, beyond := err.(*NumberLimitError); !beyond {
+			return nil, err
+		}
+		// Valid JSON, in any place (typed by the schema or free-form),
+		// that the engine cannot represent: a violation at the number.
+		w.recordViolation(numberLimitMessage)
+		return nil, nil
 	}
 	if len(set) == 0 && (proj == nil || !w.valid) {
 		return nil, nil
@@ -773,6 +779,10 @@ func (w *walker) elementSet(set []*node, alive uint64, i int) []*node {
 // with keywords beyond the stream (anyOf, if, format, ...) applies to.
 func (w *walker) delegate(n *node, raw []byte) {
 	doc, err := Decode(raw)
+	if _, beyond := err.(*NumberLimitError); beyond {
+		w.valid = false // the walk has reported the number itself
+		return
+	}
 	if err != nil {
 		// The walk has just accepted raw, so the decoder disagreeing with
 		// it is a bug; the library could not be asked, so the value is not
