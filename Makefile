@@ -11,7 +11,10 @@ SCHEMAS   := schemas
 TESTS     := policy_test
 ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
-GOTEST    := $(GO) test -race -count=1
+# TESTFLAGS adds flags to the Go tests: .ci/rule-edit passes -short, which
+# skips only the suites that read no file a rule edit can change.
+TESTFLAGS ?=
+GOTEST    := $(GO) test -race -count=1 $(TESTFLAGS)
 
 .PHONY: all build run test ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick fleet clean
 
@@ -113,24 +116,27 @@ bench-quick:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 	$(GO) run ./bench/e2e -quick
 
-# Fuzz targets: the input boundary (engine/input: the strict decoder, the
-# walk against the shipped schema and against generated schemas, each
-# compared with the JSON Schema library) and the whole decision path
-# (engine/fuzz_test.go), and the compiled evaluator's differential
-# targets (engine/compiled_test.go, engine/projection_test.go). Crashers are kept in testdata/fuzz/<Target>/.
-# FUZZTIME=10m for a long run.
-fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/input/
-	$(GO) test -run '^$$' -fuzz '^FuzzRepositorySchemas$$' -fuzztime $(FUZZTIME) ./engine/input/
-	$(GO) test -run '^$$' -fuzz '^FuzzGeneratedSchemas$$' -fuzztime $(FUZZTIME) ./engine/input/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzCompiledAgrees$$' -fuzztime $(FUZZTIME) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzProjectionAgrees$$' -fuzztime $(FUZZTIME) ./engine/
+# Fuzz targets, as PACKAGE:TARGET: the input boundary (engine/input: the
+# strict decoder, the walk against the shipped schema and against generated
+# schemas, each compared with the JSON Schema library), the whole decision
+# path (engine/fuzz_test.go), and the compiled evaluator's differential
+# targets (engine/compiled_test.go, engine/projection_test.go). Their seeds
+# (the fixtures, every number form, any JSON shape) run in make test as
+# unit tests. Crashers are kept in testdata/fuzz/<Target>/. FUZZTIME=10m
+# for a long run of each.
+FUZZ_TARGETS := engine/input:FuzzDecode engine/input:FuzzRepositorySchemas engine/input:FuzzGeneratedSchemas \
+	engine:FuzzDecide engine:FuzzCompiledAgrees engine:FuzzProjectionAgrees
 
-# CI: a short run of each target (FuzzDecide needs ~8 s for its baseline,
-# the two differential targets ~15 s for their ~750 seeds).
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t#*:} for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
+	done
+
+# CI: the targets share one budget of FUZZBUDGET seconds, in equal parts.
+FUZZBUDGET ?= 60
 fuzz-quick:
-	$(MAKE) --no-print-directory fuzz FUZZTIME=25s
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_TARGETS)) ))s
 
 # fleet: three replicas behind nginx, bundles from nginx (HTTP) and a
 # docker-registry (OCI, pushed with oras), uploads to a log sink, under load
