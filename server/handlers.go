@@ -44,12 +44,10 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		defer s.liveEnd()
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
 		ctx := r.Context()
-		if s.cfg.RequestTimeout > 0 {
-			deadline := q.start.Add(s.cfg.RequestTimeout)
+		if s.cfg.RequestTimeout > 0 { // the body's read deadline is paceBodies'
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, deadline)
+			ctx, cancel = context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
 			defer cancel()
-			_ = http.NewResponseController(w).SetReadDeadline(deadline)
 		}
 		// What can be answered without the body is answered before it is
 		// read: a request for a decision that does not exist costs nothing.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // folders are the policy, schema and test folders every command reads.
@@ -25,10 +27,14 @@ func (f *folders) register(c *command, withTests bool) {
 }
 
 // repoRoot is where the default folders are: the working directory when it
-// holds policies/ and schemas/, else the root of the git repository that
+// holds policies/ and schemas/, else the root of the git work tree that
 // contains it when that does, else the working directory. Never another
-// ancestor: a policies/ planted in /tmp must not be loaded by a command run
-// anywhere below it.
+// ancestor, and never a folder another user could have planted things in:
+// an empty file named .git with policies/ beside it in /tmp made every
+// command run below /tmp load those policies. So the walk up takes only a
+// real work tree (a .git folder or gitfile that git itself would take), and
+// stops at the first folder that another user can write or owns, as git
+// refuses a repository another user owns.
 func repoRoot() string {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -37,8 +43,8 @@ func repoRoot() string {
 	if hasFolders(wd) {
 		return "."
 	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil { // a folder, or a file in a worktree
+	for dir := wd; ownFolder(dir); dir = filepath.Dir(dir) {
+		if isWorkTree(dir) {
 			if hasFolders(dir) {
 				if rel, err := filepath.Rel(wd, dir); err == nil {
 					return rel
@@ -48,9 +54,64 @@ func repoRoot() string {
 			return "."
 		}
 		if filepath.Dir(dir) == dir {
-			return "."
+			break
 		}
 	}
+	return "."
+}
+
+// ownFolder reports whether dir is a folder that only this user (or root)
+// owns and can write: not group- or world-writable, not another's.
+func ownFolder(dir string) bool {
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
+		return false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && (int(sys.Uid) == os.Geteuid() || sys.Uid == 0)
+}
+
+// isWorkTree reports whether dir holds .git as git finds it: a git folder,
+// or a gitfile ("gitdir: PATH", as in a linked worktree) naming one.
+func isWorkTree(dir string) bool {
+	dotGit := filepath.Join(dir, ".git")
+	st, err := os.Lstat(dotGit)
+	switch {
+	case err != nil:
+		return false
+	case st.IsDir():
+		return isGitDir(dotGit)
+	case !st.Mode().IsRegular() || st.Size() > 4096:
+		return false
+	}
+	b, err := os.ReadFile(dotGit)
+	if err != nil {
+		return false
+	}
+	path, ok := bytes.CutPrefix(bytes.TrimRight(b, "\r\n"), []byte("gitdir: "))
+	if !ok || len(path) == 0 {
+		return false
+	}
+	gitDir := string(path)
+	if !filepath.IsAbs(gitDir) {
+		gitDir = filepath.Join(dir, gitDir)
+	}
+	return isGitDir(gitDir)
+}
+
+// isGitDir is git's test of a repository folder: HEAD, objects/ and refs/,
+// the last two in the common folder that a linked worktree's commondir
+// names.
+func isGitDir(dir string) bool {
+	common := dir
+	if b, err := os.ReadFile(filepath.Join(dir, "commondir")); err == nil {
+		common = string(bytes.TrimRight(b, "\r\n"))
+		if !filepath.IsAbs(common) {
+			common = filepath.Join(dir, common)
+		}
+	}
+	head, err := os.Stat(filepath.Join(dir, "HEAD"))
+	return err == nil && head.Mode().IsRegular() && isDir(filepath.Join(common, "objects")) && isDir(filepath.Join(common, "refs"))
 }
 
 func hasFolders(dir string) bool {
