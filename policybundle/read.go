@@ -57,8 +57,11 @@ func scan(raw []byte, vc *bundle.VerificationConfig, lim Limits) error {
 		if err != nil {
 			return fmt.Errorf("bundle archive: %w", err)
 		}
-		if unpacked += h.Size; n > lim.Files || unpacked > lim.UnpackedBytes || h.Size > DefaultMaxFileBytes {
-			return fmt.Errorf("bundle refused while unpacking: it holds more than %d files, %d bytes unpacked or %d bytes in one file", lim.Files, lim.UnpackedBytes, DefaultMaxFileBytes)
+		if n > lim.Files {
+			return fmt.Errorf("bundle refused while unpacking: more than %d files", lim.Files)
+		}
+		if unpacked += h.Size; unpacked > lim.UnpackedBytes {
+			return fmt.Errorf("bundle refused while unpacking: more than %d bytes unpacked", lim.UnpackedBytes)
 		}
 		if h.Typeflag != tar.TypeReg || vc == nil {
 			continue

@@ -112,10 +112,9 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// bomb is a gzip tarball of files of 63 MiB of zeros (each under OPA's
-// per-file limit), led by first when it is not nil; gzip members
-// concatenated, so that the zeros are compressed once.
-func bomb(t *testing.T, files int, first []byte) []byte {
+// bomb is a gzip tarball of files of size zeros, led by first when it is
+// not nil; gzip members concatenated, so that the zeros are compressed once.
+func bomb(t *testing.T, files, size int, first []byte) []byte {
 	t.Helper()
 	member := func(write func(io.Writer)) []byte {
 		var b bytes.Buffer
@@ -131,7 +130,6 @@ func bomb(t *testing.T, files int, first []byte) []byte {
 			_ = tw.Flush() // the header only: the content follows in the next member
 		})
 	}
-	const size = 63 << 20 // a multiple of tar's 512-byte block
 	zeros := member(func(w io.Writer) { _, _ = w.Write(make([]byte, size)) })
 	var out bytes.Buffer
 	if first != nil {
@@ -219,9 +217,9 @@ func buildBundle(t *testing.T, root, keys, revision string) []byte {
 // A bundle that unpacks to 1.5 GB from 1.5 MB, published over HTTP or OCI,
 // is refused while it downloads: the replica's peak memory stays far below
 // the bomb, it keeps serving its revision, and its status says why.
-// Unsigned, it is refused at the unpacked limit; signed by another key, at
-// its signature, before the first zero; and any bundle over
-// --bundle-max-bytes as it arrives.
+// Unsigned, it is refused at the unpacked limit (or at the file count);
+// signed by another key, at its signature, before the first zero; and any
+// bundle over --bundle-max-bytes as it arrives.
 func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
 	const budget = 512 << 20 // peak RSS; the bomb is 1.5 GiB unpacked
 	keys, other := t.TempDir(), t.TempDir()
@@ -233,16 +231,18 @@ func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	sigs, _ := json.Marshal(bundle.SignaturesConfig{Signatures: []string{forged}})
-	unsigned := bomb(t, 24, nil)
+	const size = 63 << 20 // under OPA's limit of one file, a multiple of tar's 512-byte block
+	unsigned := bomb(t, 24, size, nil)
 	for _, c := range []struct {
 		name, scheme string
 		bomb         []byte
 		env          []string
 		want         string
 	}{
-		{"unsigned over http", "http", unsigned, nil, "bundle refused while unpacking"},
-		{"unsigned over oci", "oci+http", unsigned, nil, "bundle refused while unpacking"},
-		{"signed by another key over oci", "oci+http", bomb(t, 24, sigs), nil, "bundle signature"},
+		{"unsigned over http", "http", unsigned, nil, "bundle refused while unpacking: more than 134217728 bytes unpacked"},
+		{"unsigned over oci", "oci+http", unsigned, nil, "bundle refused while unpacking: more than 134217728 bytes unpacked"},
+		{"many empty files over http", "http", bomb(t, 20000, 0, nil), nil, "bundle refused while unpacking: more than 10000 files"},
+		{"signed by another key over oci", "oci+http", bomb(t, 24, size, sigs), nil, "bundle signature"},
 		{"over --bundle-max-bytes", "http", unsigned, []string{"ARBITER_BUNDLE_MAX_BYTES=1048576"}, "larger than 1048576 bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
