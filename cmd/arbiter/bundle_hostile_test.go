@@ -283,10 +283,18 @@ func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
 func TestStalledBundleServerIsCutOff(t *testing.T) {
 	keys := t.TempDir()
 	writeKeyPair(t, keys)
-	for _, c := range []struct{ name, scheme, hold, want string }{
-		{"stalled over http", "http", "stall", "fewer than 1024 bytes"},
-		{"stalled over oci", "oci+http", "stall", "fewer than 1024 bytes"},
-		{"endless over http", "http", "trickle", "not complete within"},
+	// Each case sets the other bound far off, so that the one it proves
+	// cuts the download.
+	minRate := []string{"ARBITER_BUNDLE_DOWNLOAD_TIMEOUT=10s", "ARBITER_BUNDLE_DOWNLOAD_STALL_TIMEOUT=1s"}
+	deadline := []string{"ARBITER_BUNDLE_DOWNLOAD_TIMEOUT=2s", "ARBITER_BUNDLE_DOWNLOAD_STALL_TIMEOUT=10s"}
+	for _, c := range []struct {
+		name, scheme, hold string
+		env                []string
+		want               string
+	}{
+		{"stalled over http", "http", "stall", minRate, "fewer than 1024 bytes in 1s"},
+		{"stalled over oci", "oci+http", "stall", minRate, "fewer than 1024 bytes in 1s"},
+		{"endless over http", "http", "trickle", deadline, "not complete within 2s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := copyRepo(t)
@@ -296,7 +304,7 @@ func TestStalledBundleServerIsCutOff(t *testing.T) {
 				src = "oci+http://" + host + "/policies/arbiter:live"
 			}
 			o.publish(buildBundle(t, root, keys, "good-1"), "")
-			r := startReplica(t, root, keys, src, "ARBITER_BUNDLE_DOWNLOAD_TIMEOUT=2s", "ARBITER_BUNDLE_DOWNLOAD_STALL_TIMEOUT=1s")
+			r := startReplica(t, root, keys, src, c.env...)
 			waitFor(t, 60*time.Second, "the good revision", func() bool { return r.bundleStatus(t)["active_revision"] == "good-1" })
 
 			fix := buildBundle(t, root, keys, "fix-2")
