@@ -359,11 +359,20 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 }
 
 // health answers 200 while the process runs (HEAD too). With ?bundles
-// (OPA's readiness check) it answers 200 only once a revision is loaded.
+// (OPA's readiness check) it answers 200 only once a revision is loaded,
+// and while the bundle's polls are not stuck.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Has("bundles") && s.eng.Snapshot() == nil {
-		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
-		return
+	if r.URL.Query().Has("bundles") {
+		if s.eng.Snapshot() == nil {
+			writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
+			return
+		}
+		if s.cfg.BundleStuck != nil {
+			if err := s.cfg.BundleStuck(); err != nil {
+				writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: err.Error()}, false, "")
+				return
+			}
+		}
 	}
 	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`)) // net/http sends no body for HEAD
 }

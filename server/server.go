@@ -94,6 +94,9 @@ type Config struct {
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any
+	// BundleStuck, when set, says why the bundle's polls are stuck: then
+	// /health?bundles is not ready either.
+	BundleStuck func() error
 	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
 	Shadow *ShadowConfig
 	// UI, when set, serves the pages under /ui (package server/ui): behind

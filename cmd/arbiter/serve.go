@@ -158,6 +158,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
+		BundleStuck:       fl.bundleStuck,
 		Shadow:            sh.srv,
 		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	}
