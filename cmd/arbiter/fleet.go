@@ -46,7 +46,7 @@ func (f *fleetConfig) register(fs *command) {
 	fs.StringVar(&f.bundleURL, "bundle-url", "", "serve the revision of this OPA bundle instead of the folders: http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG")
 	fs.StringVar(&f.bundleName, "bundle-name", policybundle.DefaultName, "the bundle's name in status, metrics and decision logs")
 	fs.StringVar(&f.keyFile, "bundle-verification-key-file", "", "PEM public key (or HMAC secret) bundles must be signed with; unsigned or tampered bundles are then refused")
-	fs.StringVar(&f.keyID, "bundle-verification-key-id", "default", "id of the verification key (a signature's kid must name it)")
+	fs.StringVar(&f.keyID, "bundle-verification-key-id", "", "id of the verification key, a signature's kid must name it (default: default, as OPA)")
 	fs.StringVar(&f.keyAlg, "bundle-verification-key-alg", "RS256", "signature algorithm of the verification key")
 	fs.DurationVar(&f.pollMin, "bundle-poll-min-delay", 10*time.Second, "shortest wait between two bundle polls (whole seconds)")
 	fs.DurationVar(&f.pollMax, "bundle-poll-max-delay", 20*time.Second, "longest wait between two bundle polls, and the cap of the retry backoff")
