@@ -16,12 +16,18 @@ type folders struct {
 // set from ARBITER_POLICIES, ARBITER_SCHEMAS, ARBITER_TESTS or defaulting
 // to the folders of the working directory or of its git repository.
 func (f *folders) register(c *command, withTests bool) {
-	root := repoRoot()
-	c.StringVar(&f.policies, "policies", filepath.Join(root, "policies"), "folder of Rego policies and data files")
-	c.StringVar(&f.schemas, "schemas", filepath.Join(root, "schemas"), "folder of input and result JSON Schemas")
+	root, trusted := repoRoot()
+	in := func(name string) string {
+		if !trusted {
+			return "" // "no folder configured": name them with the flags
+		}
+		return filepath.Join(root, name)
+	}
+	c.StringVar(&f.policies, "policies", in("policies"), "folder of Rego policies and data files")
+	c.StringVar(&f.schemas, "schemas", in("schemas"), "folder of input and result JSON Schemas")
 	c.fromEnv("policies", "schemas")
 	if withTests {
-		c.StringVar(&f.tests, "tests", filepath.Join(root, "policy_test"), "folder of Rego tests and fixtures ('' for none)")
+		c.StringVar(&f.tests, "tests", in("policy_test"), "folder of Rego tests and fixtures ('' for none)")
 		c.fromEnv("tests")
 	}
 }
@@ -34,30 +40,32 @@ func (f *folders) register(c *command, withTests bool) {
 // command run below /tmp load those policies. So the walk up takes only a
 // real work tree (a .git folder or gitfile that git itself would take), and
 // stops at the first folder that another user can write or owns, as git
-// refuses a repository another user owns.
-func repoRoot() string {
+// refuses a repository another user owns. A working directory that holds
+// the folders but that another user can write (a shared /tmp) gives no
+// defaults at all (trusted is false).
+func repoRoot() (root string, trusted bool) {
 	wd, err := os.Getwd()
 	if err != nil {
-		return "."
+		return ".", true
 	}
 	if hasFolders(wd) {
-		return "."
+		return ".", ownFolder(wd)
 	}
 	for dir := wd; ownFolder(dir); dir = filepath.Dir(dir) {
 		if isWorkTree(dir) {
 			if hasFolders(dir) {
 				if rel, err := filepath.Rel(wd, dir); err == nil {
-					return rel
+					return rel, true
 				}
-				return dir
+				return dir, true
 			}
-			return "."
+			return ".", true
 		}
 		if filepath.Dir(dir) == dir {
 			break
 		}
 	}
-	return "."
+	return ".", true
 }
 
 // ownFolder reports whether dir is a folder that only this user (or root)
