@@ -136,9 +136,11 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Option
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if rec.Promotion != nil {
-				rep.Summary.Promotions++
-				return nil
+			if !rec.IsDecision() {
+				if rec.Promotion != nil {
+					rep.Summary.Promotions++
+				}
+				return nil // a shadow outcome: its decision is on a line of its own
 			}
 			if rec.Revision != "" && !seenRev[rec.Revision] {
 				seenRev[rec.Revision] = true

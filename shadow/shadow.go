@@ -664,7 +664,7 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 			break
 		}
 		_, err := decisionlog.ReadFile(f, func(_ int, rec decisionlog.Record) error {
-			if !want[rec.DecisionID] {
+			if !want[rec.DecisionID] || !rec.IsDecision() {
 				return nil
 			}
 			delete(want, rec.DecisionID)

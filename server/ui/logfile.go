@@ -34,7 +34,7 @@ func (l LogFile) Preload(ring *Ring, n int) (int, error) {
 	added := 0
 	for _, line := range lines {
 		var rec decisionlog.Record
-		if json.Unmarshal(line, &rec) != nil || rec.DecisionID == "" || rec.Promotion != nil {
+		if json.Unmarshal(line, &rec) != nil || rec.DecisionID == "" || !rec.IsDecision() {
 			continue
 		}
 		ring.Add(rec)
@@ -113,7 +113,7 @@ func (l LogFile) Lookup(id string) (decisionlog.Record, bool, error) {
 	for _, path := range files {
 		var found decisionlog.Record
 		_, err := decisionlog.ReadFile(path, func(_ int, rec decisionlog.Record) error {
-			if rec.DecisionID == id {
+			if rec.DecisionID == id && rec.IsDecision() {
 				found = rec
 				return errFound
 			}

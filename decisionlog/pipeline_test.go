@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -251,7 +252,11 @@ func stuckLog(t *testing.T, opts Options) (*Logger, *gateWriter, *lockedBuffer) 
 // counted and warned about (at most once a second, never silently).
 func TestQueueIsBoundedInBytes(t *testing.T) {
 	const bound = 4 << 20
-	l, gate, warnings := stuckLog(t, Options{QueueBytes: bound})
+	// The warnings' rate limit reads this clock, which only the test moves.
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	l, gate, warnings := stuckLog(t, Options{QueueBytes: bound, now: now})
 	accepted := 0
 	for i := range 40 {
 		if l.Log(bigRec(fmt.Sprint(i), 1<<20)) {
@@ -265,13 +270,20 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 		t.Errorf("Dropped = %d, want %d", got, 40-accepted)
 	}
 	if n := strings.Count(warnings.String(), "queue is full"); n != 1 {
-		t.Errorf("%d refusal warnings, want exactly 1:\n%s", n, warnings.String())
+		t.Errorf("%d refusal warnings within one second, want exactly 1:\n%s", n, warnings.String())
+	}
+	clock.Add(int64(time.Second))
+	if l.Log(bigRec("late", 1<<20)) {
+		t.Fatal("a full queue took a record")
+	}
+	if n := strings.Count(warnings.String(), "queue is full"); n != 2 {
+		t.Errorf("%d refusal warnings once a second passed, want 2:\n%s", n, warnings.String())
 	}
 	close(gate.release)
 	closeLog(t, l)
 	st := l.Stats()
-	if st.Written != uint64(1+accepted) || st.Unwritten != uint64(40-accepted) || st.Refused != st.Unwritten {
-		t.Errorf("stats %+v, want %d written and %d refused", st, 1+accepted, 40-accepted)
+	if st.Written != uint64(1+accepted) || st.Unwritten != uint64(41-accepted) || st.Refused != st.Unwritten {
+		t.Errorf("stats %+v, want %d written and %d refused", st, 1+accepted, 41-accepted)
 	}
 }
 
