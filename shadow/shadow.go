@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
 // Defaults of Config.
@@ -87,15 +88,10 @@ type Shadow struct {
 	cfg    Config
 	log    *slog.Logger
 	budget *budget
-	jobs   chan *Ticket
-	queued atomic.Int64 // bytes of the tickets in jobs
+	jobs   *queue.Queue[*Ticket]
 
 	cur atomic.Pointer[run] // nil: no candidate
 
-	// closeMu orders Start against Close: once Close holds it, no ticket
-	// enters jobs, so draining jobs finishes every ticket.
-	closeMu sync.RWMutex
-	closed  bool
 	adminMu sync.Mutex // serialises Set, Clear and Promote
 	ctx     context.Context
 	stop    context.CancelFunc
@@ -149,7 +145,7 @@ func New(cfg Config) *Shadow {
 	if cfg.Examples <= 0 {
 		cfg.Examples = DefaultExamples
 	}
-	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: make(chan *Ticket, cfg.Queue), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
+	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](queue.Limits{Items: cfg.Queue, Bytes: cfg.QueueBytes}), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -241,7 +237,7 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 		return nil
 	}
 	s.sampled.Add(1)
-	if len(s.jobs) == cap(s.jobs) {
+	if s.jobs.Len() >= s.cfg.Queue {
 		// Full already (a slow candidate, or one paused by steady load):
 		// dropped here, so that the live request pays for nothing more.
 		s.drop(r, rec.DecisionID, nil)
@@ -258,24 +254,11 @@ func (t *Ticket) Start() {
 	if t == nil {
 		return
 	}
-	s := t.s
-	s.closeMu.RLock()
-	defer s.closeMu.RUnlock()
-	if s.closed {
-		s.abandoned.Add(1)
-		t.finish(nil)
-		return
-	}
-	if q := s.queued.Add(t.size); q > s.cfg.QueueBytes && q != t.size {
-		s.queued.Add(-t.size)
-		s.drop(t.run, t.rec.DecisionID, t)
-		return
-	}
-	select {
-	case s.jobs <- t:
-	default:
-		s.queued.Add(-t.size)
-		s.drop(t.run, t.rec.DecisionID, t)
+	switch ok, why := t.s.jobs.Put(t, t.size); {
+	case why == queue.Closed:
+		t.s.abandon(t)
+	case !ok:
+		t.s.drop(t.run, t.rec.DecisionID, t)
 	}
 }
 
@@ -297,14 +280,17 @@ func (t *Ticket) finish(r *Result) {
 
 func (s *Shadow) work() {
 	defer s.wg.Done()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case t := <-s.jobs:
-			s.queued.Add(-t.size)
-			s.judge(t)
+	var one []*Ticket
+	for s.ctx.Err() == nil {
+		if one, _ = s.jobs.Take(one[:0], 1); len(one) == 0 {
+			select {
+			case <-s.ctx.Done():
+			case <-s.jobs.Ready():
+			}
+			continue
 		}
+		s.judge(one[0])
+		one[0] = nil
 	}
 }
 
@@ -471,13 +457,10 @@ func (s *Shadow) count(decision string, c Class) {
 }
 
 // Close stops the workers, cancelling the evaluations in flight, and
-// finishes every ticket still queued (with nil), so that every record
-// waiting for its candidate's result can be written. It returns ctx's
-// error when a worker does not stop in time.
+// finishes every ticket still queued (with nil: abandoned). It returns
+// ctx's error when a worker does not stop in time.
 func (s *Shadow) Close(ctx context.Context) error {
-	s.closeMu.Lock()
-	s.closed = true
-	s.closeMu.Unlock()
+	s.jobs.Close() // no ticket enters now, so taking what is queued finishes every one
 	s.stop() // before adminMu: it ends a promotion's catchUp too
 	s.adminMu.Lock()
 	s.clear()
@@ -493,15 +476,11 @@ func (s *Shadow) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("shadow: workers still evaluating at close: %w", ctx.Err())
 	}
-	for {
-		select {
-		case t := <-s.jobs:
-			s.queued.Add(-t.size)
-			s.abandon(t)
-		default:
-			return err
-		}
+	left, _ := s.jobs.Take(nil, 0)
+	for _, t := range left {
+		s.abandon(t)
 	}
+	return err
 }
 
 // Stats is the account of the decisions offered to the shadow.
@@ -534,7 +513,7 @@ type Stats struct {
 func (s *Shadow) Stats() Stats {
 	return Stats{
 		Sampled: s.sampled.Load(), Judged: s.judged.Load(), Dropped: s.dropped.Load(), Abandoned: s.abandoned.Load(), Expired: s.expired.Load(), Unjudged: s.unjudged.Load(),
-		Queued: len(s.jobs), InFlight: s.inflight.Load(), Paused: s.paused.Load(),
+		Queued: s.jobs.Len(), InFlight: s.inflight.Load(), Paused: s.paused.Load(),
 		EvaluationSeconds: time.Duration(s.evalNS.Load()).Seconds(), ThrottledSeconds: time.Duration(s.waitNS.Load()).Seconds(),
 		PausedSeconds: time.Duration(s.pausedNS.Load()).Seconds(),
 	}

@@ -280,7 +280,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	// shutdown deadline must not leave the decision log an expired one.
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancelDrain()
-	sh.stop(drainCtx, log) // releases the records waiting for the candidate before the log closes
+	sh.stop(drainCtx, log) // before the log closes, so that no outcome is logged into a closed pipeline
 	code := exitOK
 	if dlog != nil {
 		// Every answered decision was queued before its response was
