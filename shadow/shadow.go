@@ -461,7 +461,7 @@ func (s *Shadow) count(decision string, c Class) {
 // ctx's error when a worker does not stop in time.
 func (s *Shadow) Close(ctx context.Context) error {
 	s.jobs.Close() // no ticket enters now, so taking what is queued finishes every one
-	s.stop() // before adminMu: it ends a promotion's catchUp too
+	s.stop()       // before adminMu: it ends a promotion's catchUp too
 	s.adminMu.Lock()
 	s.clear()
 	s.adminMu.Unlock()
