@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,25 @@ func Files(path string) ([]string, error) {
 	slices.Sort(backups)
 	slices.Reverse(backups)
 	return append([]string{path}, backups...), nil
+}
+
+// ReadLog calls fn for every record of the log a Logger keeps at path: the
+// file, then the backups it rotated it into, newest file first (Files),
+// each file in order. A file removed meanwhile (rotated away) is skipped,
+// and so are the lines ReadFile skips. An error from fn stops the reading
+// and is returned as is.
+func ReadLog(path string, fn func(rec Record) error) error {
+	files, err := Files(path)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		_, err := ReadFile(f, func(_ int, rec Record) error { return fn(rec) })
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReadFile calls fn for every record of the JSON lines file at path, in

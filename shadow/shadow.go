@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -606,7 +605,10 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(co
 
 // errPausedTooLong stops catchUp: live traffic held one of its evaluations
 // past Config.Timeout.
-var errPausedTooLong = errors.New("paused for live traffic past the shadow's timeout")
+var (
+	errPausedTooLong = errors.New("paused for live traffic past the shadow's timeout")
+	errAllRead       = errors.New("every dropped decision found")
+)
 
 // catchUp judges with r's candidate the sampled decisions it dropped,
 // reading their records from the decision log (the file, then the backups
@@ -633,43 +635,37 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 	for _, id := range owed {
 		want[id] = true
 	}
-	files, err := decisionlog.Files(s.cfg.DecisionLog)
-	if err != nil {
-		return append(why, "reading the decision log: "+err.Error())
-	}
 	var cannot []string
-	for _, f := range files {
+	err := decisionlog.ReadLog(s.cfg.DecisionLog, func(rec decisionlog.Record) error {
 		if len(want) == 0 {
-			break
+			return errAllRead
 		}
-		_, err := decisionlog.ReadFile(f, func(_ int, rec decisionlog.Record) error {
-			if !want[rec.DecisionID] || !rec.IsDecision() {
-				return nil
-			}
-			delete(want, rec.DecisionID)
-			req, skip := FromRecord(rec)
-			if skip != "" {
-				cannot = append(cannot, rec.DecisionID+" ("+skip+")")
-				return nil
-			}
-			jctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-			defer cancel()
-			w, _ := s.budget.wait(jctx)
-			s.waitNS.Add(int64(w))
-			j, _ := s.evaluate(jctx, r, req)
-			if jctx.Err() != nil {
-				return cmp.Or(ctx.Err(), errPausedTooLong)
-			}
-			r.tally.AddLate(j.Decision, j.Class, j.DecisionID)
-			s.count(j.Decision, j.Class)
+		if !want[rec.DecisionID] || !rec.IsDecision() {
 			return nil
-		})
-		switch {
-		case errors.Is(err, errPausedTooLong):
-			return append(why, "judging the dropped decisions was "+err.Error()+": promote again when the load eases")
-		case err != nil && !errors.Is(err, fs.ErrNotExist): // a backup may be removed meanwhile
-			return append(why, "judging the dropped decisions from the decision log: "+err.Error())
 		}
+		delete(want, rec.DecisionID)
+		req, skip := FromRecord(rec)
+		if skip != "" {
+			cannot = append(cannot, rec.DecisionID+" ("+skip+")")
+			return nil
+		}
+		jctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+		w, _ := s.budget.wait(jctx)
+		s.waitNS.Add(int64(w))
+		j, _ := s.evaluate(jctx, r, req)
+		if jctx.Err() != nil {
+			return cmp.Or(ctx.Err(), errPausedTooLong)
+		}
+		r.tally.AddLate(j.Decision, j.Class, j.DecisionID)
+		s.count(j.Decision, j.Class)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errPausedTooLong):
+		return append(why, "judging the dropped decisions was "+err.Error()+": promote again when the load eases")
+	case err != nil && !errors.Is(err, errAllRead):
+		return append(why, "judging the dropped decisions from the decision log: "+err.Error())
 	}
 	if len(cannot) > 0 {
 		why = append(why, fmt.Sprintf("%d dropped decisions cannot be decided again from their records, e.g. %s", len(cannot), cannot[0]))

@@ -103,30 +103,19 @@ func (l LogFile) Lookup(id string) (decisionlog.Record, bool, error) {
 	if l.Path == "" || l.Path == "-" {
 		return decisionlog.Record{}, false, nil
 	}
-	files, err := decisionlog.Files(l.Path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return decisionlog.Record{}, false, nil
+	var found decisionlog.Record
+	err := decisionlog.ReadLog(l.Path, func(rec decisionlog.Record) error {
+		if rec.DecisionID == id && rec.IsDecision() {
+			found = rec
+			return errFound
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errFound):
+		return found, true, nil
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return decisionlog.Record{}, false, err
-	}
-	for _, path := range files {
-		var found decisionlog.Record
-		_, err := decisionlog.ReadFile(path, func(_ int, rec decisionlog.Record) error {
-			if rec.DecisionID == id && rec.IsDecision() {
-				found = rec
-				return errFound
-			}
-			return nil
-		})
-		switch {
-		case errors.Is(err, errFound):
-			return found, true, nil
-		case errors.Is(err, os.ErrNotExist):
-			continue
-		case err != nil:
-			return decisionlog.Record{}, false, err
-		}
 	}
 	return decisionlog.Record{}, false, nil
 }
