@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the writer goroutine and the test.
@@ -266,8 +268,8 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 	if accepted != 3 { // 1 MiB plus overhead each: three fit under 4 MiB
 		t.Errorf("%d records of 1 MiB queued under a 4 MiB bound, want 3", accepted)
 	}
-	if got := l.Dropped(); got != uint64(40-accepted) {
-		t.Errorf("Dropped = %d, want %d", got, 40-accepted)
+	if got := l.Dropped(); got != uint64(40-accepted) || testutil.ToFloat64(l.Collector()) != float64(40-accepted) {
+		t.Errorf("Dropped = %d (metric %v), want %d", got, testutil.ToFloat64(l.Collector()), 40-accepted)
 	}
 	if n := strings.Count(warnings.String(), "queue is full"); n != 1 {
 		t.Errorf("%d refusal warnings within one second, want exactly 1:\n%s", n, warnings.String())

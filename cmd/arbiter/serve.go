@@ -181,7 +181,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	fl.register(reg)
 	sh.register(reg)
 	if dlog != nil && c.decisionLog != "" {
-		scfg.DroppedLogRecords = dlog.Dropped
+		reg.MustRegister(dlog.Collector())
 	}
 	conns := server.NewConnLimiter(c.connectionCap())
 	srv := &http.Server{
