@@ -233,35 +233,16 @@ func hasLineBreak(b []byte) bool {
 // they are not validated again here (issue 11 measured json.Valid at 3-5%
 // of the server's CPU).
 func (l *fileSink) encode(rec Record) []byte {
-	if len(rec.Input) > 0 && hasLineBreak(rec.Input) {
-		// Only line breaks would split the record; other whitespace is
-		// kept as received.
-		var out bytes.Buffer
-		if err := json.Compact(&out, rec.Input); err != nil {
-			rec.Input, rec.Erased = nil, append(rec.Erased, "/input") // not JSON: never a broken line
-		} else {
-			rec.Input = out.Bytes()
-		}
+	var ok bool
+	if rec.Input, ok = oneLine(rec.Input); !ok {
+		rec.Input, rec.Erased = nil, append(rec.Erased, "/input") // not JSON: never a broken line
 	}
-	if len(rec.Result) > 0 && hasLineBreak(rec.Result) {
-		var out bytes.Buffer
-		if json.Compact(&out, rec.Result) == nil {
-			rec.Result = out.Bytes()
-		}
-	}
+	rec.Result, _ = oneLine(rec.Result)
+	rec.Promotion, _ = oneLine(rec.Promotion)
 	if rec.Shadow != nil && hasLineBreak(rec.Shadow.Result) {
-		var out bytes.Buffer
-		if json.Compact(&out, rec.Shadow.Result) == nil {
-			sh := *rec.Shadow
-			sh.Result = out.Bytes()
-			rec.Shadow = &sh
-		}
-	}
-	if hasLineBreak(rec.Promotion) {
-		var out bytes.Buffer
-		if json.Compact(&out, rec.Promotion) == nil {
-			rec.Promotion = out.Bytes()
-		}
+		sh := *rec.Shadow
+		sh.Result, _ = oneLine(sh.Result)
+		rec.Shadow = &sh
 	}
 	if cap(l.line) > 1<<20 {
 		l.line = nil // do not hold a large record's buffer between records
@@ -270,6 +251,20 @@ func (l *fileSink) encode(rec Record) []byte {
 	// through a series of doubling buffers.
 	l.line = appendRecord(slices.Grow(l.line[:0], recordSize(rec)), rec)
 	return l.line
+}
+
+// oneLine returns b compacted when it holds a line break (only line breaks
+// would split the record; other whitespace is kept as received), and false
+// when it does and is not JSON.
+func oneLine(b []byte) ([]byte, bool) {
+	if !hasLineBreak(b) {
+		return b, true
+	}
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b, false
+	}
+	return out.Bytes(), true
 }
 
 // recordSize is about the length of rec's line: its JSON members, which

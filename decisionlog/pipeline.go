@@ -44,11 +44,6 @@ type Sink interface {
 	Write(recs []Record)
 }
 
-// SinkFunc is a Sink of one function.
-type SinkFunc func(recs []Record)
-
-func (f SinkFunc) Write(recs []Record) { f(recs) }
-
 // Options configure a Logger. The zero value of each field means its default.
 type Options struct {
 	// Path is the log file, "-" for Stdout (then there is no rotation), or

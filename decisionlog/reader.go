@@ -63,6 +63,34 @@ func ReadLog(path string, fn func(rec Record) error) error {
 	return nil
 }
 
+// ReadTail calls fn for every record of the last maxBytes of the file at
+// path (the whole file when it is smaller), in order; the line the cut
+// falls in is skipped, and so are the lines ReadFile skips.
+func ReadTail(path string, maxBytes int64, fn func(rec Record) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	var r io.Reader = f
+	if off := st.Size() - maxBytes; off > 0 {
+		// From the byte before the cut, through the first newline: the rest
+		// of the line the cut falls in (nothing when it falls at a line's
+		// start), discarded as it is read.
+		br := bufio.NewReaderSize(io.NewSectionReader(f, off-1, maxBytes+1), 64<<10)
+		for err = bufio.ErrBufferFull; errors.Is(err, bufio.ErrBufferFull); {
+			_, err = br.ReadSlice('\n')
+		}
+		r = br
+	}
+	_, err = readRecords(r, path, MaxLineBytes(0), func(_ int, rec Record) error { return fn(rec) })
+	return err
+}
+
 // ReadFile calls fn for every record of the JSON lines file at path, in
 // order, with its 1-based line number. Log corruption does not stop an
 // audit: a line that is not a record is skipped, and each warning returned

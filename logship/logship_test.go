@@ -25,19 +25,22 @@ import (
 // (this Uploader among them) under mask.
 func masked(t *testing.T, mask []string, rec decisionlog.Record) decisionlog.Record {
 	t.Helper()
-	var got []decisionlog.Record
-	l, err := decisionlog.Open(decisionlog.Options{Mask: mask, Sinks: []decisionlog.Sink{decisionlog.SinkFunc(func(recs []decisionlog.Record) {
-		got = append(got, recs...)
-	})}})
+	got := &sinkRecords{}
+	l, err := decisionlog.Open(decisionlog.Options{Mask: mask, Sinks: []decisionlog.Sink{got}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Log(rec)
-	if err := l.Close(context.Background()); err != nil || len(got) != 1 {
-		t.Fatalf("the pipeline handed %d records: %v", len(got), err)
+	if err := l.Close(context.Background()); err != nil || len(got.recs) != 1 {
+		t.Fatalf("the pipeline handed %d records: %v", len(got.recs), err)
 	}
-	return got[0]
+	return got.recs[0]
 }
+
+// sinkRecords is a sink that keeps what the pipeline hands it.
+type sinkRecords struct{ recs []decisionlog.Record }
+
+func (s *sinkRecords) Write(recs []decisionlog.Record) { s.recs = append(s.recs, recs...) }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()

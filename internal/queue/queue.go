@@ -186,14 +186,3 @@ func (q *Queue[T]) Dropped(reason string) uint64 {
 	}
 	return c.Load()
 }
-
-// DroppedTotal is every item lost, whatever the reason.
-func (q *Queue[T]) DroppedTotal() uint64 {
-	q.dropMu.Lock()
-	defer q.dropMu.Unlock()
-	var n uint64
-	for _, c := range q.drops {
-		n += c.Load()
-	}
-	return n
-}

@@ -62,8 +62,9 @@ func TestTakeReleasesBytesAndKeepsOrder(t *testing.T) {
 		t.Fatalf("put after close: %v %q", ok, why)
 	}
 	q.Drop("write_failed", 2)
-	if q.DroppedTotal() != 4 {
-		t.Fatalf("total dropped %d, want 4 (1 full, 1 closed, 2 failed)", q.DroppedTotal())
+	q.Put(2, 1)
+	if q.Dropped("write_failed") != 2 || q.Dropped(Closed) != 2 || q.Dropped(Full) != 1 {
+		t.Fatalf("dropped by reason: %d failed, %d closed, %d full; want 2, 2, 1", q.Dropped("write_failed"), q.Dropped(Closed), q.Dropped(Full))
 	}
 }
 
