@@ -52,9 +52,7 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 			f.dest = os.Stdout
 		}
 	default:
-		if err := f.open(opts); err != nil {
-			return nil, err
-		}
+		return f, f.open(opts)
 	}
 	return f, nil
 }
@@ -159,9 +157,9 @@ func (l *fileSink) add(rec Record) {
 	l.batchN++
 }
 
-// flush writes the batch in one write of whole lines.
+// flush writes the batch in one write of whole lines (no file: nothing).
 func (l *fileSink) flush() {
-	if l.batchN == 0 {
+	if l == nil || l.batchN == 0 {
 		return
 	}
 	l.write(l.batch.Bytes(), l.batchN)

@@ -136,6 +136,9 @@ func (m *masker) walk(dec *json.Decoder, spans *[]span) error {
 type recordMasker struct{ plain, data *masker }
 
 func newRecordMasker(pointers []string) (*recordMasker, error) {
+	if len(pointers) == 0 {
+		return nil, nil
+	}
 	plain, err := newMasker(pointers)
 	if err != nil {
 		return nil, err

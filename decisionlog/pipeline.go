@@ -116,20 +116,15 @@ func Open(opts Options) (*Logger, error) {
 		opts.QueueBytes = DefaultQueueBytes
 	}
 	l.queue = queue.New[Record](queue.Limits{Bytes: opts.QueueBytes, HoldBytes: true})
-	if len(opts.Mask) > 0 {
-		m, err := newRecordMasker(opts.Mask)
-		if err != nil {
-			return nil, fmt.Errorf("decision log: %w", err)
-		}
-		l.masker = m
+	var err error
+	if l.masker, err = newRecordMasker(opts.Mask); err != nil {
+		return nil, fmt.Errorf("decision log: %w", err)
 	}
 	if opts.Path != "" {
-		f, err := openFile(opts, l)
-		if err != nil {
+		if l.file, err = openFile(opts, l); err != nil {
 			return nil, fmt.Errorf("decision log: %w", err)
 		}
-		l.file = f
-		l.sinks = append([]Sink{f}, l.sinks...)
+		l.sinks = append([]Sink{l.file}, l.sinks...)
 	}
 	go l.run()
 	return l, nil
@@ -233,7 +228,7 @@ func (l *Logger) run() {
 			select { // under steady load the queue is never empty: still flush on time
 			case <-timer.C:
 				armed = false
-				l.flush()
+				l.file.flush()
 			default:
 			}
 			var taken int64
@@ -266,13 +261,7 @@ func (l *Logger) run() {
 		case <-l.queue.Ready():
 		case <-timer.C:
 			armed = false
-			l.flush()
+			l.file.flush()
 		}
-	}
-}
-
-func (l *Logger) flush() {
-	if l.file != nil {
-		l.file.flush()
 	}
 }

@@ -96,7 +96,7 @@ type Shadow struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
-	sampled, dropped, abandoned, unjudged atomic.Uint64
+	sampled, abandoned, unjudged atomic.Uint64
 	expired, judged                       atomic.Uint64
 	evalNS, waitNS, inflight              atomic.Int64
 	promotions                            [3]atomic.Uint64 // promoted, forced, refused
@@ -239,6 +239,7 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 	if s.jobs.Len() >= s.cfg.Queue {
 		// Full already (a slow candidate, or one paused by steady load):
 		// dropped here, so that the live request pays for nothing more.
+		s.jobs.Drop(queue.Full, 1)
 		s.drop(r, rec.DecisionID, nil)
 		return nil
 	}
@@ -265,7 +266,7 @@ func (t *Ticket) Start() {
 // judgement until a promotion judges it from the decision log.
 func (s *Shadow) drop(r *run, id string, t *Ticket) {
 	r.tally.Drop(id)
-	if n := s.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, ...: a flood warns a few times, not per request
+	if n := s.jobs.Dropped(queue.Full); n&(n-1) == 0 { // 1, 2, 4, 8, ...: a flood warns a few times, not per request
 		s.log.Warn("shadow queue full: decisions not shadowed", "dropped_total", n, "queue", s.cfg.Queue, "queue_bytes", s.cfg.QueueBytes)
 	}
 	t.finish(nil)
@@ -511,7 +512,7 @@ type Stats struct {
 // Stats returns the account so far.
 func (s *Shadow) Stats() Stats {
 	return Stats{
-		Sampled: s.sampled.Load(), Judged: s.judged.Load(), Dropped: s.dropped.Load(), Abandoned: s.abandoned.Load(), Expired: s.expired.Load(), Unjudged: s.unjudged.Load(),
+		Sampled: s.sampled.Load(), Judged: s.judged.Load(), Dropped: s.jobs.Dropped(queue.Full), Abandoned: s.abandoned.Load(), Expired: s.expired.Load(), Unjudged: s.unjudged.Load(),
 		Queued: s.jobs.Len(), InFlight: s.inflight.Load(), Paused: s.paused.Load(),
 		EvaluationSeconds: time.Duration(s.evalNS.Load()).Seconds(), ThrottledSeconds: time.Duration(s.waitNS.Load()).Seconds(),
 		PausedSeconds: time.Duration(s.pausedNS.Load()).Seconds(),

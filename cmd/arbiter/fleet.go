@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/policybundle"
@@ -109,15 +108,6 @@ func newFleet(c *serveConfig, eng *engine.Engine, ecfg engine.Config, log *slog.
 		f.upload = up
 	}
 	return f, nil
-}
-
-// sinks are the fleet's sinks of the decision-record pipeline: the upload,
-// when --decision-log-service is set.
-func (f *fleet) sinks() []decisionlog.Sink {
-	if f.upload == nil {
-		return nil
-	}
-	return []decisionlog.Sink{f.upload}
 }
 
 // register adds the bundle and upload metrics to reg.

@@ -83,8 +83,7 @@ func uploadWhatWasAnswered(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{cfg: &fleetConfig{}, upload: up}
-	opts := decisionlog.Options{Path: filepath.Join(t.TempDir(), "decisions.log"), Sinks: f.sinks()}
+	opts := decisionlog.Options{Path: filepath.Join(t.TempDir(), "decisions.log"), Sinks: []decisionlog.Sink{up}}
 	if mode == "file fails" {
 		opts.Path, opts.Stdout = "-", failingWriter{}
 	}

@@ -125,7 +125,10 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 
 	// The decision-record pipeline: the file, the upload and the pages'
 	// ring are its sinks, each record masked once for all of them.
-	sinks := fl.sinks()
+	var sinks []decisionlog.Sink
+	if fl.upload != nil {
+		sinks = append(sinks, fl.upload)
+	}
 	var pg *pages
 	if c.ui {
 		pg = newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)
