@@ -112,10 +112,7 @@ func Open(opts Options) (*Logger, error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
-	if opts.QueueBytes <= 0 {
-		opts.QueueBytes = DefaultQueueBytes
-	}
-	l.queue = queue.New[Record](queue.Limits{Bytes: opts.QueueBytes, HoldBytes: true})
+	l.queue = queue.New[Record](queue.Limits{Bytes: opts.QueueBytes, HoldBytes: true}.Or(queue.Limits{Bytes: DefaultQueueBytes}))
 	var err error
 	if l.masker, err = newRecordMasker(opts.Mask); err != nil {
 		return nil, fmt.Errorf("decision log: %w", err)

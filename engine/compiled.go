@@ -348,15 +348,8 @@ type checkJob struct {
 }
 
 func newSelfChecker(s *Snapshot, cfg *SelfCheck) *selfChecker {
-	n := cfg.Queue
-	if n <= 0 {
-		n = DefaultSelfCheckQueue
-	}
-	b := cfg.MaxBytes
-	if b <= 0 {
-		b = DefaultSelfCheckBytes
-	}
-	return &selfChecker{snap: s, cfg: cfg, queue: queue.New[checkJob](queue.Limits{Items: n, Bytes: int64(b), HoldBytes: true})}
+	lim := queue.Limits{Items: cfg.Queue, Bytes: int64(cfg.MaxBytes), HoldBytes: true}
+	return &selfChecker{snap: s, cfg: cfg, queue: queue.New[checkJob](lim.Or(queue.Limits{Items: DefaultSelfCheckQueue, Bytes: DefaultSelfCheckBytes}))}
 }
 
 // sample queues a compiled answer for checking with probability Rate. It

@@ -97,9 +97,6 @@ func New(cfg Config) (*Uploader, error) {
 	if cfg.Resource == "" {
 		cfg.Resource = "/logs"
 	}
-	if cfg.MaxEvents <= 0 {
-		cfg.MaxEvents = 10000
-	}
 	if cfg.BatchEvents <= 0 {
 		cfg.BatchEvents = 1000
 	}
@@ -126,7 +123,7 @@ func New(cfg Config) (*Uploader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision-log service: %w", err)
 	}
-	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, queue: queue.New[decisionlog.Record](queue.Limits{Items: cfg.MaxEvents}), done: make(chan struct{})}
+	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, queue: queue.New[decisionlog.Record](queue.Limits{Items: cfg.MaxEvents}.Or(queue.Limits{Items: 10000})), done: make(chan struct{})}
 	u.ctx, u.abort = context.WithCancel(context.Background())
 	go u.loop()
 	return u, nil

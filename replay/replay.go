@@ -136,11 +136,11 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Option
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if !rec.IsDecision() {
-				if rec.Promotion != nil {
-					rep.Summary.Promotions++
-				}
-				return nil // a shadow outcome: its decision is on a line of its own
+			if rec.Promotion != nil {
+				rep.Summary.Promotions++
+			}
+			if !rec.IsDecision() { // a promotion, or a shadow outcome (its decision is a record of its own)
+				return nil
 			}
 			if rec.Revision != "" && !seenRev[rec.Revision] {
 				seenRev[rec.Revision] = true

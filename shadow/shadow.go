@@ -97,9 +97,9 @@ type Shadow struct {
 	wg      sync.WaitGroup
 
 	sampled, abandoned, unjudged atomic.Uint64
-	expired, judged                       atomic.Uint64
-	evalNS, waitNS, inflight              atomic.Int64
-	promotions                            [3]atomic.Uint64 // promoted, forced, refused
+	expired, judged              atomic.Uint64
+	evalNS, waitNS, inflight     atomic.Int64
+	promotions                   [3]atomic.Uint64 // promoted, forced, refused
 
 	// busy counts the live decisions in flight (LiveStart, LiveEnd); the
 	// candidate's evaluations pause while it is not zero. idle receives a
@@ -126,12 +126,8 @@ func New(cfg Config) *Shadow {
 	if cfg.Rate <= 0 || cfg.Rate > 1 {
 		cfg.Rate = DefaultRate
 	}
-	if cfg.Queue <= 0 {
-		cfg.Queue = DefaultQueue
-	}
-	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = DefaultQueueBytes
-	}
+	lim := queue.Limits{Items: cfg.Queue, Bytes: cfg.QueueBytes}.Or(queue.Limits{Items: DefaultQueue, Bytes: DefaultQueueBytes})
+	cfg.Queue, cfg.QueueBytes = lim.Items, lim.Bytes
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
@@ -144,7 +140,7 @@ func New(cfg Config) *Shadow {
 	if cfg.Examples <= 0 {
 		cfg.Examples = DefaultExamples
 	}
-	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](queue.Limits{Items: cfg.Queue, Bytes: cfg.QueueBytes}), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
+	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

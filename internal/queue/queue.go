@@ -27,6 +27,18 @@ type Limits struct {
 	HoldBytes bool
 }
 
+// Or returns l with each bound that is not positive replaced by def's: the
+// defaults of a component's configuration.
+func (l Limits) Or(def Limits) Limits {
+	if l.Items <= 0 {
+		l.Items = def.Items
+	}
+	if l.Bytes <= 0 {
+		l.Bytes = def.Bytes
+	}
+	return l
+}
+
 // Queue is a bounded first-in first-out queue safe for concurrent use.
 type Queue[T any] struct {
 	lim   Limits

@@ -35,6 +35,19 @@ func TestBoundsAndDropReasons(t *testing.T) {
 	}
 }
 
+func TestDefaults(t *testing.T) {
+	def := Limits{Items: 64, Bytes: 1 << 20}
+	for _, tc := range []struct{ in, want Limits }{
+		{Limits{}, def},
+		{Limits{Items: -1, Bytes: -5, HoldBytes: true}, Limits{Items: 64, Bytes: 1 << 20, HoldBytes: true}},
+		{Limits{Items: 3}, Limits{Items: 3, Bytes: 1 << 20}},
+	} {
+		if got := tc.in.Or(def); got != tc.want {
+			t.Errorf("%+v.Or(%+v) = %+v, want %+v", tc.in, def, got, tc.want)
+		}
+	}
+}
+
 func TestTakeReleasesBytesAndKeepsOrder(t *testing.T) {
 	q := New[int](Limits{Bytes: 10})
 	for i := range 5 {
