@@ -397,9 +397,9 @@ func TestShadowPromotesAnErrorStringChange(t *testing.T) {
 // The looping candidate, over HTTP: while the candidate is in its
 // loop (signalled by the policy itself; its deadline is an hour away) and
 // the queue behind it is full, decision requests are answered, every one,
-// and the candidate is still running when they are. The decision it loops
-// on has its record held until the shadow stops, then written without a
-// candidate answer.
+// and the candidate is still running when they are. No record waits for
+// the candidate: the decision it loops on is written while the loop still
+// runs, and no candidate answer follows it.
 func TestLoopingCandidateNeverDelaysHTTPAnswers(t *testing.T) {
 	live := accessDir(t)
 	cand := accessDir(t)
@@ -462,6 +462,14 @@ func TestLoopingCandidateNeverDelaysHTTPAnswers(t *testing.T) {
 	}
 	if st := sh.Stats(); st.InFlight != 1 || st.Dropped != n-2 {
 		t.Fatalf("stats %+v: want the loop in flight and %d dropped", st, n-2)
+	}
+	for deadline := time.Now().Add(time.Minute); dlog.Written() < n+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records written while the candidate loops: the log holds some back for it", dlog.Written(), n+1)
+		}
+	}
+	if st := sh.Stats(); st.InFlight != 1 {
+		t.Fatalf("stats %+v: the loop ended before its record was seen written", st)
 	}
 	if err := sh.Close(context.Background()); err != nil {
 		t.Fatal(err)
