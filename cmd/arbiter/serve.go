@@ -183,7 +183,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	fl.register(reg)
 	sh.register(reg)
-	if dlog != nil && c.decisionLog != "" {
+	if dlog != nil { // without a file too: a record the queue refused reaches no sink
 		reg.MustRegister(dlog.Collector())
 	}
 	conns := server.NewConnLimiter(c.connectionCap())
