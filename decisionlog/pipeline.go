@@ -121,7 +121,9 @@ func Open(opts Options) (*Logger, error) {
 		if l.file, err = openFile(opts, l); err != nil {
 			return nil, fmt.Errorf("decision log: %w", err)
 		}
-		l.sinks = append([]Sink{l.file}, l.sinks...)
+		// Last: the sinks that only queue or keep a record get it before a
+		// slow disk's write.
+		l.sinks = append(append([]Sink(nil), l.sinks...), l.file)
 	}
 	go l.run()
 	return l, nil
