@@ -193,13 +193,11 @@ func (u *Uploader) loop() {
 	defer ticker.Stop()
 	var batch []json.RawMessage
 	size := 0
-	flush := func() bool {
-		if len(batch) == 0 {
-			return true
+	flush := func() {
+		if len(batch) > 0 {
+			u.upload(batch)
+			batch, size = batch[:0], 0
 		}
-		ok := u.upload(batch)
-		batch, size = batch[:0], 0
-		return ok
 	}
 	add := func(rec decisionlog.Record) {
 		ev, err := u.event(rec)
@@ -219,17 +217,15 @@ func (u *Uploader) loop() {
 	}
 	var recs []decisionlog.Record
 	for {
-		recs, closed := u.queue.Take(recs[:0], u.cfg.BatchEvents)
+		var closed bool
+		recs, closed = u.queue.Take(recs[:0], u.cfg.BatchEvents)
 		for _, rec := range recs {
 			add(rec)
 		}
 		clear(recs)
 		switch {
-		case closed:
-			if !flush() {
-				// upload only gives up when Close's deadline passed.
-				u.queue.Discard(dropShutdown)
-			}
+		case closed: // and empty: past Close's deadline, each batch taken was counted as dropped
+			flush()
 			return
 		case len(recs) > 0:
 			continue

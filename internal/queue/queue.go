@@ -5,10 +5,7 @@
 // puts, and counts every item it did not keep by reason.
 package queue
 
-import (
-	"sync"
-	"sync/atomic"
-)
+import "sync"
 
 // Reasons an item is dropped. A component adds its own (Drop) for what it
 // loses after taking an item: a failed write, a shutdown deadline.
@@ -49,14 +46,12 @@ type Queue[T any] struct {
 	sizes  []int64
 	bytes  int64
 	closed bool
-
-	dropMu sync.Mutex
-	drops  map[string]*atomic.Uint64
+	drops  map[string]uint64 // by reason; they only grow
 }
 
 // New returns an empty Queue bounded by lim.
 func New[T any](lim Limits) *Queue[T] {
-	return &Queue[T]{lim: lim, ready: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}}
+	return &Queue[T]{lim: lim, ready: make(chan struct{}, 1), drops: map[string]uint64{}}
 }
 
 // Limits returns the queue's bounds.
@@ -68,16 +63,18 @@ func (q *Queue[T]) Limits() Limits { return q.lim }
 // not be refused forever); after Close it is dropped as Closed.
 func (q *Queue[T]) Put(v T, size int64) (bool, string) {
 	q.mu.Lock()
+	why := ""
 	switch {
 	case q.closed:
-		q.mu.Unlock()
-		q.Drop(Closed, 1)
-		return false, Closed
+		why = Closed
 	case q.lim.Items > 0 && len(q.items) >= q.lim.Items,
 		q.lim.Bytes > 0 && len(q.items) > 0 && q.bytes+size > q.lim.Bytes:
+		why = Full
+	}
+	if why != "" {
+		q.drops[why]++
 		q.mu.Unlock()
-		q.Drop(Full, 1)
-		return false, Full
+		return false, why
 	}
 	q.items = append(q.items, v)
 	q.sizes = append(q.sizes, size)
@@ -146,20 +143,6 @@ func (q *Queue[T]) Close() {
 	q.signal()
 }
 
-// Discard empties the queue, counting what it held as dropped for reason,
-// and returns how many items that was.
-func (q *Queue[T]) Discard(reason string) int {
-	q.mu.Lock()
-	n := len(q.items)
-	for _, s := range q.sizes {
-		q.bytes -= s
-	}
-	q.items, q.sizes = nil, nil
-	q.mu.Unlock()
-	q.Drop(reason, uint64(n))
-	return n
-}
-
 // Len and Bytes are what the queue holds now.
 func (q *Queue[T]) Len() int {
 	q.mu.Lock()
@@ -175,26 +158,14 @@ func (q *Queue[T]) Bytes() int64 {
 
 // Drop counts n items lost for reason.
 func (q *Queue[T]) Drop(reason string, n uint64) {
-	if n == 0 {
-		return
-	}
-	q.dropMu.Lock()
-	c := q.drops[reason]
-	if c == nil {
-		c = new(atomic.Uint64)
-		q.drops[reason] = c
-	}
-	q.dropMu.Unlock()
-	c.Add(n)
+	q.mu.Lock()
+	q.drops[reason] += n
+	q.mu.Unlock()
 }
 
-// Dropped returns the items lost for reason so far; it only grows.
+// Dropped returns the items lost for reason so far.
 func (q *Queue[T]) Dropped(reason string) uint64 {
-	q.dropMu.Lock()
-	c := q.drops[reason]
-	q.dropMu.Unlock()
-	if c == nil {
-		return 0
-	}
-	return c.Load()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.drops[reason]
 }
