@@ -8,7 +8,7 @@ import (
 
 var (
 	requestsDesc = prometheus.NewDesc("arbiter_bundle_requests_total",
-		"Bundle polls, by result: downloaded, not_modified or failed (network, HTTP status, signature).", []string{"bundle", "result"}, nil)
+		"Bundle polls, by result: downloaded, not_modified, stalled (past the download deadline or minimum rate) or failed (network, HTTP status, size limits, signature).", []string{"bundle", "result"}, nil)
 	loadsDesc = prometheus.NewDesc("arbiter_bundle_loads_total",
 		"Downloaded bundles, by result: activated, or refused at read (layout) or at the gate (compile, schemas, tests); a bundle that fails its signature is a failed request.", []string{"bundle", "result"}, nil)
 	lastDesc = prometheus.NewDesc("arbiter_bundle_last_timestamp_seconds",
@@ -35,9 +35,10 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, label string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name, label)
 	}
-	counter(requestsDesc, n.Requests-n.NotModified-n.DownloadFailed, "downloaded")
+	counter(requestsDesc, n.Requests-n.NotModified-n.DownloadFailed-n.Stalled, "downloaded")
 	counter(requestsDesc, n.NotModified, "not_modified")
 	counter(requestsDesc, n.DownloadFailed, "failed")
+	counter(requestsDesc, n.Stalled, "stalled")
 	counter(loadsDesc, n.Loaded, "activated")
 	counter(loadsDesc, n.ReadFailed, "refused_read")
 	counter(loadsDesc, n.GateFailed, "refused_gate")

@@ -1,7 +1,10 @@
 package policybundle
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +23,66 @@ import (
 // DefaultMaxFileBytes bounds one file of a bundle (OPA's own default is
 // 1 GiB, a gzip bomb's playground).
 const DefaultMaxFileBytes = 64 << 20
+
+// Limits bound one bundle download before OPA's reader unpacks it (it holds
+// every file before it checks the signature).
+type Limits struct {
+	Bytes         int64 // the compressed download
+	UnpackedBytes int64 // all files of the tarball, unpacked
+	Files         int   // entries of the tarball
+}
+
+// DefaultLimits are far above an Arbiter bundle (policies, schemas, tests:
+// a few MiB unpacked) and far below a replica's memory limit.
+var DefaultLimits = Limits{Bytes: 16 << 20, UnpackedBytes: 128 << 20, Files: 10000}
+
+// scan streams a gzip tarball through, holding only its signatures file,
+// and refuses it past lim: counting each entry's declared size before
+// reading it. With vc, a .signatures.json that comes first (as `opa build`
+// writes it) is verified at once, and every later file must be one it
+// signs; OPA's reader then checks the hashes.
+func scan(raw []byte, vc *bundle.VerificationConfig, lim Limits) error {
+	gz, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("bundle archive: %w", err)
+	}
+	tr := tar.NewReader(gz)
+	var unpacked int64
+	var signed map[string]bundle.FileInfo
+	for n := 1; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("bundle archive: %w", err)
+		}
+		if n > lim.Files {
+			return fmt.Errorf("bundle refused while unpacking: more than %d files", lim.Files)
+		}
+		if unpacked += h.Size; unpacked > lim.UnpackedBytes {
+			return fmt.Errorf("bundle refused while unpacking: more than %d bytes unpacked", lim.UnpackedBytes)
+		}
+		if h.Typeflag != tar.TypeReg || vc == nil {
+			continue
+		}
+		p := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		switch _, ok := signed[p]; {
+		case signed == nil && p == signaturesFile:
+			var sc bundle.SignaturesConfig
+			if err := json.NewDecoder(tr).Decode(&sc); err != nil {
+				return fmt.Errorf("bundle signatures: %w", err)
+			}
+			if signed, err = bundle.VerifyBundleSignature(sc, vc); err != nil {
+				return fmt.Errorf("bundle signature: %w", err)
+			}
+		case signed == nil:
+			vc = nil // not first: OPA's reader verifies it at the end, within lim
+		case !ok:
+			return fmt.Errorf("bundle file %s is not signed", p)
+		}
+	}
+}
 
 // Revision is a bundle read and verified: its manifest and the files of
 // the revision it carries, ready for engine.LoadFiles.

@@ -38,7 +38,12 @@ type SourceConfig struct {
 	// the server to hold a request that many seconds (OPA's long polling;
 	// servers that do not support it are polled as usual).
 	MinDelay, MaxDelay, LongPoll time.Duration
-	Logger                       *slog.Logger
+	// Each HTTP request of a poll is read whole within Limits, and fails as
+	// stalled (ErrStalled) past DownloadTimeout (plus LongPoll) or when 1 KiB
+	// does not arrive within StallTimeout. Zero values are the defaults.
+	Limits                        Limits
+	DownloadTimeout, StallTimeout time.Duration
+	Logger                        *slog.Logger
 }
 
 // DefaultName is the bundle name when SourceConfig leaves it empty.
@@ -68,15 +73,17 @@ type Source struct {
 		Stop(context.Context)
 	}
 
-	mu     sync.Mutex
-	status Status
-	counts Counts
+	mu        sync.Mutex
+	status    Status
+	counts    Counts
+	completed time.Time // of the last poll that did not stall (or the start)
+	stuck     time.Duration
 }
 
 // Counts are the totals a Source exports as metrics.
 type Counts struct {
-	Requests, NotModified, Loaded          uint64
-	DownloadFailed, ReadFailed, GateFailed uint64
+	Requests, NotModified, Loaded                   uint64
+	DownloadFailed, Stalled, ReadFailed, GateFailed uint64
 }
 
 // NewSource checks cfg and prepares the downloader; Start begins polling.
@@ -87,6 +94,15 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.DownloadTimeout <= 0 {
+		cfg.DownloadTimeout = DefaultDownloadTimeout
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
 	vc, err := cfg.Keys.VerificationConfig()
 	if err != nil {
 		return nil, err
@@ -95,13 +111,15 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	if err != nil {
 		return nil, err
 	}
-	restCfg := map[string]any{"url": service}
+	restCfg := map[string]any{"url": service, "credentials": map[string]any{"plugin": "arbiter"}}
 	if oci {
 		restCfg["type"] = "oci"
 	}
 	rc, _ := json.Marshal(restCfg)
 	olog := opalog.New(cfg.Logger.With("bundle", cfg.Name))
-	client, err := rest.New(rc, nil, rest.Logger(olog), rest.Name(cfg.Name))
+	g := &guard{vc: vc, lim: cfg.Limits, timeout: cfg.DownloadTimeout + cfg.LongPoll, stall: cfg.StallTimeout}
+	client, err := rest.New(rc, nil, rest.Logger(olog), rest.Name(cfg.Name),
+		rest.AuthPluginLookup(func(string) rest.HTTPAuthPlugin { return g }))
 	if err != nil {
 		return nil, fmt.Errorf("bundle service %s: %w", service, err)
 	}
@@ -109,7 +127,8 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, vc: vc, log: cfg.Logger, activate: activate}
+	s := &Source{cfg: cfg, vc: vc, log: cfg.Logger, activate: activate,
+		stuck: g.timeout + 3*time.Duration(*dcfg.Polling.MaxDelaySeconds)*time.Second}
 	s.status.Name, s.status.URL, s.status.Type = cfg.Name, cfg.URL, "snapshot"
 	if oci {
 		s.dl = download.NewOCI(dcfg, client, path, "").
@@ -183,7 +202,24 @@ func pollingConfig(cfg SourceConfig) (download.Config, error) {
 }
 
 // Start begins polling; the first request goes out at once.
-func (s *Source) Start(ctx context.Context) { s.dl.Start(ctx) }
+func (s *Source) Start(ctx context.Context) {
+	s.mu.Lock()
+	s.completed = time.Now()
+	s.mu.Unlock()
+	s.dl.Start(ctx)
+}
+
+// Stuck reports a source whose polls have all stalled, or not returned, for
+// longer than three polls may take (three longest delays and one whole
+// download).
+func (s *Source) Stuck(now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.completed.IsZero() || now.Sub(s.completed) <= s.stuck {
+		return nil
+	}
+	return fmt.Errorf("bundle %s: no poll has completed for %s", s.cfg.Name, now.Sub(s.completed).Round(time.Second))
+}
 
 // Stop ends polling and waits for a poll in flight.
 func (s *Source) Stop(ctx context.Context) { s.dl.Stop(ctx) }
@@ -214,6 +250,14 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	if u.Metrics != nil {
 		s.status.Metrics = u.Metrics
 	}
+	if errors.Is(u.Error, ErrStalled) {
+		s.counts.Stalled++
+		s.status.SetError(u.Error)
+		s.mu.Unlock()
+		s.log.Error("bundle download stalled and was cut off; the active revision keeps serving", "bundle", s.cfg.Name, "err", u.Error)
+		return nil
+	}
+	s.completed = time.Now()
 	if u.Error != nil {
 		s.counts.DownloadFailed++
 		s.status.SetError(u.Error)

@@ -363,7 +363,7 @@ func TestStatusSaysReloadInProgress(t *testing.T) {
 // TestConnLimiterEvictsIdle: at the connection cap the longest idle
 // keep-alive connection is closed to make room; a new caller is served.
 func TestConnLimiterEvictsIdle(t *testing.T) {
-	lim := NewConnLimiter(2)
+	lim := NewConnLimiter(2, 0)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

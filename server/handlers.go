@@ -44,12 +44,10 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		defer s.liveEnd()
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
 		ctx := r.Context()
-		if s.cfg.RequestTimeout > 0 {
-			deadline := q.start.Add(s.cfg.RequestTimeout)
+		if s.cfg.RequestTimeout > 0 { // the body's read deadline is paceBodies'
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, deadline)
+			ctx, cancel = context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
 			defer cancel()
-			_ = http.NewResponseController(w).SetReadDeadline(deadline)
 		}
 		// What can be answered without the body is answered before it is
 		// read: a request for a decision that does not exist costs nothing.
@@ -361,11 +359,20 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 }
 
 // health answers 200 while the process runs (HEAD too). With ?bundles
-// (OPA's readiness check) it answers 200 only once a revision is loaded.
+// (OPA's readiness check) it answers 200 only once a revision is loaded,
+// and while the bundle's polls are not stuck.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Has("bundles") && s.eng.Snapshot() == nil {
-		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
-		return
+	if r.URL.Query().Has("bundles") {
+		if s.eng.Snapshot() == nil {
+			writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
+			return
+		}
+		if s.cfg.BundleStuck != nil {
+			if err := s.cfg.BundleStuck(); err != nil {
+				writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: err.Error()}, false, "")
+				return
+			}
+		}
 	}
 	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`)) // net/http sends no body for HEAD
 }

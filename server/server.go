@@ -40,6 +40,14 @@ type DecisionLog interface {
 // the Runner's own bound on runner-state.json.
 const DefaultMaxBodyBytes = 16 << 20
 
+// DefaultMinBodyRate and DefaultBodyGrace are the body pace when Config
+// leaves them zero: generous for any link a Runner sits on, and a body
+// trickled a byte every few seconds holds its connection 5 s, not 30.
+const (
+	DefaultMinBodyRate = 4 << 10
+	DefaultBodyGrace   = 5 * time.Second
+)
+
 // DefaultRequestTimeout bounds a whole decision request when Config leaves
 // RequestTimeout zero.
 const DefaultRequestTimeout = 30 * time.Second
@@ -57,8 +65,14 @@ type Config struct {
 	// answered overloaded (503, Retry-After).
 	MaxInflightBytes, MaxInflightValues int64
 	// RequestTimeout bounds a decision request from its start: reading the
-	// body, decoding, validation and evaluation.
+	// body, decoding, validation and evaluation. It also bounds reading the
+	// body of every other request.
 	RequestTimeout time.Duration
+	// MinBodyRate (bytes per second) is the least a request body must
+	// average once BodyGrace has passed since the request began; a slower
+	// one is cut off at its read deadline (conns.go).
+	MinBodyRate int64
+	BodyGrace   time.Duration
 	// RefuseUnlogged answers overloaded instead of a decision whose record
 	// the decision log refused (its queue is full); by default the decision
 	// is answered and the record counted as dropped.
@@ -78,6 +92,9 @@ type Config struct {
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any
+	// BundleStuck, when set, says why the bundle's polls are stuck: then
+	// /health?bundles is not ready either.
+	BundleStuck func() error
 	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
 	Shadow *ShadowConfig
 	// UI, when set, serves the pages under /ui (package server/ui): behind
@@ -119,6 +136,12 @@ func New(cfg Config, eng Engine) http.Handler {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.MinBodyRate <= 0 {
+		cfg.MinBodyRate = DefaultMinBodyRate
+	}
+	if cfg.BodyGrace <= 0 {
+		cfg.BodyGrace = DefaultBodyGrace
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -136,7 +159,7 @@ func New(cfg Config, eng Engine) http.Handler {
 	s.metrics = newMetrics(cfg.Registry, eng, cfg, s.adm)
 
 	r := chi.NewRouter()
-	r.Use(s.recoverer)
+	r.Use(s.paceBodies, s.recoverer)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, &engine.Error{Code: CodeNotFound, Message: "no such route"}, isDataAPI(req), "")
 	})

@@ -186,3 +186,29 @@ func TestServeFromBundle(t *testing.T) {
 		t.Fatalf("no upload summary at shutdown:\n%s", s.stderr.String())
 	}
 }
+
+// TestServeUnsignedBundleWithoutKey: with no verification key configured, a
+// replica starts and serves an unsigned bundle, as docs/FLEET.md says. The
+// key id's default ("default", as OPA's) once counted as a key id given
+// without a key file, and serve refused to start.
+func TestServeUnsignedBundleWithoutKey(t *testing.T) {
+	root := copyRepo(t)
+	bundles := &staticBundle{}
+	bs := httptest.NewServer(bundles)
+	defer bs.Close()
+	raw, _, err := policybundle.Build(context.Background(), policybundle.BuildOptions{
+		Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas"), Tests: filepath.Join(root, "policy_test"),
+		Revision: "unsigned-1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundles.set(raw)
+	s := startServer(t, append(folderArgs(root), "--bundle-url", bs.URL+"/bundles/arbiter.tar.gz",
+		"--bundle-poll-min-delay", "1s", "--bundle-poll-max-delay", "1s")...)
+	waitFor(t, 30*time.Second, "readiness", func() bool { code, _ := getJSON(t, s.url+"/health?bundles"); return code == http.StatusOK })
+	if _, st := getJSON(t, s.url+"/v1/status"); st["policy_revision"] != "unsigned-1" {
+		t.Fatalf("status: %v", st)
+	}
+	s.stop(t)
+}

@@ -404,9 +404,11 @@ func TestMalformedEnvironmentIsAnError(t *testing.T) {
 }
 
 // TestFolderDefaults: the default folders are those of the working
-// directory or of its git repository's root, never of another ancestor.
+// directory or of its git work tree's root, never of another ancestor, and
+// never of a folder another user can write or could have planted a .git in:
+// an empty file named .git beside policies/ in a world-writable folder made
+// every command below it load those policies.
 func TestFolderDefaults(t *testing.T) {
-	root := copyRepo(t)
 	fx := decidedFixture(t)
 	in := writeFile(t, t.TempDir(), "input.json", fx.Input)
 	evalIn := func(dir string) (string, int) {
@@ -422,24 +424,95 @@ func TestFolderDefaults(t *testing.T) {
 		_ = cmd.Run()
 		return out.String(), cmd.ProcessState.ExitCode()
 	}
-	below := filepath.Join(root, "a", "b")
-	if err := os.MkdirAll(below, 0o755); err != nil {
-		t.Fatal(err)
+	// gitDir makes dir a repository folder as git checks one (HEAD,
+	// objects/, refs/), and returns it.
+	gitDir := func(t *testing.T, dir string) string {
+		for _, d := range []string{"objects", "refs"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writeFile(t, dir, "HEAD", []byte("ref: refs/heads/main\n"))
+		return dir
 	}
-	// An ancestor that is not a git root: its folders are not used.
-	if out, code := evalIn(below); code != 1 || !strings.Contains(out, filepath.Join("policies")) {
-		t.Errorf("eval below planted folders: exit %d, want 1 (no policies here):\n%s", code, out)
+	chmod := func(t *testing.T, dir string, mode os.FileMode) {
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// The working directory itself.
-	if out, code := evalIn(root); code != 0 {
-		t.Errorf("eval in the folder holding policies/: exit %d\n%s", code, out)
-	}
-	// The root of the git repository, from below it.
-	if err := os.Mkdir(filepath.Join(root, ".git"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, code := evalIn(below); code != 0 {
-		t.Errorf("eval below the git root: exit %d\n%s", code, out)
+	for _, tc := range []struct {
+		name string
+		// plant prepares the repository copy at root; the command runs in
+		// root/a/b (or root itself with inRoot).
+		plant  func(t *testing.T, root string)
+		inRoot bool
+		loaded bool // whether root's folders are the defaults
+	}{
+		{"the working directory", func(*testing.T, string) {}, true, true},
+		{"a working directory another user can write", func(t *testing.T, root string) { chmod(t, root, 0o777|os.ModeSticky) }, true, false},
+		{"an ancestor that is not a git root", func(*testing.T, string) {}, false, false},
+		{"the root of a git folder", func(t *testing.T, root string) { gitDir(t, filepath.Join(root, ".git")) }, false, true},
+		{"a linked worktree's gitfile", func(t *testing.T, root string) {
+			common := gitDir(t, t.TempDir())
+			wt := filepath.Join(common, "worktrees", "wt")
+			if err := os.MkdirAll(wt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, wt, "HEAD", []byte("ref: refs/heads/wt\n"))
+			writeFile(t, wt, "commondir", []byte("../..\n"))
+			writeFile(t, root, ".git", []byte("gitdir: "+wt+"\n"))
+		}, false, true},
+		{"an empty .git file", func(t *testing.T, root string) { writeFile(t, root, ".git", nil) }, false, false},
+		{"a gitfile naming no git folder", func(t *testing.T, root string) { writeFile(t, root, ".git", []byte("gitdir: "+t.TempDir()+"\n")) }, false, false},
+		{"an empty .git folder", func(t *testing.T, root string) {
+			if err := os.Mkdir(filepath.Join(root, ".git"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, false, false},
+		{"planted in a world-writable folder", func(t *testing.T, root string) {
+			writeFile(t, root, ".git", nil)
+			chmod(t, root, 0o777)
+		}, false, false},
+		{"a world-writable git root", func(t *testing.T, root string) {
+			gitDir(t, filepath.Join(root, ".git"))
+			chmod(t, root, 0o777|os.ModeSticky)
+		}, false, false},
+		{"a group-writable git root", func(t *testing.T, root string) {
+			gitDir(t, filepath.Join(root, ".git"))
+			chmod(t, root, 0o775)
+		}, false, false},
+		{"a git root another user owns", func(t *testing.T, root string) {
+			gitDir(t, filepath.Join(root, ".git"))
+			if os.Geteuid() != 0 {
+				t.Skip("only root can give a folder away")
+			}
+			if err := os.Chown(root, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}, false, false},
+		{"a world-writable folder on the way", func(t *testing.T, root string) {
+			gitDir(t, filepath.Join(root, ".git"))
+			chmod(t, filepath.Join(root, "a"), 0o777)
+		}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := copyRepo(t)
+			dir := filepath.Join(root, "a", "b")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tc.plant(t, root)
+			if tc.inRoot {
+				dir = root
+			}
+			out, code := evalIn(dir)
+			switch {
+			case tc.loaded && code != 0:
+				t.Errorf("exit %d, want 0 (the folders of %s)\n%s", code, root, out)
+			case !tc.loaded && (code != 1 || !strings.Contains(out, "policies") && !strings.Contains(out, "no folder configured")):
+				t.Errorf("exit %d, want 1 (no policies in %s)\n%s", code, dir, out)
+			}
+		})
 	}
 }
 

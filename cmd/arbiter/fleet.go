@@ -27,6 +27,9 @@ type fleetConfig struct {
 	pollMin        time.Duration
 	pollMax        time.Duration
 	longPoll       time.Duration
+	limits         policybundle.Limits
+	dlTimeout      time.Duration
+	stallTimeout   time.Duration
 
 	logService     string
 	logMaxEvents   int64
@@ -41,11 +44,16 @@ func (f *fleetConfig) register(fs *command) {
 	fs.StringVar(&f.bundleURL, "bundle-url", "", "serve the revision of this OPA bundle instead of the folders: http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG")
 	fs.StringVar(&f.bundleName, "bundle-name", policybundle.DefaultName, "the bundle's name in status, metrics and decision logs")
 	fs.StringVar(&f.keyFile, "bundle-verification-key-file", "", "PEM public key (or HMAC secret) bundles must be signed with; unsigned or tampered bundles are then refused")
-	fs.StringVar(&f.keyID, "bundle-verification-key-id", "default", "id of the verification key (a signature's kid must name it)")
+	fs.StringVar(&f.keyID, "bundle-verification-key-id", "", "id of the verification key, a signature's kid must name it (default: default, as OPA)")
 	fs.StringVar(&f.keyAlg, "bundle-verification-key-alg", "RS256", "signature algorithm of the verification key")
 	fs.DurationVar(&f.pollMin, "bundle-poll-min-delay", 10*time.Second, "shortest wait between two bundle polls (whole seconds)")
 	fs.DurationVar(&f.pollMax, "bundle-poll-max-delay", 20*time.Second, "longest wait between two bundle polls, and the cap of the retry backoff")
 	fs.DurationVar(&f.longPoll, "bundle-long-poll-timeout", 0, "ask an OPA-style bundle server to hold each poll this long (0: plain polling)")
+	fs.Int64Var(&f.limits.Bytes, "bundle-max-bytes", policybundle.DefaultLimits.Bytes, "largest bundle download (compressed); a larger one is refused as it arrives")
+	fs.Int64Var(&f.limits.UnpackedBytes, "bundle-max-unpacked-bytes", policybundle.DefaultLimits.UnpackedBytes, "most bytes a bundle may unpack to, counted before anything is kept")
+	fs.IntVar(&f.limits.Files, "bundle-max-files", policybundle.DefaultLimits.Files, "most files (tarball entries) in a bundle")
+	fs.DurationVar(&f.dlTimeout, "bundle-download-timeout", policybundle.DefaultDownloadTimeout, "deadline of each bundle download, headers and body (after the long-poll wait); past it the download is cut off as stalled")
+	fs.DurationVar(&f.stallTimeout, "bundle-download-stall-timeout", policybundle.DefaultStallTimeout, "a bundle download that receives less than 1 KiB in this long is cut off as stalled (its minimum rate)")
 	fs.StringVar(&f.logService, "decision-log-service", "", "upload decisions as OPA EventV1 gzip batches to this service (POST URL/logs)")
 	fs.Int64Var(&f.logMaxEvents, "decision-log-upload-max-events", 10000, "events that may wait for upload; more are dropped and counted")
 	fs.DurationVar(&f.logInterval, "decision-log-upload-interval", time.Second, "time between uploads while events trickle in")
@@ -53,7 +61,8 @@ func (f *fleetConfig) register(fs *command) {
 	fs.DurationVar(&f.uploadDeadline, "decision-log-upload-shutdown-timeout", 10*time.Second, "how long a stopping replica keeps trying to upload what is queued")
 	fs.StringVar(&f.replicaID, "replica-id", host, "this replica's id: the id label of its uploaded decisions")
 	fs.fromEnv("bundle-url", "bundle-name", "bundle-verification-key-file", "bundle-verification-key-id", "bundle-verification-key-alg",
-		"bundle-poll-min-delay", "bundle-poll-max-delay", "bundle-long-poll-timeout", "decision-log-service", "decision-log-upload-max-events",
+		"bundle-poll-min-delay", "bundle-poll-max-delay", "bundle-long-poll-timeout", "bundle-max-bytes", "bundle-max-unpacked-bytes",
+		"bundle-max-files", "bundle-download-timeout", "bundle-download-stall-timeout", "decision-log-service", "decision-log-upload-max-events",
 		"decision-log-upload-interval", "decision-log-upload-max-retry-delay", "decision-log-upload-shutdown-timeout", "replica-id")
 }
 
@@ -64,6 +73,9 @@ func (f *fleetConfig) validate() error {
 		}
 		if f.pollMin < time.Second || f.pollMax < f.pollMin {
 			return errors.New("--bundle-poll-min-delay must be at least 1s and --bundle-poll-max-delay at least as long")
+		}
+		if f.limits.Bytes <= 0 || f.limits.UnpackedBytes <= 0 || f.limits.Files <= 0 || f.dlTimeout <= 0 || f.stallTimeout <= 0 {
+			return errors.New("--bundle-max-bytes, --bundle-max-unpacked-bytes, --bundle-max-files, --bundle-download-timeout and --bundle-download-stall-timeout must be positive")
 		}
 	}
 	if f.logService != "" && f.logMaxEvents <= 0 {
@@ -86,11 +98,7 @@ type fleet struct {
 func newFleet(c *serveConfig, eng *engine.Engine, ecfg engine.Config, log *slog.Logger) (*fleet, error) {
 	f := &fleet{cfg: &c.fleetConfig, eng: eng}
 	if c.bundleURL != "" {
-		src, err := policybundle.NewSource(policybundle.SourceConfig{
-			URL: c.bundleURL, Name: c.bundleName,
-			Keys:     policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg},
-			MinDelay: c.pollMin, MaxDelay: c.pollMax, LongPoll: c.longPoll, Logger: log,
-		}, policybundle.Activator(eng, ecfg))
+		src, err := policybundle.NewSource(c.sourceConfig(c.bundleURL, c.bundleName, log), policybundle.Activator(eng, ecfg))
 		if err != nil {
 			return nil, err
 		}
@@ -110,6 +118,16 @@ func newFleet(c *serveConfig, eng *engine.Engine, ecfg engine.Config, log *slog.
 	return f, nil
 }
 
+// sourceConfig is how a bundle at url is polled, verified and bounded.
+func (f *fleetConfig) sourceConfig(url, name string, log *slog.Logger) policybundle.SourceConfig {
+	return policybundle.SourceConfig{
+		URL: url, Name: name,
+		Keys:     policybundle.Keys{File: f.keyFile, ID: f.keyID, Algorithm: f.keyAlg},
+		MinDelay: f.pollMin, MaxDelay: f.pollMax, LongPoll: f.longPoll, Logger: log,
+		Limits: f.limits, DownloadTimeout: f.dlTimeout, StallTimeout: f.stallTimeout,
+	}
+}
+
 // register adds the bundle and upload metrics to reg.
 func (f *fleet) register(reg *prometheus.Registry) {
 	if f.source != nil {
@@ -126,6 +144,14 @@ func (f *fleet) bundleStatus() any {
 		return nil
 	}
 	return map[string]policybundle.Status{f.cfg.bundleName: f.source.Status()}
+}
+
+// bundleStuck says why the bundle's polls are stuck (nil when they are not).
+func (f *fleet) bundleStuck() error {
+	if f.source == nil {
+		return nil
+	}
+	return f.source.Stuck(time.Now())
 }
 
 func (f *fleet) start(ctx context.Context) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -222,4 +223,106 @@ func TestTrickledBodyIsCutOff(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// trickle opens a connection that sends headStart bytes at once and then
+// one more every 100 ms: of the headers of a request (an endless header
+// line) or, after whole headers, of its body. The channel receives once the
+// server closes the connection: nil, or what is wrong with how it ended (a
+// decision, or the hang guard passed).
+func trickle(t *testing.T, url, decision string, body bool, headStart int) <-chan error {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	t.Cleanup(func() { conn.Close() })
+	head := "POST /v1/decisions/" + decision + " HTTP/1.1\r\nHost: arbiter\r\nContent-Type: application/json\r\n"
+	if body {
+		head += fmt.Sprintf("Content-Length: %d\r\n\r\n", headStart+1<<20)
+	} else {
+		head += "X-Pad: "
+	}
+	if headStart == 0 && !body {
+		head = head[:1] // a trickle from the request's first byte
+	}
+	if _, err := io.WriteString(conn, head+strings.Repeat(" ", headStart)); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := conn.Write([]byte{' '}); err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		_ = conn.SetReadDeadline(time.Now().Add(time.Minute)) // hang guard: the server's own deadlines are 10 minutes
+		b, err := io.ReadAll(conn)
+		switch {
+		case isTimeout(err):
+			ended <- fmt.Errorf("still open after the hang guard (read %q)", b)
+		case bytes.HasPrefix(b, []byte("HTTP/1.1 200")):
+			ended <- fmt.Errorf("decided: %q", b)
+		default:
+			ended <- nil // closed, reset, or answered with an error
+		}
+	}()
+	return ended
+}
+
+// TestSlowConnectionsCannotLockOut is issue 18's lockout: with the
+// connection cap full of clients sending their headers or a body a byte at
+// a time, a new client is still answered, because at the cap the
+// connection furthest behind --min-body-rate is closed to make room. The
+// server's own deadlines are 10 minutes here, so only that can make room
+// within the tests' hang guards. Attackers that reopen their connections
+// (with a head start, so that they are not yet behind) close the older
+// ones; a caller is answered each time.
+func TestSlowConnectionsCannotLockOut(t *testing.T) {
+	const maxConns = 4
+	args, _ := quickArgs(t)
+	srv := startServer(t, append(args, "--max-connections", strconv.Itoa(maxConns), "--min-body-rate", "100",
+		"--read-header-timeout", "10m", "--read-timeout", "10m", "--request-timeout", "10m")...)
+	fx := decidedFixture(t)
+	var first []<-chan error
+	for i := range maxConns {
+		first = append(first, trickle(t, srv.url, fx.Decision, i%2 == 0, 0))
+	}
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range maxConns {
+		if a := decideFixture(t, client, srv.url, fx); a.status != http.StatusOK {
+			t.Fatalf("caller %d beside %d slow connections: %d %s", i, maxConns, a.status, a.body)
+		}
+		// 3000 bytes ahead of 100 bytes/s: not behind for 30 s.
+		trickle(t, srv.url, fx.Decision, i%2 == 0, 3000)
+	}
+	// The reopened connections hold every slot: the first ones are closed.
+	for i, ended := range first {
+		if err := <-ended; err != nil {
+			t.Errorf("slow connection %d: %v", i, err)
+		}
+	}
+}
+
+// TestSlowBodyIsCutOffAtMinRate: without pressure on the cap, a body
+// trickled below --min-body-rate, and headers trickled, are cut off once
+// --read-header-timeout has passed, not at --read-timeout (10 minutes here,
+// beyond the hang guard).
+func TestSlowBodyIsCutOffAtMinRate(t *testing.T) {
+	args, _ := quickArgs(t)
+	srv := startServer(t, append(args, "--min-body-rate", "100", "--read-header-timeout", "1s",
+		"--read-timeout", "10m", "--request-timeout", "10m")...)
+	fx := decidedFixture(t)
+	for _, body := range []bool{true, false} {
+		if err := <-trickle(t, srv.url, fx.Decision, body, 0); err != nil {
+			t.Errorf("trickled (body %v): %v", body, err)
+		}
+	}
+	if a := decideFixture(t, &http.Client{Timeout: time.Minute}, srv.url, fx); a.status != http.StatusOK {
+		t.Fatalf("after the trickles: %d %s", a.status, a.body)
+	}
 }

@@ -13,7 +13,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -162,6 +161,8 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		MaxInflightBytes:  c.maxInflightBytes,
 		MaxInflightValues: c.maxInflightValues,
 		RequestTimeout:    min(c.requestTimeout, c.readTimeout),
+		MinBodyRate:       c.minBodyRate,
+		BodyGrace:         c.headerTimeout,
 		RefuseUnlogged:    c.logFull == "refuse",
 		Tokens:            tokens,
 		Logger:            log,
@@ -169,6 +170,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
+		BundleStuck:       fl.bundleStuck,
 		Shadow:            sh.srv,
 		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	}
@@ -186,16 +188,17 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if dlog != nil { // without a file too: a record the queue refused reaches no sink
 		reg.MustRegister(dlog.Collector())
 	}
-	conns := server.NewConnLimiter(c.connectionCap())
+	conns := server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
 	srv := &http.Server{
 		Handler:           server.New(scfg, fl.serverEngine()),
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: c.headerTimeout,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      c.readTimeout + c.requestTimeout,
 		IdleTimeout:       c.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig:         tlsConfig,
 		ConnState:         conns.ConnState,
+		ConnContext:       conns.ConnContext,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	for _, f := range onShutdown {

@@ -38,6 +38,8 @@ type serveConfig struct {
 	evalTimeout       time.Duration
 	requestTimeout    time.Duration
 	readTimeout       time.Duration
+	headerTimeout     time.Duration
+	minBodyRate       int64
 	idleTimeout       time.Duration
 	shutdownTimeout   time.Duration
 	debounce          time.Duration
@@ -81,11 +83,13 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.Int64Var(&c.maxInputValues, "max-input-values", server.DefaultMaxInputValues, "most JSON values in one input (body_too_large past it)")
 	fs.Int64Var(&c.maxInflightBytes, "max-inflight-bytes", server.DefaultMaxInflightBytes, "admission: body bytes of all requests in flight (503 overloaded past it)")
 	fs.Int64Var(&c.maxInflightValues, "max-inflight-values", server.DefaultMaxInflightValues, "admission: JSON values of all requests in flight (503 overloaded past it)")
-	fs.IntVar(&c.maxConnections, "max-connections", 0, "most open connections; at the cap the longest idle one is closed (0: half the file descriptor limit)")
+	fs.IntVar(&c.maxConnections, "max-connections", 0, "most open connections; at the cap the longest idle one is closed, else the sender furthest below --min-body-rate (0: half the file descriptor limit)")
 	fs.Int64Var(&c.maxFileBytes, "max-file-bytes", engine.DefaultMaxFileBytes, "largest policy, data, schema or test file read")
 	fs.DurationVar(&c.evalTimeout, "eval-timeout", engine.DefaultEvalTimeout, "deadline of one policy evaluation")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "deadline of a whole decision request: reading the body, decoding, validation and evaluation (at most --read-timeout)")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "deadline for reading one request, headers and body: a body trickled byte by byte is cut off")
+	fs.DurationVar(&c.headerTimeout, "read-header-timeout", server.DefaultBodyGrace, "deadline for a request's headers, and the grace before its body must keep --min-body-rate")
+	fs.Int64Var(&c.minBodyRate, "min-body-rate", server.DefaultMinBodyRate, "bytes per second a request body must average after --read-header-timeout; a slower one is cut off")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a keep-alive connection may stay idle")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight, and then again for the decision log to drain")
 	fs.DurationVar(&c.debounce, "reload-debounce", 100*time.Millisecond, "quiet time after file events before a reload")
@@ -106,7 +110,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
-		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "idle-timeout", "shutdown-timeout", "reload-debounce",
+		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "reload-debounce",
 		"reload-timeout", "test-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
 		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "ui", "ui-recent")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
@@ -125,6 +129,7 @@ func (c *serveConfig) validate(fs *command) error {
 		"--max-inflight-bytes": c.maxInflightBytes > 0, "--max-inflight-values": c.maxInflightValues > 0,
 		"--max-file-bytes": c.maxFileBytes > 0, "--decision-log-max-mb": c.logMaxMB > 0, "--decision-log-queue-bytes": c.logQueueBytes > 0,
 		"--eval-timeout": c.evalTimeout > 0, "--request-timeout": c.requestTimeout > 0, "--read-timeout": c.readTimeout > 0,
+		"--read-header-timeout": c.headerTimeout > 0, "--min-body-rate": c.minBodyRate > 0,
 		"--idle-timeout": c.idleTimeout > 0, "--reload-timeout": c.reloadTimeout > 0, "--test-timeout": c.testTimeout > 0,
 	}
 	for name, ok := range positive {

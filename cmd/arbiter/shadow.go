@@ -148,11 +148,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		log.Info("candidate in shadow", "revision", snap.Revision, "origin", origin, "rate", c.shadowRate, "cpu", c.shadowCPU)
 	}
 	if c.shadowBundleURL != "" {
-		src, err := policybundle.NewSource(policybundle.SourceConfig{
-			URL: c.shadowBundleURL, Name: shadowBundleName,
-			Keys:     policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg},
-			MinDelay: c.pollMin, MaxDelay: c.pollMax, LongPoll: c.longPoll, Logger: log,
-		}, func(ctx context.Context, rev *policybundle.Revision) (*engine.Snapshot, error) {
+		src, err := policybundle.NewSource(c.sourceConfig(c.shadowBundleURL, shadowBundleName, log), func(ctx context.Context, rev *policybundle.Revision) (*engine.Snapshot, error) {
 			snap, err := engine.LoadFiles(ctx, rev.Files, ecfg)
 			if err != nil {
 				return nil, err
