@@ -59,8 +59,9 @@ func (q *Queue[T]) Limits() Limits { return q.lim }
 
 // Put adds v, which costs size bytes, and reports whether it was kept. An
 // item that would take the queue past a bound is dropped as Full (an item
-// larger than the byte bound alone is kept when the queue is empty: it must
-// not be refused forever); after Close it is dropped as Closed.
+// larger than the byte bound alone is kept when the queue holds no bytes,
+// held ones included: it must not be refused forever); after Close it is
+// dropped as Closed.
 func (q *Queue[T]) Put(v T, size int64) (bool, string) {
 	q.mu.Lock()
 	why := ""
@@ -68,7 +69,7 @@ func (q *Queue[T]) Put(v T, size int64) (bool, string) {
 	case q.closed:
 		why = Closed
 	case q.lim.Items > 0 && len(q.items) >= q.lim.Items,
-		q.lim.Bytes > 0 && len(q.items) > 0 && q.bytes+size > q.lim.Bytes:
+		q.lim.Bytes > 0 && q.bytes > 0 && q.bytes+size > q.lim.Bytes:
 		why = Full
 	}
 	if why != "" {

@@ -134,3 +134,18 @@ func TestEveryItemIsTakenOnceOrDropped(t *testing.T) {
 		t.Fatalf("taken %d + dropped %d != %d", taken, q.Dropped(Full), producers*each)
 	}
 }
+
+// TestHoldBytes: what a consumer took still counts against the byte bound
+// until it says it is done with it.
+func TestHoldBytes(t *testing.T) {
+	q := New[int](Limits{Bytes: 10, HoldBytes: true})
+	q.Put(1, 6)
+	q.Take(nil, 0)
+	if ok, why := q.Put(2, 6); ok || why != Full {
+		t.Fatalf("a held item's bytes were released at take: %v %q", ok, why)
+	}
+	q.Done(6)
+	if ok, _ := q.Put(2, 6); !ok {
+		t.Fatal("Done did not release the bytes")
+	}
+}
