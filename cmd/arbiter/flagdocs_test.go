@@ -63,15 +63,13 @@ func renderFlagDocs(t *testing.T) []byte {
 	}
 	t.Chdir(dir)
 	host, _ := os.Hostname()
-	var seen *command
-	parsing = func(c *command) { seen = c }
-	t.Cleanup(func() { parsing = nil })
 	var b bytes.Buffer
 	for _, sub := range commands {
-		seen = nil
-		if code := sub.run(context.Background(), []string{"-h"}, strings.NewReader(""), io.Discard, io.Discard); code != exitOK {
+		out := &flagSets{}
+		if code := sub.run(context.Background(), []string{"-h"}, strings.NewReader(""), out, io.Discard); code != exitOK {
 			t.Fatalf("arbiter %s -h: exit %d", sub.name, code)
 		}
+		seen := out.seen
 		if seen == nil {
 			t.Fatalf("arbiter %s -h parsed no flag set", sub.name)
 		}
@@ -102,6 +100,14 @@ func renderFlagDocs(t *testing.T) []byte {
 	}
 	return b.Bytes()
 }
+
+// flagSets is a stdout that keeps the flag set its command parsed.
+type flagSets struct {
+	bytes.Buffer
+	seen *command
+}
+
+func (f *flagSets) sawFlags(c *command) { f.seen = c }
 
 // flagDefault is a flag's default as a table cell: the flag package's own
 // text, with byte counts that are whole MiB or GiB also in those units.
