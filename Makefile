@@ -42,9 +42,13 @@ run: build
 	$(ARBITER) serve --addr $(ADDR)
 
 # test: vet, race-enabled Go tests (engine, server, fixtures, the real binary),
+# then the evaluator's two single-goroutine differential suites (OPA's
+# conformance cases and the hand-written semantics), which skip under -race,
+# where they cost five times as much and the detector has nothing to find;
 # stock `opa check/fmt/test` on the same files, and `arbiter check`.
 test: vet build $(OPA)
 	OPA_BIN=$(abspath $(OPA)) $(GOTEST) ./...
+	$(GO) test -count=1 $(TESTFLAGS) -run '^(TestSemantics|TestOPAConformanceCases)$$' ./engine/ireval/
 	$(MAKE) --no-print-directory opa-check
 	$(ARBITER) check
 	$(ARBITER) test --coverage --threshold 95

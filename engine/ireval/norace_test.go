@@ -1,0 +1,5 @@
+//go:build !race
+
+package ireval
+
+const raceDetector = false
