@@ -259,6 +259,7 @@ func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
 		{"over --bundle-max-bytes", "http", unsigned, []string{"ARBITER_BUNDLE_MAX_BYTES=1048576"}, "larger than 1048576 bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // each case has its own replica and origin; they wait, mostly
 			root := copyRepo(t)
 			o, host := newOrigin(t)
 			src := "http://" + host + "/bundles/arbiter.tar.gz"
@@ -310,6 +311,7 @@ func TestStalledBundleServerIsCutOff(t *testing.T) {
 		{"endless over http", "http", "trickle", deadline, "not complete within 2s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // each case has its own replica and origin; they wait, mostly
 			root := copyRepo(t)
 			o, host := newOrigin(t)
 			src := "http://" + host + "/bundles/arbiter.tar.gz"
