@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -124,46 +122,21 @@ func pruneSaved(dir, keep string) error {
 	return nil
 }
 
-// SavedConfig returns cfg with its folders pointed at the last good copy
-// saved below dir, and whether there is one to fall back to. When cfg gates
-// on tests, only a copy that passed the gate when it was saved qualifies:
-// a revision served with the gate off never stands in for a gated one.
-func SavedConfig(dir string, cfg Config) (Config, bool) {
+// LastGood is the source of the last good copy saved below dir, and
+// whether there is one to fall back to. When cfg gates on tests, only a
+// copy that passed the gate when it was saved qualifies: a revision served
+// with the gate off never stands in for a gated one. The copy's own tests
+// gate it again.
+func LastGood(dir string, cfg Config) (Source, bool) {
 	cur := filepath.Join(dir, currentLink)
 	info, ok := readSavedInfo(cur)
-	if !ok {
-		return cfg, false
+	if !ok || cfg.Tests != "" && !info.Gated {
+		return nil, false
 	}
-	if cfg.Tests != "" && !info.Gated {
-		return cfg, false
-	}
-	cfg.Policies = filepath.Join(cur, "policies")
-	cfg.Schemas = filepath.Join(cur, "schemas")
+	f := Folders(filepath.Join(cur, "policies"), filepath.Join(cur, "schemas"), "").(folders)
 	if cfg.Tests != "" {
-		cfg.Tests = filepath.Join(cur, "tests")
+		f.tests = filepath.Join(cur, "tests")
 	}
-	return cfg, true
-}
-
-// NewOrFallback is New, except that when cfg does not load and fallback
-// does, the Engine serves fallback's Snapshot: the start is reported as a
-// failed reload naming cfg's problems, and every later reload reads cfg, so
-// fixing the configured folders activates them.
-func NewOrFallback(ctx context.Context, cfg, fallback Config) (*Engine, error) {
-	e, err := New(ctx, cfg)
-	if err == nil {
-		return e, nil
-	}
-	snap, ferr := Load(ctx, fallback)
-	if ferr != nil {
-		return nil, err
-	}
-	if fallback.Tests != "" && !snap.Gated {
-		return nil, err // never serve an ungated copy in a gated start
-	}
-	e = newEngine(cfg, snap)
-	e.setLast(&ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Skipped: snap.Skipped, Problems: append(problemsOf(err),
-		Problem{File: fallback.Policies, Message: fmt.Sprintf("serving the last good revision %s saved here until the configured folders load", snap.Revision)})})
-	e.reloadsFailed.Add(1)
-	return e, nil
+	f.origin = "the last good copy saved in " + dir
+	return f, true
 }

@@ -56,9 +56,12 @@ func serveShadow(t *testing.T, dir string, cfg Config, scfg shadow.Config, evalT
 			snap, err := engine.Load(ctx, c)
 			return snap, "folders " + src.Policies, err
 		},
-		Promote: func(_ context.Context, c *shadow.Candidate, by string) (string, error) {
-			p, err := eng.Promote(c.Snapshot, by, c.Origin)
-			return p.From, err
+		Promote: func(ctx context.Context, c *shadow.Candidate, by string) (string, error) {
+			st, err := eng.Activate(ctx, "promote", engine.Promote(c.Snapshot, by, c.Origin))
+			if err != nil {
+				return "", err
+			}
+			return st.Promotion.From, nil
 		},
 		Promoted: eng.Promoted,
 		Gate:     shadow.Gate{MinDecisions: 1, Forbidden: shadow.DefaultForbidden},

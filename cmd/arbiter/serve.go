@@ -74,15 +74,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
 		SelfCheck: selfCheck(c.selfCheckRate, log),
 	}
-	var eng *engine.Engine
-	if c.bundleURL != "" {
-		// The bundle is the only source: not ready until it activates.
-		eng = engine.NewEmpty(ecfg)
-	} else if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
-		eng, err = engine.NewOrFallback(ctx, ecfg, saved)
-	} else {
-		eng, err = engine.New(ctx, ecfg)
-	}
+	eng, err := newEngine(ctx, c, ecfg, log)
 	if err != nil {
 		return exitError, fmt.Errorf("loading policies: %w", err)
 	}
@@ -93,17 +85,6 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		}
 		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", strings.Join(probs, "; "))
 	}
-	if c.stateDir != "" && c.bundleURL == "" {
-		save := func(s *engine.Snapshot) {
-			if err := s.SaveTo(c.stateDir); err != nil {
-				log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
-			}
-		}
-		if eng.LastReload().OK {
-			save(eng.Snapshot())
-		}
-		eng.OnActivate = save
-	}
 	if snap := eng.Snapshot(); snap != nil {
 		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
 		logSkipped(log, "start", eng.LastReload().Skipped)
@@ -113,7 +94,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			}
 		}
 	}
-	fl, err := newFleet(c, eng, ecfg, c.logMask, log)
+	fl, err := newFleet(c, eng, c.logMask, log)
 	if err != nil {
 		return exitError, err
 	}
@@ -182,7 +163,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	conns := server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
 	srv := &http.Server{
-		Handler:           server.New(scfg, fl.serverEngine()),
+		Handler:           server.New(scfg, eng),
 		ReadHeaderTimeout: c.headerTimeout,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      c.readTimeout + c.requestTimeout,
@@ -205,7 +186,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	reload := func(trigger string) {
-		st := fl.serverEngine().Reload(runCtx, trigger)
+		st := eng.Reload(runCtx, trigger)
 		switch {
 		case !st.OK:
 			probs := make([]string, len(st.Problems))
@@ -303,6 +284,28 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	log.Info("stopped", "exit_status", code)
 	return code, serveErr
+}
+
+// newEngine makes the first revision live from where the revisions come
+// from: the bundle (the engine then starts empty and not ready until it
+// activates) or the folders, with the last good copy below --state-dir to
+// fall back to at the start and each revision made live saved there.
+func newEngine(ctx context.Context, c *serveConfig, ecfg engine.Config, log *slog.Logger) (*engine.Engine, error) {
+	if c.bundleURL != "" {
+		return engine.New(ctx, ecfg, engine.Pushed())
+	}
+	if c.stateDir == "" {
+		return engine.New(ctx, ecfg)
+	}
+	opts := []engine.Option{engine.OnActivate(func(s *engine.Snapshot) {
+		if err := s.SaveTo(c.stateDir); err != nil {
+			log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
+		}
+	})}
+	if saved, ok := engine.LastGood(c.stateDir, ecfg); ok {
+		opts = append(opts, engine.Fallback(saved))
+	}
+	return engine.New(ctx, ecfg, opts...)
 }
 
 // connectionCap is --max-connections, or half of the file descriptor limit:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,25 +115,20 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log})
 	s := &shadowing{sh: sh}
 	load := func(ctx context.Context, src server.ShadowSource) (*engine.Snapshot, string, error) {
-		cfg := ecfg
-		cfg.Policies = src.Policies
-		if src.Schemas != "" {
-			cfg.Schemas = src.Schemas
-		}
-		if src.Tests != "" {
-			cfg.Tests = src.Tests
-		}
-		ctx, cancel := context.WithTimeout(ctx, orDefaultDuration(ecfg.ReloadTimeout, engine.DefaultReloadTimeout))
-		defer cancel()
-		snap, err := engine.Load(ctx, cfg)
-		return snap, fmt.Sprintf("folders %s, %s, tests %s", cfg.Policies, cfg.Schemas, orNone(cfg.Tests)), err
+		schemas, tests := cmp.Or(src.Schemas, ecfg.Schemas), cmp.Or(src.Tests, ecfg.Tests)
+		cand := engine.Folders(src.Policies, schemas, tests)
+		snap, err := eng.Judge(ctx, cand)
+		return snap, cand.Origin(), err
 	}
 	s.srv = &server.ShadowConfig{
 		Shadow: sh,
 		Load:   load,
 		Promote: func(_ context.Context, cand *shadow.Candidate, by string) (string, error) {
-			p, err := eng.Promote(cand.Snapshot, by, cand.Origin)
-			return p.From, err
+			st, err := eng.Activate(ctx, "promote", engine.Promote(cand.Snapshot, by, cand.Origin))
+			if err != nil {
+				return "", err
+			}
+			return st.Promotion.From, nil
 		},
 		Promoted: eng.Promoted,
 		Gate:     shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
@@ -149,7 +145,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 	}
 	if c.shadowBundleURL != "" {
 		src, err := policybundle.NewSource(c.sourceConfig(c.shadowBundleURL, shadowBundleName, log), func(ctx context.Context, rev *policybundle.Revision) (*engine.Snapshot, error) {
-			snap, err := engine.LoadFiles(ctx, rev.Files, ecfg)
+			snap, err := eng.Judge(ctx, rev.Source())
 			if err != nil {
 				return nil, err
 			}
@@ -168,13 +164,6 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 
 // shadowBundleName names the shadow's bundle in status, metrics and logs.
 const shadowBundleName = "shadow"
-
-func orDefaultDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
 
 // register adds the shadow's metrics (and its bundle source's) to reg.
 func (s *shadowing) register(reg *prometheus.Registry) {
