@@ -47,18 +47,10 @@ func LoadFiles(ctx context.Context, fs FileSet, cfg Config) (*Snapshot, error) {
 		return nil, err
 	}
 	b.testFiles = sources(fs.Origin, fs.Tests) // never nil: these are the tests
-	rep, err := b.snap.runTests(ctx, b, TestOptions{Tests: fs.Origin})
-	if err != nil {
-		return nil, err
-	}
-	if probs := rep.Problems(); len(probs) > 0 {
-		return nil, &LoadError{Problems: probs}
-	}
-	b.snap.Gated = true
 	if fs.Revision != "" {
 		b.snap.Revision = fs.Revision
 	}
-	return b.snap, nil
+	return b.test(ctx, fs.Origin)
 }
 
 // ReadFolders reads cfg's folders into a FileSet, exactly as Load reads

@@ -133,10 +133,10 @@ func LastGood(dir string, cfg Config) (Source, bool) {
 	if !ok || cfg.Tests != "" && !info.Gated {
 		return nil, false
 	}
-	f := Folders(filepath.Join(cur, "policies"), filepath.Join(cur, "schemas"), "").(folders)
 	if cfg.Tests != "" {
-		f.tests = filepath.Join(cur, "tests")
+		cfg.Tests = filepath.Join(cur, "tests")
 	}
-	f.origin = "the last good copy saved in " + dir
-	return f, true
+	src := Folders(filepath.Join(cur, "policies"), filepath.Join(cur, "schemas"), cfg.Tests).(loader)
+	src.origin = "the last good copy saved in " + dir
+	return src, true
 }

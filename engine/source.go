@@ -20,38 +20,30 @@ type Source interface {
 // Folders is the source of a policy, a schema and a test folder (tests ""
 // gates on compiling alone); each candidate reads them again.
 func Folders(policies, schemas, tests string) Source {
-	return folders{policies: policies, schemas: schemas, tests: tests,
-		origin: fmt.Sprintf("folders %s, %s, tests %s", policies, schemas, orNone(tests))}
-}
-
-type folders struct{ policies, schemas, tests, origin string }
-
-func (f folders) Origin() string { return f.origin }
-
-func (f folders) candidate(ctx context.Context, cfg Config) (*Snapshot, error) {
-	cfg.Policies, cfg.Schemas, cfg.Tests = f.policies, f.schemas, f.tests
-	snap, err := Load(ctx, cfg)
-	if snap != nil {
-		snap.Origin = f.origin
-	}
-	return snap, err
+	return loader{fmt.Sprintf("folders %s, %s, tests %s", policies, schemas, orNone(tests)), func(ctx context.Context, cfg Config) (*Snapshot, error) {
+		cfg.Policies, cfg.Schemas, cfg.Tests = policies, schemas, tests
+		return Load(ctx, cfg)
+	}}
 }
 
 // Files is the source of a revision held in memory (a bundle's), named
 // origin.
-func Files(origin string, fs FileSet) Source { return files{origin, fs} }
-
-type files struct {
-	origin string
-	fs     FileSet
+func Files(origin string, fs FileSet) Source {
+	return loader{origin, func(ctx context.Context, cfg Config) (*Snapshot, error) { return LoadFiles(ctx, fs, cfg) }}
 }
 
-func (f files) Origin() string { return f.origin }
+// loader is a source that builds a new Snapshot for each candidate.
+type loader struct {
+	origin string
+	load   func(context.Context, Config) (*Snapshot, error)
+}
 
-func (f files) candidate(ctx context.Context, cfg Config) (*Snapshot, error) {
-	snap, err := LoadFiles(ctx, f.fs, cfg)
+func (l loader) Origin() string { return l.origin }
+
+func (l loader) candidate(ctx context.Context, cfg Config) (*Snapshot, error) {
+	snap, err := l.load(ctx, cfg)
 	if snap != nil {
-		snap.Origin = f.origin
+		snap.Origin = l.origin
 	}
 	return snap, err
 }
