@@ -114,34 +114,23 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 	sh := shadow.New(shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
 		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log})
 	s := &shadowing{sh: sh}
-	load := func(ctx context.Context, src server.ShadowSource) (*engine.Snapshot, string, error) {
-		schemas, tests := cmp.Or(src.Schemas, ecfg.Schemas), cmp.Or(src.Tests, ecfg.Tests)
-		cand := engine.Folders(src.Policies, schemas, tests)
-		snap, err := eng.Judge(ctx, cand)
-		return snap, cand.Origin(), err
-	}
 	s.srv = &server.ShadowConfig{
-		Shadow: sh,
-		Load:   load,
-		Promote: func(_ context.Context, cand *shadow.Candidate, by string) (string, error) {
-			st, err := eng.Activate(ctx, "promote", engine.Promote(cand.Snapshot, by, cand.Origin))
-			if err != nil {
-				return "", err
-			}
-			return st.Promotion.From, nil
-		},
-		Promoted: eng.Promoted,
-		Gate:     shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
-		Admins:   admins,
+		Shadow:  sh,
+		Engine:  eng,
+		Schemas: ecfg.Schemas,
+		Tests:   ecfg.Tests,
+		Gate:    shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
+		Admins:  admins,
 	}
 	if c.shadowPolicies != "" {
-		snap, origin, err := load(ctx, server.ShadowSource{Policies: c.shadowPolicies, Schemas: c.shadowSchemas, Tests: c.shadowTests})
+		cand := engine.Folders(c.shadowPolicies, cmp.Or(c.shadowSchemas, ecfg.Schemas), cmp.Or(c.shadowTests, ecfg.Tests))
+		snap, err := eng.Judge(ctx, cand)
 		if err != nil {
 			_ = sh.Close(context.Background())
 			return nil, fmt.Errorf("loading the shadow candidate: %w", err)
 		}
-		sh.Set(&shadow.Candidate{Snapshot: snap, Origin: origin, LoadedAt: time.Now()})
-		log.Info("candidate in shadow", "revision", snap.Revision, "origin", origin, "rate", c.shadowRate, "cpu", c.shadowCPU)
+		sh.Set(&shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now()})
+		log.Info("candidate in shadow", "revision", snap.Revision, "origin", cand.Origin(), "rate", c.shadowRate, "cpu", c.shadowCPU)
 	}
 	if c.shadowBundleURL != "" {
 		src, err := policybundle.NewSource(c.sourceConfig(c.shadowBundleURL, shadowBundleName, log), func(ctx context.Context, rev *policybundle.Revision) (*engine.Snapshot, error) {
