@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -96,27 +96,16 @@ func pruneSaved(dir, keep string) error {
 	if err != nil {
 		return err
 	}
-	type saved struct {
-		name string
-		mod  time.Time
-	}
-	var old []saved
+	var old []os.FileInfo
 	for _, e := range entries {
-		if !e.IsDir() || e.Name() == keep || strings.HasPrefix(e.Name(), ".") {
-			continue
+		if info, err := e.Info(); err == nil && e.IsDir() && e.Name() != keep && !strings.HasPrefix(e.Name(), ".") {
+			old = append(old, info)
 		}
-		info, err := e.Info()
-		if err != nil {
-			continue
-		}
-		old = append(old, saved{e.Name(), info.ModTime()})
 	}
-	sort.Slice(old, func(i, j int) bool { return old[i].mod.After(old[j].mod) })
-	for i, o := range old {
-		if i >= 1 {
-			if err := os.RemoveAll(filepath.Join(dir, o.name)); err != nil {
-				return err
-			}
+	slices.SortFunc(old, func(a, b os.FileInfo) int { return b.ModTime().Compare(a.ModTime()) })
+	for _, o := range old[min(1, len(old)):] {
+		if err := os.RemoveAll(filepath.Join(dir, o.Name())); err != nil {
+			return err
 		}
 	}
 	return nil

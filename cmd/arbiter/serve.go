@@ -79,11 +79,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		return exitError, fmt.Errorf("loading policies: %w", err)
 	}
 	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
-		probs := make([]string, len(st.Problems))
-		for i, p := range st.Problems {
-			probs[i] = p.String()
-		}
-		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", strings.Join(probs, "; "))
+		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", problemList(st.Problems))
 	}
 	if snap := eng.Snapshot(); snap != nil {
 		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
@@ -189,11 +185,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		st := eng.Reload(runCtx, trigger)
 		switch {
 		case !st.OK:
-			probs := make([]string, len(st.Problems))
-			for i, p := range st.Problems {
-				probs[i] = p.String()
-			}
-			log.Error("reload refused; the previous revision keeps serving", "trigger", trigger, "revision", st.Revision, "problems", strings.Join(probs, "; "))
+			log.Error("reload refused; the previous revision keeps serving", "trigger", trigger, "revision", st.Revision, "problems", problemList(st.Problems))
 		case st.Changed:
 			log.Info("reloaded", "trigger", st.Trigger, "coalesced", st.Coalesced, "revision", st.Revision, "took", st.Duration)
 		default:
@@ -319,6 +311,15 @@ func (c *serveConfig) connectionCap() int {
 		return 1 << 19
 	}
 	return max(int(rl.Cur/2), 8)
+}
+
+// problemList is problems on one log line.
+func problemList(problems []engine.Problem) string {
+	out := make([]string, len(problems))
+	for i, p := range problems {
+		out[i] = p.String()
+	}
+	return strings.Join(out, "; ")
 }
 
 // logSkipped names every file a load did not read.
