@@ -51,7 +51,7 @@ func newMasker(pointers []string) (*masker, error) {
 	return root, nil
 }
 
-// mask returns doc, which must be compact valid JSON, with the value at each
+// mask returns doc, which must be valid JSON, with the value at each
 // pointer replaced by MaskedValue, and the pointers that named a value.
 // Everything else keeps its bytes and its order: the record stays the input
 // as received, minus the masked values. Pointers that name nothing in doc
@@ -86,8 +86,8 @@ type span struct {
 }
 
 // walk consumes one value from dec, recording the byte span of every value
-// to mask. It relies on doc being compact, so that a value decoded into a
-// RawMessage is exactly the bytes that end at the decoder's offset.
+// to mask: a value decoded into a RawMessage is exactly the bytes that end
+// at the decoder's offset.
 func (m *masker) walk(dec *json.Decoder, spans *[]span) error {
 	if m == nil || m.leaf {
 		var raw json.RawMessage
@@ -127,4 +127,59 @@ func (m *masker) walk(dec *json.Decoder, spans *[]span) error {
 	}
 	_, err = dec.Token() // the closing delimiter
 	return err
+}
+
+// recordMasker masks the records of the pipeline, once each, before any
+// sink sees them. data masks the inputs logged on the OPA Data API path,
+// where a failed request's body ({"input": ...}) is logged as received:
+// each pointer also applies under /input.
+type recordMasker struct{ plain, data *masker }
+
+func newRecordMasker(pointers []string) (*recordMasker, error) {
+	if len(pointers) == 0 {
+		return nil, nil
+	}
+	plain, err := newMasker(pointers)
+	if err != nil {
+		return nil, err
+	}
+	wrapped := append([]string(nil), pointers...)
+	for _, p := range pointers {
+		wrapped = append(wrapped, "/input"+p)
+	}
+	data, _ := newMasker(wrapped) // valid: built from valid pointers
+	return &recordMasker{plain, data}, nil
+}
+
+// mask applies the configured pointers to rec's input and records which
+// values it replaced. A body that is not JSON cannot be masked, so it is
+// erased; an input that cannot be walked is masked whole (fail closed). A
+// nil recordMasker masks nothing.
+func (rm *recordMasker) mask(rec Record) Record {
+	if rm == nil {
+		return rec
+	}
+	if rec.BodyBase64 != "" {
+		rec.BodyBase64, rec.Erased = "", append(rec.Erased, "/body_base64")
+	}
+	if rec.BodyPrefix != "" {
+		rec.BodyPrefix, rec.Erased = "", append(rec.Erased, "/body_prefix_base64")
+	}
+	if len(rec.Input) == 0 {
+		return rec
+	}
+	m := rm.plain
+	if strings.HasPrefix(rec.Path, "/v1/data/") {
+		m = rm.data
+	}
+	masked, matched, err := m.mask(rec.Input)
+	if err != nil {
+		rec.Input, rec.Masked = maskedJSON, append(rec.Masked, "/input")
+		return rec
+	}
+	rec.Input = masked
+	for _, p := range matched {
+		rec.Masked = append(rec.Masked, "/input"+p)
+	}
+	return rec
 }

@@ -1,6 +1,7 @@
 package decisionlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -55,9 +56,17 @@ func TestMaskRejectsBadPointer(t *testing.T) {
 	}
 }
 
+// sinkRecords is a sink that keeps what the pipeline hands it.
+type sinkRecords struct{ recs []Record }
+
+func (s *sinkRecords) Write(recs []Record) { s.recs = append(s.recs, recs...) }
+
+// TestLoggerMasksInput: the pipeline masks each record once, and every sink
+// (the file and another here) gets the same masked record.
 func TestLoggerMasksInput(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	l, err := Open(Options{Path: path, Mask: []string{"/runnerState/diagnostics"}})
+	other := &sinkRecords{}
+	l, err := Open(Options{Path: path, Mask: []string{"/runnerState/diagnostics"}, Sinks: []Sink{other}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +74,23 @@ func TestLoggerMasksInput(t *testing.T) {
 	l.Log(Record{DecisionID: "b", BodyBase64: "eyJydW5uZXJTdGF0ZSI6", Error: &RecordError{Code: "malformed_json"}})
 	l.Log(Record{DecisionID: "c", Path: "/v1/data/decisions/x/decision", Input: json.RawMessage(`{"input":{"runnerState":{"diagnostics":["secret"]}}}`), Error: &RecordError{Code: "input_schema_invalid"}})
 	l.Log(Record{DecisionID: "d", Path: "/v1/data/decisions/x/decision", Input: json.RawMessage(`{"runnerState":{"diagnostics":["secret"]}}`)})
+	l.Log(Record{DecisionID: "e", Input: json.RawMessage("{\"runnerState\":\n {\"diagnostics\":\n [\"secret\"]}}")})
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	_, recs := readLines(t, path)
-	if len(recs) != 4 {
-		t.Fatalf("got %d records, want 4", len(recs))
+	if len(recs) != 5 || len(other.recs) != 5 {
+		t.Fatalf("got %d records in the file and %d in the other sink, want 5", len(recs), len(other.recs))
+	}
+	for i, o := range other.recs {
+		f := recs[i]
+		if o.DecisionID != f.DecisionID || !jsonEqual(o.Input, f.Input) || fmt.Sprint(o.Masked, o.Erased) != fmt.Sprint(f.Masked, f.Erased) || o.BodyBase64 != f.BodyBase64 {
+			t.Errorf("record %s: the other sink got input %s masked %v erased %v; the file %s %v %v", f.DecisionID, o.Input, o.Masked, o.Erased, f.Input, f.Masked, f.Erased)
+		}
+	}
+	// Masked on the input as received, then made one line by the file.
+	if want := `{"runnerState":{"diagnostics":"**masked**"}}`; string(recs[4].Input) != want {
+		t.Errorf("masked input with line breaks %s, want %s", recs[4].Input, want)
 	}
 	if want := `{"input":{"runnerState":{"diagnostics":"**masked**"}}}`; string(recs[2].Input) != want {
 		t.Errorf("masked Data API body %s, want %s", recs[2].Input, want)
@@ -87,7 +107,7 @@ func TestLoggerMasksInput(t *testing.T) {
 	}
 	// Each record names what was masked, from the record's root as OPA's
 	// events do; replay reads that list, never the content.
-	for i, want := range []string{"[/input/runnerState/diagnostics]", "[]", "[/input/input/runnerState/diagnostics]", "[/input/runnerState/diagnostics]"} {
+	for i, want := range []string{"[/input/runnerState/diagnostics]", "[]", "[/input/input/runnerState/diagnostics]", "[/input/runnerState/diagnostics]", "[/input/runnerState/diagnostics]"} {
 		if got := fmt.Sprint(recs[i].Masked); got != want {
 			t.Errorf("record %s masked %s, want %s", recs[i].DecisionID, got, want)
 		}
@@ -99,4 +119,10 @@ func TestLoggerMasksInput(t *testing.T) {
 	if ok, _ := recs[0].Complete(); ok {
 		t.Error("a masked record is reported complete")
 	}
+}
+
+// jsonEqual compares two JSON documents, spacing aside.
+func jsonEqual(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes()) || len(a) == 0 && len(b) == 0
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,53 @@ func Files(path string) ([]string, error) {
 	slices.Sort(backups)
 	slices.Reverse(backups)
 	return append([]string{path}, backups...), nil
+}
+
+// ReadLog calls fn for every record of the log a Logger keeps at path: the
+// file, then the backups it rotated it into, newest file first (Files),
+// each file in order. A file removed meanwhile (rotated away) is skipped,
+// and so are the lines ReadFile skips. An error from fn stops the reading
+// and is returned as is.
+func ReadLog(path string, fn func(rec Record) error) error {
+	files, err := Files(path)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		_, err := ReadFile(f, func(_ int, rec Record) error { return fn(rec) })
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadTail calls fn for every record of the last maxBytes of the file at
+// path (the whole file when it is smaller), in order; the line the cut
+// falls in is skipped, and so are the lines ReadFile skips.
+func ReadTail(path string, maxBytes int64, fn func(rec Record) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	var r io.Reader = f
+	if off := st.Size() - maxBytes; off > 0 {
+		// From the byte before the cut, through the first newline: the rest
+		// of the line the cut falls in (nothing when it falls at a line's
+		// start), discarded as it is read.
+		br := bufio.NewReaderSize(io.NewSectionReader(f, off-1, maxBytes+1), 64<<10)
+		for err = bufio.ErrBufferFull; errors.Is(err, bufio.ErrBufferFull); {
+			_, err = br.ReadSlice('\n')
+		}
+		r = br
+	}
+	_, err = readRecords(r, path, MaxLineBytes(0), func(_ int, rec Record) error { return fn(rec) })
+	return err
 }
 
 // ReadFile calls fn for every record of the JSON lines file at path, in

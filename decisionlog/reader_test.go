@@ -73,3 +73,40 @@ func TestReadFileErrors(t *testing.T) {
 		t.Errorf("err %v after %d calls, want the callback's error after 1", err, calls)
 	}
 }
+
+// TestReadTail: the records of a file's last bytes, in order, the line the
+// cut falls in skipped whatever its length; the whole file when it is
+// smaller than the bound.
+func TestReadTail(t *testing.T) {
+	line := func(id string, pad int) string {
+		return fmt.Sprintf(`{"decision_id":%q,"time":"2025-01-02T03:04:05Z","decision":"d","path":"/","input":{"pad":%q},"duration_ns":1}`+"\n", id, strings.Repeat("x", pad))
+	}
+	tail := line("c", 10) + line("d", 10)
+	content := line("a", 10) + line("b", 200<<10) + tail
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		max  int64
+		want string
+	}{
+		{int64(len(tail)), "c d"},           // the cut falls at the start of c
+		{int64(len(tail) - 1), "d"},         // the cut falls in c
+		{int64(len(tail) + 1), "c d"},       // the cut falls on b's newline
+		{int64(len(tail) + 100<<10), "c d"}, // the cut falls in b, longer than the reader's buffer
+		{int64(len(content)), "a b c d"},
+		{1 << 30, "a b c d"},
+	} {
+		var got []string
+		if err := ReadTail(path, tc.max, func(rec Record) error {
+			got = append(got, rec.DecisionID)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("last %d bytes: %v, want %s", tc.max, got, tc.want)
+		}
+	}
+}

@@ -37,16 +37,37 @@ type Record struct {
 	// content, which a caller controls.
 	Masked []string `json:"masked,omitempty"`
 	Erased []string `json:"erased,omitempty"`
-	// Shadow, on the record of a decision that a candidate revision
-	// decided too (in shadow, after the answer), is what the candidate
-	// answered and how that differs (shadow.go).
+	// Shadow is what a candidate revision made of a decision, decided in
+	// shadow after the answer: on a record of its own that carries the
+	// decision's id, name and path and no result (logs written before
+	// issue 19 have it on the decision's own line).
 	Shadow *Shadow `json:"shadow,omitempty"`
 	// Promotion, on a record of its own (no decision), says who made which
 	// candidate revision live, on what evidence: the JSON of package
 	// shadow's Promotion. Replay skips such records.
 	Promotion json.RawMessage `json:"promotion,omitempty"`
+}
 
-	pending *Pending // the writer holds the record until it completes
+// IsDecision reports whether rec is the record of a decision request, not
+// a promotion or a shadow outcome (records of their own, which replay and
+// the pages' list of decisions skip).
+func (rec Record) IsDecision() bool { return rec.Promotion == nil && !rec.IsShadowOutcome() }
+
+// IsShadowOutcome reports whether rec is a candidate's outcome for the
+// decision of the same id (Shadow), logged after that decision's record.
+func (rec Record) IsShadowOutcome() bool {
+	return rec.Shadow != nil && len(rec.Result) == 0 && rec.Error == nil
+}
+
+// Shadow is what a candidate revision made of a logged decision: its
+// revision, its result or error, and the class of the difference (package
+// shadow's classes, refuse_to_allow the dangerous one).
+type Shadow struct {
+	Revision   string          `json:"policy_revision"`
+	Class      string          `json:"class"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      *RecordError    `json:"error,omitempty"`
+	DurationNS int64           `json:"duration_ns"`
 }
 
 // Complete reports whether rec holds the whole request as received, so

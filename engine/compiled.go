@@ -17,6 +17,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
+	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
 // A decision runs compiled when OPA's planner plans its query and
@@ -336,11 +337,8 @@ func (sc *SelfCheck) Counts() SelfCheckCounts {
 type selfChecker struct {
 	snap    *Snapshot
 	cfg     *SelfCheck
-	queue   chan checkJob
+	queue   *queue.Queue[checkJob] // its bytes are the inputs', until checked
 	running atomic.Bool
-	// queued is the bytes of the inputs in queue, at most maxBytes.
-	queued   atomic.Int64
-	maxBytes int64
 }
 
 type checkJob struct {
@@ -350,15 +348,8 @@ type checkJob struct {
 }
 
 func newSelfChecker(s *Snapshot, cfg *SelfCheck) *selfChecker {
-	n := cfg.Queue
-	if n <= 0 {
-		n = DefaultSelfCheckQueue
-	}
-	b := cfg.MaxBytes
-	if b <= 0 {
-		b = DefaultSelfCheckBytes
-	}
-	return &selfChecker{snap: s, cfg: cfg, queue: make(chan checkJob, n), maxBytes: int64(b)}
+	lim := queue.Limits{Items: cfg.Queue, Bytes: int64(cfg.MaxBytes), HoldBytes: true}
+	return &selfChecker{snap: s, cfg: cfg, queue: queue.New[checkJob](lim.Or(queue.Limits{Items: DefaultSelfCheckQueue, Bytes: DefaultSelfCheckBytes}))}
 }
 
 // sample queues a compiled answer for checking with probability Rate. It
@@ -368,22 +359,14 @@ func (c *selfChecker) sample(def *decisionDef, raw []byte, v ast.Value) {
 		return
 	}
 	n := int64(len(raw))
-	if n > c.maxBytes {
+	if n > c.queue.Limits().Bytes {
 		c.cfg.tooLarge.Add(1)
-		return
-	}
-	if c.queued.Add(n) > c.maxBytes {
-		c.queued.Add(-n)
-		c.cfg.dropped.Add(1)
 		return
 	}
 	// The body's buffer goes back to the server's pool with the answer.
 	job := checkJob{def: def, raw: append([]byte(nil), raw...), compiled: v}
-	select {
-	case c.queue <- job:
-	default:
-		c.queued.Add(-n)
-		c.cfg.dropped.Add(1)
+	if ok, _ := c.queue.Put(job, n); !ok {
+		c.cfg.dropped.Add(1) // counted per SelfCheck, across reloads
 		return
 	}
 	if c.running.CompareAndSwap(false, true) {
@@ -392,18 +375,19 @@ func (c *selfChecker) sample(def *decisionDef, raw []byte, v ast.Value) {
 }
 
 func (c *selfChecker) drain() {
+	var one []checkJob
 	for {
-		select {
-		case job := <-c.queue:
-			c.check(job)
-			c.queued.Add(-int64(len(job.raw)))
-		default:
-			c.running.Store(false)
-			// A job queued between the empty read and the store above
-			// would wait for the next sample: take it now.
-			if len(c.queue) == 0 || !c.running.CompareAndSwap(false, true) {
-				return
-			}
+		if one, _ = c.queue.Take(one[:0], 1); len(one) == 1 {
+			c.check(one[0])
+			c.queue.Done(int64(len(one[0].raw)))
+			one[0] = checkJob{}
+			continue
+		}
+		c.running.Store(false)
+		// A job queued between the empty take and the store above would
+		// wait for the next sample: take it now.
+		if c.queue.Len() == 0 || !c.running.CompareAndSwap(false, true) {
+			return
 		}
 	}
 }

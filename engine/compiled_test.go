@@ -383,7 +383,7 @@ func TestSelfCheckQueueIsBoundedInBytes(t *testing.T) {
 	if got, want := sc.Counts(), (SelfCheckCounts{TooLarge: 1, Dropped: uint64(10 - fit)}); got != want {
 		t.Errorf("counts %+v, want %+v", got, want)
 	}
-	if q, n := c.queued.Load(), len(c.queue); q != int64(fit*small) || n != fit {
+	if q, n := c.queue.Bytes(), c.queue.Len(); q != int64(fit*small) || n != fit {
 		t.Errorf("queued %d bytes in %d jobs, want %d in %d", q, n, fit*small, fit)
 	}
 }

@@ -3,13 +3,17 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -106,6 +110,10 @@ func (s *Snapshot) runTests(ctx context.Context, b *sourcedSnapshot, opts TestOp
 	suite, probs := b.loadSuite(r, opts.Tests)
 	s.testSrc = suite.files
 	s.Skipped = append(s.Skipped, r.skipped...)
+	key := passedKey(s, suite, opts)
+	if rep, ok := passed.get(key); ok && len(probs) == 0 {
+		return rep, nil
+	}
 	rep := &TestReport{Setup: probs, Skipped: r.skipped}
 	// The gate's fixtures run under the test timeout, not the request
 	// deadline of the Snapshot they judge.
@@ -129,7 +137,71 @@ func (s *Snapshot) runTests(ctx context.Context, b *sourcedSnapshot, opts TestOp
 	if err != nil {
 		return nil, err
 	}
+	if len(rep.Problems()) == 0 && ctx.Err() == nil {
+		passed.add(key, rep)
+	}
 	return rep, nil
+}
+
+// passed remembers the reports of the gates passed in this process, by
+// everything a gate reads: the revision (policies, data, schemas), the test
+// files, the test timeout and the input bound. A gate is a function of
+// these alone (the sandbox refuses the clock, randomness and I/O), so a
+// candidate judged already (a file touched, a bundle downloaded again
+// without an ETag, every test that loads the repository) is not judged
+// again. Failures are never kept: a timeout may pass under less load.
+var passed = &passMemo{}
+
+// passMemo holds the last few passed reports; a report is never modified
+// once kept (callers only read it).
+type passMemo struct {
+	mu   sync.Mutex
+	keys []string
+	reps []*TestReport
+}
+
+const passMemoSize = 16
+
+func (m *passMemo) get(key string) (*TestReport, bool) {
+	if key == "" {
+		return nil, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := slices.Index(m.keys, key); i >= 0 {
+		return m.reps[i], true
+	}
+	return nil, false
+}
+
+func (m *passMemo) add(key string, rep *TestReport) {
+	if key == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if slices.Contains(m.keys, key) {
+		return
+	}
+	if len(m.keys) == passMemoSize {
+		m.keys, m.reps = m.keys[1:], m.reps[1:]
+	}
+	m.keys, m.reps = append(m.keys, key), append(m.reps, rep)
+}
+
+// passedKey names a gate run for passed; "" for runs that are not the
+// whole gate (a --run filter, coverage), which are never remembered.
+func passedKey(s *Snapshot, st *suite, opts TestOptions) string {
+	if opts.Run != "" || opts.Coverage {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00", s.Hash, s.testTimeout, s.maxValues)
+	for _, f := range st.files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.rel, len(f.data))
+		h.Write(f.data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // suite is the content of a test folder.

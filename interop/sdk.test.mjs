@@ -18,7 +18,7 @@ const fixturesDir = new URL("../policy_test/fixtures/", import.meta.url).pathnam
 
 // JavaScript numbers are float64: integers beyond 2^53 cannot survive
 // JSON.parse, so fixtures holding them are decided through the raw-bytes path
-// below instead (see the README's note for TypeScript callers).
+// below instead (see docs/API.md, "For TypeScript callers").
 const unsafeInteger = /(?<![\d.eE])\d{16,}(?![\d.eE])/;
 
 function fixtures() {

@@ -1,8 +1,9 @@
 // Package logship uploads decision records to an OPA-compatible decision-log
 // service: gzip-compressed JSON arrays of OPA's EventV1
 // (github.com/open-policy-agent/opa/v1/plugins/logs), POSTed through OPA's
-// REST client, as OPA's decision-log plugin does. Events wait in a bounded
-// buffer; a failed upload is retried with backoff and nothing is sent out of
+// REST client, as OPA's decision-log plugin does. The Uploader is a sink of
+// the decision-record pipeline (decisionlog.Sink): it receives records
+// masked already. Events wait in a bounded buffer; a failed upload is retried with backoff and nothing is sent out of
 // order; every event that cannot be kept is counted as dropped, never lost
 // silently.
 package logship
@@ -16,8 +17,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/opalog"
+	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
 // Config of an Uploader; cmd fills it from flags.
@@ -38,12 +40,6 @@ type Config struct {
 	BundleName string
 	// Labels go on every event; OPA's own are id (the replica) and version.
 	Labels map[string]string
-	// Mask lists JSON pointers into the input whose values are replaced by
-	// "**masked**"; the event's masked field lists them (as /input/...).
-	// With a mask, a body that is not JSON is left out of the event and
-	// its erased field lists /input (OPA's erased: removed; masked:
-	// replaced).
-	Mask []string
 	// MaxEvents bounds the events waiting for upload (default 10000); an
 	// event that finds it full is dropped and counted.
 	MaxEvents int
@@ -62,17 +58,14 @@ type Config struct {
 	after func(time.Duration) <-chan time.Time // tests: the backoff's wait; nil is time.After
 }
 
-// Uploader is a decision-log sink (server.DecisionLog) that ships events.
+// Uploader is a sink of the decision-record pipeline that ships events.
 type Uploader struct {
 	cfg    Config
 	client rest.Client
 	log    *slog.Logger
-	mask   func([]byte) ([]byte, []string)
 
-	queue chan decisionlog.Record
+	queue *queue.Queue[decisionlog.Record]
 	done  chan struct{}
-	stop  chan struct{}
-	once  sync.Once
 	ctx   context.Context // cancelled by Close at its deadline
 	abort context.CancelFunc
 
@@ -80,9 +73,9 @@ type Uploader struct {
 	// accepted; only the upload loop uses it.
 	acceptedMax int
 
-	sent, dropFull, dropShutdown, dropTooLarge atomic.Uint64
-	uploadsOK, uploadsFailed                   atomic.Uint64
-	lastOK                                     atomic.Int64
+	sent                     atomic.Uint64
+	uploadsOK, uploadsFailed atomic.Uint64
+	lastOK                   atomic.Int64
 }
 
 // Stats are an Uploader's totals.
@@ -103,9 +96,6 @@ func (s Stats) Dropped() uint64 { return s.DroppedFull + s.DroppedStop + s.Dropp
 func New(cfg Config) (*Uploader, error) {
 	if cfg.Resource == "" {
 		cfg.Resource = "/logs"
-	}
-	if cfg.MaxEvents <= 0 {
-		cfg.MaxEvents = 10000
 	}
 	if cfg.BatchEvents <= 0 {
 		cfg.BatchEvents = 1000
@@ -133,25 +123,30 @@ func New(cfg Config) (*Uploader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision-log service: %w", err)
 	}
-	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, queue: make(chan decisionlog.Record, cfg.MaxEvents), done: make(chan struct{}), stop: make(chan struct{})}
-	if len(cfg.Mask) > 0 {
-		if u.mask, err = decisionlog.NewMaskFunc(cfg.Mask); err != nil {
-			return nil, err
-		}
-	}
+	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, queue: queue.New[decisionlog.Record](queue.Limits{Items: cfg.MaxEvents}.Or(queue.Limits{Items: 10000})), done: make(chan struct{})}
 	u.ctx, u.abort = context.WithCancel(context.Background())
 	go u.loop()
 	return u, nil
 }
 
-// Log queues one record; it never blocks. A full buffer drops the record
-// and counts it.
-func (u *Uploader) Log(rec decisionlog.Record) {
-	select {
-	case u.queue <- rec:
-	default:
-		if n := u.dropFull.Add(1); n&(n-1) == 0 { // warn at powers of two
-			u.log.Warn("decision-log upload buffer full: events dropped", "dropped", n)
+// Reasons an event is dropped, beside the queue's own.
+const (
+	dropShutdown = "shutdown"
+	dropTooLarge = "too_large"
+)
+
+// Write queues records for upload; it never blocks. A full buffer drops
+// them and counts them. A candidate's shadow outcome is not uploaded: OPA's
+// events have no place for it.
+func (u *Uploader) Write(recs []decisionlog.Record) {
+	for _, rec := range recs {
+		if rec.IsShadowOutcome() {
+			continue
+		}
+		if ok, _ := u.queue.Put(rec, 0); !ok {
+			if n := u.queue.Dropped(queue.Full); n&(n-1) == 0 { // warn at powers of two
+				u.log.Warn("decision-log upload buffer full: events dropped", "dropped", n)
+			}
 		}
 	}
 }
@@ -159,8 +154,9 @@ func (u *Uploader) Log(rec decisionlog.Record) {
 // Stats returns the totals so far.
 func (u *Uploader) Stats() Stats {
 	return Stats{
-		Sent: u.sent.Load(), DroppedFull: u.dropFull.Load(), DroppedStop: u.dropShutdown.Load(), DroppedLarge: u.dropTooLarge.Load(),
-		Queued: len(u.queue), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
+		Sent: u.sent.Load(), DroppedFull: u.queue.Dropped(queue.Full) + u.queue.Dropped(queue.Closed),
+		DroppedStop: u.queue.Dropped(dropShutdown), DroppedLarge: u.queue.Dropped(dropTooLarge),
+		Queued: u.queue.Len(), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
 	}
 }
 
@@ -175,14 +171,14 @@ func (u *Uploader) LastSuccess() time.Time {
 // Close uploads what is queued, retrying until ctx ends; what is still
 // unsent then is counted as dropped.
 func (u *Uploader) Close(ctx context.Context) error {
-	u.once.Do(func() { close(u.stop) })
+	u.queue.Close()
 	select {
 	case <-u.done:
 	case <-ctx.Done():
 		u.abort()
 		<-u.done
 	}
-	if n := u.dropShutdown.Load(); n > 0 {
+	if n := u.queue.Dropped(dropShutdown); n > 0 {
 		return fmt.Errorf("%d decision-log events not uploaded before the shutdown deadline", n)
 	}
 	return nil
@@ -197,18 +193,16 @@ func (u *Uploader) loop() {
 	defer ticker.Stop()
 	var batch []json.RawMessage
 	size := 0
-	flush := func() bool {
-		if len(batch) == 0 {
-			return true
+	flush := func() {
+		if len(batch) > 0 {
+			u.upload(batch)
+			batch, size = batch[:0], 0
 		}
-		ok := u.upload(batch)
-		batch, size = batch[:0], 0
-		return ok
 	}
 	add := func(rec decisionlog.Record) {
 		ev, err := u.event(rec)
 		if err != nil {
-			u.dropTooLarge.Add(1)
+			u.queue.Drop(dropTooLarge, 1)
 			u.log.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
 			return
 		}
@@ -221,31 +215,25 @@ func (u *Uploader) loop() {
 			flush()
 		}
 	}
+	var recs []decisionlog.Record
 	for {
-		select {
-		case rec := <-u.queue:
+		var closed bool
+		recs, closed = u.queue.Take(recs[:0], u.cfg.BatchEvents)
+		for _, rec := range recs {
 			add(rec)
+		}
+		clear(recs)
+		switch {
+		case closed: // and empty: past Close's deadline, each batch taken was counted as dropped
+			flush()
+			return
+		case len(recs) > 0:
+			continue
+		}
+		select {
+		case <-u.queue.Ready():
 		case <-ticker.C:
 			flush()
-		case <-u.stop:
-			for {
-				select {
-				case rec := <-u.queue:
-					add(rec)
-					continue
-				default:
-				}
-				break
-			}
-			if !flush() {
-				// upload only gives up when Close's deadline passed.
-				n := uint64(len(u.queue))
-				for len(u.queue) > 0 {
-					<-u.queue
-				}
-				u.dropShutdown.Add(n)
-			}
-			return
 		}
 	}
 }
@@ -284,7 +272,7 @@ func (u *Uploader) upload(batch []json.RawMessage) bool {
 			// service has accepted. A smaller one refused is the
 			// service's fault: it is kept and retried with backoff.
 			if n := len(batch[0]); n > u.cfg.BatchBytes && n > u.acceptedMax {
-				u.dropTooLarge.Add(1)
+				u.queue.Drop(dropTooLarge, 1)
 				u.log.Warn("decision-log service refused an event as too large: dropped", "bytes", n, "largest_accepted", u.acceptedMax)
 				return true
 			}
@@ -296,7 +284,7 @@ func (u *Uploader) upload(batch []json.RawMessage) bool {
 		select {
 		case <-u.cfg.after(delay):
 		case <-u.ctx.Done():
-			u.dropShutdown.Add(uint64(len(batch)))
+			u.queue.Drop(dropShutdown, uint64(len(batch)))
 			return false
 		}
 	}
@@ -363,18 +351,22 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		ev.Bundles = map[string]logs.BundleInfoV1{u.cfg.BundleName: {Revision: rec.Revision}}
 	}
 	if in := inputOf(rec); in != nil {
-		if u.mask != nil {
-			var masked []string
-			in, masked = u.mask(in)
-			for _, p := range masked {
-				ev.Masked = append(ev.Masked, "/input"+p)
+		// The record was masked by the pipeline: its pointers are from the
+		// record's root, the event's from the input document's parent.
+		data := strings.HasPrefix(rec.Path, "/v1/data/")
+		for _, p := range rec.Masked {
+			switch {
+			case !data || p == "/input":
+				ev.Masked = append(ev.Masked, p)
+			case p == "/input/input" || strings.HasPrefix(p, "/input/input/"):
+				ev.Masked = append(ev.Masked, strings.TrimPrefix(p, "/input"))
 			}
 		}
 		var v any = json.RawMessage(in)
 		ev.Input = &v
-	} else if rec.BodyBase64 != "" && u.mask == nil {
+	} else if rec.BodyBase64 != "" {
 		ev.Custom = map[string]any{"body_base64": rec.BodyBase64}
-	} else if rec.BodyBase64 != "" || len(rec.Input) > 0 && !json.Valid(rec.Input) {
+	} else if len(rec.Input) > 0 || slices.Contains(rec.Erased, "/body_base64") || slices.Contains(rec.Erased, "/input") {
 		// A body that is not JSON cannot be masked (nor be an input): it is
 		// left out and listed in erased, as OPA's "remove" mask op lists
 		// the /input it removed, so a collector can tell it from a request

@@ -21,6 +21,27 @@ import (
 	"github.com/arbiter-dev/arbiter/internal/logsink"
 )
 
+// masked is rec as the decision-record pipeline hands it to its sinks
+// (this Uploader among them) under mask.
+func masked(t *testing.T, mask []string, rec decisionlog.Record) decisionlog.Record {
+	t.Helper()
+	got := &sinkRecords{}
+	l, err := decisionlog.Open(decisionlog.Options{Mask: mask, Sinks: []decisionlog.Sink{got}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(rec)
+	if err := l.Close(context.Background()); err != nil || len(got.recs) != 1 {
+		t.Fatalf("the pipeline handed %d records: %v", len(got.recs), err)
+	}
+	return got.recs[0]
+}
+
+// sinkRecords is a sink that keeps what the pipeline hands it.
+type sinkRecords struct{ recs []decisionlog.Record }
+
+func (s *sinkRecords) Write(recs []decisionlog.Record) { s.recs = append(s.recs, recs...) }
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -52,23 +73,24 @@ func TestEventsAreOPAEvents(t *testing.T) {
 		sink.ServeHTTP(w, r)
 	}))
 	defer hs.Close()
-	u, err := New(Config{URL: hs.URL, BundleName: "arbiter", Labels: map[string]string{"id": "replica-1", "app": "arbiter"}, Mask: []string{"/secret/token"}, Interval: 10 * time.Millisecond})
+	u, err := New(Config{URL: hs.URL, BundleName: "arbiter", Labels: map[string]string{"id": "replica-1", "app": "arbiter"}, Interval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Log(record(1))
+	mask := []string{"/secret/token"}
+	u.Write([]decisionlog.Record{masked(t, mask, record(1))})
 	dataRec := record(2)
 	dataRec.Path = "/v1/data/decisions/some_decision/decision"
 	dataRec.Input = []byte(`{"input": {"n": 1e3, "secret": {"token": "t"}}}`)
-	u.Log(dataRec)
+	u.Write([]decisionlog.Record{masked(t, mask, dataRec)})
 	refused := record(3)
 	refused.Result, refused.Input = nil, nil
 	refused.BodyBase64 = "bm90IGpzb24="
 	refused.Error = &decisionlog.RecordError{Code: "malformed_json", Message: "not JSON"}
-	u.Log(refused)
+	u.Write([]decisionlog.Record{masked(t, mask, refused)})
 	nothingMasked := record(4) // masked lists what was masked, not what could be
 	nothingMasked.Input = []byte(`{"n": 1}`)
-	u.Log(nothingMasked)
+	u.Write([]decisionlog.Record{masked(t, mask, nothingMasked)})
 	waitUntil(t, "four events", func() bool { return sink.Stats().Unique == 4 })
 	if got := encodings.Load().(string); got != "gzip application/json /logs" {
 		t.Fatalf("upload headers and path: %q", got)
@@ -111,7 +133,7 @@ func TestServiceDownEveryEventArrivesOrIsCounted(t *testing.T) {
 	}
 	const total = 500
 	for i := range total {
-		u.Log(record(i))
+		u.Write([]decisionlog.Record{record(i)})
 	}
 	waitUntil(t, "a failed upload", func() bool { return u.Stats().UploadsFailed > 2 })
 	down.Store(false)
@@ -147,7 +169,7 @@ func TestCloseCountsWhatItCouldNotSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 30 {
-		u.Log(record(i))
+		u.Write([]decisionlog.Record{record(i)})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -214,13 +236,13 @@ func TestErasedAndMasked(t *testing.T) {
 		{name: "mask that names nothing", mask: []string{"/secret"}, input: `{"n":1}`, wantInput: `{"n":1}`},
 		{name: "body not JSON, masked", mask: []string{"/secret"}, body64: notJSON, wantErased: []string{"/input"}},
 		{name: "body not JSON, no mask", body64: notJSON, wantCustom: `{"body_base64":"` + notJSON + `"}`},
-		{name: "input not JSON, masked", mask: []string{"/secret"}, input: `{"secret":`, wantErased: []string{"/input"}},
+		{name: "input not JSON, masked whole", mask: []string{"/secret"}, input: `{"secret":`, wantInput: `"**masked**"`, wantMasked: []string{"/input"}},
 		{name: "input not JSON, no mask", input: `{"secret":`, wantErased: []string{"/input"}},
 		{name: "no body", mask: []string{"/secret"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			u, err := New(Config{URL: "http://127.0.0.1:1", Mask: tc.mask, Interval: time.Hour})
+			u, err := New(Config{URL: "http://127.0.0.1:1", Interval: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -232,6 +254,9 @@ func TestErasedAndMasked(t *testing.T) {
 			rec := record(1)
 			rec.Result, rec.Input, rec.BodyBase64 = nil, []byte(tc.input), tc.body64
 			rec.Error = &decisionlog.RecordError{Code: "malformed_json", Message: "m"}
+			if len(tc.mask) > 0 {
+				rec = masked(t, tc.mask, rec)
+			}
 			b, err := u.event(rec)
 			if err != nil {
 				t.Fatal(err)
@@ -300,7 +325,7 @@ func TestCollectorAnswering413LosesNothing(t *testing.T) {
 	}
 	const total = 1000
 	for i := range total {
-		u.Log(record(i))
+		u.Write([]decisionlog.Record{record(i)})
 	}
 	waitUntil(t, "every event sent or dropped", func() bool {
 		s := u.Stats()
@@ -357,11 +382,11 @@ func TestEventLargerThanTheCollectorTakesIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Log(record(1))
+	u.Write([]decisionlog.Record{record(1)})
 	big := record(2)
 	big.Input = []byte(`{"s":"` + strings.Repeat("x", 2*limit) + `"}`)
-	u.Log(big)
-	u.Log(record(3))
+	u.Write([]decisionlog.Record{big})
+	u.Write([]decisionlog.Record{record(3)})
 	if err := u.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

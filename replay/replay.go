@@ -138,6 +138,8 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Option
 			}
 			if rec.Promotion != nil {
 				rep.Summary.Promotions++
+			}
+			if !rec.IsDecision() { // a promotion, or a shadow outcome (its decision is a record of its own)
 				return nil
 			}
 			if rec.Revision != "" && !seenRev[rec.Revision] {

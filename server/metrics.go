@@ -83,12 +83,6 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission
 	if cfg.SelfCheckCounts != nil {
 		reg.MustRegister(selfCheckCollector{cfg.SelfCheckCounts})
 	}
-	if cfg.DroppedLogRecords != nil {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "arbiter_decision_log_dropped_total",
-			Help: "Decision log records not written: refused by a full queue or a closed log, failed writes, and records still queued when a stop ran out of time.",
-		}, func() float64 { return float64(cfg.DroppedLogRecords()) }))
-	}
 	return m
 }
 

@@ -13,7 +13,6 @@ func TestMetrics(t *testing.T) {
 	eng := quotaEngine(t, quotaDir(t))
 	h := serve(t, Config{
 		ReloadCounts:          func() (uint64, uint64) { return 3, 1 },
-		DroppedLogRecords:     func() uint64 { return 7 },
 		CompiledDisagreements: func() map[string]uint64 { return map[string]uint64{"quota_check": 2} },
 		SelfCheckCounts:       func() engine.SelfCheckCounts { return engine.SelfCheckCounts{Checked: 4, Dropped: 5, TooLarge: 6} },
 	}, eng)
@@ -63,7 +62,6 @@ func TestMetrics(t *testing.T) {
 		fmt.Sprintf(`arbiter_policy_revision_info{revision=%q} 1`, eng.Snapshot().Revision),
 		`arbiter_reloads_total{result="ok"} 3`,
 		`arbiter_reloads_total{result="failed"} 1`,
-		`arbiter_decision_log_dropped_total 7`,
 		`arbiter_compiled_disagreements_total{decision="quota_check"} 2`,
 		`arbiter_selfcheck_samples_total{outcome="checked"} 4`,
 		`arbiter_selfcheck_samples_total{outcome="dropped"} 5`,

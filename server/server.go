@@ -83,8 +83,6 @@ type Config struct {
 	Registry       *prometheus.Registry // metrics are registered here; nil means a fresh one
 	// ReloadCounts, when set, is exported as arbiter_reloads_total{result}.
 	ReloadCounts func() (ok, failed uint64)
-	// DroppedLogRecords, when set, is exported as arbiter_decision_log_dropped_total.
-	DroppedLogRecords func() uint64
 	// CompiledDisagreements, when set, is exported as
 	// arbiter_compiled_disagreements_total{decision}.
 	CompiledDisagreements func() map[string]uint64

@@ -87,20 +87,21 @@ func (s *server) shadowRoutes(r chi.Router) {
 	r.Post("/v1/shadow/promote", s.shadowPromote)
 }
 
-// sample decides, before the answer, whether a candidate decides rec too;
-// when it does, rec waits in the decision log for the candidate's answer.
-// The ticket's Start, once the answer is written, hands it to the shadow.
+// sample decides, before the answer, whether a candidate decides rec too.
+// The ticket's Start, once the answer is written, hands it to the shadow;
+// the candidate's outcome, when it has one, is logged as a record of its
+// own with the decision's id, after the decision's record (which the log
+// never holds back for it).
 func (s *server) sample(rec *decisionlog.Record) *shadow.Ticket {
 	if s.cfg.Shadow == nil {
 		return nil
 	}
-	var p *decisionlog.Pending
-	t := s.cfg.Shadow.Shadow.Sample(*rec, func(r *shadow.Result) { p.Complete(shadowMember(r)) })
-	if t != nil {
-		p = decisionlog.NewPending()
-		rec.AwaitShadow(p)
-	}
-	return t
+	id, at, name, path := rec.DecisionID, rec.Time, rec.Decision, rec.Path
+	return s.cfg.Shadow.Shadow.Sample(*rec, func(r *shadow.Result) {
+		if r != nil {
+			s.record(decisionlog.Record{DecisionID: id, Time: at, Decision: name, Path: path, Shadow: shadowMember(r)})
+		}
+	})
 }
 
 // liveStart and liveEnd bracket a decision request: while any is in
@@ -119,9 +120,6 @@ func (s *server) liveEnd() {
 
 // shadowMember is what the decision log keeps of a candidate's answer.
 func shadowMember(r *shadow.Result) *decisionlog.Shadow {
-	if r == nil {
-		return nil
-	}
 	return &decisionlog.Shadow{Revision: r.Candidate.Revision, Class: string(r.Class), Result: r.Candidate.Result, Error: r.Candidate.Error, DurationNS: r.Duration.Nanoseconds()}
 }
 

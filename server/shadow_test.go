@@ -175,6 +175,7 @@ func TestShadowThroughTheAPI(t *testing.T) {
 	}
 	var promotions []shadow.Promotion
 	shadowed := map[string]*decisionlog.Shadow{}
+	decisions := map[string]int{}
 	if _, err := decisionlog.ReadFile(logPath, func(_ int, rec decisionlog.Record) error {
 		if rec.Promotion != nil {
 			var p shadow.Promotion
@@ -186,17 +187,32 @@ func TestShadowThroughTheAPI(t *testing.T) {
 			}
 			promotions = append(promotions, p)
 		}
-		shadowed[rec.DecisionID] = rec.Shadow
+		switch {
+		case rec.IsDecision():
+			decisions[rec.DecisionID]++
+		case rec.IsShadowOutcome():
+			// Its own record, after its decision's, which the log did not
+			// hold back for it.
+			if decisions[rec.DecisionID] != 1 || shadowed[rec.DecisionID] != nil {
+				t.Errorf("the outcome of %s logged before its decision, or twice", rec.DecisionID)
+			}
+			shadowed[rec.DecisionID] = rec.Shadow
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if sh := shadowed[ids[1]]; sh == nil || sh.Class != string(shadow.RefuseToAllow) || sh.Revision != candRev || !strings.Contains(string(sh.Result), `"admit"`) {
-		t.Errorf("the log record of %s carries %+v", ids[1], sh)
+		t.Errorf("the shadow outcome of %s is %+v", ids[1], sh)
+	}
+	for _, id := range ids {
+		if decisions[id] != 1 {
+			t.Errorf("decision %s logged %d times, want once", id, decisions[id])
+		}
 	}
 	for _, id := range []string{ids[0], ids[2], ids[3]} {
 		if sh := shadowed[id]; sh == nil || sh.Class != string(shadow.Same) {
-			t.Errorf("the log record of %s carries %+v", id, sh)
+			t.Errorf("the shadow outcome of %s is %+v", id, sh)
 		}
 	}
 	if len(promotions) != 2 || promotions[0].Promoted || !promotions[1].Promoted || !promotions[1].Forced || promotions[1].Revision != candRev ||
@@ -374,9 +390,9 @@ func TestShadowPromotesAnErrorStringChange(t *testing.T) {
 // The issue's looping candidate, over HTTP: while the candidate is in its
 // loop (signalled by the policy itself; its deadline is an hour away) and
 // the queue behind it is full, decision requests are answered, every one,
-// and the candidate is still running when they are. The decision it loops
-// on has its record held until the shadow stops, then written without a
-// candidate answer.
+// and the candidate is still running when they are. No record waits for
+// the candidate: the decision it loops on is written while the loop still
+// runs, and no candidate answer follows it.
 func TestLoopingCandidateNeverDelaysHTTPAnswers(t *testing.T) {
 	live := accessDir(t)
 	cand := accessDir(t)
@@ -440,6 +456,14 @@ func TestLoopingCandidateNeverDelaysHTTPAnswers(t *testing.T) {
 	if st := sh.Stats(); st.InFlight != 1 || st.Dropped != n-2 {
 		t.Fatalf("stats %+v: want the loop in flight and %d dropped", st, n-2)
 	}
+	for deadline := time.Now().Add(time.Minute); dlog.Written() < n+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records written while the candidate loops: the log holds some back for it", dlog.Written(), n+1)
+		}
+	}
+	if st := sh.Stats(); st.InFlight != 1 {
+		t.Fatalf("stats %+v: the loop ended before its record was seen written", st)
+	}
 	if err := sh.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +472,9 @@ func TestLoopingCandidateNeverDelaysHTTPAnswers(t *testing.T) {
 	}
 	found := 0
 	if _, err := decisionlog.ReadFile(logPath, func(_ int, rec decisionlog.Record) error {
-		found++
+		if rec.IsDecision() {
+			found++
+		}
 		if rec.DecisionID == loopID && rec.Shadow != nil {
 			t.Errorf("the looping decision's record carries %+v", rec.Shadow)
 		}

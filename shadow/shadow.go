@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
 // Defaults of Config.
@@ -87,24 +87,19 @@ type Shadow struct {
 	cfg    Config
 	log    *slog.Logger
 	budget *budget
-	jobs   chan *Ticket
-	queued atomic.Int64 // bytes of the tickets in jobs
+	jobs   *queue.Queue[*Ticket]
 
 	cur atomic.Pointer[run] // nil: no candidate
 
-	// closeMu orders Start against Close: once Close holds it, no ticket
-	// enters jobs, so draining jobs finishes every ticket.
-	closeMu sync.RWMutex
-	closed  bool
 	adminMu sync.Mutex // serialises Set, Clear and Promote
 	ctx     context.Context
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
-	sampled, dropped, abandoned, unjudged atomic.Uint64
-	expired, judged                       atomic.Uint64
-	evalNS, waitNS, inflight              atomic.Int64
-	promotions                            [3]atomic.Uint64 // promoted, forced, refused
+	sampled, abandoned, unjudged atomic.Uint64
+	expired, judged              atomic.Uint64
+	evalNS, waitNS, inflight     atomic.Int64
+	promotions                   [3]atomic.Uint64 // promoted, forced, refused
 
 	// busy counts the live decisions in flight (LiveStart, LiveEnd); the
 	// candidate's evaluations pause while it is not zero. idle receives a
@@ -131,12 +126,8 @@ func New(cfg Config) *Shadow {
 	if cfg.Rate <= 0 || cfg.Rate > 1 {
 		cfg.Rate = DefaultRate
 	}
-	if cfg.Queue <= 0 {
-		cfg.Queue = DefaultQueue
-	}
-	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = DefaultQueueBytes
-	}
+	lim := queue.Limits{Items: cfg.Queue, Bytes: cfg.QueueBytes}.Or(queue.Limits{Items: DefaultQueue, Bytes: DefaultQueueBytes})
+	cfg.Queue, cfg.QueueBytes = lim.Items, lim.Bytes
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
@@ -149,7 +140,7 @@ func New(cfg Config) *Shadow {
 	if cfg.Examples <= 0 {
 		cfg.Examples = DefaultExamples
 	}
-	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: make(chan *Ticket, cfg.Queue), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
+	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -241,9 +232,10 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 		return nil
 	}
 	s.sampled.Add(1)
-	if len(s.jobs) == cap(s.jobs) {
+	if s.jobs.Len() >= s.cfg.Queue {
 		// Full already (a slow candidate, or one paused by steady load):
 		// dropped here, so that the live request pays for nothing more.
+		s.jobs.Drop(queue.Full, 1)
 		s.drop(r, rec.DecisionID, nil)
 		return nil
 	}
@@ -258,24 +250,11 @@ func (t *Ticket) Start() {
 	if t == nil {
 		return
 	}
-	s := t.s
-	s.closeMu.RLock()
-	defer s.closeMu.RUnlock()
-	if s.closed {
-		s.abandoned.Add(1)
-		t.finish(nil)
-		return
-	}
-	if q := s.queued.Add(t.size); q > s.cfg.QueueBytes && q != t.size {
-		s.queued.Add(-t.size)
-		s.drop(t.run, t.rec.DecisionID, t)
-		return
-	}
-	select {
-	case s.jobs <- t:
-	default:
-		s.queued.Add(-t.size)
-		s.drop(t.run, t.rec.DecisionID, t)
+	switch ok, why := t.s.jobs.Put(t, t.size); {
+	case why == queue.Closed:
+		t.s.abandon(t)
+	case !ok:
+		t.s.drop(t.run, t.rec.DecisionID, t)
 	}
 }
 
@@ -283,7 +262,7 @@ func (t *Ticket) Start() {
 // judgement until a promotion judges it from the decision log.
 func (s *Shadow) drop(r *run, id string, t *Ticket) {
 	r.tally.Drop(id)
-	if n := s.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, ...: a flood warns a few times, not per request
+	if n := s.jobs.Dropped(queue.Full); n&(n-1) == 0 { // 1, 2, 4, 8, ...: a flood warns a few times, not per request
 		s.log.Warn("shadow queue full: decisions not shadowed", "dropped_total", n, "queue", s.cfg.Queue, "queue_bytes", s.cfg.QueueBytes)
 	}
 	t.finish(nil)
@@ -297,14 +276,17 @@ func (t *Ticket) finish(r *Result) {
 
 func (s *Shadow) work() {
 	defer s.wg.Done()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case t := <-s.jobs:
-			s.queued.Add(-t.size)
-			s.judge(t)
+	var one []*Ticket
+	for s.ctx.Err() == nil {
+		if one, _ = s.jobs.Take(one[:0], 1); len(one) == 0 {
+			select {
+			case <-s.ctx.Done():
+			case <-s.jobs.Ready():
+			}
+			continue
 		}
+		s.judge(one[0])
+		one[0] = nil
 	}
 }
 
@@ -471,14 +453,11 @@ func (s *Shadow) count(decision string, c Class) {
 }
 
 // Close stops the workers, cancelling the evaluations in flight, and
-// finishes every ticket still queued (with nil), so that every record
-// waiting for its candidate's result can be written. It returns ctx's
-// error when a worker does not stop in time.
+// finishes every ticket still queued (with nil: abandoned). It returns
+// ctx's error when a worker does not stop in time.
 func (s *Shadow) Close(ctx context.Context) error {
-	s.closeMu.Lock()
-	s.closed = true
-	s.closeMu.Unlock()
-	s.stop() // before adminMu: it ends a promotion's catchUp too
+	s.jobs.Close() // no ticket enters now, so taking what is queued finishes every one
+	s.stop()       // before adminMu: it ends a promotion's catchUp too
 	s.adminMu.Lock()
 	s.clear()
 	s.adminMu.Unlock()
@@ -493,15 +472,11 @@ func (s *Shadow) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("shadow: workers still evaluating at close: %w", ctx.Err())
 	}
-	for {
-		select {
-		case t := <-s.jobs:
-			s.queued.Add(-t.size)
-			s.abandon(t)
-		default:
-			return err
-		}
+	left, _ := s.jobs.Take(nil, 0)
+	for _, t := range left {
+		s.abandon(t)
 	}
+	return err
 }
 
 // Stats is the account of the decisions offered to the shadow.
@@ -533,8 +508,8 @@ type Stats struct {
 // Stats returns the account so far.
 func (s *Shadow) Stats() Stats {
 	return Stats{
-		Sampled: s.sampled.Load(), Judged: s.judged.Load(), Dropped: s.dropped.Load(), Abandoned: s.abandoned.Load(), Expired: s.expired.Load(), Unjudged: s.unjudged.Load(),
-		Queued: len(s.jobs), InFlight: s.inflight.Load(), Paused: s.paused.Load(),
+		Sampled: s.sampled.Load(), Judged: s.judged.Load(), Dropped: s.jobs.Dropped(queue.Full), Abandoned: s.abandoned.Load(), Expired: s.expired.Load(), Unjudged: s.unjudged.Load(),
+		Queued: s.jobs.Len(), InFlight: s.inflight.Load(), Paused: s.paused.Load(),
 		EvaluationSeconds: time.Duration(s.evalNS.Load()).Seconds(), ThrottledSeconds: time.Duration(s.waitNS.Load()).Seconds(),
 		PausedSeconds: time.Duration(s.pausedNS.Load()).Seconds(),
 	}
@@ -627,7 +602,10 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(co
 
 // errPausedTooLong stops catchUp: live traffic held one of its evaluations
 // past Config.Timeout.
-var errPausedTooLong = errors.New("paused for live traffic past the shadow's timeout")
+var (
+	errPausedTooLong = errors.New("paused for live traffic past the shadow's timeout")
+	errAllRead       = errors.New("every dropped decision found")
+)
 
 // catchUp judges with r's candidate the sampled decisions it dropped,
 // reading their records from the decision log (the file, then the backups
@@ -654,43 +632,37 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 	for _, id := range owed {
 		want[id] = true
 	}
-	files, err := decisionlog.Files(s.cfg.DecisionLog)
-	if err != nil {
-		return append(why, "reading the decision log: "+err.Error())
-	}
 	var cannot []string
-	for _, f := range files {
+	err := decisionlog.ReadLog(s.cfg.DecisionLog, func(rec decisionlog.Record) error {
 		if len(want) == 0 {
-			break
+			return errAllRead
 		}
-		_, err := decisionlog.ReadFile(f, func(_ int, rec decisionlog.Record) error {
-			if !want[rec.DecisionID] {
-				return nil
-			}
-			delete(want, rec.DecisionID)
-			req, skip := FromRecord(rec)
-			if skip != "" {
-				cannot = append(cannot, rec.DecisionID+" ("+skip+")")
-				return nil
-			}
-			jctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-			defer cancel()
-			w, _ := s.budget.wait(jctx)
-			s.waitNS.Add(int64(w))
-			j, _ := s.evaluate(jctx, r, req)
-			if jctx.Err() != nil {
-				return cmp.Or(ctx.Err(), errPausedTooLong)
-			}
-			r.tally.AddLate(j.Decision, j.Class, j.DecisionID)
-			s.count(j.Decision, j.Class)
+		if !want[rec.DecisionID] || !rec.IsDecision() {
 			return nil
-		})
-		switch {
-		case errors.Is(err, errPausedTooLong):
-			return append(why, "judging the dropped decisions was "+err.Error()+": promote again when the load eases")
-		case err != nil && !errors.Is(err, fs.ErrNotExist): // a backup may be removed meanwhile
-			return append(why, "judging the dropped decisions from the decision log: "+err.Error())
 		}
+		delete(want, rec.DecisionID)
+		req, skip := FromRecord(rec)
+		if skip != "" {
+			cannot = append(cannot, rec.DecisionID+" ("+skip+")")
+			return nil
+		}
+		jctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+		w, _ := s.budget.wait(jctx)
+		s.waitNS.Add(int64(w))
+		j, _ := s.evaluate(jctx, r, req)
+		if jctx.Err() != nil {
+			return cmp.Or(ctx.Err(), errPausedTooLong)
+		}
+		r.tally.AddLate(j.Decision, j.Class, j.DecisionID)
+		s.count(j.Decision, j.Class)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errPausedTooLong):
+		return append(why, "judging the dropped decisions was "+err.Error()+": promote again when the load eases")
+	case err != nil && !errors.Is(err, errAllRead):
+		return append(why, "judging the dropped decisions from the decision log: "+err.Error())
 	}
 	if len(cannot) > 0 {
 		why = append(why, fmt.Sprintf("%d dropped decisions cannot be decided again from their records, e.g. %s", len(cannot), cannot[0]))

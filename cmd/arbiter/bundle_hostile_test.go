@@ -113,36 +113,49 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // bomb is a gzip tarball of files of size zeros, led by first when it is
-// not nil; gzip members concatenated, so that the zeros are compressed once.
+// not nil; gzip members concatenated, so that the zeros are compressed once
+// (and once per test binary: compressing 63 MiB under -race is slow), and
+// the tar headers are stored, not compressed.
 func bomb(t *testing.T, files, size int, first []byte) []byte {
 	t.Helper()
-	member := func(write func(io.Writer)) []byte {
+	stored, _ := gzip.NewWriterLevel(io.Discard, gzip.NoCompression) // one compressor for every member: 20000 would cost minutes under -race
+	member := func(level int, write func(io.Writer)) []byte {
 		var b bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+		zw := stored
+		if level != gzip.NoCompression {
+			zw, _ = gzip.NewWriterLevel(&b, level)
+		}
+		zw.Reset(&b)
 		write(zw)
 		_ = zw.Close()
 		return b.Bytes()
 	}
 	header := func(name string, size int) []byte {
-		return member(func(w io.Writer) {
+		return member(gzip.NoCompression, func(w io.Writer) {
 			tw := tar.NewWriter(w)
 			_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(size), Typeflag: tar.TypeReg})
 			_ = tw.Flush() // the header only: the content follows in the next member
 		})
 	}
-	zeros := member(func(w io.Writer) { _, _ = w.Write(make([]byte, size)) })
+	zeros, ok := zeroMembers.Load(size)
+	if !ok {
+		zeros, _ = zeroMembers.LoadOrStore(size, member(gzip.BestSpeed, func(w io.Writer) { _, _ = w.Write(make([]byte, size)) }))
+	}
 	var out bytes.Buffer
 	if first != nil {
 		out.Write(header("/.signatures.json", len(first)))
-		out.Write(member(func(w io.Writer) { _, _ = w.Write(first); _, _ = w.Write(make([]byte, (512-len(first)%512)%512)) }))
+		out.Write(member(gzip.NoCompression, func(w io.Writer) { _, _ = w.Write(first); _, _ = w.Write(make([]byte, (512-len(first)%512)%512)) }))
 	}
 	for i := range files {
 		out.Write(header(fmt.Sprintf("/bomb/%d.rego", i), size))
-		out.Write(zeros)
+		out.Write(zeros.([]byte))
 	}
-	out.Write(member(func(w io.Writer) { _, _ = w.Write(make([]byte, 1024)) })) // tar's end
+	out.Write(member(gzip.NoCompression, func(w io.Writer) { _, _ = w.Write(make([]byte, 1024)) })) // tar's end
 	return out.Bytes()
 }
+
+// zeroMembers holds, by size, a gzip member of that many zeros.
+var zeroMembers sync.Map
 
 // replica serves the bundle of src (scheme http or oci+http), signed with
 // the key pair in keys. Its bundle settings go in the environment, as a

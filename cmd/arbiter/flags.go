@@ -37,6 +37,12 @@ func newCommand(name, synopsis string) *command {
 	return c
 }
 
+// flagSetWatcher is a stdout that wants to see each command's flag set,
+// complete, before it is parsed: TestFlagDocs renders docs/CLI.md's flag
+// tables from the flag sets themselves, so the tables cannot drift from
+// the code (and no global holds a test hook).
+type flagSetWatcher interface{ sawFlags(*command) }
+
 // fromEnv marks flags that their environment variable sets.
 func (c *command) fromEnv(names ...string) { c.env = append(c.env, names...) }
 
@@ -50,6 +56,9 @@ func envName(flagName string) string {
 // default. It returns done when the command should stop with code: after
 // -h (usage on stdout, 0) or on a bad flag or variable (stderr, bad).
 func (c *command) parse(args []string, stdout, stderr io.Writer, bad int) (done bool, code int) {
+	if w, ok := stdout.(flagSetWatcher); ok {
+		w.sawFlags(c)
+	}
 	c.SetOutput(io.Discard) // errors are printed once, below
 	for _, name := range c.env {
 		key := envName(name)

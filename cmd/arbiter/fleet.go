@@ -7,16 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/policybundle"
-	"github.com/arbiter-dev/arbiter/server"
 )
 
 // fleetConfig is what a replica of a fleet adds to `arbiter serve`: its
@@ -96,7 +93,7 @@ type fleet struct {
 // newFleet prepares the bundle source (when --bundle-url is set; the
 // engine then starts empty and not ready) and the uploader (when
 // --decision-log-service is set).
-func newFleet(c *serveConfig, eng *engine.Engine, mask string, log *slog.Logger) (*fleet, error) {
+func newFleet(c *serveConfig, eng *engine.Engine, log *slog.Logger) (*fleet, error) {
 	f := &fleet{cfg: &c.fleetConfig}
 	if c.bundleURL != "" {
 		src, err := policybundle.NewSource(c.sourceConfig(c.bundleURL, c.bundleName, log), policybundle.Activator(eng))
@@ -106,14 +103,8 @@ func newFleet(c *serveConfig, eng *engine.Engine, mask string, log *slog.Logger)
 		f.source = src
 	}
 	if c.logService != "" {
-		var pointers []string
-		for _, p := range strings.Split(mask, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				pointers = append(pointers, p)
-			}
-		}
 		up, err := logship.New(logship.Config{
-			URL: c.logService, BundleName: c.bundleName, Mask: pointers,
+			URL: c.logService, BundleName: c.bundleName,
 			Labels:    map[string]string{"id": c.replicaID, "app": "arbiter", "version": buildVersion()},
 			MaxEvents: int(c.logMaxEvents), Interval: c.logInterval, MaxRetryDelay: c.logRetryMax, Logger: log,
 		})
@@ -133,49 +124,6 @@ func (f *fleetConfig) sourceConfig(url, name string, log *slog.Logger) policybun
 		MinDelay: f.pollMin, MaxDelay: f.pollMax, LongPoll: f.longPoll, Logger: log,
 		Limits: f.limits, DownloadTimeout: f.dlTimeout, StallTimeout: f.stallTimeout,
 	}
-}
-
-// decisionLog is the sink the server logs to: the local log, the upload,
-// or both. refuseUnlogged is --decision-log-full refuse: a decision whose
-// record the local log refused is not answered.
-func (f *fleet) decisionLog(local server.DecisionLog, refuseUnlogged bool) server.DecisionLog {
-	switch {
-	case f.upload == nil:
-		return local
-	case local == nil:
-		return uploadLog{f.upload}
-	default:
-		return teeLog{local, f.upload, refuseUnlogged}
-	}
-}
-
-// teeLog writes to the local log, then uploads what was answered. With
-// refuseUnlogged, a record the local log refused is not shipped either (the
-// caller got 503 instead of the decision), so the service never holds a
-// result nobody was answered; without it the caller has the answer
-// whether or not the local log kept the record, and the upload keeps the
-// audit record the local log lost. Whether the record was taken is the
-// local log's answer (the upload counts its own drops).
-type teeLog struct {
-	local          server.DecisionLog
-	upload         *logship.Uploader
-	refuseUnlogged bool
-}
-
-func (t teeLog) Log(rec decisionlog.Record) bool {
-	ok := t.local.Log(rec)
-	if ok || !t.refuseUnlogged {
-		t.upload.Log(rec)
-	}
-	return ok
-}
-
-// uploadLog is the upload alone as the server's decision log.
-type uploadLog struct{ upload *logship.Uploader }
-
-func (u uploadLog) Log(rec decisionlog.Record) bool {
-	u.upload.Log(rec)
-	return true
 }
 
 // register adds the bundle and upload metrics to reg.

@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -52,21 +53,24 @@ func (s *logSink) ids() []string {
 	return out
 }
 
-// The upload ships what was answered. With --decision-log-full refuse, a
-// decision whose record the local log refused is answered overloaded, and
-// its record, result included, is not uploaded either: the service
-// receives exactly what the local log accepted. With drop (the default),
-// the caller has the answer although the local log dropped its record, and
-// the upload keeps that audit record.
+// The upload ships what was answered, as a sink of the one pipeline. A
+// record the pipeline's queue refuses reaches no sink and is counted once:
+// with --decision-log-full refuse its decision is answered overloaded, so
+// the service never holds a result nobody received; with drop (the
+// default) the caller has the answer and the log counts the lost record.
+// A record the file fails to write after the answer is still uploaded:
+// the sinks are independent, and the service keeps the audit record.
 func TestUploadWhatWasAnswered(t *testing.T) {
-	for _, refuse := range []bool{true, false} {
-		t.Run(map[bool]string{true: "refuse", false: "drop"}[refuse], func(t *testing.T) {
-			uploadWhatWasAnswered(t, refuse)
-		})
+	for _, mode := range []string{"refuse", "drop", "file fails"} {
+		t.Run(mode, func(t *testing.T) { uploadWhatWasAnswered(t, mode) })
 	}
 }
 
-func uploadWhatWasAnswered(t *testing.T, refuse bool) {
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func uploadWhatWasAnswered(t *testing.T, mode string) {
 	root := copyAccess(t)
 	eng, err := engine.New(context.Background(), engine.Config{Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas")})
 	if err != nil {
@@ -79,51 +83,68 @@ func uploadWhatWasAnswered(t *testing.T, refuse bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(t.TempDir(), "decisions.log")
-	local, err := decisionlog.Open(decisionlog.Options{Path: logPath})
+	opts := decisionlog.Options{Path: filepath.Join(t.TempDir(), "decisions.log"), Sinks: []decisionlog.Sink{up}}
+	if mode == "file fails" {
+		opts.Path, opts.Stdout = "-", failingWriter{}
+	}
+	local, err := decisionlog.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{cfg: &fleetConfig{}, upload: up}
-	api := httptest.NewServer(server.New(server.Config{RefuseUnlogged: refuse, DecisionLog: f.decisionLog(local, refuse)}, eng))
+	refuse := mode == "refuse"
+	api := httptest.NewServer(server.New(server.Config{RefuseUnlogged: refuse, DecisionLog: local}, eng))
 	defer api.Close()
 
-	accepted := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"a","used":3}`))
-	if accepted.status != http.StatusOK {
-		t.Fatalf("with the local log open: %d %s", accepted.status, accepted.body)
+	first := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"a","used":3}`))
+	if first.status != http.StatusOK {
+		t.Fatalf("with the pipeline open: %d %s", first.status, first.body)
 	}
-	// A closed log refuses every record: the case of a full queue, made
-	// certain.
-	if err := local.Close(context.Background()); err != nil {
-		t.Fatal(err)
+	want := []string{first.id}
+	if mode != "file fails" {
+		// A closed pipeline refuses every record: the case of a full
+		// queue, made certain.
+		if err := local.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	second := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"b","used":4}`))
-	want := []string{accepted.id}
-	if refuse {
+	switch {
+	case refuse:
 		if second.status != http.StatusServiceUnavailable || !strings.Contains(string(second.body), `"overloaded"`) || second.id == "" {
-			t.Fatalf("with the local log refusing: %d %s", second.status, second.body)
+			t.Fatalf("with the pipeline refusing: %d %s", second.status, second.body)
 		}
-	} else {
-		if second.status != http.StatusOK {
-			t.Fatalf("with the local log dropping: %d %s", second.status, second.body)
-		}
+	case second.status != http.StatusOK:
+		t.Fatalf("%s: %d %s", mode, second.status, second.body)
+	case mode == "file fails":
 		want = append(want, second.id)
+		if err := local.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st := local.Stats(); st.Failed != 2 || st.Written != 0 {
+			t.Fatalf("file writes failed, stats %+v", st)
+		}
+	}
+	if mode != "file fails" {
+		if st := local.Stats(); st.Written != 1 || st.Unwritten != local.Dropped() || st.Unwritten == 0 {
+			t.Fatalf("stats %+v dropped %d: the refused records are not counted", st, local.Dropped())
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := up.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// refuse: the refused decision's record (its result) and the record of
-	// the 503 (refused too) both stay off the service.
 	if got := sink.ids(); !slices.Equal(got, want) {
 		t.Fatalf("uploaded %d events %v; want %v (the second answer was %d %s)", len(got), got, want, second.status, second.id)
 	}
-	var local1 []string
-	for _, rec := range readDecisionLog(t, logPath) {
-		local1 = append(local1, rec.DecisionID)
+	if mode == "file fails" {
+		return
 	}
-	if !slices.Equal(local1, []string{accepted.id}) {
-		t.Fatalf("local log %v, want %s", local1, accepted.id)
+	var logged []string
+	for _, rec := range readDecisionLog(t, opts.Path) {
+		logged = append(logged, rec.DecisionID)
+	}
+	if !slices.Equal(logged, []string{first.id}) {
+		t.Fatalf("local log %v, want %s", logged, first.id)
 	}
 }

@@ -10,49 +10,52 @@ import (
 	"testing"
 )
 
-// readmeBlock returns the first fenced block after the README's heading.
-func readmeBlock(t *testing.T, heading string) string {
+// docBlock returns the first fenced block right under a heading of a
+// Markdown file (a path from the repository's root).
+func docBlock(t *testing.T, file, heading string) string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	text, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(readme), heading+"\n\n```\n")
+	_, block, ok := strings.Cut(string(text), heading+"\n\n```\n")
 	if !ok {
-		t.Fatalf("README.md has no block under %q", heading)
+		t.Fatalf("%s has no block under %q", file, heading)
 	}
 	block, _, _ = strings.Cut(block, "```")
 	return block
 }
 
-// TestReadmeCommandLine: the README's command-line block shows each
-// command with the flags of the usage text (serve's flags have their own
-// table there, as its usage defers to -h).
+// TestReadmeCommandLine: the synopsis block of docs/CLI.md (the README
+// links it) shows each command with the flags of the usage text (serve's
+// flags have their own table there, as its usage defers to -h; every
+// command's flag table is TestFlagDocs').
 func TestReadmeCommandLine(t *testing.T) {
-	block := readmeBlock(t, "## Command line")
+	block := docBlock(t, "docs/CLI.md", "## Synopsis")
 	documented := synopses(strings.ReplaceAll("\n"+block, "\narbiter ", "\n  arbiter "))
 	for name, synopsis := range usageSynopses(t) {
 		doc, ok := documented[name]
 		if !ok {
-			t.Errorf("README.md's command-line block lacks arbiter %s", name)
+			t.Errorf("docs/CLI.md's synopsis block lacks arbiter %s", name)
 			continue
 		}
 		if strings.Contains(synopsis, "-h for every flag") {
 			continue
 		}
 		if got, want := synopsisFlags(doc), synopsisFlags(synopsis); !maps.Equal(got, want) {
-			t.Errorf("README.md shows arbiter %s with %v, the usage text with %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+			t.Errorf("docs/CLI.md shows arbiter %s with %v, the usage text with %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 		}
 	}
 }
 
-// TestReadmeLayout: the README's layout block has one line per folder, and
+// TestReadmeLayout: the layout block of docs/ARCHITECTURE.md (the README
+// links it) has one line per folder, and
 // every Go package of the repository (every folder holding .go files,
 // testdata aside) has exactly one line there; every folder it names exists.
 func TestReadmeLayout(t *testing.T) {
 	root := filepath.Join("..", "..")
 	listed := map[string]int{}
-	for _, line := range strings.Split(strings.TrimSuffix(readmeBlock(t, "## Layout"), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSuffix(docBlock(t, "docs/ARCHITECTURE.md", "## Layout"), "\n"), "\n") {
 		dir, _, _ := strings.Cut(line, " ")
 		if dir == "" || !strings.HasSuffix(dir, "/") {
 			t.Errorf("layout line %q: want one line per folder, starting with the folder and /", line)
@@ -86,12 +89,12 @@ func TestReadmeLayout(t *testing.T) {
 	}
 	for _, pkg := range slices.Sorted(maps.Keys(packages)) {
 		if n := listed[pkg]; n != 1 {
-			t.Errorf("the package %s has %d lines in the README's layout, want 1", pkg, n)
+			t.Errorf("the package %s has %d lines in the layout of docs/ARCHITECTURE.md, want 1", pkg, n)
 		}
 	}
 	for dir, n := range listed {
 		if n > 1 && !packages[dir] {
-			t.Errorf("%s has %d lines in the README's layout, want 1", dir, n)
+			t.Errorf("%s has %d lines in the layout of docs/ARCHITECTURE.md, want 1", dir, n)
 		}
 	}
 }

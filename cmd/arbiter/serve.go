@@ -90,7 +90,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			}
 		}
 	}
-	fl, err := newFleet(c, eng, c.logMask, log)
+	fl, err := newFleet(c, eng, log)
 	if err != nil {
 		return exitError, err
 	}
@@ -99,23 +99,35 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		return exitError, err
 	}
 
+	// The decision-record pipeline: the file, the upload and the pages'
+	// ring are its sinks, each record masked once for all of them.
+	var sinks []decisionlog.Sink
+	if fl.upload != nil {
+		sinks = append(sinks, fl.upload)
+	}
+	var pg *pages
+	if c.ui {
+		pg = newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)
+		sinks = append(sinks, pg.ring)
+	}
 	var dlog *decisionlog.Logger
 	var sink server.DecisionLog
-	if c.decisionLog != "" {
+	if c.decisionLog == "" {
+		log.Warn("decision log disabled")
+	}
+	if c.decisionLog != "" || len(sinks) > 0 {
 		var mask []string
 		for _, p := range strings.Split(c.logMask, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				mask = append(mask, p)
 			}
 		}
-		dlog, err = decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, QueueBytes: c.logQueueBytes,
+		dlog, err = decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, Sinks: sinks, QueueBytes: c.logQueueBytes,
 			MaxMegabytes: c.logMaxMB, MaxBackups: c.logMaxBackups, Mask: mask, Logger: log})
 		if err != nil {
 			return exitError, fmt.Errorf("opening the decision log: %w", err)
 		}
 		sink = dlog
-	} else {
-		log.Warn("decision log disabled")
 	}
 
 	reg := prometheus.NewRegistry()
@@ -131,7 +143,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		RefuseUnlogged:    c.logFull == "refuse",
 		Tokens:            tokens,
 		Logger:            log,
-		DecisionLog:       fl.decisionLog(sink, c.logFull == "refuse"),
+		DecisionLog:       sink,
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
@@ -140,12 +152,8 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	}
 	var onShutdown []func() // run as Shutdown begins, beside closing the listeners
-	if c.ui {
-		pg, err := newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)
-		if err != nil {
-			return exitError, err
-		}
-		scfg.UI, scfg.DecisionLog = pg.handler, pg.beside(scfg.DecisionLog)
+	if pg != nil {
+		scfg.UI = pg.handler
 		onShutdown = append(onShutdown, pg.endStreams) // a live stream never ends by itself
 	}
 	if ecfg.SelfCheck != nil {
@@ -154,8 +162,8 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	fl.register(reg)
 	sh.register(reg)
-	if dlog != nil {
-		scfg.DroppedLogRecords = dlog.Dropped
+	if dlog != nil { // without a file too: a record the queue refused reaches no sink
+		reg.MustRegister(dlog.Collector())
 	}
 	conns := server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
 	srv := &http.Server{
@@ -251,7 +259,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	// shutdown deadline must not leave the decision log an expired one.
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancelDrain()
-	sh.stop(drainCtx, log) // releases the records waiting for the candidate before the log closes
+	sh.stop(drainCtx, log) // before the log closes, so that no outcome is logged into a closed pipeline
 	code := exitOK
 	if dlog != nil {
 		// Every answered decision was queued before its response was
@@ -262,7 +270,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		}
 		st := dlog.Stats()
 		level := slog.LevelInfo
-		if st.Unwritten > 0 {
+		if st.Unwritten > 0 && c.decisionLog != "" {
 			level, code = slog.LevelError, exitUnlogged
 		}
 		log.Log(context.Background(), level, "decision log closed", "written", st.Written, "unwritten", st.Unwritten,

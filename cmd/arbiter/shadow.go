@@ -176,9 +176,8 @@ func (s *shadowing) start(ctx context.Context) {
 	}
 }
 
-// stop ends polling and the shadow's evaluations; every record waiting for
-// a candidate's answer is then released to the decision log, which is
-// closed after.
+// stop ends polling and the shadow's evaluations, before the decision log
+// closes: an outcome the candidate reaches meanwhile is still logged.
 func (s *shadowing) stop(ctx context.Context, log *slog.Logger) {
 	if s.source != nil {
 		s.source.Stop(ctx)

@@ -13,18 +13,10 @@ import (
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
-type takingLog struct {
-	took bool
-	n    int
-}
-
-func (l *takingLog) Log(decisionlog.Record) bool { l.n++; return l.took }
-
-// TestPagesBesideTheLog: the ring behind the pages gets every answered
-// decision, masked as the decision log masks it (the first member of a
-// fixture's input here), and the log's answer is the answer; with
-// --decision-log-full refuse, a decision the log refused was not answered
-// and the ring leaves it out.
+// TestPagesBesideTheLog: the ring behind the pages is a sink of the
+// decision-record pipeline: it gets every decision the pipeline took,
+// masked once for every sink (the first member of a fixture's input here),
+// and none it refused.
 func TestPagesBesideTheLog(t *testing.T) {
 	fixtures, err := engine.LoadFixtures("../../policy_test")
 	if err != nil {
@@ -50,46 +42,45 @@ func TestPagesBesideTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, full := range []string{"drop", "refuse"} {
-		c, done, code := parseServe([]string{"--decision-log", "", "--decision-log-mask", "/" + member, "--decision-log-full", full}, io.Discard, io.Discard)
-		if done {
-			t.Fatalf("parseServe: exit %d", code)
-		}
-		pg, err := newPages(c, eng, nil, false, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		local := &takingLog{took: true}
-		sink := pg.beside(local)
-		rec := decisionlog.Record{DecisionID: "taken-" + full, Decision: fx.Decision, Input: fx.Input}
-		if !sink.Log(rec) || local.n != 1 {
-			t.Fatalf("%s: the log's answer is lost", full)
-		}
-		e, ok := pg.ring.Get(rec.DecisionID)
-		if !ok {
-			t.Fatalf("%s: the ring does not hold an answered decision", full)
-		}
-		var got map[string]json.RawMessage
-		_ = json.Unmarshal(e.Record.Input, &got)
-		if string(got[member]) != `"`+decisionlog.MaskedValue+`"` || len(e.Record.Masked) == 0 {
-			t.Errorf("%s: /%s in the ring is %s, masked %v", full, member, got[member], e.Record.Masked)
-		}
-		local.took = false
-		rec.DecisionID = "refused-" + full
-		if sink.Log(rec) {
-			t.Errorf("%s: a refused record reported taken", full)
-		}
-		if _, ok := pg.ring.Get(rec.DecisionID); ok != (full == "drop") {
-			t.Errorf("--decision-log-full %s: a record the log refused is in the ring: %v", full, ok)
-		}
+	c, done, code := parseServe([]string{"--decision-log", ""}, io.Discard, io.Discard)
+	if done {
+		t.Fatalf("parseServe: exit %d", code)
+	}
+	pg := newPages(c, eng, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pipe, err := decisionlog.Open(decisionlog.Options{Mask: []string{"/" + member}, Sinks: []decisionlog.Sink{pg.ring}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := decisionlog.Record{DecisionID: "taken", Decision: fx.Decision, Input: fx.Input, Result: json.RawMessage(`{}`)}
+	if !pipe.Log(rec) {
+		t.Fatal("an empty pipeline refused a record")
+	}
+	if err := pipe.Close(context.Background()); err != nil { // hands every queued record to the sinks
+		t.Fatal(err)
+	}
+	e, ok := pg.ring.Get(rec.DecisionID)
+	if !ok {
+		t.Fatal("the ring does not hold a decision the pipeline took")
+	}
+	var got map[string]json.RawMessage
+	_ = json.Unmarshal(e.Record.Input, &got)
+	if string(got[member]) != `"`+decisionlog.MaskedValue+`"` || len(e.Record.Masked) == 0 {
+		t.Errorf("/%s in the ring is %s, masked %v", member, got[member], e.Record.Masked)
+	}
+	rec.DecisionID = "refused"
+	if pipe.Log(rec) {
+		t.Error("a closed pipeline took a record")
+	}
+	if _, ok := pg.ring.Get(rec.DecisionID); ok {
+		t.Error("a record the pipeline refused is in the ring")
 	}
 	var _ ui.Decider = eng
 }
 
 // TestPagesShowTheShadowCandidate: the pages see the shadow's candidate, a
 // what-if decided by it is its answer (and is not judged), and the summary
-// is the shadow's report; a promotion record never reaches the ring.
+// is the shadow's report; a promotion or shadow outcome record never
+// reaches the ring.
 func TestPagesShowTheShadowCandidate(t *testing.T) {
 	cfg := engine.Config{Policies: "../../policies", Schemas: "../../schemas"}
 	eng, err := engine.New(context.Background(), cfg)
@@ -136,13 +127,12 @@ func TestPagesShowTheShadowCandidate(t *testing.T) {
 	if done {
 		t.Fatalf("parseServe: exit %d", code)
 	}
-	pg, err := newPages(c, eng, sp, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := pg.beside(&takingLog{took: true})
-	sink.Log(decisionlog.Record{DecisionID: "promotion-1", Path: "/v1/shadow/promote", Promotion: json.RawMessage(`{"promoted":true}`)})
-	if _, ok := pg.ring.Get("promotion-1"); ok {
-		t.Error("a promotion record is listed among the decisions")
+	pg := newPages(c, eng, sp, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pg.ring.Write([]decisionlog.Record{
+		{DecisionID: "promotion-1", Path: "/v1/shadow/promote", Promotion: json.RawMessage(`{"promoted":true}`)},
+		{DecisionID: "outcome-1", Decision: "d", Shadow: &decisionlog.Shadow{Class: "same"}},
+	})
+	if pg.ring.Len() != 0 {
+		t.Error("a promotion or a shadow outcome record is listed among the decisions")
 	}
 }

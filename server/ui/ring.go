@@ -96,6 +96,17 @@ func NewRing(cfg RingConfig) *Ring {
 	return &Ring{cfg: cfg, entries: make([]Entry, cfg.Size), subs: map[chan Entry]struct{}{}}
 }
 
+// Write adds the decisions among recs (not promotions, not shadow
+// outcomes): the ring is a sink of the decision-record pipeline, which
+// hands it every record it took, masked.
+func (r *Ring) Write(recs []decisionlog.Record) {
+	for _, rec := range recs {
+		if rec.IsDecision() {
+			r.Add(rec)
+		}
+	}
+}
+
 // Add records one decision. The record's byte slices must not change
 // afterwards (the decision log's records never do).
 func (r *Ring) Add(rec decisionlog.Record) {

@@ -633,7 +633,7 @@ func TestLogFileFindsRotatedRecords(t *testing.T) {
 }
 
 // BenchmarkListPage10k measures the newest page of decisions with 10,000
-// decisions in the ring (the README quotes it).
+// decisions in the ring (docs/PAGES.md quotes it).
 func BenchmarkListPage10k(b *testing.B) {
 	eng := mustEngine(b, repo)
 	all := decideFixtures(b, eng)

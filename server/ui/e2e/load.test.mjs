@@ -1,5 +1,5 @@
 // A page load with 10,000 decisions in the ring, in Chromium against the
-// real binary. It prints what it measured (the README quotes it) and
+// real binary. It prints what it measured (docs/PAGES.md quotes it) and
 // asserts only that the page is bounded: one page of rows, whatever the
 // ring holds. No wall-clock threshold: timings on a shared machine are
 // reported, not tested.

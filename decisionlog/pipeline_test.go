@@ -14,8 +14,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the writer goroutine and the test.
@@ -251,7 +254,11 @@ func stuckLog(t *testing.T, opts Options) (*Logger, *gateWriter, *lockedBuffer) 
 // counted and warned about (at most once a second, never silently).
 func TestQueueIsBoundedInBytes(t *testing.T) {
 	const bound = 4 << 20
-	l, gate, warnings := stuckLog(t, Options{QueueBytes: bound})
+	// The warnings' rate limit reads this clock, which only the test moves.
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	l, gate, warnings := stuckLog(t, Options{QueueBytes: bound, now: now})
 	accepted := 0
 	for i := range 40 {
 		if l.Log(bigRec(fmt.Sprint(i), 1<<20)) {
@@ -261,17 +268,24 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 	if accepted != 3 { // 1 MiB plus overhead each: three fit under 4 MiB
 		t.Errorf("%d records of 1 MiB queued under a 4 MiB bound, want 3", accepted)
 	}
-	if got := l.Dropped(); got != uint64(40-accepted) {
-		t.Errorf("Dropped = %d, want %d", got, 40-accepted)
+	if got := l.Dropped(); got != uint64(40-accepted) || testutil.ToFloat64(l.Collector()) != float64(40-accepted) {
+		t.Errorf("Dropped = %d (metric %v), want %d", got, testutil.ToFloat64(l.Collector()), 40-accepted)
 	}
 	if n := strings.Count(warnings.String(), "queue is full"); n != 1 {
-		t.Errorf("%d refusal warnings, want exactly 1:\n%s", n, warnings.String())
+		t.Errorf("%d refusal warnings within one second, want exactly 1:\n%s", n, warnings.String())
+	}
+	clock.Add(int64(time.Second))
+	if l.Log(bigRec("late", 1<<20)) {
+		t.Fatal("a full queue took a record")
+	}
+	if n := strings.Count(warnings.String(), "queue is full"); n != 2 {
+		t.Errorf("%d refusal warnings once a second passed, want 2:\n%s", n, warnings.String())
 	}
 	close(gate.release)
 	closeLog(t, l)
 	st := l.Stats()
-	if st.Written != uint64(1+accepted) || st.Unwritten != uint64(40-accepted) || st.Refused != st.Unwritten {
-		t.Errorf("stats %+v, want %d written and %d refused", st, 1+accepted, 40-accepted)
+	if st.Written != uint64(1+accepted) || st.Unwritten != uint64(41-accepted) || st.Refused != st.Unwritten {
+		t.Errorf("stats %+v, want %d written and %d refused", st, 1+accepted, 41-accepted)
 	}
 }
 
