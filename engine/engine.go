@@ -11,16 +11,20 @@ import (
 )
 
 // Engine serves decisions from the current Snapshot and swaps in a new one
-// only when a candidate passes every check. Reads take one atomic load; a
+// only when a candidate passes the gate. Reads take one atomic load; a
 // reload never tears a request in flight, and nothing that reports on
 // reloads waits for one.
 type Engine struct {
-	cfg     Config
-	current atomic.Pointer[Snapshot]
-	last    atomic.Pointer[ReloadStatus]
-	running atomic.Pointer[ReloadProgress] // non-nil while a reload runs
+	cfg      Config
+	source   Source // what Reload reads; nil: revisions come through Activate only
+	fallback Source // served at the start when source fails (Fallback)
+	checks   []GateCheck
+	hooks    []func(*Snapshot) // OnActivate
+	current  atomic.Pointer[Snapshot]
+	last     atomic.Pointer[ReloadStatus]
+	running  atomic.Pointer[ReloadProgress] // non-nil while a candidate is judged
 
-	swap   sync.Mutex   // one activation at a time (reloads and ReloadWith)
+	swap   sync.Mutex   // one activation at a time
 	mu     sync.Mutex   // guards worker and next
 	worker bool         // a goroutine is running reloads
 	next   *reloadToken // the reload that triggers arriving now will get
@@ -28,20 +32,14 @@ type Engine struct {
 	reloadsOK, reloadsFailed atomic.Uint64
 	history                  reloadHistory // engine/history.go
 
-	promoted atomic.Pointer[Promotion] // set by Promote, cleared by the next activation (promote.go)
-
-	// OnActivate, when set before the Engine is shared, is called with each
-	// Snapshot a reload activates (off the request path, one at a time).
-	OnActivate func(*Snapshot)
-
-	// load builds a candidate; Load, except in tests.
-	load func(context.Context, Config) (*Snapshot, error)
+	promoted atomic.Pointer[Promotion] // set by a promotion, cleared by the next activation (promote.go)
 }
 
 // ReloadStatus is the outcome of the most recent reload attempt.
 type ReloadStatus struct {
 	At        time.Time     `json:"at"`
 	Trigger   string        `json:"trigger"`
+	Origin    string        `json:"origin,omitempty"` // where the candidate came from
 	OK        bool          `json:"ok"`
 	Revision  string        `json:"revision,omitempty"` // active after the attempt
 	Candidate string        `json:"candidate,omitempty"`
@@ -52,6 +50,8 @@ type ReloadStatus struct {
 	Skipped []SkippedFile `json:"skipped,omitempty"`
 	// Coalesced is how many triggers this one reload answered.
 	Coalesced int `json:"coalesced,omitempty"`
+	// Promotion is the record of the promotion this attempt made live.
+	Promotion *Promotion `json:"promotion,omitempty"`
 }
 
 // ReloadProgress describes a reload that is running.
@@ -67,21 +67,61 @@ type reloadToken struct {
 	st       ReloadStatus
 }
 
-// New builds the first Snapshot; a failure is returned, never served.
-func New(ctx context.Context, cfg Config) (*Engine, error) {
-	snap, err := Load(ctx, cfg)
+// Option sets up an Engine at construction, before it is shared.
+type Option func(*Engine)
+
+// Pushed: revisions come through Activate only (a bundle pushes them). The
+// Engine starts with no Snapshot, answers not_ready until the first one
+// goes live, and Reload answers the last activation.
+func Pushed() Option { return func(e *Engine) { e.source = nil } }
+
+// OnActivate calls fn with each Snapshot made live, the first included, in
+// order and before the next activation (saving the last good copy).
+func OnActivate(fn func(*Snapshot)) Option {
+	return func(e *Engine) { e.hooks = append(e.hooks, fn) }
+}
+
+// WithChecks adds checks to the gate (gate.go).
+func WithChecks(cs ...GateCheck) Option {
+	return func(e *Engine) { e.checks = append(e.checks, cs...) }
+}
+
+// Fallback serves fallback's revision (the last good copy, LastGood) when
+// the configured folders do not load at the start: the start is reported
+// as a failed reload naming their problems, and every later reload reads
+// them, so fixing them activates them.
+func Fallback(fallback Source) Option { return func(e *Engine) { e.fallback = fallback } }
+
+// New builds an Engine whose revisions come from cfg's folders and makes
+// the first one live through the gate; a failure is returned, never served
+// (unless a Fallback serves).
+func New(ctx context.Context, cfg Config, opts ...Option) (*Engine, error) {
+	e := &Engine{cfg: cfg, source: Folders(cfg.Policies, cfg.Schemas, cfg.Tests)}
+	for _, o := range opts {
+		o(e)
+	}
+	st := ReloadStatus{At: time.Now().UTC(), Trigger: "start"}
+	if e.source == nil {
+		e.setLast(&st)
+		return e, nil
+	}
+	err := e.try(ctx, &st, e.source)
+	if err != nil && e.fallback != nil {
+		fst := ReloadStatus{Trigger: "start"}
+		if e.try(ctx, &fst, e.fallback) == nil {
+			// The start stays a failure, counted as one: the configured
+			// folders are not what serves.
+			st.Revision, st.Skipped, err = fst.Revision, fst.Skipped, nil
+			st.Problems = append(st.Problems, Problem{Message: fmt.Sprintf(
+				"serving the last good revision %s (%s) until the configured folders load", fst.Revision, fst.Origin)})
+			e.reloadsFailed.Add(1)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	e := newEngine(cfg, snap)
-	e.setLast(&ReloadStatus{At: snap.LoadedAt, Trigger: "start", OK: true, Revision: snap.Revision, Candidate: snap.Revision, Changed: true, Skipped: snap.Skipped})
+	e.setLast(&st)
 	return e, nil
-}
-
-func newEngine(cfg Config, snap *Snapshot) *Engine {
-	e := &Engine{cfg: cfg, load: Load}
-	e.current.Store(snap)
-	return e
 }
 
 // Snapshot returns the active Snapshot.
@@ -92,9 +132,10 @@ func (e *Engine) Decide(ctx context.Context, name string, body []byte, opts Opti
 	return e.current.Load().Decide(ctx, name, body, opts)
 }
 
-// Reload builds a candidate from the configured folders and activates it if
-// it compiles, type-checks and passes the policy tests. On failure the active
-// Snapshot keeps serving and the status names every problem.
+// Reload reads the configured source again and activates its revision if
+// it passes the gate. On failure the active Snapshot keeps serving and the
+// status names every problem. Without a source to read (Pushed), it
+// answers the last activation.
 //
 // Reloads run one at a time on their own goroutine. Triggers that arrive
 // while one runs share the next one, which starts when it ends: however
@@ -102,6 +143,9 @@ func (e *Engine) Decide(ctx context.Context, name string, body []byte, opts Opti
 // reload is bounded by Config.ReloadTimeout; ctx only bounds how long this
 // caller waits for its outcome.
 func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
+	if e.source == nil {
+		return e.LastReload()
+	}
 	e.mu.Lock()
 	if e.next == nil {
 		e.next = &reloadToken{done: make(chan struct{})}
@@ -133,79 +177,11 @@ func (e *Engine) reloadLoop() {
 			return
 		}
 		e.mu.Unlock()
-		tok.st = e.reloadOnce(tok.triggers)
+		names := slices.Compact(slices.Sorted(slices.Values(tok.triggers)))
+		tok.st = ReloadStatus{Trigger: strings.Join(names, ","), Coalesced: len(tok.triggers)}
+		_ = e.try(context.Background(), &tok.st, e.source)
+		e.record(&tok.st)
 		close(tok.done)
-	}
-}
-
-func (e *Engine) reloadOnce(triggers []string) ReloadStatus {
-	start := time.Now()
-	names := slices.Compact(slices.Sorted(slices.Values(triggers)))
-	st := ReloadStatus{At: start.UTC(), Trigger: strings.Join(names, ","), Coalesced: len(triggers)}
-	e.running.Store(&ReloadProgress{Since: st.At, Trigger: st.Trigger})
-	defer e.running.Store(nil)
-
-	timeout := orDefault(e.cfg.ReloadTimeout, DefaultReloadTimeout)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	// loadOutcome is what one load of the candidate returned.
-	type loadOutcome struct {
-		snap *Snapshot
-		err  error
-	}
-	// The build runs apart so that the deadline holds even where it cannot
-	// be checked (compiling): a build still running at the deadline is
-	// abandoned, its result dropped, and the next reload is not held up.
-	ch := make(chan loadOutcome, 1)
-	load, cfg := e.load, e.cfg
-	go func() {
-		snap, err := load(ctx, cfg)
-		ch <- loadOutcome{snap, err}
-	}()
-	var out loadOutcome
-	select {
-	case out = <-ch:
-	case <-ctx.Done():
-		out.err = &LoadError{Problems: []Problem{{Message: fmt.Sprintf("the reload did not finish within %s (--reload-timeout); the candidate was abandoned", timeout)}}}
-	}
-	e.activate(&st, out.snap, out.err)
-	st.Duration = time.Since(start)
-	e.setLast(&st)
-	return st
-}
-
-// activate swaps in snap when it is a good candidate that differs from the
-// active Snapshot, and records the outcome in st. Folder reloads and
-// ReloadWith take turns here.
-func (e *Engine) activate(st *ReloadStatus, snap *Snapshot, err error) {
-	e.swap.Lock()
-	defer e.swap.Unlock()
-	cur := e.current.Load()
-	if cur != nil {
-		st.Revision = cur.Revision
-	}
-	switch {
-	case err != nil:
-		st.Problems = problemsOf(err)
-		if le, ok := err.(*LoadError); ok {
-			st.Skipped = le.Skipped
-		}
-	case cur != nil && snap.Revision == cur.Revision && snap.Hash == cur.Hash && snap.Gated == cur.Gated:
-		st.OK, st.Candidate, st.Skipped = true, snap.Revision, snap.Skipped
-	case e.keepsPromotion(snap): // the source has not changed since a promotion
-		st.OK, st.Candidate, st.Skipped = true, snap.Revision, snap.Skipped
-	default:
-		e.current.Store(snap)
-		e.promoted.Store(nil)
-		st.OK, st.Changed, st.Revision, st.Candidate, st.Skipped = true, true, snap.Revision, snap.Revision, snap.Skipped
-		if e.OnActivate != nil {
-			e.OnActivate(snap)
-		}
-	}
-	if st.OK {
-		e.reloadsOK.Add(1)
-	} else {
-		e.reloadsFailed.Add(1)
 	}
 }
 
@@ -230,9 +206,6 @@ func (e *Engine) ReloadInProgress() (ReloadProgress, bool) {
 	}
 	return ReloadProgress{}, false
 }
-
-// Config returns the folders the engine loads from.
-func (e *Engine) Config() Config { return e.cfg }
 
 func problemsOf(err error) []Problem {
 	if le, ok := err.(*LoadError); ok {

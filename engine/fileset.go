@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"time"
 )
 
 // File is one file of a policy revision held in memory: its path relative
@@ -48,18 +47,10 @@ func LoadFiles(ctx context.Context, fs FileSet, cfg Config) (*Snapshot, error) {
 		return nil, err
 	}
 	b.testFiles = sources(fs.Origin, fs.Tests) // never nil: these are the tests
-	rep, err := b.snap.runTests(ctx, b, TestOptions{Tests: fs.Origin})
-	if err != nil {
-		return nil, err
-	}
-	if probs := rep.Problems(); len(probs) > 0 {
-		return nil, &LoadError{Problems: probs}
-	}
-	b.snap.Gated = true
 	if fs.Revision != "" {
 		b.snap.Revision = fs.Revision
 	}
-	return b.snap, nil
+	return b.test(ctx, fs.Origin)
 }
 
 // ReadFolders reads cfg's folders into a FileSet, exactly as Load reads
@@ -112,29 +103,4 @@ func (b *sourcedSnapshot) loadSuite(r *treeReader, dir string) (*suite, []Proble
 	modules, data, probs := parsePolicies(b.testFiles)
 	fixtures, p := parseFixtures(b.testFiles)
 	return &suite{modules: modules, data: data, fixtures: fixtures, files: b.testFiles}, append(probs, p...)
-}
-
-// NewEmpty returns an Engine with no Snapshot: it answers not_ready until
-// Activate or ReloadWith swaps one in (a replica waiting for its first
-// bundle).
-func NewEmpty(cfg Config) *Engine {
-	e := &Engine{cfg: cfg, load: Load}
-	e.last.Store(&ReloadStatus{At: time.Now().UTC(), Trigger: "start"})
-	return e
-}
-
-// ReloadWith builds a candidate with load and activates it under the same
-// rules as Reload: a candidate that fails leaves the active Snapshot serving
-// and the status names every problem. A candidate whose revision and content
-// are those of the active Snapshot changes nothing.
-func (e *Engine) ReloadWith(ctx context.Context, trigger string, load func(context.Context) (*Snapshot, error)) ReloadStatus {
-	start := time.Now()
-	st := ReloadStatus{At: start.UTC(), Trigger: trigger}
-	e.running.Store(&ReloadProgress{Since: st.At, Trigger: trigger})
-	defer e.running.Store(nil)
-	snap, err := load(ctx)
-	e.activate(&st, snap, err)
-	st.Duration = time.Since(start)
-	e.setLast(&st)
-	return st
 }

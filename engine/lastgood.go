@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -98,72 +96,36 @@ func pruneSaved(dir, keep string) error {
 	if err != nil {
 		return err
 	}
-	type saved struct {
-		name string
-		mod  time.Time
-	}
-	var old []saved
+	var old []os.FileInfo
 	for _, e := range entries {
-		if !e.IsDir() || e.Name() == keep || strings.HasPrefix(e.Name(), ".") {
-			continue
+		if info, err := e.Info(); err == nil && e.IsDir() && e.Name() != keep && !strings.HasPrefix(e.Name(), ".") {
+			old = append(old, info)
 		}
-		info, err := e.Info()
-		if err != nil {
-			continue
-		}
-		old = append(old, saved{e.Name(), info.ModTime()})
 	}
-	sort.Slice(old, func(i, j int) bool { return old[i].mod.After(old[j].mod) })
-	for i, o := range old {
-		if i >= 1 {
-			if err := os.RemoveAll(filepath.Join(dir, o.name)); err != nil {
-				return err
-			}
+	slices.SortFunc(old, func(a, b os.FileInfo) int { return b.ModTime().Compare(a.ModTime()) })
+	for _, o := range old[min(1, len(old)):] {
+		if err := os.RemoveAll(filepath.Join(dir, o.Name())); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// SavedConfig returns cfg with its folders pointed at the last good copy
-// saved below dir, and whether there is one to fall back to. When cfg gates
-// on tests, only a copy that passed the gate when it was saved qualifies:
-// a revision served with the gate off never stands in for a gated one.
-func SavedConfig(dir string, cfg Config) (Config, bool) {
+// LastGood is the source of the last good copy saved below dir, and
+// whether there is one to fall back to. When cfg gates on tests, only a
+// copy that passed the gate when it was saved qualifies: a revision served
+// with the gate off never stands in for a gated one. The copy's own tests
+// gate it again.
+func LastGood(dir string, cfg Config) (Source, bool) {
 	cur := filepath.Join(dir, currentLink)
 	info, ok := readSavedInfo(cur)
-	if !ok {
-		return cfg, false
+	if !ok || cfg.Tests != "" && !info.Gated {
+		return nil, false
 	}
-	if cfg.Tests != "" && !info.Gated {
-		return cfg, false
-	}
-	cfg.Policies = filepath.Join(cur, "policies")
-	cfg.Schemas = filepath.Join(cur, "schemas")
 	if cfg.Tests != "" {
 		cfg.Tests = filepath.Join(cur, "tests")
 	}
-	return cfg, true
-}
-
-// NewOrFallback is New, except that when cfg does not load and fallback
-// does, the Engine serves fallback's Snapshot: the start is reported as a
-// failed reload naming cfg's problems, and every later reload reads cfg, so
-// fixing the configured folders activates them.
-func NewOrFallback(ctx context.Context, cfg, fallback Config) (*Engine, error) {
-	e, err := New(ctx, cfg)
-	if err == nil {
-		return e, nil
-	}
-	snap, ferr := Load(ctx, fallback)
-	if ferr != nil {
-		return nil, err
-	}
-	if fallback.Tests != "" && !snap.Gated {
-		return nil, err // never serve an ungated copy in a gated start
-	}
-	e = newEngine(cfg, snap)
-	e.setLast(&ReloadStatus{At: time.Now().UTC(), Trigger: "start", Revision: snap.Revision, Skipped: snap.Skipped, Problems: append(problemsOf(err),
-		Problem{File: fallback.Policies, Message: fmt.Sprintf("serving the last good revision %s saved here until the configured folders load", snap.Revision)})})
-	e.reloadsFailed.Add(1)
-	return e, nil
+	src := Folders(filepath.Join(cur, "policies"), filepath.Join(cur, "schemas"), cfg.Tests).(loader)
+	src.origin = "the last good copy saved in " + dir
+	return src, true
 }

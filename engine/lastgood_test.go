@@ -16,12 +16,12 @@ func TestSaveToAndFallback(t *testing.T) {
 	if err := good.SaveTo(state); err != nil {
 		t.Fatal(err)
 	}
-	saved, ok := SavedConfig(state, cfg)
+	saved, ok := LastGood(state, cfg)
 	if !ok {
 		t.Fatal("nothing saved")
 	}
 	// The saved copy is the same content: the same revision, tests included.
-	if again := mustLoad(t, saved); again.Revision != good.Revision {
+	if again := mustJudge(t, saved); again.Revision != good.Revision || !again.Gated {
 		t.Fatalf("saved copy loads as %s, want %s", again.Revision, good.Revision)
 	}
 
@@ -29,7 +29,8 @@ func TestSaveToAndFallback(t *testing.T) {
 	// reports why; fixing them activates them.
 	policy := filepath.Join(root, "policies", "decisions", "quota_check", "policy.rego")
 	editFile(t, policy, "reasons := [", "reasons := [[")
-	e, err := NewOrFallback(context.Background(), cfg, saved)
+	var activated *Snapshot
+	e, err := New(context.Background(), cfg, Fallback(saved), OnActivate(func(s *Snapshot) { activated = s }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +42,6 @@ func TestSaveToAndFallback(t *testing.T) {
 	}
 	editFile(t, policy, "reasons := [[", "reasons := [")
 	editFile(t, policy, "decision :=", "# Edited after the fallback.\ndecision :=")
-	var activated *Snapshot
-	e.OnActivate = func(s *Snapshot) { activated = s }
 	if st := e.Reload(context.Background(), "test"); !st.OK || !st.Changed || activated == nil || activated.Revision == good.Revision {
 		t.Fatalf("reload after the fix = %+v", st)
 	}
@@ -51,7 +50,7 @@ func TestSaveToAndFallback(t *testing.T) {
 	if err := activated.SaveTo(state); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := SavedConfig(state, cfg); mustLoad(t, again).Revision != activated.Revision {
+	if again, _ := LastGood(state, cfg); mustJudge(t, again).Revision != activated.Revision {
 		t.Error("current does not point at the newest save")
 	}
 	entries, _ := os.ReadDir(state)
@@ -66,7 +65,19 @@ func TestSaveToAndFallback(t *testing.T) {
 	}
 
 	// Without a saved copy, New's error stands.
-	if _, ok := SavedConfig(t.TempDir(), cfg); ok {
+	if _, ok := LastGood(t.TempDir(), cfg); ok {
 		t.Error("an empty state folder has a saved copy")
 	}
+}
+
+// mustJudge builds src's revision through the gate of an engine with no
+// revision of its own.
+func mustJudge(t *testing.T, src Source) *Snapshot {
+	t.Helper()
+	e, _ := New(context.Background(), Config{}, Pushed())
+	snap, err := e.Judge(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }

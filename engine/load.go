@@ -60,16 +60,23 @@ func Load(ctx context.Context, cfg Config) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Tests != "" {
-		rep, err := b.snap.runTests(ctx, b, TestOptions{Tests: cfg.Tests})
-		if err != nil {
-			return nil, err
-		}
-		if probs := rep.Problems(); len(probs) > 0 {
-			return nil, &LoadError{Problems: probs, Skipped: b.snap.Skipped}
-		}
-		b.snap.Gated = true
+	if cfg.Tests == "" {
+		return b.snap, nil
 	}
+	return b.test(ctx, cfg.Tests)
+}
+
+// test passes b's Snapshot through its tests and fixtures (those of the
+// test folder dir, or held in memory), or refuses it.
+func (b *sourcedSnapshot) test(ctx context.Context, dir string) (*Snapshot, error) {
+	rep, err := b.snap.runTests(ctx, b, TestOptions{Tests: dir})
+	if err != nil {
+		return nil, err
+	}
+	if probs := rep.Problems(); len(probs) > 0 {
+		return nil, &LoadError{Problems: probs, Skipped: b.snap.Skipped}
+	}
+	b.snap.Gated = true
 	return b.snap, nil
 }
 

@@ -1,11 +1,12 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"time"
 )
 
-// Promotion is a revision made live by Promote instead of being loaded
+// Promotion is a revision made live by a promotion (Promote) instead of being loaded
 // from the configured source (the folders, or the bundle).
 //
 // What a promotion means for a source that keeps being watched: the
@@ -32,30 +33,38 @@ type Promotion struct {
 	sourceHash string
 }
 
-// Promote makes snap, a Snapshot that passed the gate on its own (a
-// candidate in shadow), the active one, and returns the record of it. The
-// Snapshot it replaced keeps serving the requests that started on it.
-func (e *Engine) Promote(snap *Snapshot, by, origin string) (Promotion, error) {
-	if snap == nil {
-		return Promotion{}, errors.New("nothing to promote")
+// Promote is the source of a promotion: snap, a Snapshot that passed the
+// gate on its own (a candidate in shadow, Engine.Judge), made live by by.
+// Activated, it replaces the live revision even when that is the same one,
+// and its status carries the Promotion record. The Snapshot it replaced
+// keeps serving the requests that started on it.
+func Promote(snap *Snapshot, by, origin string) Source { return promotion{snap, by, origin} }
+
+type promotion struct {
+	snap       *Snapshot
+	by, origin string
+}
+
+func (p promotion) Origin() string { return p.origin }
+
+func (p promotion) candidate(context.Context, Config) (*Snapshot, error) {
+	if p.snap == nil {
+		return nil, errors.New("nothing to promote")
 	}
-	e.swap.Lock()
-	defer e.swap.Unlock()
-	p := Promotion{Revision: snap.Revision, By: by, Origin: origin, At: time.Now().UTC()}
-	if cur := e.current.Load(); cur != nil {
-		p.From, p.SourceRevision, p.sourceHash = cur.Revision, cur.Revision, cur.Hash
+	return p.snap, nil
+}
+
+// record is the Promotion of p replacing cur, prev the promotion in effect.
+func (p promotion) record(cur *Snapshot, prev *Promotion) *Promotion {
+	r := &Promotion{Revision: p.snap.Revision, By: p.by, Origin: p.origin, At: time.Now().UTC()}
+	if cur != nil {
+		r.From, r.SourceRevision, r.sourceHash = cur.Revision, cur.Revision, cur.Hash
 	}
-	if prev := e.promoted.Load(); prev != nil {
+	if prev != nil {
 		// Promoted twice: the source still holds what it held the first time.
-		p.SourceRevision, p.sourceHash = prev.SourceRevision, prev.sourceHash
+		r.SourceRevision, r.sourceHash = prev.SourceRevision, prev.sourceHash
 	}
-	e.current.Store(snap)
-	e.promoted.Store(&p)
-	e.last.Store(&ReloadStatus{At: p.At, Trigger: "promote", OK: true, Revision: snap.Revision, Candidate: snap.Revision, Changed: p.From != snap.Revision})
-	if e.OnActivate != nil {
-		e.OnActivate(snap)
-	}
-	return p, nil
+	return r
 }
 
 // Promoted returns the promotion in effect, if any.

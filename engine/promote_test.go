@@ -10,21 +10,21 @@ import (
 // the candidate was promoted, and ends when the source changes.
 func TestPromotionHoldsUntilTheSourceChanges(t *testing.T) {
 	live := copyTree(t, quota)
-	eng, err := New(context.Background(), quotaConfig(live))
+	var activated []string
+	eng, err := New(context.Background(), quotaConfig(live), OnActivate(func(s *Snapshot) { activated = append(activated, s.Revision) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	source := eng.Snapshot()
-	var activated []string
-	eng.OnActivate = func(s *Snapshot) { activated = append(activated, s.Revision) }
 
 	cand := copyTree(t, quota)
 	editFile(t, filepath.Join(cand, "policies/decisions/quota_check/data.json"), `"limit": 10`, `"limit": 11`)
 	candSnap := mustLoad(t, quotaConfig(cand))
-	p, err := eng.Promote(candSnap, "sre", cand)
-	if err != nil {
-		t.Fatal(err)
+	st, err := eng.Activate(context.Background(), "promote", Promote(candSnap, "sre", cand))
+	if err != nil || st.Promotion == nil {
+		t.Fatalf("promotion: %v, status %+v", err, st)
 	}
+	p := *st.Promotion
 	if eng.Snapshot() != candSnap || p.From != source.Revision || p.SourceRevision != source.Revision || p.By != "sre" {
 		t.Fatalf("promotion %+v, active %s", p, eng.Snapshot().Revision)
 	}
@@ -36,12 +36,16 @@ func TestPromotionHoldsUntilTheSourceChanges(t *testing.T) {
 	}
 
 	// The source unchanged: a reload (a file event, SIGHUP) keeps it.
-	st := eng.Reload(context.Background(), "test")
+	st = eng.Reload(context.Background(), "test")
 	if !st.OK || st.Changed || eng.Snapshot() != candSnap {
 		t.Fatalf("a reload of the unchanged source: %+v, active %s", st, eng.Snapshot().Revision)
 	}
 	// So does the same revision from elsewhere (a bundle activation).
-	st = eng.ReloadWith(context.Background(), "bundle", func(ctx context.Context) (*Snapshot, error) { return Load(ctx, quotaConfig(live)) })
+	fs, err := ReadFolders(quotaConfig(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ = eng.Activate(context.Background(), "bundle", Files("", fs))
 	if !st.OK || st.Changed || eng.Snapshot() != candSnap {
 		t.Fatalf("the source's revision again: %+v", st)
 	}
@@ -55,7 +59,7 @@ func TestPromotionHoldsUntilTheSourceChanges(t *testing.T) {
 	if _, ok := eng.Promoted(); ok {
 		t.Error("the promotion outlived a change of its source")
 	}
-	if len(activated) != 2 || activated[0] != candSnap.Revision || activated[1] != eng.Snapshot().Revision {
+	if len(activated) != 3 || activated[0] != source.Revision || activated[1] != candSnap.Revision || activated[2] != eng.Snapshot().Revision {
 		t.Errorf("OnActivate saw %v", activated)
 	}
 }

@@ -88,7 +88,7 @@ func TestLoadCapsFileSize(t *testing.T) {
 	mustLoad(t, cfg)
 }
 
-// blockingLoad substitutes the engine's build: each call waits for a
+// blockingLoad substitutes the engine's source: each build waits for a
 // release, counting calls.
 type blockingLoad struct {
 	mu      sync.Mutex
@@ -101,15 +101,25 @@ func newBlockingLoad() *blockingLoad {
 	return &blockingLoad{started: make(chan struct{}, 100), release: make(chan struct{})}
 }
 
-func (b *blockingLoad) load(real func(context.Context, Config) (*Snapshot, error)) func(context.Context, Config) (*Snapshot, error) {
-	return func(ctx context.Context, cfg Config) (*Snapshot, error) {
+// fakeSource is a Source whose builds run build.
+type fakeSource struct {
+	Source
+	build func(context.Context, Config) (*Snapshot, error)
+}
+
+func (f fakeSource) candidate(ctx context.Context, cfg Config) (*Snapshot, error) {
+	return f.build(ctx, cfg)
+}
+
+func (b *blockingLoad) source(real Source) Source {
+	return fakeSource{real, func(ctx context.Context, cfg Config) (*Snapshot, error) {
 		b.mu.Lock()
 		b.calls++
 		b.mu.Unlock()
 		b.started <- struct{}{}
 		<-b.release
-		return real(ctx, cfg)
-	}
+		return real.candidate(ctx, cfg)
+	}}
 }
 
 // TestConcurrentReloadsCoalesce: triggers that arrive while a reload runs
@@ -121,7 +131,7 @@ func TestConcurrentReloadsCoalesce(t *testing.T) {
 		t.Fatal(err)
 	}
 	bl := newBlockingLoad()
-	e.load = bl.load(Load)
+	e.source = bl.source(e.source)
 
 	first := make(chan ReloadStatus, 1)
 	go func() { first <- e.Reload(context.Background(), "first") }()
@@ -191,16 +201,17 @@ func TestReloadDeadline(t *testing.T) {
 	}
 	wedged := make(chan struct{})
 	t.Cleanup(func() { close(wedged) })
-	e.load = func(context.Context, Config) (*Snapshot, error) {
+	folders := e.source
+	e.source = fakeSource{folders, func(context.Context, Config) (*Snapshot, error) {
 		<-wedged // ignores its context, as a compile does
 		return nil, nil
-	}
+	}}
 	var st ReloadStatus
 	within(t, "a reload whose build hangs", func() { st = e.Reload(context.Background(), "wedged") })
 	if st.OK || len(st.Problems) != 1 || !strings.Contains(st.Problems[0].Message, "did not finish within 200ms") {
 		t.Errorf("status = %+v, want the deadline named", st)
 	}
-	e.load = Load
+	e.source = folders
 	e.cfg.ReloadTimeout = time.Minute // a real build on a busy machine may take more than 200ms
 	within(t, "the next reload", func() { st = e.Reload(context.Background(), "next") })
 	if !st.OK {
@@ -241,22 +252,22 @@ func TestGatedStartNeverFallsBackToUngated(t *testing.T) {
 	if err := mustLoad(t, ungated).SaveTo(state); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := SavedConfig(state, gated); ok {
+	if _, ok := LastGood(state, gated); ok {
 		t.Fatal("a gated start may fall back to a copy saved without the gate")
 	}
-	if _, ok := SavedConfig(state, ungated); !ok {
+	if _, ok := LastGood(state, ungated); !ok {
 		t.Fatal("an ungated start cannot use its own saved copy")
 	}
 	// The same revision saved again after passing the gate qualifies.
 	if err := mustLoad(t, gated).SaveTo(state); err != nil {
 		t.Fatal(err)
 	}
-	saved, ok := SavedConfig(state, gated)
+	saved, ok := LastGood(state, gated)
 	if !ok {
 		t.Fatal("a gated copy is not offered to a gated start")
 	}
 	editFile(t, filepath.Join(root, "policies", "decisions", "quota_check", "policy.rego"), "reasons := [", "reasons := [[")
-	e, err := NewOrFallback(context.Background(), gated, saved)
+	e, err := New(context.Background(), gated, Fallback(saved))
 	if err != nil || !e.Snapshot().Gated {
 		t.Fatalf("fallback to the gated copy: %v", err)
 	}

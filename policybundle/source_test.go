@@ -93,8 +93,11 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 	srv := &bundleServer{}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	eng := engine.NewEmpty(engine.Config{EvalTimeout: slowEval})
-	src, err := NewSource(SourceConfig{URL: hs.URL + "/bundles/arbiter.tar.gz", Keys: verifier(t, "a"), MinDelay: time.Second, MaxDelay: time.Second}, Activator(eng, engine.Config{EvalTimeout: slowEval}))
+	eng, err := engine.New(ctx, engine.Config{EvalTimeout: slowEval}, engine.Pushed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(SourceConfig{URL: hs.URL + "/bundles/arbiter.tar.gz", Keys: verifier(t, "a"), MinDelay: time.Second, MaxDelay: time.Second}, Activator(eng))
 	if err != nil {
 		t.Fatal(err)
 	}

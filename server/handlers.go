@@ -392,6 +392,7 @@ func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
 // statusDoc is the answer of GET /v1/status.
 type statusDoc struct {
 	Revision   string               `json:"policy_revision"`
+	Origin     string               `json:"policy_origin,omitempty"` // where the live revision came from
 	LoadedAt   *time.Time           `json:"loaded_at,omitempty"`
 	Files      []string             `json:"files"`
 	Skipped    []engine.SkippedFile `json:"skipped_files,omitempty"`
@@ -424,7 +425,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		loaded := snap.LoadedAt.UTC()
-		doc.Revision, doc.LoadedAt = snap.Revision, &loaded
+		doc.Revision, doc.Origin, doc.LoadedAt = snap.Revision, snap.Origin, &loaded
 		if snap.Files != nil {
 			doc.Files = snap.Files
 		}

@@ -260,7 +260,7 @@ func TestStatus(t *testing.T) {
 	if err := json.Unmarshal(r.body, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"policy_revision", "loaded_at", "files", "decisions", "last_reload", "started_at", "uptime_seconds"} {
+	for _, k := range []string{"policy_revision", "policy_origin", "loaded_at", "files", "decisions", "last_reload", "started_at", "uptime_seconds"} {
 		if _, ok := doc[k]; !ok {
 			t.Errorf("status lacks %q: %s", k, r.body)
 		}
@@ -278,6 +278,10 @@ func TestStatus(t *testing.T) {
 	}
 	if !st.LastReload.OK || st.LastReload.Trigger != "start" || st.LastReload.Revision != snap.Revision {
 		t.Errorf("last_reload %+v", st.LastReload)
+	}
+	// The engine knows its source: the live revision and the attempt say where they came from.
+	if st.Origin == "" || st.Origin != snap.Origin || st.LastReload.Origin != snap.Origin {
+		t.Errorf("policy_origin %q, last_reload.origin %q, want the folders %q", st.Origin, st.LastReload.Origin, snap.Origin)
 	}
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,14 +44,12 @@ const (
 // and the /v1/shadow routes load, report, clear and promote it.
 type ShadowConfig struct {
 	Shadow *shadow.Shadow
-	// Load builds a candidate from folders the server can read, through
-	// the same gate as the live revision; it returns the candidate and a
-	// description of where it came from.
-	Load func(ctx context.Context, src ShadowSource) (*engine.Snapshot, string, error)
-	// Promote makes a candidate live and returns the revision it replaced.
-	Promote func(ctx context.Context, c *shadow.Candidate, by string) (string, error)
-	// Promoted, when set, reports the promotion in effect (GET /v1/shadow).
-	Promoted func() (engine.Promotion, bool)
+	// Engine judges candidates through the live revision's gate and
+	// promotes them through its one activation path.
+	Engine Lifecycle
+	// Schemas and Tests stand in for those a ShadowSource leaves empty
+	// (cmd gives the live ones).
+	Schemas, Tests string
 	// Gate is what POST /v1/shadow/promote requires at least: its body may
 	// ask for more decisions and forbid more classes, never less; only
 	// "force" promotes past a gate that refuses.
@@ -63,8 +62,15 @@ type ShadowConfig struct {
 	Admins []string
 }
 
+// Lifecycle is what the shadow routes need of the engine's lifecycle.
+type Lifecycle interface {
+	Judge(ctx context.Context, src engine.Source) (*engine.Snapshot, error)
+	Activate(ctx context.Context, trigger string, src engine.Source) (engine.ReloadStatus, error)
+	Promoted() (engine.Promotion, bool)
+}
+
 // ShadowSource names the folders of a candidate. Schemas and Tests left
-// empty are filled in by ShadowConfig.Load (cmd uses the live ones).
+// empty are ShadowConfig's.
 type ShadowSource struct {
 	Policies string `json:"policies"`
 	Schemas  string `json:"schemas,omitempty"`
@@ -169,10 +175,8 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 	if snap := s.eng.Snapshot(); snap != nil {
 		doc.LiveRevision = snap.Revision
 	}
-	if sc.Promoted != nil {
-		if p, ok := sc.Promoted(); ok {
-			doc.Promotion = &p
-		}
+	if p, ok := sc.Engine.Promoted(); ok {
+		doc.Promotion = &p
 	}
 	if rep, ok := sc.Shadow.Report(); ok {
 		doc.Report = &rep
@@ -242,7 +246,9 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &engine.Error{Code: CodeBadRequest, Message: `"policies" (a folder the server can read) is required`}, false, "")
 		return
 	}
-	snap, origin, err := s.cfg.Shadow.Load(context.WithoutCancel(r.Context()), src)
+	sc := s.cfg.Shadow
+	cand := engine.Folders(src.Policies, cmp.Or(src.Schemas, sc.Schemas), cmp.Or(src.Tests, sc.Tests))
+	snap, err := sc.Engine.Judge(context.WithoutCancel(r.Context()), cand)
 	if err != nil {
 		var le *engine.LoadError
 		probs := []engine.Problem{{Message: err.Error()}}
@@ -253,9 +259,9 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 		writeErrorWith(w, &engine.Error{Code: CodeCandidateRefused, Message: fmt.Sprintf("the candidate did not pass the gate: %d problem(s)", len(probs))}, "problems", probs)
 		return
 	}
-	c := &shadow.Candidate{Snapshot: snap, Origin: origin, LoadedAt: time.Now(), LoadedBy: by}
-	s.cfg.Shadow.Shadow.Set(c)
-	s.log.Info("candidate in shadow", "revision", snap.Revision, "origin", origin, "by", by)
+	c := &shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now(), LoadedBy: by}
+	sc.Shadow.Set(c)
+	s.log.Info("candidate in shadow", "revision", snap.Revision, "origin", c.Origin, "by", by)
 	writeJSON(w, http.StatusOK, struct {
 		OK        bool          `json:"ok"`
 		Candidate *candidateDoc `json:"candidate"`
@@ -317,7 +323,11 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 	gate := s.cfg.Shadow.Gate.Stricter(minDecisions, forbid)
 	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
 	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate) (string, error) {
-		return s.cfg.Shadow.Promote(ctx, c, by)
+		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", engine.Promote(c.Snapshot, by, c.Origin))
+		if err != nil {
+			return "", err
+		}
+		return st.Promotion.From, nil
 	})
 	var re *shadow.RevisionError
 	switch {

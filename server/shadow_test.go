@@ -40,10 +40,12 @@ func folderConfig(dir string) engine.Config {
 }
 
 // serveShadow serves the folder dir with a shadow whose candidates are
-// loaded from folders through engine.Load (with evalTimeout), as cmd does.
+// judged by the live engine (with evalTimeout), as cmd does.
 func serveShadow(t *testing.T, dir string, cfg Config, scfg shadow.Config, evalTimeout time.Duration, admins ...string) (*harness, *engine.Engine, *shadow.Shadow) {
 	t.Helper()
-	eng, err := engine.New(context.Background(), folderConfig(dir))
+	ecfg := folderConfig(dir)
+	ecfg.EvalTimeout = evalTimeout
+	eng, err := engine.New(context.Background(), ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,18 +53,9 @@ func serveShadow(t *testing.T, dir string, cfg Config, scfg shadow.Config, evalT
 	t.Cleanup(func() { _ = sh.Close(context.Background()) })
 	cfg.Shadow = &ShadowConfig{
 		Shadow: sh,
-		Load: func(ctx context.Context, src ShadowSource) (*engine.Snapshot, string, error) {
-			c := engine.Config{Policies: src.Policies, Schemas: src.Schemas, Tests: src.Tests, EvalTimeout: evalTimeout}
-			snap, err := engine.Load(ctx, c)
-			return snap, "folders " + src.Policies, err
-		},
-		Promote: func(_ context.Context, c *shadow.Candidate, by string) (string, error) {
-			p, err := eng.Promote(c.Snapshot, by, c.Origin)
-			return p.From, err
-		},
-		Promoted: eng.Promoted,
-		Gate:     shadow.Gate{MinDecisions: 1, Forbidden: shadow.DefaultForbidden},
-		Admins:   admins,
+		Engine: eng,
+		Gate:   shadow.Gate{MinDecisions: 1, Forbidden: shadow.DefaultForbidden},
+		Admins: admins,
 	}
 	return serve(t, cfg, eng), eng, sh
 }

@@ -152,6 +152,10 @@ func TestServeFromBundle(t *testing.T) {
 	if st["policy_revision"] != "2026.12.03-1" || b["active_revision"] != "2026.12.03-1" || b["etag"] == "" || b["last_successful_activation"] == "" || b["signed"] != true || b["content_hash"] == "" {
 		t.Fatalf("status: %v", st)
 	}
+	// The engine knows its source: the bundle, not the folders.
+	if st["policy_origin"] != "bundle arbiter" || st["last_reload"].(map[string]any)["origin"] != "bundle arbiter" {
+		t.Errorf("origin in status: %v", st)
+	}
 
 	resp, err := http.Get(s.url + "/metrics")
 	if err != nil {

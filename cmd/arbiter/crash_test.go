@@ -271,8 +271,8 @@ func TestServeFallsBackToLastGoodAtStart(t *testing.T) {
 
 	second := startServer(t, args...)
 	st := status(t, client, second.url)
-	if st["policy_revision"] != good {
-		t.Fatalf("restarted on revision %v, want the last good %s", st["policy_revision"], good)
+	if st["policy_revision"] != good || !strings.HasPrefix(fmt.Sprint(st["policy_origin"]), "the last good copy saved in ") {
+		t.Fatalf("restarted on revision %v from %v, want the last good %s", st["policy_revision"], st["policy_origin"], good)
 	}
 	lr := st["last_reload"].(map[string]any)
 	if lr["ok"] != false || !strings.Contains(fmt.Sprint(lr["problems"]), quotaDecision+"/policy.rego line:") {

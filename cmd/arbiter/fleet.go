@@ -14,7 +14,6 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/policybundle"
-	"github.com/arbiter-dev/arbiter/server"
 )
 
 // fleetConfig is what a replica of a fleet adds to `arbiter serve`: its
@@ -87,7 +86,6 @@ func (f *fleetConfig) validate() error {
 // fleet is what serve runs for a replica of a fleet.
 type fleet struct {
 	cfg    *fleetConfig
-	eng    *engine.Engine
 	source *policybundle.Source
 	upload *logship.Uploader
 }
@@ -95,10 +93,10 @@ type fleet struct {
 // newFleet prepares the bundle source (when --bundle-url is set; the
 // engine then starts empty and not ready) and the uploader (when
 // --decision-log-service is set).
-func newFleet(c *serveConfig, eng *engine.Engine, ecfg engine.Config, log *slog.Logger) (*fleet, error) {
-	f := &fleet{cfg: &c.fleetConfig, eng: eng}
+func newFleet(c *serveConfig, eng *engine.Engine, log *slog.Logger) (*fleet, error) {
+	f := &fleet{cfg: &c.fleetConfig}
 	if c.bundleURL != "" {
-		src, err := policybundle.NewSource(c.sourceConfig(c.bundleURL, c.bundleName, log), policybundle.Activator(eng, ecfg))
+		src, err := policybundle.NewSource(c.sourceConfig(c.bundleURL, c.bundleName, log), policybundle.Activator(eng))
 		if err != nil {
 			return nil, err
 		}
@@ -176,20 +174,6 @@ func (f *fleet) stop(log *slog.Logger) error {
 	log.Info("decision-log upload closed", "sent", s.Sent, "dropped", s.Dropped(), "failed_uploads", s.UploadsFailed)
 	return err
 }
-
-// serverEngine is the engine as the server sees it. With a bundle source,
-// a reload (POST /v1/reload, SIGHUP) does not read the folders: revisions
-// come from the bundle server, and the answer is the last activation.
-func (f *fleet) serverEngine() server.Engine {
-	if f.source == nil {
-		return f.eng
-	}
-	return bundleEngine{f.eng}
-}
-
-type bundleEngine struct{ *engine.Engine }
-
-func (b bundleEngine) Reload(context.Context, string) engine.ReloadStatus { return b.LastReload() }
 
 func buildVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {

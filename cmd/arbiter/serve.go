@@ -74,35 +74,12 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
 		SelfCheck: selfCheck(c.selfCheckRate, log),
 	}
-	var eng *engine.Engine
-	if c.bundleURL != "" {
-		// The bundle is the only source: not ready until it activates.
-		eng = engine.NewEmpty(ecfg)
-	} else if saved, ok := engine.SavedConfig(c.stateDir, ecfg); c.stateDir != "" && ok {
-		eng, err = engine.NewOrFallback(ctx, ecfg, saved)
-	} else {
-		eng, err = engine.New(ctx, ecfg)
-	}
+	eng, err := newEngine(ctx, c, ecfg, log)
 	if err != nil {
 		return exitError, fmt.Errorf("loading policies: %w", err)
 	}
 	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
-		probs := make([]string, len(st.Problems))
-		for i, p := range st.Problems {
-			probs[i] = p.String()
-		}
-		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", strings.Join(probs, "; "))
-	}
-	if c.stateDir != "" && c.bundleURL == "" {
-		save := func(s *engine.Snapshot) {
-			if err := s.SaveTo(c.stateDir); err != nil {
-				log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
-			}
-		}
-		if eng.LastReload().OK {
-			save(eng.Snapshot())
-		}
-		eng.OnActivate = save
+		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", problemList(st.Problems))
 	}
 	if snap := eng.Snapshot(); snap != nil {
 		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
@@ -113,7 +90,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			}
 		}
 	}
-	fl, err := newFleet(c, eng, ecfg, log)
+	fl, err := newFleet(c, eng, log)
 	if err != nil {
 		return exitError, err
 	}
@@ -190,7 +167,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	conns := server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
 	srv := &http.Server{
-		Handler:           server.New(scfg, fl.serverEngine()),
+		Handler:           server.New(scfg, eng),
 		ReadHeaderTimeout: c.headerTimeout,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      c.readTimeout + c.requestTimeout,
@@ -213,14 +190,10 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	reload := func(trigger string) {
-		st := fl.serverEngine().Reload(runCtx, trigger)
+		st := eng.Reload(runCtx, trigger)
 		switch {
 		case !st.OK:
-			probs := make([]string, len(st.Problems))
-			for i, p := range st.Problems {
-				probs[i] = p.String()
-			}
-			log.Error("reload refused; the previous revision keeps serving", "trigger", trigger, "revision", st.Revision, "problems", strings.Join(probs, "; "))
+			log.Error("reload refused; the previous revision keeps serving", "trigger", trigger, "revision", st.Revision, "problems", problemList(st.Problems))
 		case st.Changed:
 			log.Info("reloaded", "trigger", st.Trigger, "coalesced", st.Coalesced, "revision", st.Revision, "took", st.Duration)
 		default:
@@ -313,6 +286,28 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	return code, serveErr
 }
 
+// newEngine makes the first revision live from where the revisions come
+// from: the bundle (the engine then starts empty and not ready until it
+// activates) or the folders, with the last good copy below --state-dir to
+// fall back to at the start and each revision made live saved there.
+func newEngine(ctx context.Context, c *serveConfig, ecfg engine.Config, log *slog.Logger) (*engine.Engine, error) {
+	if c.bundleURL != "" {
+		return engine.New(ctx, ecfg, engine.Pushed())
+	}
+	if c.stateDir == "" {
+		return engine.New(ctx, ecfg)
+	}
+	opts := []engine.Option{engine.OnActivate(func(s *engine.Snapshot) {
+		if err := s.SaveTo(c.stateDir); err != nil {
+			log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
+		}
+	})}
+	if saved, ok := engine.LastGood(c.stateDir, ecfg); ok {
+		opts = append(opts, engine.Fallback(saved))
+	}
+	return engine.New(ctx, ecfg, opts...)
+}
+
 // connectionCap is --max-connections, or half of the file descriptor limit:
 // the other half stays for policy files, the decision log and reloads.
 func (c *serveConfig) connectionCap() int {
@@ -324,6 +319,15 @@ func (c *serveConfig) connectionCap() int {
 		return 1 << 19
 	}
 	return max(int(rl.Cur/2), 8)
+}
+
+// problemList is problems on one log line.
+func problemList(problems []engine.Problem) string {
+	out := make([]string, len(problems))
+	for i, p := range problems {
+		out[i] = p.String()
+	}
+	return strings.Join(out, "; ")
 }
 
 // logSkipped names every file a load did not read.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,43 +114,27 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 	sh := shadow.New(shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
 		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log})
 	s := &shadowing{sh: sh}
-	load := func(ctx context.Context, src server.ShadowSource) (*engine.Snapshot, string, error) {
-		cfg := ecfg
-		cfg.Policies = src.Policies
-		if src.Schemas != "" {
-			cfg.Schemas = src.Schemas
-		}
-		if src.Tests != "" {
-			cfg.Tests = src.Tests
-		}
-		ctx, cancel := context.WithTimeout(ctx, orDefaultDuration(ecfg.ReloadTimeout, engine.DefaultReloadTimeout))
-		defer cancel()
-		snap, err := engine.Load(ctx, cfg)
-		return snap, fmt.Sprintf("folders %s, %s, tests %s", cfg.Policies, cfg.Schemas, orNone(cfg.Tests)), err
-	}
 	s.srv = &server.ShadowConfig{
-		Shadow: sh,
-		Load:   load,
-		Promote: func(_ context.Context, cand *shadow.Candidate, by string) (string, error) {
-			p, err := eng.Promote(cand.Snapshot, by, cand.Origin)
-			return p.From, err
-		},
-		Promoted: eng.Promoted,
-		Gate:     shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
-		Admins:   admins,
+		Shadow:  sh,
+		Engine:  eng,
+		Schemas: ecfg.Schemas,
+		Tests:   ecfg.Tests,
+		Gate:    shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
+		Admins:  admins,
 	}
 	if c.shadowPolicies != "" {
-		snap, origin, err := load(ctx, server.ShadowSource{Policies: c.shadowPolicies, Schemas: c.shadowSchemas, Tests: c.shadowTests})
+		cand := engine.Folders(c.shadowPolicies, cmp.Or(c.shadowSchemas, ecfg.Schemas), cmp.Or(c.shadowTests, ecfg.Tests))
+		snap, err := eng.Judge(ctx, cand)
 		if err != nil {
 			_ = sh.Close(context.Background())
 			return nil, fmt.Errorf("loading the shadow candidate: %w", err)
 		}
-		sh.Set(&shadow.Candidate{Snapshot: snap, Origin: origin, LoadedAt: time.Now()})
-		log.Info("candidate in shadow", "revision", snap.Revision, "origin", origin, "rate", c.shadowRate, "cpu", c.shadowCPU)
+		sh.Set(&shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now()})
+		log.Info("candidate in shadow", "revision", snap.Revision, "origin", cand.Origin(), "rate", c.shadowRate, "cpu", c.shadowCPU)
 	}
 	if c.shadowBundleURL != "" {
 		src, err := policybundle.NewSource(c.sourceConfig(c.shadowBundleURL, shadowBundleName, log), func(ctx context.Context, rev *policybundle.Revision) (*engine.Snapshot, error) {
-			snap, err := engine.LoadFiles(ctx, rev.Files, ecfg)
+			snap, err := eng.Judge(ctx, rev.Source())
 			if err != nil {
 				return nil, err
 			}
@@ -168,13 +153,6 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 
 // shadowBundleName names the shadow's bundle in status, metrics and logs.
 const shadowBundleName = "shadow"
-
-func orDefaultDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
 
 // register adds the shadow's metrics (and its bundle source's) to reg.
 func (s *shadowing) register(reg *prometheus.Registry) {

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// A Source yields candidate revisions: the configured folders, a bundle's
+// files, the last good copy, a candidate in shadow (Engine.Judge) and a
+// promotion. Each candidate goes through the one gate (gate.go) and, to go
+// live, the one activation path (Engine.Activate). The interface is sealed:
+// a revision reaches the engine only as a Snapshot the gate built.
+type Source interface {
+	// Origin says where the revisions come from, in status and history.
+	Origin() string
+	// candidate builds the source's current revision with cfg's limits.
+	candidate(ctx context.Context, cfg Config) (*Snapshot, error)
+}
+
+// Folders is the source of a policy, a schema and a test folder (tests ""
+// gates on compiling alone); each candidate reads them again.
+func Folders(policies, schemas, tests string) Source {
+	return loader{fmt.Sprintf("folders %s, %s, tests %s", policies, schemas, orNone(tests)), func(ctx context.Context, cfg Config) (*Snapshot, error) {
+		cfg.Policies, cfg.Schemas, cfg.Tests = policies, schemas, tests
+		return Load(ctx, cfg)
+	}}
+}
+
+// Files is the source of a revision held in memory (a bundle's), named
+// origin.
+func Files(origin string, fs FileSet) Source {
+	return loader{origin, func(ctx context.Context, cfg Config) (*Snapshot, error) { return LoadFiles(ctx, fs, cfg) }}
+}
+
+// loader is a source that builds a new Snapshot for each candidate.
+type loader struct {
+	origin string
+	load   func(context.Context, Config) (*Snapshot, error)
+}
+
+func (l loader) Origin() string { return l.origin }
+
+func (l loader) candidate(ctx context.Context, cfg Config) (*Snapshot, error) {
+	snap, err := l.load(ctx, cfg)
+	if snap != nil {
+		snap.Origin = l.origin
+	}
+	return snap, err
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
