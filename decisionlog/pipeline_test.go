@@ -290,11 +290,13 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 }
 
 // TestCloseAccountsForEveryRecord: a Close that runs out of time behind a
-// stalled sink counts every record it leaves unwritten, in Stats, in
-// Dropped and in its error; none is reported written.
+// stalled file counts every record it leaves unwritten, in Stats, in
+// Dropped and in its error; none is reported written. The other sinks got
+// every record all the same.
 func TestCloseAccountsForEveryRecord(t *testing.T) {
-	l, gate, _ := stuckLog(t, Options{})
 	const n = 61
+	sink := make(idSink, n+1)
+	l, gate, _ := stuckLog(t, Options{Sinks: []Sink{sink}})
 	for i := range n {
 		if !l.Log(rec(fmt.Sprint(i))) {
 			t.Fatal("record refused by an almost empty queue")
@@ -312,6 +314,11 @@ func TestCloseAccountsForEveryRecord(t *testing.T) {
 	st := l.Stats()
 	if st.Written != 0 || st.Unwritten != n+2 || l.Dropped() != n+2 {
 		t.Errorf("stats %+v, Dropped %d; want 0 written, %d unwritten", st, l.Dropped(), n+2)
+	}
+	for i := range n + 1 {
+		if id := sink.next(t); i > 0 && id != fmt.Sprint(i-1) {
+			t.Fatalf("the other sink got %s, want %d", id, i-1)
+		}
 	}
 	close(gate.release)
 }
