@@ -166,20 +166,18 @@ func (l *Logger) Log(rec Record) bool {
 	q := queued{rec: rec, size: size(&rec), file: l.file != nil}
 	why := ""
 	if q.file {
-		if q.file, why = l.file.queue.Reserve(q.size); !q.file && l.refuse {
-			l.file.queue.Drop(why, 1)
-			l.warnRefused(why)
+		q.file, why = l.file.queue.Reserve(q.size)
+	}
+	if why == "" || !l.refuse {
+		if ok, pwhy := l.queue.Put(q, q.size); !ok {
+			if q.file {
+				l.file.queue.Done(q.size)
+			}
+			l.warnRefused(pwhy)
 			return false
 		}
 	}
-	if ok, pwhy := l.queue.Put(q, q.size); !ok {
-		if q.file {
-			l.file.queue.Done(q.size)
-		}
-		l.warnRefused(pwhy)
-		return false
-	}
-	if why != "" { // drop: the other sinks get it, the file counts it
+	if why != "" { // refuse: it reaches no sink; drop: the others have it
 		l.file.queue.Drop(why, 1)
 		l.warnRefused(why)
 		return false
