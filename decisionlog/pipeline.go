@@ -2,8 +2,10 @@
 // decision's record is queued once (a bounded queue, off the request path),
 // masked once, and handed in batches to its sinks: the JSON Lines file
 // (file.go), the decision-log upload (package logship), the pages' ring
-// (server/ui). Reader.go reads what the file sink wrote, for replay, the
-// pages and shadow.
+// (server/ui). The pipeline never waits for a sink: each one that can
+// stall (the file, the upload) has its own bounded queue and counts what
+// it drops, so a slow sink costs only its own records. Reader.go reads
+// what the file sink wrote, for replay, the pages and shadow.
 package decisionlog
 
 import (
@@ -34,12 +36,10 @@ const recordOverhead = 512
 
 // Sink receives the records of the pipeline, masked, in the order they were
 // logged, in batches, on the pipeline's one goroutine; it must not keep
-// recs (the slice) after Write returns, only the Records. A sink whose
-// destination can stall (a network service, a database) must not stall the
-// others: it puts the batch on its own bounded queue (internal/queue) and
-// counts what it drops, by reason. The file is the one sink written in
-// place, so that a stalled disk fills the pipeline's queue, whose refusals
-// are the log's (Stats).
+// recs (the slice) after Write returns, only the Records. Write must not
+// block: a sink whose destination can stall (a network service, a
+// database) puts the batch on its own bounded queue (internal/queue) and
+// counts what it drops, by reason, as the file does (file.go).
 type Sink interface {
 	Write(recs []Record)
 }
@@ -53,10 +53,18 @@ type Options struct {
 	Stdout io.Writer
 	// Sinks receive every record beside the file.
 	Sinks []Sink
-	// QueueBytes bounds the records waiting to be written, by size: a
-	// record that would take the queue past it is refused and counted (a
-	// record larger than the bound alone is taken when the queue is empty).
+	// QueueBytes bounds the records waiting to be written to the file, by
+	// size, from Log on: a record that would take the file's queue past it
+	// is not written, and counted (a record larger than the bound alone is
+	// taken when the queue is empty). The pipeline's own queue, of records
+	// waiting to be masked (it never waits for a sink, so it is short), has
+	// the same bound: a stalled disk pins at most this much.
 	QueueBytes int64
+	// Refuse is --decision-log-full refuse: a record the file's queue
+	// cannot take reaches no sink, and Log returns false so that its
+	// decision is not answered. Otherwise (drop) it still reaches the other
+	// sinks.
+	Refuse bool
 	// MaxMegabytes rotates the file before a write would take it past this
 	// many MiB (lumberjack's unit); 0 means 100. It must hold the largest
 	// record: a record larger than the file may be is not written, and
@@ -82,22 +90,32 @@ type Options struct {
 }
 
 // Logger is the pipeline: Log queues a record and returns at once, and one
-// background goroutine masks each record and hands it to the sinks. Every
-// record is accounted for: it is written, or counted as refused (the queue
-// was full or the log closed), failed (its write failed) or unwritten at
+// background goroutine masks each record and hands it to the sinks, the
+// file's queue included. Every record is accounted for in the file: it is
+// written, or counted as refused (the file's or the pipeline's queue was
+// full, or the log closed), failed (its write failed) or unwritten at
 // Close.
 type Logger struct {
 	log    *slog.Logger
 	now    func() time.Time
 	masker *recordMasker
-	queue  *queue.Queue[Record]
+	queue  *queue.Queue[queued]
 	file   *fileSink // nil: no file
-	sinks  []Sink
-	done   chan struct{}
+	sinks  []Sink    // beside the file
+	refuse bool
+	done   chan struct{} // closed when every record is written or counted
 
-	accepted, written, failed, abandoned atomic.Uint64
-	lastWarn                             atomic.Int64 // unix nanoseconds of the last refusal warning
-	closeErr                             error        // read after done
+	accepted, written, abandoned atomic.Uint64
+	lastWarn                     atomic.Int64 // unix nanoseconds of the last refusal warning
+	closeErr                     error        // read after done
+}
+
+// queued is a record on its way, its size as Log counted it, and whether
+// the file's queue holds room for it.
+type queued struct {
+	rec  Record
+	size int64
+	file bool
 }
 
 // Open starts a Logger writing to opts.Path (file.go) and opts.Sinks.
@@ -105,14 +123,15 @@ func Open(opts Options) (*Logger, error) {
 	if opts.Path == "" && len(opts.Sinks) == 0 {
 		return nil, errors.New("decision log: no path (use - for stdout) and no sink")
 	}
-	l := &Logger{log: opts.Logger, now: opts.now, sinks: opts.Sinks, done: make(chan struct{})}
+	l := &Logger{log: opts.Logger, now: opts.now, sinks: opts.Sinks, refuse: opts.Refuse, done: make(chan struct{})}
 	if l.log == nil {
 		l.log = slog.Default()
 	}
 	if l.now == nil {
 		l.now = time.Now
 	}
-	l.queue = queue.New[Record](queue.Limits{Bytes: opts.QueueBytes, HoldBytes: true}.Or(queue.Limits{Bytes: DefaultQueueBytes}))
+	lim := queue.Limits{Bytes: opts.QueueBytes}.Or(queue.Limits{Bytes: DefaultQueueBytes})
+	l.queue = queue.New[queued](lim)
 	var err error
 	if l.masker, err = newRecordMasker(opts.Mask); err != nil {
 		return nil, fmt.Errorf("decision log: %w", err)
@@ -121,9 +140,10 @@ func Open(opts Options) (*Logger, error) {
 		if l.file, err = openFile(opts, l); err != nil {
 			return nil, fmt.Errorf("decision log: %w", err)
 		}
-		// Last: the sinks that only queue or keep a record get it before a
-		// slow disk's write.
-		l.sinks = append(append([]Sink(nil), l.sinks...), l.file)
+		// Held: the batch a stalled disk is writing is memory too.
+		lim.HoldBytes = true
+		l.file.queue = queue.New[queued](lim)
+		go l.file.run()
 	}
 	go l.run()
 	return l, nil
@@ -134,36 +154,73 @@ func size(rec *Record) int64 {
 	return int64(len(rec.Input)+len(rec.Result)+len(rec.BodyBase64)+len(rec.BodyPrefix)+len(rec.Promotion)) + recordOverhead
 }
 
-// Log queues rec and returns at once, true when it was queued. rec's slices
-// are kept, not copied: the caller must not modify them afterwards. A record
-// that finds the queue full, or the Logger closed, is refused and counted.
+// Log queues rec and returns at once, true when it was queued for the file
+// (without a file: for the sinks). rec's slices are kept, not copied: the
+// caller must not modify them afterwards. Whether the file's queue takes
+// rec is decided here, by reserving its room, so that with Refuse no
+// decision is answered without its record queued; a record it cannot take
+// is counted once, and (without Refuse) still handed to the other sinks.
+// A record the pipeline's queue refuses, or one logged after Close,
+// reaches no sink and is counted once.
 func (l *Logger) Log(rec Record) bool {
-	ok, why := l.queue.Put(rec, size(&rec))
-	if !ok {
-		msg := "decision log queue is full: records refused"
-		if why == queue.Closed {
-			msg = "decision log is closed: records refused"
+	q := queued{rec: rec, size: size(&rec), file: l.file != nil}
+	why := ""
+	if q.file {
+		q.file, why = l.file.queue.Reserve(q.size)
+	}
+	if why == "" || !l.refuse {
+		if ok, pwhy := l.queue.Put(q, q.size); !ok {
+			if q.file {
+				l.file.queue.Done(q.size)
+			}
+			l.warnRefused(pwhy)
+			return false
 		}
-		now := l.now().UnixNano()
-		last := l.lastWarn.Load()
-		if (last == 0 || now-last >= int64(time.Second)) && l.lastWarn.CompareAndSwap(last, now) {
-			l.log.Warn(msg, "refused_total", l.refused(), "queue_bytes", l.queue.Limits().Bytes)
-		}
+	}
+	if why != "" { // refuse: it reaches no sink; drop: the others have it
+		l.file.queue.Drop(why, 1)
+		l.warnRefused(why)
 		return false
 	}
 	l.accepted.Add(1)
 	return true
 }
 
+// warnRefused warns that records were refused, at most once a second.
+func (l *Logger) warnRefused(why string) {
+	msg := "decision log queue is full: records refused"
+	if why == queue.Closed {
+		msg = "decision log is closed: records refused"
+	}
+	now := l.now().UnixNano()
+	last := l.lastWarn.Load()
+	if (last == 0 || now-last >= int64(time.Second)) && l.lastWarn.CompareAndSwap(last, now) {
+		l.log.Warn(msg, "refused_total", l.refused(), "queue_bytes", l.queue.Limits().Bytes)
+	}
+}
+
+// refused counts the records the file (or, without one, the sinks) never
+// queued: each is counted by the one queue that refused it.
 func (l *Logger) refused() uint64 {
-	return l.queue.Dropped(queue.Full) + l.queue.Dropped(queue.Closed)
+	n := l.queue.Dropped(queue.Full) + l.queue.Dropped(queue.Closed)
+	if l.file != nil {
+		n += l.file.queue.Dropped(queue.Full) + l.file.queue.Dropped(queue.Closed)
+	}
+	return n
+}
+
+func (l *Logger) failed() uint64 {
+	if l.file == nil {
+		return 0
+	}
+	return l.file.queue.Dropped(dropFailed)
 }
 
 // Dropped is the number of records that were not written so far: refused,
 // failed, and (after a Close that ran out of time) still queued. It only
 // grows, as a counter metric must.
 func (l *Logger) Dropped() uint64 {
-	return l.refused() + l.failed.Load() + l.abandoned.Load()
+	return l.refused() + l.failed() + l.abandoned.Load()
 }
 
 // Written is the number of records written to the file or Stdout (handed
@@ -180,7 +237,7 @@ type Stats struct {
 
 // Stats returns the account so far; after Close it is final.
 func (l *Logger) Stats() Stats {
-	s := Stats{Refused: l.refused(), Failed: l.failed.Load()}
+	s := Stats{Refused: l.refused(), Failed: l.failed()}
 	accepted := l.accepted.Load()
 	s.Written = l.written.Load()
 	s.Unwritten = s.Refused
@@ -191,10 +248,12 @@ func (l *Logger) Stats() Stats {
 }
 
 // Close stops accepting records, hands every record already queued to the
-// sinks, then flushes, syncs and closes the file. When ctx ends first, the
-// records still queued are counted as unwritten (Stats, Dropped) and Close
-// returns an error saying how many. The other sinks are their owners' to
-// close, after this.
+// sinks (at once: the pipeline never waits for one), then writes what the
+// file's queue holds and flushes, syncs and closes the file. When ctx ends
+// first, the records not written yet are counted as unwritten (Stats,
+// Dropped) and Close returns an error saying how many. The other sinks are
+// their owners' to close, after this: each drains its own queue or counts
+// what it could not.
 func (l *Logger) Close(ctx context.Context) error {
 	l.queue.Close()
 	select {
@@ -203,64 +262,50 @@ func (l *Logger) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		// The writer is stuck (a stalled disk or reader): what it has not
 		// written by now is lost with the process.
-		stuck := l.accepted.Load() - l.written.Load() - l.failed.Load()
+		stuck := l.accepted.Load() - l.written.Load() - l.failed()
 		l.abandoned.Store(stuck)
 		return fmt.Errorf("decision log: closed with %d records not written: %w", stuck, ctx.Err())
 	}
 }
 
-// run masks every record once and hands it to each sink. A written record
-// reaches the operating system at most FlushDelay later: a crash loses at
-// most that much, and under load one write carries many records instead of
-// one each (a write per decision was a tenth of the server's CPU at a few
-// thousand decisions a second).
+// run masks every record once and hands it to each sink and to the file's
+// queue, which holds room for it since Log. It never waits for a sink.
 func (l *Logger) run() {
-	defer close(l.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	armed := false
+	defer func() {
+		if l.file != nil {
+			l.file.queue.Close() // the file writes what it holds, then closes done
+		} else {
+			close(l.done)
+		}
+	}()
+	var batch []queued
 	var recs []Record
 	for {
 		var closed bool
-		recs, closed = l.queue.Take(recs[:0], 0)
-		if len(recs) > 0 {
-			select { // under steady load the queue is never empty: still flush on time
-			case <-timer.C:
-				armed = false
-				l.file.flush()
-			default:
-			}
-			var taken int64
-			for i := range recs {
-				taken += size(&recs[i])
-				recs[i] = l.masker.mask(recs[i])
+		batch, closed = l.queue.Take(batch[:0], 0)
+		if len(batch) > 0 {
+			for i := range batch {
+				q := &batch[i]
+				q.rec = l.masker.mask(q.rec)
+				recs = append(recs, q.rec)
+				if q.file {
+					l.file.queue.PutReserved(*q, q.size)
+				}
 			}
 			for _, s := range l.sinks {
 				s.Write(recs)
 			}
-			l.queue.Done(taken)
 			if l.file == nil {
 				l.written.Add(uint64(len(recs)))
 			}
-			clear(recs) // drop the inputs before waiting
-			if !armed && l.file != nil && l.file.batchN > 0 {
-				armed = true
-				timer.Reset(FlushDelay)
-			}
+			clear(batch) // drop the inputs before waiting
+			clear(recs)
+			recs = recs[:0]
 			continue // more may have come meanwhile
 		}
 		if closed {
-			if l.file != nil {
-				l.file.flush()
-				l.closeErr = l.file.close()
-			}
 			return
 		}
-		select {
-		case <-l.queue.Ready():
-		case <-timer.C:
-			armed = false
-			l.file.flush()
-		}
+		<-l.queue.Ready()
 	}
 }

@@ -290,11 +290,13 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 }
 
 // TestCloseAccountsForEveryRecord: a Close that runs out of time behind a
-// stalled sink counts every record it leaves unwritten, in Stats, in
-// Dropped and in its error; none is reported written.
+// stalled file counts every record it leaves unwritten, in Stats, in
+// Dropped and in its error; none is reported written. The other sinks got
+// every record all the same.
 func TestCloseAccountsForEveryRecord(t *testing.T) {
-	l, gate, _ := stuckLog(t, Options{})
 	const n = 61
+	sink := make(idSink, n+1)
+	l, gate, _ := stuckLog(t, Options{Sinks: []Sink{sink}})
 	for i := range n {
 		if !l.Log(rec(fmt.Sprint(i))) {
 			t.Fatal("record refused by an almost empty queue")
@@ -312,6 +314,11 @@ func TestCloseAccountsForEveryRecord(t *testing.T) {
 	st := l.Stats()
 	if st.Written != 0 || st.Unwritten != n+2 || l.Dropped() != n+2 {
 		t.Errorf("stats %+v, Dropped %d; want 0 written, %d unwritten", st, l.Dropped(), n+2)
+	}
+	for i := range n + 1 {
+		if id := sink.next(t); i > 0 && id != fmt.Sprint(i-1) {
+			t.Fatalf("the other sink got %s, want %d", id, i-1)
+		}
 	}
 	close(gate.release)
 }
@@ -510,5 +517,68 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 	}
 	if got := strings.Count(gate.out.String(), "\n"); got != n+1 || l.Written() != n+1 || l.Stats().Unwritten != 0 {
 		t.Errorf("%d lines, stats %+v; want %d written, none unwritten", got, l.Stats(), n+1)
+	}
+}
+
+// idSink is a sink that hands the test each record's id; its buffer is
+// larger than any test logs, so that it never blocks the pipeline.
+type idSink chan string
+
+func (s idSink) Write(recs []Record) {
+	for _, r := range recs {
+		s <- r.DecisionID
+	}
+}
+
+func (s idSink) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-s:
+		return id
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sink got no record while the file was stalled")
+		return ""
+	}
+}
+
+// TestStalledFileCostsOnlyItsOwnRecords: while the file's write does not
+// return, the other sinks get every record at once; the file's queue, full,
+// decides at Log whether a record is queued for the file. With drop, a
+// record it cannot take still reaches the other sinks and is counted once;
+// with Refuse, it reaches none, and Log says so, so that its decision is
+// not answered.
+func TestStalledFileCostsOnlyItsOwnRecords(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "drop", true: "refuse"}[refuse], func(t *testing.T) {
+			sink := make(idSink, 100)
+			// One byte: the file's queue takes one record at a time.
+			l, gate, _ := stuckLog(t, Options{QueueBytes: 1, Sinks: []Sink{sink}, Refuse: refuse})
+			want, got := []string{"first"}, []string{sink.next(t)}
+			for i := range 10 {
+				id := fmt.Sprint(i)
+				if queued := l.Log(rec(id)); queued != (i == 0) {
+					t.Fatalf("record %s queued for the file: %v; want only the first after the stalled one", id, queued)
+				}
+				if i == 0 || !refuse {
+					// Each in turn, the file still stalled: the pipeline's
+					// own queue, bounded alike, is empty for the next.
+					want, got = append(want, id), append(got, sink.next(t))
+				}
+			}
+			close(gate.release)
+			closeLog(t, l)
+			close(sink)
+			for id := range sink {
+				got = append(got, id)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("the other sink got %v, want %v", got, want)
+			}
+			st := l.Stats()
+			if lines := gate.out.String(); st.Written != 2 || st.Refused != 9 || st.Unwritten != 9 || l.Dropped() != 9 ||
+				!strings.Contains(lines, `"decision_id":"first"`) || !strings.Contains(lines, `"decision_id":"0"`) || strings.Count(lines, "\n") != 2 {
+				t.Errorf("stats %+v, Dropped %d, file %q; want first and 0 written, 9 refused, each counted once", st, l.Dropped(), lines)
+			}
+		})
 	}
 }

@@ -53,13 +53,15 @@ func (s *logSink) ids() []string {
 	return out
 }
 
-// The upload ships what was answered, as a sink of the one pipeline. A
-// record the pipeline's queue refuses reaches no sink and is counted once:
-// with --decision-log-full refuse its decision is answered overloaded, so
-// the service never holds a result nobody received; with drop (the
-// default) the caller has the answer and the log counts the lost record.
-// A record the file fails to write after the answer is still uploaded:
-// the sinks are independent, and the service keeps the audit record.
+// The upload ships what was answered, as a sink of the one pipeline, and
+// a stalled file costs it nothing. With --decision-log-full refuse, a
+// decision whose record the file's queue cannot take is answered
+// overloaded, and its record, result included, reaches no sink, so the
+// service never holds a result nobody received. With drop (the default),
+// the caller has the answer although the file dropped its record (counted
+// once), and the upload still ships it: the audit record survives in the
+// service. A record the file fails to write after the answer is uploaded
+// too: the sinks are independent.
 func TestUploadWhatWasAnswered(t *testing.T) {
 	for _, mode := range []string{"refuse", "drop", "file fails"} {
 		t.Run(mode, func(t *testing.T) { uploadWhatWasAnswered(t, mode) })
@@ -69,6 +71,43 @@ func TestUploadWhatWasAnswered(t *testing.T) {
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+// stalledWriter blocks every Write until release is closed, and closes
+// started when the first Write begins: a disk that stopped.
+type stalledWriter struct {
+	started, release chan struct{}
+	once             sync.Once
+	mu               sync.Mutex
+	out              strings.Builder
+}
+
+func (w *stalledWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.started) })
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.out.Write(p)
+}
+
+// idSink is a sink that hands the test each record's id.
+type idSink chan string
+
+func (s idSink) Write(recs []decisionlog.Record) {
+	for _, r := range recs {
+		s <- r.DecisionID
+	}
+}
+
+// wait returns when ch is closed or receives, and fails the test after 10
+// seconds (a hang, never a threshold).
+func wait[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: nothing after 10 s", what)
+	}
+}
 
 func uploadWhatWasAnswered(t *testing.T, mode string) {
 	root := copyAccess(t)
@@ -83,39 +122,34 @@ func uploadWhatWasAnswered(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := decisionlog.Options{Path: filepath.Join(t.TempDir(), "decisions.log"), Sinks: []decisionlog.Sink{up}}
+	refuse := mode == "refuse"
+	file := &stalledWriter{started: make(chan struct{}), release: make(chan struct{})}
+	handed := make(idSink, 100) // what the pipeline handed the sinks
+	// One byte: the file's queue takes one record at a time.
+	opts := decisionlog.Options{Path: "-", Stdout: file, QueueBytes: 1, Refuse: refuse, Sinks: []decisionlog.Sink{up, handed}}
 	if mode == "file fails" {
-		opts.Path, opts.Stdout = "-", failingWriter{}
+		opts.Stdout, opts.QueueBytes = failingWriter{}, 0
 	}
 	local, err := decisionlog.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refuse := mode == "refuse"
 	api := httptest.NewServer(server.New(server.Config{RefuseUnlogged: refuse, DecisionLog: local}, eng))
 	defer api.Close()
 
-	first := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"a","used":3}`))
+	decide := func(tenant string) answer {
+		return post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"`+tenant+`","used":3}`))
+	}
+	first := decide("a")
 	if first.status != http.StatusOK {
 		t.Fatalf("with the pipeline open: %d %s", first.status, first.body)
 	}
 	want := []string{first.id}
-	if mode != "file fails" {
-		// A closed pipeline refuses every record: the case of a full
-		// queue, made certain.
-		if err := local.Close(context.Background()); err != nil {
-			t.Fatal(err)
+	if mode == "file fails" {
+		second := decide("b")
+		if second.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", mode, second.status, second.body)
 		}
-	}
-	second := post(t, http.DefaultClient, api.URL+"/v1/decisions/access_check", []byte(`{"tenant":"b","used":4}`))
-	switch {
-	case refuse:
-		if second.status != http.StatusServiceUnavailable || !strings.Contains(string(second.body), `"overloaded"`) || second.id == "" {
-			t.Fatalf("with the pipeline refusing: %d %s", second.status, second.body)
-		}
-	case second.status != http.StatusOK:
-		t.Fatalf("%s: %d %s", mode, second.status, second.body)
-	case mode == "file fails":
 		want = append(want, second.id)
 		if err := local.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -123,10 +157,32 @@ func uploadWhatWasAnswered(t *testing.T, mode string) {
 		if st := local.Stats(); st.Failed != 2 || st.Written != 0 {
 			t.Fatalf("file writes failed, stats %+v", st)
 		}
-	}
-	if mode != "file fails" {
-		if st := local.Stats(); st.Written != 1 || st.Unwritten != local.Dropped() || st.Unwritten == 0 {
-			t.Fatalf("stats %+v dropped %d: the refused records are not counted", st, local.Dropped())
+	} else {
+		wait(t, file.started, "the file's first write") // the disk stops in it
+		wait(t, handed, "the first record handed to the sinks")
+		second := decide("b") // the file's queue, empty, takes it
+		if second.status != http.StatusOK {
+			t.Fatalf("with the file's queue empty: %d %s", second.status, second.body)
+		}
+		want = append(want, second.id)
+		wait(t, handed, "the second record handed to the sinks with the file stalled")
+		third := decide("c") // the file's queue is full
+		switch {
+		case refuse:
+			if third.status != http.StatusServiceUnavailable || !strings.Contains(string(third.body), `"overloaded"`) || third.id == "" {
+				t.Fatalf("with the file's queue full: %d %s", third.status, third.body)
+			}
+		case third.status != http.StatusOK:
+			t.Fatalf("with the file's queue full: %d %s", third.status, third.body)
+		default:
+			want = append(want, third.id)
+		}
+		close(file.release)
+		if err := local.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st := local.Stats(); st.Written != 2 || st.Unwritten != local.Dropped() || st.Unwritten != st.Refused || st.Refused == 0 {
+			t.Fatalf("stats %+v dropped %d: the records the file could not take are not counted", st, local.Dropped())
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -135,16 +191,12 @@ func uploadWhatWasAnswered(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	if got := sink.ids(); !slices.Equal(got, want) {
-		t.Fatalf("uploaded %d events %v; want %v (the second answer was %d %s)", len(got), got, want, second.status, second.id)
+		t.Fatalf("uploaded %d events %v; want %v", len(got), got, want)
 	}
 	if mode == "file fails" {
 		return
 	}
-	var logged []string
-	for _, rec := range readDecisionLog(t, opts.Path) {
-		logged = append(logged, rec.DecisionID)
-	}
-	if !slices.Equal(logged, []string{first.id}) {
-		t.Fatalf("local log %v, want %s", logged, first.id)
+	if lines := file.out.String(); strings.Count(lines, "\n") != 2 || !strings.Contains(lines, want[0]) || !strings.Contains(lines, want[1]) {
+		t.Fatalf("local log %q, want %s and %s", lines, want[0], want[1])
 	}
 }

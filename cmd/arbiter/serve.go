@@ -100,7 +100,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 
 	// The decision-record pipeline: the file, the upload and the pages'
-	// ring are its sinks, each record masked once for all of them.
+	// ring are its sinks, each record masked once for all of them; the file
+	// and the upload each have their own bounded queue, so that a stalled
+	// disk costs the upload and the ring nothing.
 	var sinks []decisionlog.Sink
 	if fl.upload != nil {
 		sinks = append(sinks, fl.upload)
@@ -123,7 +125,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			}
 		}
 		dlog, err = decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, Sinks: sinks, QueueBytes: c.logQueueBytes,
-			MaxMegabytes: c.logMaxMB, MaxBackups: c.logMaxBackups, Mask: mask, Logger: log})
+			Refuse: c.logFull == "refuse", MaxMegabytes: c.logMaxMB, MaxBackups: c.logMaxBackups, Mask: mask, Logger: log})
 		if err != nil {
 			return exitError, fmt.Errorf("opening the decision log: %w", err)
 		}

@@ -64,25 +64,55 @@ func (q *Queue[T]) Limits() Limits { return q.lim }
 // dropped as Closed.
 func (q *Queue[T]) Put(v T, size int64) (bool, string) {
 	q.mu.Lock()
-	why := ""
-	switch {
-	case q.closed:
-		why = Closed
-	case q.lim.Items > 0 && len(q.items) >= q.lim.Items,
-		q.lim.Bytes > 0 && q.bytes > 0 && q.bytes+size > q.lim.Bytes:
-		why = Full
-	}
+	why := q.refuse(size)
 	if why != "" {
 		q.drops[why]++
 		q.mu.Unlock()
 		return false, why
 	}
+	q.bytes += size
 	q.items = append(q.items, v)
 	q.sizes = append(q.sizes, size)
-	q.bytes += size
 	q.mu.Unlock()
 	q.signal()
 	return true, ""
+}
+
+// refuse is why an item of size bytes cannot be put now, or "".
+func (q *Queue[T]) refuse(size int64) string {
+	switch {
+	case q.closed:
+		return Closed
+	case q.lim.Items > 0 && len(q.items) >= q.lim.Items,
+		q.lim.Bytes > 0 && q.bytes > 0 && q.bytes+size > q.lim.Bytes:
+		return Full
+	}
+	return ""
+}
+
+// Reserve takes room for an item of size bytes that is not ready yet, on
+// the terms of Put, and reports whether it fit and why not. A caller that
+// must know now whether an item will be kept (before it answers) reserves,
+// then puts the item with PutReserved, or releases the room with Done.
+// Reserve counts no drop: the caller counts what it loses (Drop).
+func (q *Queue[T]) Reserve(size int64) (bool, string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if why := q.refuse(size); why != "" {
+		return false, why
+	}
+	q.bytes += size
+	return true, ""
+}
+
+// PutReserved adds v, for which size bytes were reserved: it is always
+// kept.
+func (q *Queue[T]) PutReserved(v T, size int64) {
+	q.mu.Lock()
+	q.items = append(q.items, v)
+	q.sizes = append(q.sizes, size)
+	q.mu.Unlock()
+	q.signal()
 }
 
 func (q *Queue[T]) signal() {
@@ -129,7 +159,7 @@ func (q *Queue[T]) Take(dst []T, max int) ([]T, bool) {
 }
 
 // Done releases bytes of items taken from a queue that holds them
-// (Limits.HoldBytes).
+// (Limits.HoldBytes), or reserved and not put (Reserve).
 func (q *Queue[T]) Done(bytes int64) {
 	q.mu.Lock()
 	q.bytes -= bytes

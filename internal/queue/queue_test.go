@@ -149,3 +149,37 @@ func TestHoldBytes(t *testing.T) {
 		t.Fatal("Done did not release the bytes")
 	}
 }
+
+// TestReserveHoldsRoomUntilPutOrDone: reserved bytes count against the
+// bound before the item exists, so that the caller knows at once whether
+// it will be kept; they become the item's (PutReserved) or are released
+// (Done). A refused reservation counts nothing: its caller does.
+func TestReserveHoldsRoomUntilPutOrDone(t *testing.T) {
+	q := New[int](Limits{Bytes: 10, HoldBytes: true})
+	if ok, _ := q.Reserve(6); !ok {
+		t.Fatal("an empty queue refused a reservation")
+	}
+	if ok, why := q.Reserve(6); ok || why != Full || q.Dropped(Full) != 0 {
+		t.Fatalf("a reservation past the bound: %v %q, %d counted", ok, why, q.Dropped(Full))
+	}
+	if ok, _ := q.Put(1, 6); ok {
+		t.Fatal("a put took the room of a reservation")
+	}
+	q.PutReserved(7, 6)
+	if q.Len() != 1 || q.Bytes() != 6 {
+		t.Fatalf("after PutReserved: len %d bytes %d, want 1 and 6", q.Len(), q.Bytes())
+	}
+	if ok, _ := q.Reserve(4); !ok {
+		t.Fatal("the room left was refused")
+	}
+	q.Done(4) // released unused
+	got, _ := q.Take(nil, 0)
+	if len(got) != 1 || got[0] != 7 || q.Bytes() != 6 {
+		t.Fatalf("took %v, bytes %d held; want [7] and 6", got, q.Bytes())
+	}
+	q.Done(6)
+	q.Close()
+	if ok, why := q.Reserve(1); ok || why != Closed {
+		t.Fatalf("a reservation after Close: %v %q", ok, why)
+	}
+}
