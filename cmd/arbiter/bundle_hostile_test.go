@@ -227,6 +227,23 @@ func buildBundle(t *testing.T, root, keys, revision string) []byte {
 	return raw
 }
 
+// servingGood starts a replica of a repository copy polling a new origin
+// over scheme (http or oci+http), and waits until it serves the bundle
+// "good-1" the origin publishes first.
+func servingGood(t *testing.T, keys, scheme string, env []string) (string, *origin, *replica) {
+	t.Helper()
+	root := copyRepo(t)
+	o, host := newOrigin(t)
+	src := "http://" + host + "/bundles/arbiter.tar.gz"
+	if scheme == "oci+http" {
+		src = "oci+http://" + host + "/policies/arbiter:live"
+	}
+	o.publish(buildBundle(t, root, keys, "good-1"), "")
+	r := startReplica(t, root, keys, src, env...)
+	waitFor(t, 60*time.Second, "the good revision", func() bool { return r.bundleStatus(t)["active_revision"] == "good-1" })
+	return root, o, r
+}
+
 // A bundle that unpacks to 1.5 GB from 1.5 MB, published over HTTP or OCI,
 // is refused while it downloads: the replica's peak memory stays far below
 // the bomb, it keeps serving its revision, and its status says why.
@@ -260,15 +277,7 @@ func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel() // each case has its own replica and origin; they wait, mostly
-			root := copyRepo(t)
-			o, host := newOrigin(t)
-			src := "http://" + host + "/bundles/arbiter.tar.gz"
-			if c.scheme == "oci+http" {
-				src = "oci+http://" + host + "/policies/arbiter:live"
-			}
-			o.publish(buildBundle(t, root, keys, "good-1"), "")
-			r := startReplica(t, root, keys, src, c.env...)
-			waitFor(t, 60*time.Second, "the good revision", func() bool { return r.bundleStatus(t)["active_revision"] == "good-1" })
+			_, o, r := servingGood(t, keys, c.scheme, c.env)
 
 			o.publish(c.bomb, "")
 			waitFor(t, 60*time.Second, "the bomb's poll to end", func() bool { return r.bundleStatus(t)["message"] != nil })
@@ -312,15 +321,7 @@ func TestStalledBundleServerIsCutOff(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel() // each case has its own replica and origin; they wait, mostly
-			root := copyRepo(t)
-			o, host := newOrigin(t)
-			src := "http://" + host + "/bundles/arbiter.tar.gz"
-			if c.scheme == "oci+http" {
-				src = "oci+http://" + host + "/policies/arbiter:live"
-			}
-			o.publish(buildBundle(t, root, keys, "good-1"), "")
-			r := startReplica(t, root, keys, src, c.env...)
-			waitFor(t, 60*time.Second, "the good revision", func() bool { return r.bundleStatus(t)["active_revision"] == "good-1" })
+			root, o, r := servingGood(t, keys, c.scheme, c.env)
 
 			fix := buildBundle(t, root, keys, "fix-2")
 			o.publish(fix, c.hold)
