@@ -196,7 +196,7 @@ func newDomain(b *builder, pkg ast.Ref, revs []*ast.Compiler, datas []ast.Value,
 			if valid(d.with(n, choice{shell: true})) {
 				n.choices = append(n.choices, choice{shell: true})
 			}
-			for _, t := range []*ast.Term{ast.NullTerm(), ast.BooleanTerm(true), ast.IntNumberTerm(0), ast.StringTerm("f")} {
+			for _, t := range []*ast.Term{ast.NullTerm(), ast.BooleanTerm(true), ast.IntNumberTerm(0), ast.StringTerm("f"), ast.ArrayTerm()} {
 				if valid(d.with(n, choice{t: t})) {
 					n.choices = append(n.choices, choice{t: t})
 				}

@@ -834,8 +834,14 @@ func (in *interp) apply(e *ast.Expr, name string, vs []val) []res {
 		return nil
 	}
 	err := f(topdown.BuiltinContext{Context: in.ctx}, ops, func(t *ast.Term) error { result = t; return nil })
-	if err != nil || result == nil {
-		return nil // an error or undefined: no result (an error refuses; see README)
+	if err != nil {
+		// The engine runs with strict builtin errors: an error is a
+		// policy_error (a refusal), which the formulas do not carry.
+		in.gap(e.Location, "%s fails on some candidate values (an error refuses; not modelled)", name)
+		return nil
+	}
+	if result == nil {
+		return nil
 	}
 	return one(val{t: result, count: name == "count" && tainted})
 }
