@@ -21,8 +21,13 @@ import (
 // command failed.
 func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := newCommand("diff", "OLD NEW [flags]   (each a policy folder, a folder with policies/ and schemas/, or a bundle file)")
+	// OLD and NEW name the policies; the schemas and the fixtures (the
+	// examples' starting points) come from the usual folders.
 	var f folders
-	f.register(c, true)
+	root := repoRoot()
+	c.StringVar(&f.schemas, "schemas", filepath.Join(root, "schemas"), "folder of input and result JSON Schemas, for a side that is a policy folder")
+	c.StringVar(&f.tests, "tests", filepath.Join(root, "policy_test"), "folder whose fixtures' inputs the examples start from ('' for none)")
+	c.fromEnv("schemas", "tests")
 	format := c.String("format", "text", "output format: text or json")
 	if done, code := c.parse(args, stdout, stderr, exitInput); done {
 		return code
