@@ -51,24 +51,54 @@ func sameOutcome(a, b shadow.Outcome) bool {
 func found(ctx context.Context, old, new *engine.Snapshot, name string, q shadow.Class, d *domain, doc []byte) *Answer {
 	var cur map[string]any
 	_ = decodeJSON(doc, &cur)
-	for _, n := range d.nodes {
+	differs := func(n *node) bool {
 		bv, inBase := lookup(d.base, n.path)
 		cv, inCur := lookup(cur, n.path)
-		if inBase == inCur && (!inBase || string(encodeJSON(bv)) == string(encodeJSON(cv))) {
-			continue
-		}
+		return inBase != inCur || (inBase && string(encodeJSON(bv)) != string(encodeJSON(cv)))
+	}
+	// revert puts the fields of ns back to the base's values, if the
+	// example still confirms without them.
+	revert := func(ns []*node) {
 		try := deepCopy(cur).(map[string]any)
-		if parent, ok := lookup(try, n.path[:len(n.path)-1]); ok {
-			if m, ok := parent.(map[string]any); ok {
-				if inBase {
-					m[n.path[len(n.path)-1]] = deepCopy(bv)
-				} else {
-					delete(m, n.path[len(n.path)-1])
-				}
-				if c := confirm(ctx, old, new, name, encodeJSON(try)); c.class == q && c.agree {
-					cur = try
-				}
+		for _, n := range ns {
+			parent, ok := lookup(try, n.path[:len(n.path)-1])
+			m, isObj := parent.(map[string]any)
+			if !ok || !isObj {
+				return
 			}
+			if bv, inBase := lookup(d.base, n.path); inBase {
+				m[n.path[len(n.path)-1]] = deepCopy(bv)
+			} else {
+				delete(m, n.path[len(n.path)-1])
+			}
+		}
+		if c := confirm(ctx, old, new, name, encodeJSON(try)); c.class == q && c.agree {
+			cur = try
+		}
+	}
+	// Fields compared with each other took the same value together: they
+	// go back together first, then one by one.
+	groups := map[string][]*node{}
+	var keys []string
+	for _, n := range d.nodes {
+		if len(n.children) == 0 && differs(n) {
+			if v, ok := lookup(cur, n.path); ok {
+				k := string(encodeJSON(v))
+				if groups[k] == nil {
+					keys = append(keys, k)
+				}
+				groups[k] = append(groups[k], n)
+			}
+		}
+	}
+	for _, k := range keys {
+		if len(groups[k]) > 1 {
+			revert(groups[k])
+		}
+	}
+	for _, n := range d.nodes {
+		if differs(n) {
+			revert([]*node{n})
 		}
 	}
 	doc = encodeJSON(cur)
