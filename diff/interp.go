@@ -425,21 +425,14 @@ func (in *interp) composite(w world, t *ast.Term, n int, elem func(int) *ast.Ter
 
 func (in *interp) object(w world, t *ast.Term, x ast.Object) []res {
 	o := &gobj{}
-	concrete := true
 	for _, k := range x.Keys() {
 		if !k.IsGround() {
 			in.gap(t.Location, "an object literal with a computed key is not modelled")
 			return nil
 		}
-		as := in.term(w, x.Get(k))
-		for i := range as {
-			as[i].g = in.b.and(as[i].g, in.b.not(False))
-			concrete = concrete && as[i].v.t != nil
-		}
 		o.keys = append(o.keys, k)
-		o.vals = append(o.vals, as)
+		o.vals = append(o.vals, in.term(w, x.Get(k)))
 	}
-	_ = concrete
 	return one(val{obj: o})
 }
 
@@ -549,7 +542,9 @@ func (in *interp) step(w world, r res, op *ast.Term, loc *ast.Location) []res {
 			}
 			child := r.v.shell.children[string(s)]
 			if child == nil {
-				continue // the schema's walk never reads it: undefined
+				// Read through a variable: the domain has no candidates for it.
+				in.gap(loc, "reading %s/%s through a variable is not modelled", r.v.shell.pointer(), s)
+				continue
 			}
 			for _, c := range child.choices {
 				if c.absent {
@@ -565,12 +560,11 @@ func (in *interp) step(w world, r res, op *ast.Term, loc *ast.Location) []res {
 	case r.v.coll != nil:
 		c := r.v.coll
 		if iterate {
-			for i, e := range c.elems {
+			for _, e := range c.elems {
 				key := val{opaque: true}
 				if c.set {
 					key = val{t: e.t}
 				}
-				_ = i
 				add(e.g, val{t: e.t}, &v, key)
 			}
 			return out
@@ -636,6 +630,11 @@ func (in *interp) step(w world, r res, op *ast.Term, loc *ast.Location) []res {
 				in.gap(loc, "indexing by an input value is not modelled")
 			}
 			if x, err := r.v.t.Value.Find(ast.Ref{k.v.t}); err == nil {
+				if r.v.taint {
+					// Only the candidates' members: the domain has no
+					// field for what is read through a variable.
+					in.gap(loc, "reading into an input value held whole (through a variable) is not modelled")
+				}
 				add(k.g, val{t: ast.NewTerm(x), taint: r.v.taint}, nil, val{})
 			}
 		}
