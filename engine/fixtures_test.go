@@ -93,7 +93,11 @@ func TestFieldDiff(t *testing.T) {
 		name, want, got, diff string
 	}{
 		{"one member, fixture order", `{"b": 1, "a": [1, 2], "c": null}`, `{"a": [1], "c": null, "b": 1}`,
-			"  /a: want [1,2], got [1]\n"},
+			"  /a: want [1,2], got [1] (missing 2)\n"},
+		{"reordered", `{"a": [1, 2]}`, `{"a": [2, 1, 3]}`,
+			"  /a: want [1,2], got [2,1,3] (extra 3)\n"},
+		{"same elements", `{"a": [1, 2]}`, `{"a": [2, 1]}`,
+			"  /a: want [1,2], got [2,1] (the same elements, in another order or number)\n"},
 		{"several, in the fixture's order", `{"z": true, "a": "x"}`, `{"a": "y", "z": false}`,
 			"  /z: want true, got false\n  /a: want \"x\", got \"y\"\n"},
 		{"missing and extra", `{"a/b": 1}`, `{"c": 2}`,

@@ -428,7 +428,7 @@ func FieldDiff(want, got []byte) string {
 		case !ok:
 			fmt.Fprintf(&b, "  /%s: want %s, got no member\n", jsonptr.Escape(k), jsonenc.Compact(wm[k]))
 		case !SameJSON(wm[k], g):
-			fmt.Fprintf(&b, "  /%s: want %s, got %s\n", jsonptr.Escape(k), jsonenc.Compact(wm[k]), jsonenc.Compact(g))
+			fmt.Fprintf(&b, "  /%s: want %s, got %s%s\n", jsonptr.Escape(k), jsonenc.Compact(wm[k]), jsonenc.Compact(g), elementDiff(wm[k], g))
 		}
 	}
 	_, gkeys := orderedKeys(got)
@@ -438,6 +438,45 @@ func FieldDiff(want, got []byte) string {
 		}
 	}
 	return b.String()
+}
+
+// elementDiff says which elements two arrays do not share (the reason
+// codes a fixture wants and the result lacks, and the other way round).
+func elementDiff(want, got []byte) string {
+	var w, g []json.RawMessage
+	if json.Unmarshal(want, &w) != nil || json.Unmarshal(got, &g) != nil {
+		return ""
+	}
+	lacks := func(list []json.RawMessage, x json.RawMessage) bool {
+		for _, y := range list {
+			if SameJSON(x, y) {
+				return false
+			}
+		}
+		return true
+	}
+	var missing, extra []string
+	for _, x := range w {
+		if lacks(g, x) {
+			missing = append(missing, jsonenc.Compact(x))
+		}
+	}
+	for _, x := range g {
+		if lacks(w, x) {
+			extra = append(extra, jsonenc.Compact(x))
+		}
+	}
+	if len(missing) == 0 && len(extra) == 0 {
+		return " (the same elements, in another order or number)"
+	}
+	out := ""
+	if len(missing) > 0 {
+		out += "; missing " + strings.Join(missing, ", ")
+	}
+	if len(extra) > 0 {
+		out += "; extra " + strings.Join(extra, ", ")
+	}
+	return " (" + out[2:] + ")"
 }
 
 // orderedObject decodes a JSON object, keeping its key order.
