@@ -31,6 +31,7 @@ type val struct {
 	opaque bool   // the index of a guarded array element: not a value
 	taint  bool   // t derives from the input
 	count  bool   // t is the count of an input collection
+	whole  bool   // t is an input array or object read whole (a candidate)
 }
 
 type gcoll struct {
@@ -207,7 +208,7 @@ func merge(b *builder, as []alt) []alt {
 		i := -1
 		if a.v.t != nil {
 			for j := range out {
-				if out[j].v.t != nil && out[j].v.taint == a.v.taint && out[j].v.count == a.v.count && out[j].v.t.Equal(a.v.t) {
+				if out[j].v.t != nil && out[j].v.taint == a.v.taint && out[j].v.count == a.v.count && out[j].v.whole == a.v.whole && out[j].v.t.Equal(a.v.t) {
 					i = j
 					break
 				}
@@ -263,7 +264,7 @@ func envKey(env map[ast.Var]val) string {
 		var s string
 		switch {
 		case v.t != nil:
-			s = fmt.Sprintf("t%v%v:%s", v.taint, v.count, v.t.String())
+			s = fmt.Sprintf("t%v%v%v:%s", v.taint, v.count, v.whole, v.t.String())
 		default:
 			s = fmt.Sprintf("p%p%p%p%p%v", v.shell, v.coll, v.obj, &v, v.opaque)
 		}
@@ -550,9 +551,9 @@ func (in *interp) step(w world, r res, op *ast.Term, loc *ast.Location) []res {
 				if c.absent {
 					continue
 				}
-				nv := val{t: c.t, taint: true}
-				if c.shell {
-					nv = val{shell: child}
+				nv := val{shell: child}
+				if !c.shell {
+					nv = val{t: c.t, taint: true, whole: !ast.IsScalar(c.t.Value)}
 				}
 				add(in.b.and(k.g, c.v), nv, nil, val{})
 			}
@@ -795,6 +796,17 @@ func (in *interp) apply(e *ast.Expr, name string, vs []val) []res {
 	}
 	if tainted {
 		in.checkCount(e, name, vs)
+		for i, v := range vs {
+			if !v.whole || name == "count" || strings.HasPrefix(name, "is_") || name == "type_name" {
+				continue
+			}
+			// Its candidates are empty or a fixture's value: only its kind,
+			// its size and its inequality to a scalar are covered.
+			if (name == "equal" || name == "neq") && len(vs) == 2 && vs[1-i].t != nil && ast.IsScalar(vs[1-i].t.Value) {
+				continue
+			}
+			in.gap(e.Location, "%s of an input collection is not modelled", name)
+		}
 		if name == "lt" || name == "gt" || name == "lte" || name == "gte" {
 			for _, v := range vs {
 				if _, isNum := v.t.Value.(ast.Number); v.t != nil && !isNum {
