@@ -643,15 +643,6 @@ func (in *interp) step(w world, r res, op *ast.Term, loc *ast.Location) []res {
 	return out
 }
 
-// exactly is the formula "exactly n of the elements are present".
-func exactly(b *builder, elems []gelem, n int) F {
-	counts := prefixCounts(b, elems)[len(elems)]
-	if n >= len(counts) {
-		return False
-	}
-	return counts[n]
-}
-
 // prefixCounts returns, for each i, the formulas "exactly k of elems[:i]
 // are present" for k from 0 to i.
 func prefixCounts(b *builder, elems []gelem) [][]F {
@@ -919,7 +910,7 @@ func (in *interp) applyColl(e *ast.Expr, name string, vs []val, i int) []res {
 
 func (in *interp) applyShell(e *ast.Expr, name string, vs []val, i int) []res {
 	other := vs[1-i%2]
-	if len(vs) == 2 && (name == "equal" || name == "neq") && other.t != nil && other.taint == false {
+	if len(vs) == 2 && (name == "equal" || name == "neq") && other.t != nil && !other.taint {
 		if _, scalar := other.t.Value.(ast.Object); !scalar {
 			return one(val{t: ast.BooleanTerm(name == "neq")})
 		}
@@ -942,9 +933,7 @@ func (in *interp) unifyExpr(w world, a, b *ast.Term) []res {
 	}
 	var out []res
 	for _, r := range in.termRes(w, a) {
-		for _, u := range in.unifyVal(w, b, r) {
-			out = append(out, u)
-		}
+		out = append(out, in.unifyVal(w, b, r)...)
 	}
 	return out
 }
