@@ -85,3 +85,30 @@ func TestSharedExamples(t *testing.T) {
 		})
 	}
 }
+
+// TestFieldDiff: a failing fixture shows the members that differ, one a
+// line, in the fixture's key order, then the members only the result has.
+func TestFieldDiff(t *testing.T) {
+	for _, tc := range []struct {
+		name, want, got, diff string
+	}{
+		{"one member, fixture order", `{"b": 1, "a": [1, 2], "c": null}`, `{"a": [1], "c": null, "b": 1}`,
+			"  /a: want [1,2], got [1] (missing 2)\n"},
+		{"reordered", `{"a": [1, 2]}`, `{"a": [2, 1, 3]}`,
+			"  /a: want [1,2], got [2,1,3] (extra 3)\n"},
+		{"same elements", `{"a": [1, 2]}`, `{"a": [2, 1]}`,
+			"  /a: want [1,2], got [2,1] (the same elements, in another order or number)\n"},
+		{"several, in the fixture's order", `{"z": true, "a": "x"}`, `{"a": "y", "z": false}`,
+			"  /z: want true, got false\n  /a: want \"x\", got \"y\"\n"},
+		{"missing and extra", `{"a/b": 1}`, `{"c": 2}`,
+			"  /a~1b: want 1, got no member\n  /c: want no member, got 2\n"},
+		{"not objects", `[1]`, `{"a": 1}`,
+			"  want [1]\n  got  {\"a\":1}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FieldDiff([]byte(tc.want), []byte(tc.got)); got != tc.diff {
+				t.Errorf("FieldDiff:\n%s\nwant:\n%s", got, tc.diff)
+			}
+		})
+	}
+}

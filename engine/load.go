@@ -160,6 +160,8 @@ func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*sourcedSnaps
 		maxValues:   cfg.MaxInputValues,
 		policySrc:   policyFiles,
 		schemaSrc:   schemaFiles,
+		compiler:    compiler,
+		data:        data,
 	}
 	probs = append(probs, snap.discover(compiler, store, modules, schemaDocs)...)
 	if len(probs) > 0 {

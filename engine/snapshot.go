@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -32,6 +33,10 @@ type Snapshot struct {
 	testTimeout time.Duration
 	maxValues   int
 	checker     *selfChecker // nil: no self-check (engine/compiled.go)
+
+	// The compiled modules and the data document, for Analysis.
+	compiler *ast.Compiler
+	data     map[string]any
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).

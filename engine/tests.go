@@ -24,6 +24,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // TestOptions select and report the policy tests of a test folder.
@@ -477,9 +478,107 @@ func CheckOutcome(fx Fixture, d *Decision, err error) string {
 		return fmt.Sprintf("want result, got error %s: %s %v", e.Code, e.Message, e.Violations)
 	}
 	if !SameJSON(d.Result, fx.WantResult) {
-		return fmt.Sprintf("result differs:\n  want %s\n  got  %s", jsonenc.Compact(fx.WantResult), jsonenc.Compact(d.Result))
+		return "result differs:\n" + FieldDiff(fx.WantResult, d.Result)
 	}
 	return ""
+}
+
+// FieldDiff lists, one line each, the members of two result objects that
+// differ, in want's key order (the fixture's), then the members only got
+// has: "  /reasons: want [...], got [...]". Results that are not both
+// objects are shown whole.
+func FieldDiff(want, got []byte) string {
+	keys, wm, okW := orderedObject(want)
+	_, gm, okG := orderedObject(got)
+	if !okW || !okG {
+		return fmt.Sprintf("  want %s\n  got  %s\n", jsonenc.Compact(want), jsonenc.Compact(got))
+	}
+	var b strings.Builder
+	for _, k := range keys {
+		g, ok := gm[k]
+		switch {
+		case !ok:
+			fmt.Fprintf(&b, "  /%s: want %s, got no member\n", jsonptr.Escape(k), jsonenc.Compact(wm[k]))
+		case !SameJSON(wm[k], g):
+			fmt.Fprintf(&b, "  /%s: want %s, got %s%s\n", jsonptr.Escape(k), jsonenc.Compact(wm[k]), jsonenc.Compact(g), elementDiff(wm[k], g))
+		}
+	}
+	_, gkeys := orderedKeys(got)
+	for _, k := range gkeys {
+		if _, ok := wm[k]; !ok {
+			fmt.Fprintf(&b, "  /%s: want no member, got %s\n", jsonptr.Escape(k), jsonenc.Compact(gm[k]))
+		}
+	}
+	return b.String()
+}
+
+// elementDiff says which elements two arrays do not share (the reason
+// codes a fixture wants and the result lacks, and the other way round).
+func elementDiff(want, got []byte) string {
+	var w, g []json.RawMessage
+	if json.Unmarshal(want, &w) != nil || json.Unmarshal(got, &g) != nil {
+		return ""
+	}
+	lacks := func(list []json.RawMessage, x json.RawMessage) bool {
+		for _, y := range list {
+			if SameJSON(x, y) {
+				return false
+			}
+		}
+		return true
+	}
+	var missing, extra []string
+	for _, x := range w {
+		if lacks(g, x) {
+			missing = append(missing, jsonenc.Compact(x))
+		}
+	}
+	for _, x := range g {
+		if lacks(w, x) {
+			extra = append(extra, jsonenc.Compact(x))
+		}
+	}
+	if len(missing) == 0 && len(extra) == 0 {
+		return " (the same elements, in another order or number)"
+	}
+	out := ""
+	if len(missing) > 0 {
+		out += "; missing " + strings.Join(missing, ", ")
+	}
+	if len(extra) > 0 {
+		out += "; extra " + strings.Join(extra, ", ")
+	}
+	return " (" + out[2:] + ")"
+}
+
+// orderedObject decodes a JSON object, keeping its key order.
+func orderedObject(b []byte) ([]string, map[string]json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil || m == nil {
+		return nil, nil, false
+	}
+	ok, keys := orderedKeys(b)
+	return keys, m, ok
+}
+
+func orderedKeys(b []byte) (bool, []string) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false, nil
+	}
+	var keys []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return false, nil
+		}
+		keys = append(keys, t.(string))
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false, nil
+		}
+	}
+	return true, keys
 }
 
 // SameJSON reports whether two JSON texts hold the same value, numbers

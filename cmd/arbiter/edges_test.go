@@ -541,6 +541,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 			return append([]string{"bench", "--decision", decision, "--input", f}, dirs...)
 		},
 		"replay": func(f string) []string { return append([]string{"replay", "--log", f}, dirs...) },
+		"diff":   func(f string) []string { return []string{"diff", "--schemas", filepath.Join(root, "schemas"), f, f} }, // a bundle file
 	}
 	// The quota test decision, with 2,000 FIFOs among its tests (each a
 	// "skipped: not a regular file" line of check and test, about 250 KB)

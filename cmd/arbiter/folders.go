@@ -16,13 +16,7 @@ type folders struct {
 // set from ARBITER_POLICIES, ARBITER_SCHEMAS, ARBITER_TESTS or defaulting
 // to the folders of the working directory or of its git repository.
 func (f *folders) register(c *command, withTests bool) {
-	root, trusted := repoRoot()
-	in := func(name string) string {
-		if !trusted {
-			return "" // "no folder configured": name them with the flags
-		}
-		return filepath.Join(root, name)
-	}
+	in := defaultFolder
 	c.StringVar(&f.policies, "policies", in("policies"), "folder of Rego policies and data files")
 	c.StringVar(&f.schemas, "schemas", in("schemas"), "folder of input and result JSON Schemas")
 	c.fromEnv("policies", "schemas")
@@ -30,6 +24,17 @@ func (f *folders) register(c *command, withTests bool) {
 		c.StringVar(&f.tests, "tests", in("policy_test"), "folder of Rego tests and fixtures ('' for none)")
 		c.fromEnv("tests")
 	}
+}
+
+// defaultFolder is the default of the folder flag name: name in repoRoot,
+// or "" ("no folder configured": name it with the flag) when that is not
+// to be trusted.
+func defaultFolder(name string) string {
+	root, trusted := repoRoot()
+	if !trusted {
+		return ""
+	}
+	return filepath.Join(root, name)
 }
 
 // repoRoot is where the default folders are: the working directory when it

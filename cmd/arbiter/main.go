@@ -28,6 +28,8 @@ Usage:
                   (an OPA bundle of one revision)
   arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] [--examples N] [--policies DIR] [--schemas DIR]
                   [--format text|json]
+  arbiter diff    OLD NEW [--format text|json] [--schemas DIR] [--tests DIR]
+                  (does an edit open an allowance? proved absent, or an example)
   arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--max-input-values N]
                   [--policies DIR] [--schemas DIR] [--format text|json]
   arbiter version
@@ -83,6 +85,9 @@ var commands = []subcommand{
 	}, false},
 	{"replay", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return cmdReplay(ctx, args, stdout, stderr)
+	}, false},
+	{"diff", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdDiff(ctx, args, stdout, stderr)
 	}, false},
 	{"bench", cmdBench, false},
 	{"version", func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/arbiter-dev/arbiter/diff"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/policybundle"
+)
+
+// cmdDiff is the command line of package diff: for each decision, whether
+// an input exists that OLD refuses and NEW allows (and the other two
+// questions), proved absent or shown. It exits 0 when no refuse_to_allow
+// exists (proved), 1 when one was found, 2 when an answer is unknown or the
+// command failed.
+func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCommand("diff", "OLD NEW [flags]   (each a policy folder, a folder with policies/ and schemas/, or a bundle file)")
+	// OLD and NEW name the policies; the schemas and the fixtures (the
+	// examples' starting points) come from the usual folders.
+	var f folders
+	c.StringVar(&f.schemas, "schemas", defaultFolder("schemas"), "folder of input and result JSON Schemas, for a side that is a policy folder")
+	c.StringVar(&f.tests, "tests", defaultFolder("policy_test"), "folder whose fixtures' inputs the examples start from ('' for none)")
+	c.fromEnv("schemas", "tests")
+	format := c.String("format", "text", "output format: text or json")
+	if done, code := c.parse(args, stdout, stderr, exitInput); done {
+		return code
+	}
+	if c.NArg() != 2 {
+		fmt.Fprintln(stderr, "arbiter diff: OLD and NEW are required")
+		return exitInput
+	}
+	if *format != "text" && *format != "json" {
+		fmt.Fprintf(stderr, "arbiter diff: --format must be text or json, not %q\n", *format)
+		return exitInput
+	}
+	var snaps [2]*engine.Snapshot
+	for i, p := range c.Args() {
+		s, err := loadSide(ctx, p, f.schemas)
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter diff: loading %s: %v\n", p, err)
+			return exitInput
+		}
+		snaps[i] = s
+	}
+	var fixtures []engine.Fixture
+	if f.tests != "" {
+		fx, err := engine.LoadFixtures(f.tests)
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
+			return exitInput
+		}
+		fixtures = fx
+	}
+	rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures)
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
+		return exitInput
+	}
+	if *format == "json" {
+		writeJSON(stdout, rep)
+	} else {
+		writeDiffText(stdout, rep)
+	}
+	return diffExit(rep)
+}
+
+func diffExit(rep *diff.Report) int {
+	code := exitOK
+	for _, d := range rep.Decisions {
+		switch d.RefuseToAllow.Verdict {
+		case diff.Found:
+			return exitError
+		case diff.Unknown:
+			code = exitInput
+		}
+	}
+	return code
+}
+
+// loadSide loads one revision: a bundle file, a folder holding policies/
+// and schemas/, or a policy folder with the schemas of --schemas.
+func loadSide(ctx context.Context, p, schemas string) (*engine.Snapshot, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		rev, err := policybundle.Read(raw, nil, p)
+		if err != nil {
+			return nil, err
+		}
+		return engine.LoadFiles(ctx, rev.Files, engine.Config{})
+	}
+	if hasFolders(p) {
+		return engine.Load(ctx, engine.Config{Policies: filepath.Join(p, "policies"), Schemas: filepath.Join(p, "schemas")})
+	}
+	return engine.Load(ctx, engine.Config{Policies: p, Schemas: schemas})
+}
+
+func writeDiffText(w io.Writer, rep *diff.Report) {
+	for _, name := range rep.Names() {
+		d := rep.Decisions[name]
+		fmt.Fprintf(w, "decision %s\n", name)
+		for _, q := range diff.Questions {
+			a := d.Get(q)
+			switch a.Verdict {
+			case diff.None:
+				fmt.Fprintf(w, "  %s: none (proved; bounds: %s)\n", q, a.Bounds)
+			case diff.Unknown:
+				fmt.Fprintf(w, "  %s: unknown: %s\n", q, a.Reason)
+			case diff.Found:
+				fmt.Fprintf(w, "  %s: found; the fields that matter are marked <-\n", q)
+				writeMarked(w, a.Example, a.Fields)
+				for _, side := range []struct {
+					name string
+					o    *diff.Outcome
+				}{{"old", a.Old}, {"new", a.New}} {
+					if side.o.Error != nil {
+						fmt.Fprintf(w, "    %s: error %s: %s\n", side.name, side.o.Error.Code, side.o.Error.Message)
+						continue
+					}
+					fmt.Fprintf(w, "    %s: %s\n", side.name, side.o.Result)
+					for _, r := range side.o.Fired {
+						var ev []string
+						for _, e := range r.Evidence {
+							switch {
+							case e.Absent:
+								ev = append(ev, e.Path+" absent")
+							case e.Data != "":
+								ev = append(ev, "data."+e.Data+"="+string(e.Value))
+							default:
+								ev = append(ev, e.Path+"="+string(e.Value))
+							}
+						}
+						fmt.Fprintf(w, "      fired %s (%s:%d): %s\n", r.Reason, r.File, r.Line, strings.Join(ev, ", "))
+					}
+				}
+			}
+		}
+	}
+}
+
+// writeMarked prints an example as indented JSON, marking the lines of
+// the members at the pointers in fields.
+func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
+	var v any
+	_ = json.Unmarshal(doc, &v)
+	var walk func(v any, ptr, indent, key string, last bool)
+	mark := func(ptr string) string {
+		for _, f := range fields {
+			if f == ptr {
+				return "   <-"
+			}
+		}
+		return ""
+	}
+	walk = func(v any, ptr, indent, key string, last bool) {
+		comma := ","
+		if last {
+			comma = ""
+		}
+		if m, ok := v.(map[string]any); ok && len(m) > 0 {
+			fmt.Fprintf(w, "    %s%s{%s\n", indent, key, mark(ptr))
+			keys := sortedKeys(m)
+			for i, k := range keys {
+				kj, _ := json.Marshal(k)
+				walk(m[k], ptr+"/"+strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1"), indent+"  ", string(kj)+": ", i == len(keys)-1)
+			}
+			fmt.Fprintf(w, "    %s}%s\n", indent, comma)
+			return
+		}
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "    %s%s%s%s%s\n", indent, key, b, comma, mark(ptr))
+	}
+	walk(v, "", "", "", true)
+}
+
+func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,0 +1,291 @@
+package diff
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/corpus"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
+	"github.com/arbiter-dev/arbiter/shadow"
+)
+
+// edit is one edit of the corpus (testdata/edits/NAME/edit.json): string
+// replacements in copies of the repository's policies/ and schemas/.
+type edit struct {
+	Note  string `json:"note"`
+	Edits []struct {
+		File string `json:"file"`
+		Old  string `json:"old"`
+		New  string `json:"new"`
+	} `json:"edits"`
+}
+
+// base is the revision the edits of the corpus apply to: a copy of the
+// shipped policies, schemas and fixtures as they were when the corpus was
+// written, so that a rule edit to the shipped files (which must pass
+// make test without a Go edit) never breaks an edit's string replacement
+// or its expected verdicts.
+const base = "testdata/base"
+
+// TestEdits diffs the base policies against each edit of the corpus and
+// compares the verdicts with the edit's want.json. Every found example is
+// then decided again under stock OPA (OPA's rego package on the policy
+// files, the schema library on the schema files), outside the engine, and
+// must change as claimed; every none is checked against generated
+// schema-valid inputs decided by stock OPA, none of which may change so.
+func TestEdits(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/edits/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no edits: %v", err)
+	}
+	if os.Getenv("DIFF_CORPUS") == "" {
+		t.Skip("minutes of work per edit: make diff-corpus runs it (DIFF_CORPUS=1)")
+	}
+	n := 20000
+	if testing.Short() {
+		n = 2000
+	}
+	ctx := context.Background()
+	old := stockLoad(t, base)
+	oldSnap := load(t, base)
+	fixtures, err := engine.LoadFixtures(filepath.Join(base, "policy_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			var e edit
+			readJSON(t, filepath.Join(dir, "edit.json"), &e)
+			var want map[string]map[shadow.Class]string
+			readJSON(t, filepath.Join(dir, "want.json"), &want)
+			root := t.TempDir()
+			for _, sub := range []string{"policies", "schemas"} {
+				if err := os.CopyFS(filepath.Join(root, sub), os.DirFS(filepath.Join(base, sub))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, x := range e.Edits {
+				testfiles.Edit(t, filepath.Join(root, x.File), x.Old, x.New)
+			}
+			newSnap := load(t, root)
+			rep, err := Run(ctx, oldSnap, newSnap, fixtures)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stockNew := stockLoad(t, root)
+			for _, name := range rep.Names() {
+				v, _ := newSnap.Verdict(name)
+				var inputs [][]byte
+				for _, q := range Questions {
+					a := rep.Decisions[name].Get(q)
+					if a.Verdict != want[name][q] {
+						t.Errorf("%s %s: verdict %s (%s), want %s", name, q, a.Verdict, a.Reason, want[name][q])
+					}
+					switch a.Verdict {
+					case Found:
+						if got := shadow.Classify(v, old.decide(t, name, a.Example), stockNew.decide(t, name, a.Example)); got != q {
+							t.Errorf("%s %s: stock OPA classifies the example %s as %s", name, q, a.Example, got)
+						}
+					case None:
+						if inputs == nil {
+							inputs = generate(t, name, n, old, stockNew)
+						}
+						for _, in := range inputs {
+							if got := shadow.Classify(v, old.decide(t, name, in), stockNew.decide(t, name, in)); got == q {
+								t.Fatalf("%s %s: verdict none, and stock OPA classifies %s as %s", name, q, in, got)
+							}
+						}
+						t.Logf("%s %s: none, and %d generated inputs agree under stock OPA", name, q, len(inputs))
+					}
+				}
+			}
+		})
+	}
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func load(t *testing.T, root string) *engine.Snapshot {
+	t.Helper()
+	s, err := engine.Load(context.Background(), engine.Config{Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// stock is a revision under stock OPA: its policy files through OPA's
+// loader and rego package, its input schemas through the schema library.
+type stock struct {
+	root    string
+	queries map[string]rego.PreparedEvalQuery
+	schemas map[string]*jsonschema.Schema
+}
+
+func stockLoad(t *testing.T, root string) *stock {
+	t.Helper()
+	res, err := loader.NewFileLoader().All([]string{filepath.Join(root, "policies")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := res.Store()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stock{root: root, queries: map[string]rego.PreparedEvalQuery{}, schemas: map[string]*jsonschema.Schema{}}
+	dirs, _ := filepath.Glob(filepath.Join(root, "schemas", "*"))
+	for _, d := range dirs {
+		name := filepath.Base(d)
+		opts := []func(*rego.Rego){rego.Query("data.decisions." + name + ".decision"), rego.Store(store)}
+		for _, m := range res.ParsedModules() {
+			opts = append(opts, rego.ParsedModule(m))
+		}
+		pq, err := rego.New(opts...).PrepareForEval(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.queries[name] = pq
+		sch, err := jsonschema.NewCompiler().Compile(filepath.Join(d, "input.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.schemas[name] = sch
+	}
+	return s
+}
+
+func (s *stock) valid(name string, doc []byte) bool {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	return err == nil && s.schemas[name].Validate(v) == nil
+}
+
+// decide decides doc as a caller of stock OPA would: an input its schema
+// refuses, an error or an undefined result is a refusal.
+func (s *stock) decide(t *testing.T, name string, doc []byte) shadow.Outcome {
+	if !s.valid(name, doc) {
+		return shadow.Outcome{Error: &decisionlog.RecordError{Code: "input_schema_invalid"}}
+	}
+	var in any
+	if err := decodeJSON(doc, &in); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.queries[name].Eval(context.Background(), rego.EvalInput(in))
+	if err != nil || len(rs) == 0 {
+		return shadow.Outcome{Error: &decisionlog.RecordError{Code: "policy_error"}}
+	}
+	b, err := json.Marshal(rs[0].Expressions[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shadow.Outcome{Result: b}
+}
+
+// generate makes n inputs of decision name that either revision's schema
+// accepts: the fixtures varied by package corpus (members swapped between
+// fixtures), then each scalar changed at random with some chance to a
+// nearby integer, the other boolean, a string seen elsewhere, or removed.
+func generate(t *testing.T, name string, n int, a, b *stock) [][]byte {
+	t.Helper()
+	base, err := corpus.Generate(filepath.Join(base, "policy_test"), 100, 20, func(d string, body []byte) bool { return d == name })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var strs []string
+	for _, in := range base {
+		var v any
+		_ = decodeJSON(in.Body, &v)
+		walkScalars(v, func(x any) {
+			if s, ok := x.(string); ok && !slices.Contains(strs, s) {
+				strs = append(strs, s)
+			}
+		})
+	}
+	strs = append(strs, freshStrings...)
+	rng := rand.New(rand.NewPCG(20, uint64(len(name))))
+	var out [][]byte
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 50*n {
+			t.Fatalf("only %d of %d valid inputs", len(out), n)
+		}
+		var doc any
+		_ = decodeJSON(base[rng.IntN(len(base))].Body, &doc)
+		doc = mutate(doc, rng, strs)
+		body := encodeJSON(doc)
+		if a.valid(name, body) || b.valid(name, body) {
+			out = append(out, body)
+		}
+	}
+	return out
+}
+
+func mutate(v any, rng *rand.Rand, strs []string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if rng.IntN(80) == 0 {
+				delete(x, k)
+				continue
+			}
+			x[k] = mutate(e, rng, strs)
+		}
+		return x
+	case []any:
+		for i := range x {
+			x[i] = mutate(x[i], rng, strs)
+		}
+		if len(x) > 0 && rng.IntN(20) == 0 {
+			return x[:0]
+		}
+		return x
+	}
+	if rng.IntN(12) != 0 {
+		return v
+	}
+	switch x := v.(type) {
+	case bool:
+		return !x
+	case json.Number:
+		return json.Number([]string{"0", "1", "2", "3", "4", "5", "1e0", "3.0"}[rng.IntN(8)])
+	case string:
+		return strs[rng.IntN(len(strs))]
+	case nil:
+		return []any{true, json.Number("1"), "f"}[rng.IntN(3)]
+	}
+	return v
+}
+
+func walkScalars(v any, f func(any)) {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			walkScalars(e, f)
+		}
+	case []any:
+		for _, e := range x {
+			walkScalars(e, f)
+		}
+	default:
+		f(v)
+	}
+}

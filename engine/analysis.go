@@ -1,0 +1,44 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Analysis is what a static analysis of one decision of a revision (the
+// semantic diff, package diff) reads: the compiler that holds the
+// revision's modules, its data document, and the decision's input schema.
+type Analysis struct {
+	Compiler *ast.Compiler
+	Data     ast.Value
+	// Valid reports whether an input document (JSON text) satisfies the
+	// decision's input schema, by the library's compiled schema.
+	Valid func(doc []byte) bool
+}
+
+// Analysis returns the analysis view of decision name, false when the
+// Snapshot has no such decision.
+func (s *Snapshot) Analysis(name string) (Analysis, bool) {
+	def, ok := s.decisions[name]
+	if !ok || s.compiler == nil {
+		return Analysis{}, false
+	}
+	data, err := ast.InterfaceToValue(s.data)
+	if err != nil {
+		return Analysis{}, false
+	}
+	valid := func(doc []byte) bool {
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+		return err == nil && def.inputSchema.Validate(v) == nil
+	}
+	return Analysis{Compiler: s.compiler, Data: data, Valid: valid}, true
+}
+
+// DecideTopdown decides body as Decide does, on topdown, the authority,
+// whatever program the decision has.
+func (s *Snapshot) DecideTopdown(ctx context.Context, name string, body []byte, opts Options) (*Decision, error) {
+	return s.Decide(Background(ctx, func() {}), name, body, opts)
+}
