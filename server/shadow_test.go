@@ -89,20 +89,27 @@ func waitJudged(t *testing.T, h *harness, n uint64, header ...string) shadowDoc 
 	}
 }
 
+// loosenedWithLog is a live access_check folder, a candidate that allows
+// one more request (the limit 10 edited to 11), and a decision log.
+func loosenedWithLog(t *testing.T) (live, cand, logPath string, dlog *decisionlog.Logger) {
+	t.Helper()
+	live, cand = accessDir(t), accessDir(t)
+	testfiles.Edit(t, filepath.Join(cand, accessData), `"limit": 10`, `"limit": 11`)
+	logPath = filepath.Join(t.TempDir(), "decisions.log")
+	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return live, cand, logPath, dlog
+}
+
 // Edit, shadow, read the impact, promote, through the API: a candidate
 // that allows one more case is reported refuse_to_allow with that
 // decision's id, in GET /v1/shadow and on the decision's own log record;
 // the gate refuses it; only a forced promotion by an admin makes it live,
 // and the log records who promoted what, refused attempt included.
 func TestShadowThroughTheAPI(t *testing.T) {
-	live := accessDir(t)
-	cand := accessDir(t)
-	testfiles.Edit(t, filepath.Join(cand, accessData), `"limit": 10`, `"limit": 11`)
-	logPath := filepath.Join(t.TempDir(), "decisions.log")
-	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
-	if err != nil {
-		t.Fatal(err)
-	}
+	live, cand, logPath, dlog := loosenedWithLog(t)
 	tokens := []Token{{Caller: "sre", Secret: []byte("sre-secret")}, {Caller: "host", Secret: []byte("host-secret")}}
 	h, _, _ := serveShadow(t, live, Config{DecisionLog: dlog, Tokens: tokens}, shadow.Config{Rate: 1, CPU: 8}, 0, "sre")
 	sre := []string{"Authorization", "Bearer sre-secret"}
@@ -520,14 +527,7 @@ func withoutMember(t *testing.T, r response, name string) response {
 // judges the dropped ones from the decision log first, and the 409 names
 // the request at the limit as refuse_to_allow; the live revision stays.
 func TestFloodedCandidateIsRefusedThroughTheAPI(t *testing.T) {
-	live := accessDir(t)
-	cand := accessDir(t)
-	testfiles.Edit(t, filepath.Join(cand, accessData), `"limit": 10`, `"limit": 11`)
-	logPath := filepath.Join(t.TempDir(), "decisions.log")
-	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
-	if err != nil {
-		t.Fatal(err)
-	}
+	live, cand, logPath, dlog := loosenedWithLog(t)
 	const queue, flood = 2, 6
 	h, _, sh := serveShadow(t, live, Config{DecisionLog: dlog}, shadow.Config{Rate: 1, Queue: queue, Workers: 1, CPU: 8, DecisionLog: logPath}, 0)
 	r := h.do(t, "POST", "/v1/shadow", loadBody(cand))
