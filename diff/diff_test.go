@@ -67,9 +67,9 @@ func TestEdits(t *testing.T) {
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			var e edit
-			readJSON(t, filepath.Join(dir, "edit.json"), &e)
+			testfiles.ReadJSON(t, filepath.Join(dir, "edit.json"), &e)
 			var want map[string]map[shadow.Class]string
-			readJSON(t, filepath.Join(dir, "want.json"), &want)
+			testfiles.ReadJSON(t, filepath.Join(dir, "want.json"), &want)
 			root := t.TempDir()
 			for _, sub := range []string{"policies", "schemas"} {
 				if err := os.CopyFS(filepath.Join(root, sub), os.DirFS(filepath.Join(base, sub))); err != nil {
@@ -112,17 +112,6 @@ func TestEdits(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func readJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
 	"github.com/arbiter-dev/arbiter/internal/golden"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // firedOn evaluates one reason rule's own entry with stock OPA (topdown,
@@ -114,7 +114,7 @@ func TestEvidenceIsComplete(t *testing.T) {
 		Decision string          `json:"decision"`
 		Input    json.RawMessage `json:"input"`
 	}
-	mustReadJSON(t, "testdata/evidence/inputs.json", &probeInputs)
+	testfiles.ReadJSON(t, "testdata/evidence/inputs.json", &probeInputs)
 	inputs = inputs[:0]
 	for i, in := range probeInputs {
 		inputs = append(inputs, corpus.Input{Decision: in.Decision, Name: fmt.Sprintf("inputs.json[%d]", i), Body: in.Input})
@@ -271,7 +271,7 @@ func TestEvidenceGolden(t *testing.T) {
 		Decision string          `json:"decision"`
 		Input    json.RawMessage `json:"input"`
 	}
-	mustReadJSON(t, filepath.Join(dir, "inputs.json"), &inputs)
+	testfiles.ReadJSON(t, filepath.Join(dir, "inputs.json"), &inputs)
 	var out strings.Builder
 	for _, name := range s.Names() {
 		def := s.decisions[name]
@@ -309,15 +309,4 @@ func readsWithVia(reads []inputRead) []string {
 		}
 	}
 	return out
-}
-
-func mustReadJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
 }

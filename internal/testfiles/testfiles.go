@@ -1,8 +1,9 @@
-// Package testfiles edits the copies of policy, data and schema files that
+// Package testfiles edits and reads the copies of policy, data and schema files that
 // tests make, as an engineer's editor would.
 package testfiles
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -27,5 +28,18 @@ func Edit(t testing.TB, path, old, new string) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ReadJSON decodes the JSON file at path into v, failing the test when it
+// cannot be read or decoded.
+func ReadJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }
