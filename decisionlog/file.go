@@ -14,6 +14,7 @@ import (
 	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
+	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
@@ -37,12 +38,11 @@ type fileSink struct {
 	path     string               // "" when writing to Stdout
 	rotating *lumberjack.Logger   // nil when writing to Stdout
 	dest     io.Writer
-	maxWrite int64 // the largest write dest takes
-	torn     bool  // a failed write may have left a partial line
-	batch    bytes.Buffer
+	maxWrite int64     // the largest write dest takes
+	torn     bool      // a failed write may have left a partial line
+	batch    []byte    // whole lines, encoded straight from the records
 	batchN   uint64    // records in batch
 	warnedAt time.Time // when warnDropped last warned
-	line     []byte
 }
 
 // openFile opens opts.Path, creating its folder (0750) and the file (0640)
@@ -186,25 +186,36 @@ func (l *fileSink) run() {
 }
 
 // add encodes rec into the batch, writing the batch first when rec would
-// take it past batchBytes.
+// take it past batchBytes (or past what the file may take in one write).
+// The record's input is copied once, from the request's buffer into the
+// batch: a record of batchBytes or more is written at once, alone.
 func (l *fileSink) add(rec Record) {
-	line := l.encode(rec)
-	if int64(len(line)) > l.maxWrite {
-		l.queue.Drop(dropFailed, 1)
-		l.warnDropped("decision log: a record is larger than the log file may be (--decision-log-max-mb), not written", fmt.Errorf("%d bytes", len(line)), "decision_id", rec.DecisionID)
-		return
+	var ok bool
+	if rec, ok = oneLineRecord(rec); !ok {
+		rec.Input, rec.Erased = nil, append(rec.Erased, "/input") // not JSON: never a broken line
 	}
-	if l.batch.Len() > 0 && (l.batch.Len()+len(line) > batchBytes || int64(l.batch.Len()+len(line)) > l.maxWrite) {
+	limit := min(int64(batchBytes), l.maxWrite)
+	if l.batchN > 0 && int64(len(l.batch)+recordSize(rec)) > limit {
 		l.flush()
 	}
-	if len(line) >= batchBytes {
-		// A large record (a Runner state of megabytes) is written as it
-		// is: copying it into the batch would only double its cost.
-		l.write(line, 1)
+	start := len(l.batch)
+	l.batch = appendRecord(slices.Grow(l.batch, recordSize(rec)), rec)
+	passes.Copy(len(rec.Input))
+	switch n := int64(len(l.batch) - start); {
+	case n > l.maxWrite:
+		l.batch = l.batch[:start]
+		l.queue.Drop(dropFailed, 1)
+		l.warnDropped("decision log: a record is larger than the log file may be (--decision-log-max-mb), not written", fmt.Errorf("%d bytes", n), "decision_id", rec.DecisionID)
 		return
+	case int64(len(l.batch)) > l.maxWrite: // recordSize fell short: the lines before go first
+		l.write(l.batch[:start], l.batchN)
+		l.batch = l.batch[:copy(l.batch, l.batch[start:])]
+		l.batchN = 0
 	}
-	l.batch.Write(line)
 	l.batchN++
+	if len(l.batch) >= batchBytes {
+		l.flush()
+	}
 }
 
 // flush writes the batch in one write of whole lines.
@@ -212,7 +223,7 @@ func (l *fileSink) flush() {
 	if l.batchN == 0 {
 		return
 	}
-	l.write(l.batch.Bytes(), l.batchN)
+	l.write(l.batch, l.batchN)
 	l.resetBatch()
 }
 
@@ -243,8 +254,10 @@ func (l *fileSink) write(lines []byte, n uint64) {
 
 func (l *fileSink) resetBatch() {
 	l.batchN = 0
-	l.batch.Reset()
-	shrink(&l.batch)
+	l.batch = l.batch[:0]
+	if cap(l.batch) > 1<<20 {
+		l.batch = nil // do not hold a huge record's buffer for the life of the process
+	}
 }
 
 func (l *fileSink) close() error {
@@ -275,15 +288,23 @@ func hasLineBreak(b []byte) bool {
 	return bytes.IndexByte(b, '\n') >= 0 || bytes.IndexByte(b, '\r') >= 0
 }
 
-// encode returns rec as one JSON line: its inputs compacted when they hold
-// line breaks, its input masked. Record.Input and Result are JSON already
-// (the strict parser accepted the input; the engine wrote the result), so
-// they are not validated again here (issue 11 measured json.Valid at 3-5%
-// of the server's CPU).
-func (l *fileSink) encode(rec Record) []byte {
-	var ok bool
-	if rec.Input, ok = oneLine(rec.Input); !ok {
-		rec.Input, rec.Erased = nil, append(rec.Erased, "/input") // not JSON: never a broken line
+// oneLineRecord returns rec with its JSON members compacted where they hold
+// line breaks (only line breaks would split the record; other whitespace is
+// kept as received), and false when its input does and is not JSON. An
+// input the one pass over the body found on one line (InputOneLine) is not
+// scanned again. Record.Input and Result are JSON already (the strict
+// parser accepted the input; the engine wrote the result), so they are not
+// validated again here (issue 11 measured json.Valid at 3-5% of the
+// server's CPU).
+func oneLineRecord(rec Record) (Record, bool) {
+	ok := true
+	if !rec.InputOneLine {
+		passes.Scan(len(rec.Input))
+		if hasLineBreak(rec.Input) { // compacted: scanned again, and copied
+			passes.Scan(len(rec.Input))
+			passes.Copy(len(rec.Input))
+		}
+		rec.Input, ok = oneLine(rec.Input)
 	}
 	rec.Result, _ = oneLine(rec.Result)
 	rec.Promotion, _ = oneLine(rec.Promotion)
@@ -292,18 +313,11 @@ func (l *fileSink) encode(rec Record) []byte {
 		sh.Result, _ = oneLine(sh.Result)
 		rec.Shadow = &sh
 	}
-	if cap(l.line) > 1<<20 {
-		l.line = nil // do not hold a large record's buffer between records
-	}
-	// Sized once for the record, so that a large input is not copied
-	// through a series of doubling buffers.
-	l.line = appendRecord(slices.Grow(l.line[:0], recordSize(rec)), rec)
-	return l.line
+	return rec, ok
 }
 
-// oneLine returns b compacted when it holds a line break (only line breaks
-// would split the record; other whitespace is kept as received), and false
-// when it does and is not JSON.
+// oneLine returns b compacted when it holds a line break, and false when it
+// does and is not JSON.
 func oneLine(b []byte) ([]byte, bool) {
 	if !hasLineBreak(b) {
 		return b, true
@@ -422,14 +436,6 @@ func appendStrings(b []byte, name string, list []string) []byte {
 		b = jsonenc.AppendString(b, s)
 	}
 	return append(b, ']')
-}
-
-// shrink drops a buffer that a huge record grew, rather than hold on to it
-// for the life of the process.
-func shrink(b *bytes.Buffer) {
-	if b.Cap() > 1<<20 {
-		*b = bytes.Buffer{}
-	}
 }
 
 // warnDropped warns that records were not written (they are already counted

@@ -22,14 +22,17 @@ type Record struct {
 	Revision   string          `json:"policy_revision,omitempty"`
 	Path       string          `json:"path"`
 	Input      json.RawMessage `json:"input,omitempty"`
-	BodyBase64 string          `json:"body_base64,omitempty"`
-	BodySize   int64           `json:"body_size,omitempty"`
-	BodySHA256 string          `json:"body_sha256,omitempty"`
-	BodyPrefix string          `json:"body_prefix_base64,omitempty"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	Error      *RecordError    `json:"error,omitempty"`
-	DurationNS int64           `json:"duration_ns"`
-	Caller     string          `json:"caller,omitempty"`
+	// InputOneLine says that Input holds no line break, as the one pass
+	// over the body found: it is written as it is, not scanned again.
+	InputOneLine bool            `json:"-"`
+	BodyBase64   string          `json:"body_base64,omitempty"`
+	BodySize     int64           `json:"body_size,omitempty"`
+	BodySHA256   string          `json:"body_sha256,omitempty"`
+	BodyPrefix   string          `json:"body_prefix_base64,omitempty"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	Error        *RecordError    `json:"error,omitempty"`
+	DurationNS   int64           `json:"duration_ns"`
+	Caller       string          `json:"caller,omitempty"`
 	// Masked and Erased list, as OPA's decision-log events do, the JSON
 	// pointers (from the record's root: /input/...) whose values the log
 	// replaced with MaskedValue or left out. A record with either is not

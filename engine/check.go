@@ -62,7 +62,7 @@ func (s *Snapshot) checkFixtureSchema(fx Fixture) string {
 		return fmt.Sprintf("no decision named %q (fixtures/<decision>/ must name one)", fx.Decision)
 	}
 	var got Code
-	if _, err := s.parseInput(context.Background(), def, fx.RequestBody(), false); err != nil {
+	if _, err := s.parseInput(context.Background(), def, fx.RequestBody(), Options{}); err != nil {
 		got = AsError(err).Code
 	}
 	var want Code

@@ -29,6 +29,13 @@ type Options struct {
 	// (POST /v1/data/...), rather than the input document itself;
 	// violations stay relative to the input document.
 	DataAPIBody bool
+	// Snapshot decides, when set: the one the caller already looked at
+	// (the server loads the active Snapshot once per request). Nil means
+	// the active one. Snapshot.Decide ignores it.
+	Snapshot *Snapshot
+	// Admit is handed the body's JSON values as the one pass over it reads
+	// them (input.Options.Admit); its error is returned as it is.
+	Admit func(values int) error
 }
 
 // Decision is one decision made: the envelope of the contract plus what the
@@ -42,6 +49,8 @@ type Decision struct {
 
 	// Input is the input document exactly as received.
 	Input json.RawMessage `json:"-"`
+	// InputOneLine is true when the body held no line break (input.Input).
+	InputOneLine bool `json:"-"`
 	// Reasons are the result's reasons, when it has a "reasons" array.
 	Reasons []string `json:"-"`
 	// Outcome is the result member named by the result schema's
@@ -67,7 +76,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if !ok {
 		return nil, &Error{Code: CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
 	}
-	in, err := s.parseInput(ctx, def, body, opts.DataAPIBody)
+	in, err := s.parseInput(ctx, def, body, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +88,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if err != nil {
 		return nil, err
 	}
-	d := &Decision{ID: uuid.NewString(), Name: name, Revision: s.Revision, Result: out, Input: in.Raw}
+	d := &Decision{ID: uuid.NewString(), Name: name, Revision: s.Revision, Result: out, Input: in.Raw, InputOneLine: in.OneLine}
 	d.Reasons, d.Outcome = summarize(result, def.outcomeKey)
 	if opts.Explain {
 		d.Explanation = explain(def, d.Reasons, in.Raw)
@@ -91,18 +100,21 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 // scanned, validated against the input schema (the library's compiled
 // schema is the one authority) and built as an ast.Value, in one pass
 // (package input). Every failure is an *Error.
-func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte, dataAPIBody bool) (input.Input, error) {
-	in, err := input.Parse(ctx, body, def.input, input.Options{DataAPIBody: dataAPIBody, Projection: def.inputProjection(), MaxValues: s.maxValues})
+func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte, opts Options) (input.Input, error) {
+	in, err := input.Parse(ctx, body, def.input, input.Options{DataAPIBody: opts.DataAPIBody, Projection: def.inputProjection(), MaxValues: s.maxValues, Admit: opts.Admit})
 	if err == nil {
 		return in, nil
 	}
 	var (
+		own   *Error // Admit's
 		syn   *input.SyntaxError
 		inv   *input.InvalidError
 		limit *input.LimitError
 		dis   *input.DisagreementError
 	)
 	switch {
+	case errors.As(err, &own):
+		return in, own
 	case errors.As(err, &syn):
 		return in, &Error{Code: CodeMalformedJSON, Message: syn.Error()}
 	case errors.As(err, &inv):

@@ -127,8 +127,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Engine, error) {
 // Snapshot returns the active Snapshot.
 func (e *Engine) Snapshot() *Snapshot { return e.current.Load() }
 
-// Decide decides with the active Snapshot.
+// Decide decides with opts.Snapshot, or else the active Snapshot.
 func (e *Engine) Decide(ctx context.Context, name string, body []byte, opts Options) (*Decision, error) {
+	if opts.Snapshot != nil {
+		return opts.Snapshot.Decide(ctx, name, body, opts)
+	}
 	return e.current.Load().Decide(ctx, name, body, opts)
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/opalog"
+	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
@@ -364,6 +365,8 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		}
 		var v any = json.RawMessage(in)
 		ev.Input = &v
+		passes.Scan(len(in)) // json.Marshal compacts a RawMessage into its output
+		passes.Copy(len(in))
 	} else if rec.BodyBase64 != "" {
 		ev.Custom = map[string]any{"body_base64": rec.BodyBase64}
 	} else if len(rec.Input) > 0 || slices.Contains(rec.Erased, "/body_base64") || slices.Contains(rec.Erased, "/input") {
@@ -383,13 +386,20 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 	if len(rec.Promotion) > 0 { // who made which candidate live: no decision, OPA's custom member
 		ev.Path, ev.Custom = "", map[string]any{"promotion": json.RawMessage(rec.Promotion)}
 	}
-	return json.Marshal(ev)
+	b, err := json.Marshal(ev)
+	if err != nil && ev.Input != nil {
+		// An input that is not JSON after all is left out, as a body that
+		// is not JSON is: never a broken event.
+		ev.Input, ev.Erased = nil, append(ev.Erased, "/input")
+		return json.Marshal(ev)
+	}
+	return b, err
 }
 
 // inputOf is the record's input document: the body of /v1/decisions/NAME,
 // or the input member of a Data API body.
 func inputOf(rec decisionlog.Record) []byte {
-	if len(rec.Input) == 0 || !json.Valid(rec.Input) {
+	if len(rec.Input) == 0 { // JSON by construction: the strict parser's, or masked
 		return nil
 	}
 	if !strings.HasPrefix(rec.Path, "/v1/data/") {
@@ -398,6 +408,7 @@ func inputOf(rec decisionlog.Record) []byte {
 	var wrapped struct {
 		Input json.RawMessage `json:"input"`
 	}
+	passes.Scan(len(rec.Input))
 	if json.Unmarshal(rec.Input, &wrapped) != nil || len(wrapped.Input) == 0 {
 		return nil
 	}

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -51,19 +50,33 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		}
 		// What can be answered without the body is answered before it is
 		// read: a request for a decision that does not exist costs nothing.
-		if err := s.precheck(r, q.name); err != nil {
-			s.answerError(q, nil, err)
+		// The Snapshot looked at here is the one that decides.
+		snap, perr := s.precheck(r, q.name)
+		if perr != nil {
+			s.answerError(q, nil, perr)
 			return
 		}
 		t := &ticket{a: s.adm}
 		defer t.release()
-		buf := getBuffer()
-		defer putBuffer(buf)
-		body, err := s.readBody(w, r, buf, t)
+		// The body is read into a buffer of its own, which the answer's
+		// record, the self-check and shadow then share: nothing writes to
+		// it after the read, so none of them copies it.
+		body, err := s.readBody(w, r, t)
 		var d *engine.Decision
 		if err == nil {
 			explain, _ := strconv.ParseBool(r.URL.Query().Get("explain"))
-			d, err = s.safeDecide(ctx, q.name, body, engine.Options{Explain: explain, DataAPIBody: wrapped})
+			d, err = s.safeDecide(ctx, q.name, body, engine.Options{
+				Explain: explain, DataAPIBody: wrapped, Snapshot: snap,
+				Admit: func(n int) error { // the body's values, counted by the engine's one pass
+					switch {
+					case t.values+int64(n) > s.cfg.MaxInputValues:
+						return &engine.Error{Code: engine.CodeBodyTooLarge, Message: fmt.Sprintf("the request body holds more than %d JSON values", s.cfg.MaxInputValues)}
+					case !t.takeValues(int64(n)):
+						return s.overloaded()
+					}
+					return nil
+				},
+			})
 		}
 		if err != nil {
 			s.answerError(q, body, engine.AsError(err))
@@ -73,7 +86,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		elapsed := time.Since(q.start)
 		rec := decisionlog.Record{
 			DecisionID: d.ID, Time: q.start.UTC(), Decision: d.Name, Revision: d.Revision,
-			Path: r.URL.Path, Input: keepInput(buf, d.Input), Result: d.Result,
+			Path: r.URL.Path, Input: d.Input, InputOneLine: d.InputOneLine, Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		}
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
@@ -105,24 +118,26 @@ type query struct {
 
 // precheck refuses what needs no body to refuse: a media type or encoding
 // the server does not read, a Content-Length over the limit, no policies
-// loaded, or a decision that does not exist.
-func (s *server) precheck(r *http.Request, name string) *engine.Error {
+// loaded, or a decision that does not exist. It returns the active
+// Snapshot, loaded once for the request.
+func (s *server) precheck(r *http.Request, name string) (*engine.Snapshot, *engine.Error) {
 	if err := checkMediaType(r.Header.Get("Content-Type")); err != nil {
-		return err
+		return nil, err
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return &engine.Error{Code: engine.CodeUnsupportedMediaType, Message: "the request body must not be encoded (Content-Encoding " + ce + ")"}
+		return nil, &engine.Error{Code: engine.CodeUnsupportedMediaType, Message: "the request body must not be encoded (Content-Encoding " + ce + ")"}
 	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
-		return s.tooLarge()
+		return nil, s.tooLarge()
 	}
-	if s.eng.Snapshot() == nil {
-		return &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}
+	snap := s.eng.Snapshot()
+	if snap == nil {
+		return nil, &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}
 	}
 	if !s.eng.Has(name) {
-		return &engine.Error{Code: engine.CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
+		return nil, &engine.Error{Code: engine.CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
 	}
-	return nil
+	return snap, nil
 }
 
 func (s *server) tooLarge() *engine.Error {
@@ -203,9 +218,6 @@ func (s *server) record(rec decisionlog.Record) bool {
 // safeDecide calls the engine and fails closed: a panic, a non-engine
 // error or an empty decision becomes a policy_error, never an answer.
 func (s *server) safeDecide(ctx context.Context, name string, body []byte, opts engine.Options) (d *engine.Decision, err error) {
-	if s.eng.Snapshot() == nil {
-		return nil, &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}
-	}
 	defer func() {
 		if rec := recover(); rec != nil {
 			d, err = nil, &engine.Error{Code: engine.CodePolicyError, Message: "internal error while deciding", Err: fmt.Errorf("panic: %v", rec)}
@@ -224,42 +236,32 @@ func (s *server) safeDecide(ctx context.Context, name string, body []byte, opts 
 // readChunk is how much of a body is read, counted and admitted at a time.
 const readChunk = 64 << 10
 
-// readBody reads a request body once into buf, taking its bytes and JSON
-// values from the admission budgets as they arrive. It stops early at the
-// size limit (body_too_large), at the per-input value cap (body_too_large),
-// when a budget is spent (overloaded), and when the client is gone or the
-// read deadline passes (request_timeout). It returns what was read in every
-// case.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, t *ticket) ([]byte, error) {
-	limit := s.cfg.MaxBodyBytes
+// readBody reads a request body once, taking its bytes from the admission
+// budget as they arrive (its JSON values are taken by the engine's one
+// pass over it: Options.Admit). It stops early at the size limit
+// (body_too_large), when the budget is spent (overloaded), and when the
+// client is gone or the read deadline passes (request_timeout). It returns
+// what was read in every case.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, t *ticket) ([]byte, error) {
+	var buf bytes.Buffer
 	if r.ContentLength > 0 {
 		if !t.takeBytes(r.ContentLength) {
 			return nil, s.overloaded()
 		}
 		buf.Grow(int(r.ContentLength))
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
-	var vc valueCounter
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	for {
 		// Read into the space there is, growing only when none is left: a
-		// buffer sized from Content-Length is never grown (and copied, and
-		// cleared) again for its last chunk.
+		// buffer sized from Content-Length is never grown (and copied) again
+		// for its last chunk.
 		if buf.Available() == 0 {
 			buf.Grow(readChunk)
 		}
 		n, err := body.Read(buf.AvailableBuffer()[:min(readChunk, buf.Available())])
 		if n > 0 {
-			chunk := buf.AvailableBuffer()[:n]
-			buf.Write(chunk)
+			buf.Write(buf.AvailableBuffer()[:n])
 			if int64(buf.Len()) > t.bytes && !t.takeBytes(int64(buf.Len())-t.bytes) {
-				return buf.Bytes(), s.overloaded()
-			}
-			before := vc.n
-			vc.write(chunk)
-			if vc.n > s.cfg.MaxInputValues {
-				return buf.Bytes(), &engine.Error{Code: engine.CodeBodyTooLarge, Message: fmt.Sprintf("the request body holds more than %d JSON values", s.cfg.MaxInputValues)}
-			}
-			if !t.takeValues(vc.n - before) {
 				return buf.Bytes(), s.overloaded()
 			}
 		}
@@ -292,34 +294,6 @@ func checkMediaType(ct string) *engine.Error {
 		}
 	}
 	return &engine.Error{Code: engine.CodeUnsupportedMediaType, Message: "the request body must be application/json (UTF-8)"}
-}
-
-// Bodies are read into pooled buffers; one that grew past maxPooled is left
-// to the garbage collector so that a few large requests do not pin memory.
-const maxPooled = 1 << 20
-
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func getBuffer() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
-
-func putBuffer(b *bytes.Buffer) {
-	if !pooled(b) {
-		return
-	}
-	b.Reset()
-	bufPool.Put(b)
-}
-
-func pooled(b *bytes.Buffer) bool { return b.Cap() <= maxPooled }
-
-// keepInput returns input, a slice of b, for a record that outlives the
-// request: a copy when b goes back to the pool, else input itself (a body
-// of megabytes is not copied again; nothing writes to b after the read).
-func keepInput(b *bytes.Buffer, input []byte) []byte {
-	if pooled(b) {
-		return bytes.Clone(input)
-	}
-	return input
 }
 
 // encodeDecision writes the answer of a decision by hand: the result is

@@ -120,7 +120,10 @@ type server struct {
 // New returns the HTTP handler of the API. Its metrics are registered in
 // cfg.Registry, which must not already hold them (New panics otherwise, as
 // prometheus.MustRegister does).
-func New(cfg Config, eng Engine) http.Handler {
+func New(cfg Config, eng Engine) http.Handler { return newServer(cfg, eng).routes() }
+
+// newServer fills in cfg's defaults and makes the server.
+func newServer(cfg Config, eng Engine) *server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -157,7 +160,12 @@ func New(cfg Config, eng Engine) http.Handler {
 		started: time.Now(),
 	}
 	s.metrics = newMetrics(cfg.Registry, eng, cfg, s.adm)
+	return s
+}
 
+// routes is the server's HTTP API.
+func (s *server) routes() http.Handler {
+	cfg := s.cfg
 	r := chi.NewRouter()
 	r.Use(s.paceBodies, s.recoverer)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {

@@ -1,6 +1,7 @@
 package input
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,9 +29,26 @@ func libraryValue(t testing.TB, doc any) ast.Value {
 // value the policy sees is the library's document with canonical numbers,
 // and every violation names a place in the document. It returns whether
 // the library accepted the body.
+// countValues counts the JSON values of a decoded document.
+func countValues(v any) int {
+	n := 1
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			n += countValues(e)
+		}
+	case []any:
+		for _, e := range x {
+			n += countValues(e)
+		}
+	}
+	return n
+}
+
 func agree(t *testing.T, s *Schema, body []byte) bool {
 	t.Helper()
-	in, err := Parse(context.Background(), body, s, Options{})
+	admitted := 0
+	in, err := Parse(context.Background(), body, s, Options{Admit: func(n int) error { admitted += n; return nil }})
 	doc, ok := libraryDoc(body)
 	var syn *SyntaxError
 	var inv *InvalidError
@@ -73,6 +91,14 @@ func agree(t *testing.T, s *Schema, body []byte) bool {
 		}
 		if string(in.Raw) != string(body) {
 			t.Fatalf("raw input differs")
+		}
+		// The one pass is the server's admission count of values, and
+		// says whether the body may be logged as one line as it is.
+		if want := countValues(doc); admitted != want {
+			t.Fatalf("admitted %d values, the body holds %d: %.200s", admitted, want, body)
+		}
+		if in.OneLine == bytes.ContainsAny(body, "\r\n") {
+			t.Fatalf("OneLine %v for a body with line breaks %v: %q", in.OneLine, !in.OneLine, body)
 		}
 		return true
 	}

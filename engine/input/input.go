@@ -18,6 +18,8 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // DefaultMaxValues caps the JSON values of one input when Options leaves it
@@ -36,6 +38,12 @@ type Options struct {
 	// MaxValues caps the number of JSON values in the body; zero means
 	// DefaultMaxValues.
 	MaxValues int
+	// Admit, when set, is handed the values of the body as the pass reads
+	// them (every few thousand, and the rest at its end), before it builds
+	// them; an error from it stops the pass and is returned as it is. The
+	// server's admission budget counts a body's values this way, in the one
+	// pass over it.
+	Admit func(values int) error
 }
 
 // Input is an accepted input.
@@ -45,6 +53,9 @@ type Input struct {
 	// Raw is the input document exactly as received (for a Data API body,
 	// the text of its input member).
 	Raw []byte
+	// OneLine is true when the body holds no line break (CR or LF), so Raw
+	// can be written as one line of a log as it is.
+	OneLine bool
 }
 
 // InvalidError is an input that is valid JSON but not acceptable: it breaks
@@ -88,16 +99,16 @@ func Parse(ctx context.Context, body []byte, s *Schema, opts Options) (Input, er
 		maxValues = DefaultMaxValues
 	}
 	if s.root == nil {
-		return parseWithLibrary(ctx, body, s, opts.DataAPIBody, proj, maxValues)
+		return parseWithLibrary(ctx, body, s, opts, proj, maxValues)
 	}
-	first, err := walk(ctx, body, s.root.set, proj, opts.DataAPIBody, maxValues, false)
+	first, err := walk(ctx, body, s.root.set, proj, opts.DataAPIBody, maxValues, false, opts.Admit)
 	if err != nil {
 		return Input{}, err
 	}
 	if first.valid {
-		return Input{Value: first.value.Value, Raw: first.raw}, nil
+		return Input{Value: first.value.Value, Raw: first.raw, OneLine: first.oneLine}, nil
 	}
-	rep, err := walk(ctx, body, s.root.set, nil, opts.DataAPIBody, maxValues, true)
+	rep, err := walk(ctx, body, s.root.set, nil, opts.DataAPIBody, maxValues, true, nil)
 	if err != nil {
 		return Input{}, err
 	}
@@ -112,15 +123,18 @@ type pass struct {
 	value      *ast.Term // the built input, when valid and built
 	raw        []byte    // the input's text
 	valid      bool
+	oneLine    bool        // the body holds no line break
 	violations []Violation // in the report pass
 }
 
-// walk runs one pass: the first (report false) builds the projected input
-// and says whether it is valid; the report pass lists the violations.
-func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapped bool, maxValues int, report bool) (pass, error) {
+// walk runs one pass: the first (report false) builds the projected input,
+// says whether it is valid and hands the values it reads to admit (when not
+// nil); the report pass lists the violations.
+func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapped bool, maxValues int, report bool, admit func(int) error) (pass, error) {
+	passes.Scan(len(body))
 	w := getWalker()
 	defer putWalker(w)
-	w.scanner, w.ctx, w.maxValues, w.valid, w.report = scanner{data: body}, ctx, maxValues, true, report
+	w.scanner, w.ctx, w.maxValues, w.valid, w.report = scanner{data: body, admit: admit}, ctx, maxValues, true, report
 	if err := w.start(); err != nil {
 		return pass{}, err
 	}
@@ -138,6 +152,9 @@ func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapp
 	if err := w.end(); err != nil {
 		return pass{}, err
 	}
+	if err := w.admitValues(w.values); err != nil {
+		return pass{}, err
+	}
 	if wrapped {
 		if !isObj {
 			return pass{}, &InvalidError{Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
@@ -153,18 +170,18 @@ func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapp
 	if report {
 		return pass{raw: raw, violations: w.rep.list()}, nil
 	}
-	return pass{value: t, raw: raw, valid: w.valid && t != nil}, nil
+	return pass{value: t, raw: raw, valid: w.valid && t != nil, oneLine: !w.lineBreak}, nil
 }
 
 // parseWithLibrary is the path of a schema the walk does not implement:
 // the library validates the decoded document, then the walk (with no
 // schema) builds the value.
-func parseWithLibrary(ctx context.Context, body []byte, s *Schema, wrapped bool, proj *Projection, maxValues int) (Input, error) {
-	doc, err := decode(body, maxValues)
+func parseWithLibrary(ctx context.Context, body []byte, s *Schema, opts Options, proj *Projection, maxValues int) (Input, error) {
+	doc, err := decode(body, maxValues, opts.Admit)
 	if _, beyond := err.(*NumberLimitError); beyond {
 		// The walk says where, as on the streamed path (or finds a
 		// syntax error after the number).
-		rep, err := walk(ctx, body, nil, nil, wrapped, maxValues, true)
+		rep, err := walk(ctx, body, nil, nil, opts.DataAPIBody, maxValues, true, nil)
 		if err != nil {
 			return Input{}, err
 		}
@@ -179,7 +196,7 @@ func parseWithLibrary(ctx context.Context, body []byte, s *Schema, wrapped bool,
 	if err := ctx.Err(); err != nil {
 		return Input{}, err
 	}
-	if wrapped {
+	if opts.DataAPIBody {
 		obj, ok := doc.(map[string]any)
 		if !ok {
 			return Input{}, &InvalidError{Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
@@ -200,11 +217,11 @@ func parseWithLibrary(ctx context.Context, body []byte, s *Schema, wrapped bool,
 	if err := ctx.Err(); err != nil {
 		return Input{}, err
 	}
-	p, err := walk(ctx, body, nil, proj, wrapped, maxValues, false)
+	p, err := walk(ctx, body, nil, proj, opts.DataAPIBody, maxValues, false, nil)
 	if err != nil {
 		return Input{}, err
 	}
-	return Input{Value: p.value.Value, Raw: p.raw}, nil
+	return Input{Value: p.value.Value, Raw: p.raw, OneLine: p.oneLine}, nil
 }
 
 // Walkers are reused: each carries a term cache and scratch buffers that

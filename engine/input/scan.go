@@ -53,6 +53,28 @@ func (e *SyntaxError) Error() string {
 type scanner struct {
 	data []byte
 	pos  int
+	// lineBreak is set once the scan has skipped a CR or LF. Only space
+	// between tokens may hold one (strings may not), so a body scanned whole
+	// without it holds none: its record needs no compacting (Input.OneLine).
+	lineBreak bool
+	// admit takes the values read from the admission budget (Options.Admit);
+	// admitted is how many it took so far.
+	admit    func(int) error
+	admitted int
+}
+
+// admitEvery is how many values are read between handing them to admit.
+const admitEvery = 4096
+
+// admitValues hands admit the values read since its last call, read being
+// how many have been read in all.
+func (s *scanner) admitValues(read int) error {
+	if s.admit == nil || read == s.admitted {
+		return nil
+	}
+	n := read - s.admitted
+	s.admitted = read
+	return s.admit(n)
 }
 
 func (s *scanner) errorf(off int, format string, args ...any) error {
@@ -85,7 +107,10 @@ func (s *scanner) skipSpace() {
 	d, i := s.data, s.pos
 	for i < len(d) {
 		switch d[i] {
-		case ' ', '\t', '\n', '\r':
+		case ' ', '\t':
+			i++
+		case '\n', '\r':
+			s.lineBreak = true
 			i++
 		default:
 			s.pos = i

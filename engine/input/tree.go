@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // Decode parses one strict JSON document (the scanner's rules: UTF-8 only,
@@ -17,12 +19,14 @@ import (
 // UTF-8, which would let a reader of the body and the policy see different
 // documents; hence this decoder.
 func Decode(data []byte) (any, error) {
-	return decode(data, 0)
+	return decode(data, 0, nil)
 }
 
-// decode is Decode with a cap on the number of values (0: none).
-func decode(data []byte, maxValues int) (any, error) {
-	d := treeDecoder{scanner: scanner{data: data}, max: maxValues}
+// decode is Decode with a cap on the number of values (0: none), handing
+// the values it reads to admit (when not nil) as the walk does.
+func decode(data []byte, maxValues int, admit func(int) error) (any, error) {
+	passes.Scan(len(data))
+	d := treeDecoder{scanner: scanner{data: data, admit: admit}, max: maxValues}
 	if err := d.start(); err != nil {
 		return nil, err
 	}
@@ -31,6 +35,9 @@ func decode(data []byte, maxValues int) (any, error) {
 		return nil, err
 	}
 	if err := d.end(); err != nil {
+		return nil, err
+	}
+	if err := d.admitValues(d.values); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -49,6 +56,11 @@ func (d *treeDecoder) value(depth int) (any, error) {
 	d.values++
 	if d.max > 0 && d.values > d.max {
 		return nil, &LimitError{Max: d.max}
+	}
+	if d.values%admitEvery == 0 {
+		if err := d.admitValues(d.values); err != nil {
+			return nil, err
+		}
 	}
 	switch c := d.data[d.pos]; {
 	case c == '{':

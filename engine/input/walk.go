@@ -62,8 +62,6 @@ type walker struct {
 const (
 	maxSharedString = 64
 	termCacheSize   = 512
-	// ctxEvery is how many values are read between looks at the deadline.
-	ctxEvery = 4096
 )
 
 // LimitError is an input with more values than the configured cap.
@@ -100,9 +98,14 @@ func (w *walker) value(set []*node, proj *Projection, depth int) (*ast.Term, err
 	if w.values > w.maxValues {
 		return nil, &LimitError{Max: w.maxValues}
 	}
-	if w.values%ctxEvery == 0 && w.ctx != nil {
-		if err := w.ctx.Err(); err != nil {
+	if w.values%admitEvery == 0 {
+		if err := w.admitValues(w.values); err != nil {
 			return nil, err
+		}
+		if w.ctx != nil {
+			if err := w.ctx.Err(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if !w.checking() {

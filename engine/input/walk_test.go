@@ -111,7 +111,7 @@ func TestValueCap(t *testing.T) {
 // TestDeadlineStopsReading: a deadline that passes while a large body is
 // read stops the walk with the context's error.
 func TestDeadlineStopsReading(t *testing.T) {
-	body := []byte(`{"a": [` + strings.Repeat(`1,`, 3*ctxEvery) + `1]}`)
+	body := []byte(`{"a": [` + strings.Repeat(`1,`, 3*admitEvery) + `1]}`)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := Parse(ctx, body, anyObject(t), Options{})
