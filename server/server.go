@@ -56,8 +56,9 @@ const DefaultRequestTimeout = 30 * time.Second
 // The zero value of each limit means its default.
 type Config struct {
 	MaxBodyBytes int64 // request body limit; 0 means DefaultMaxBodyBytes
-	// MaxInputValues caps the JSON values of one body, counted as it is
-	// read (body_too_large past it); the engine enforces the same cap.
+	// MaxInputValues caps the JSON values of one body, counted by the
+	// engine's pass over it (body_too_large past it); the engine enforces
+	// the same cap exactly.
 	MaxInputValues int64
 	// MaxInflightBytes and MaxInflightValues are the admission budgets:
 	// the body bytes and JSON values of every request being read or
