@@ -17,7 +17,9 @@ FUZZTIME  ?= 30s
 # the tests run at three times the speed).
 TESTFLAGS ?=
 RACE      ?= -race
-GOTEST    := $(GO) test $(RACE) -count=1 $(TESTFLAGS)
+# -parallel 4: the real-binary tests of cmd/arbiter wait on processes more than
+# they compute, so more of them run at once than the machine has cores.
+GOTEST    := $(GO) test $(RACE) -count=1 -parallel 4 $(TESTFLAGS)
 
 .PHONY: all build run test ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick diff-corpus fleet clean
 

@@ -56,6 +56,7 @@ func noSecrets(t *testing.T, texts map[string]string, secrets ...string) {
 }
 
 func TestBearerTokens(t *testing.T) {
+	t.Parallel()
 	const (
 		secret     = "s3cret-host-prep-7c1f0e"
 		bareSecret = "s3cret-bare-token-92ab44"
@@ -256,6 +257,7 @@ func tlsClient(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *http.Client {
 }
 
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, "arbiter test CA")
 	rogue := newCA(t, "rogue CA")
@@ -400,6 +402,7 @@ func loopbackURL(t *testing.T, logged string) string {
 }
 
 func TestNonLoopbackNeedsAuthentication(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	folders := append(folderArgs(root), "--tests", "", "--decision-log", "")
 	refused := []struct {

@@ -92,6 +92,7 @@ func getJSON(t *testing.T, url string) (int, map[string]any) {
 // bundle as OPA does in /v1/status and the metrics, and uploads each
 // decision as an OPA event labelled with its id.
 func TestServeFromBundle(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	keys := t.TempDir()
 	private, public := writeKeyPair(t, keys)
@@ -196,6 +197,7 @@ func TestServeFromBundle(t *testing.T) {
 // key id's default ("default", as OPA's) once counted as a key id given
 // without a key file, and serve refused to start.
 func TestServeUnsignedBundleWithoutKey(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	bundles := &staticBundle{}
 	bs := httptest.NewServer(bundles)

@@ -36,6 +36,7 @@ func runCLI(t *testing.T, stdin []byte, args ...string) (string, string, int) {
 // input, and exits 1 for anything else; every fixture and shared example
 // gives its wanted outcome through the binary.
 func TestEvalExitCodes(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	fixtures, err := engine.LoadFixtures(filepath.Join(root, "policy_test"))
 	if err != nil {
@@ -125,6 +126,7 @@ func TestEvalExitCodes(t *testing.T) {
 // TestCheckAndTestCommands: check and test pass on the repository and name
 // file and line of what breaks them.
 func TestCheckAndTestCommands(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	args := folderArgs(root)
 	if out, stderr, code := runCLI(t, nil, append([]string{"check"}, args...)...); code != 0 {
@@ -171,6 +173,7 @@ func TestCheckAndTestCommands(t *testing.T) {
 // TestBenchCommand: bench decides the input repeatedly and reports per
 // decision figures; an input that gives an error is refused up front.
 func TestBenchCommand(t *testing.T) {
+	t.Parallel()
 	quota := copyQuota(t)
 	args := []string{"--policies", filepath.Join(quota, "policies"), "--schemas", filepath.Join(quota, "schemas")}
 	in := filepath.Join(t.TempDir(), "in.json")

@@ -63,6 +63,7 @@ func crashReplay(t *testing.T, root, logPath string) (int, string, string) {
 // answered or in flight, and a restart on the same files and log that
 // serves the same answers and appends cleanly even after a torn last line.
 func TestCrashKill9(t *testing.T) {
+	t.Parallel()
 	const clients = 4
 	root := copyRepo(t)
 	logPath := filepath.Join(t.TempDir(), "decisions.log")
@@ -220,6 +221,7 @@ func TestCrashKill9(t *testing.T) {
 // TestServeRefusesBrokenPoliciesAtStart: there is no last good copy to fall
 // back to at start, so a broken file is a non-zero exit naming file and line.
 func TestServeRefusesBrokenPoliciesAtStart(t *testing.T) {
+	t.Parallel()
 	root := copyQuota(t)
 	policy := filepath.Join(root, "policies", "decisions", quotaDecision, "policy.rego")
 	b, err := os.ReadFile(policy)
@@ -252,6 +254,7 @@ func TestServeRefusesBrokenPoliciesAtStart(t *testing.T) {
 // tests (saved in --state-dir), says why, and takes the configured folders
 // back as soon as they load.
 func TestServeFallsBackToLastGoodAtStart(t *testing.T) {
+	t.Parallel()
 	root := copyQuota(t)
 	state := t.TempDir()
 	args := append(folderArgs(root), "--decision-log", "", "--state-dir", state)

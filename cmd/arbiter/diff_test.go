@@ -24,6 +24,7 @@ func quotaSide(t *testing.T, root string) {
 // the example in the text output with its fields marked), and exits 2 on
 // bad arguments.
 func TestDiffCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	old, new := filepath.Join(dir, "old"), filepath.Join(dir, "new")
 	quotaSide(t, old)

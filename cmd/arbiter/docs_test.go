@@ -17,6 +17,7 @@ import (
 // file that exists and, with a #fragment into a Markdown file, to one of
 // its headings, so that moving a section cannot leave a link behind.
 func TestDocLinks(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
@@ -129,6 +130,7 @@ func proseLines(text string) []string {
 // aside, as go/build reads them), and every arrow of its diagram is one of
 // them.
 func TestArchitectureImports(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {

@@ -54,6 +54,7 @@ var closedLine = regexp.MustCompile(`msg="decision log closed" written=(\d+) unw
 // status 3), in the default drop mode and in refuse mode (where no decision
 // is answered without its record queued).
 func TestStalledDecisionLogIsAccounted(t *testing.T) {
+	t.Parallel()
 	const n = 150
 	fx := decidedFixture(t)
 	for _, mode := range []string{"drop", "refuse"} {
@@ -143,6 +144,7 @@ func metricValue(t *testing.T, client *http.Client, url, name string) float64 {
 // the policies are skipped and named (log and status); the server starts,
 // reloads, and its status answers.
 func TestServeSkipsWhatIsNotARegularFile(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	pol := filepath.Join(root, "policies")
 	if err := syscall.Mkfifo(filepath.Join(pol, "blocked.rego"), 0o644); err != nil {
@@ -180,6 +182,7 @@ func TestServeSkipsWhatIsNotARegularFile(t *testing.T) {
 // TestTLSCertificateReloaded: replacing the certificate and key files (as a
 // rotation does) changes the certificate served, without a restart.
 func TestTLSCertificateReloaded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, "arbiter test CA")
 	certA, keyA := ca.issue(t, "first", true)
@@ -225,6 +228,7 @@ func TestTLSCertificateReloaded(t *testing.T) {
 // descriptors and 117 idle keep-alive connections still answers a new
 // caller, reloads its policies (which opens files) and stops cleanly.
 func TestIdleConnectionsCannotExhaustDescriptors(t *testing.T) {
+	t.Parallel()
 	args, _ := quickArgs(t)
 	srv := startServerWith(t, func(c *exec.Cmd) {
 		// The shell lowers the limit for the server alone.
@@ -274,6 +278,7 @@ func TestIdleConnectionsCannotExhaustDescriptors(t *testing.T) {
 // synopsis shows being a real flag of the command, and, unless the
 // synopsis defers to -h, every flag of the command shown.
 func TestEveryCommandHelp(t *testing.T) {
+	t.Parallel()
 	synopses := usageSynopses(t)
 	for _, c := range commands {
 		var flags map[string]bool
@@ -373,6 +378,7 @@ func helpFlags(help string) map[string]bool {
 // TestMalformedEnvironmentIsAnError: a value the flag would refuse is
 // refused from the environment too, naming the variable.
 func TestMalformedEnvironmentIsAnError(t *testing.T) {
+	t.Parallel()
 	fx := decidedFixture(t)
 	in := writeFile(t, t.TempDir(), "input.json", fx.Input)
 	quiet := []string{"--addr", "127.0.0.1:0", "--tests", "", "--decision-log", ""}
@@ -409,6 +415,7 @@ func TestMalformedEnvironmentIsAnError(t *testing.T) {
 // an empty file named .git beside policies/ in a world-writable folder made
 // every command below it load those policies.
 func TestFolderDefaults(t *testing.T) {
+	t.Parallel()
 	fx := decidedFixture(t)
 	in := writeFile(t, t.TempDir(), "input.json", fx.Input)
 	evalIn := func(dir string) (string, int) {
@@ -530,6 +537,7 @@ func TestFolderDefaults(t *testing.T) {
 // A command the test does not know how to hold fails it, so a new command
 // needs a way here, or a reason in cannotHold.
 func TestSignalStopsEveryCommand(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
 	decision := decidedFixture(t).Decision
@@ -650,6 +658,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 // of their input; more is body_too_large (exit 2), even from a file that
 // never ends.
 func TestInputReadAtMostMaxBody(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
 	decision := decidedFixture(t).Decision
@@ -664,6 +673,7 @@ func TestInputReadAtMostMaxBody(t *testing.T) {
 // TestMemoryLimitByDefault: serve sets a Go memory limit of 1 GiB unless
 // told otherwise; GOMEMLIMIT in the environment wins over the flag.
 func TestMemoryLimitByDefault(t *testing.T) {
+	t.Parallel()
 	args, _ := quickArgs(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	for _, tc := range []struct {
@@ -690,6 +700,7 @@ func TestMemoryLimitByDefault(t *testing.T) {
 // TestValueCapsAgree: the server counts values against the same default cap
 // as the engine.
 func TestValueCapsAgree(t *testing.T) {
+	t.Parallel()
 	if server.DefaultMaxInputValues != input.DefaultMaxValues {
 		t.Errorf("server cap %d, engine cap %d", server.DefaultMaxInputValues, input.DefaultMaxValues)
 	}

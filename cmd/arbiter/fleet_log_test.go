@@ -63,6 +63,7 @@ func (s *logSink) ids() []string {
 // service. A record the file fails to write after the answer is uploaded
 // too: the sinks are independent.
 func TestUploadWhatWasAnswered(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"refuse", "drop", "file fails"} {
 		t.Run(mode, func(t *testing.T) { uploadWhatWasAnswered(t, mode) })
 	}

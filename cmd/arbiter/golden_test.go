@@ -16,6 +16,7 @@ import (
 // and the temporary folder masked). After an intended change:
 // go test ./cmd/arbiter/ -run TestEvalExplainGolden -update
 func TestEvalExplainGolden(t *testing.T) {
+	t.Parallel()
 	quota := copyQuota(t)
 	args := []string{"--decision", quotaDecision, "--input", "-", "--explain", "--policies", filepath.Join(quota, "policies"), "--schemas", filepath.Join(quota, "schemas")}
 	var out bytes.Buffer
@@ -36,6 +37,7 @@ func TestEvalExplainGolden(t *testing.T) {
 // trace (a builtin the compiled evaluator leaves to topdown), does not.
 // After an intended change: go test ./cmd/arbiter/ -run TestCheckCompiledGolden -update
 func TestCheckCompiledGolden(t *testing.T) {
+	t.Parallel()
 	const traced = "quota_traced"
 	quota := copyQuota(t)
 	policy, err := os.ReadFile(filepath.Join(quota, "policies", "decisions", quotaDecision, "policy.rego"))

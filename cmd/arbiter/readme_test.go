@@ -31,6 +31,7 @@ func docBlock(t *testing.T, file, heading string) string {
 // flags have their own table there, as its usage defers to -h; every
 // command's flag table is TestFlagDocs').
 func TestReadmeCommandLine(t *testing.T) {
+	t.Parallel()
 	block := docBlock(t, "docs/CLI.md", "## Synopsis")
 	documented := synopses(strings.ReplaceAll("\n"+block, "\narbiter ", "\n  arbiter "))
 	for name, synopsis := range usageSynopses(t) {
@@ -53,6 +54,7 @@ func TestReadmeCommandLine(t *testing.T) {
 // every Go package of the repository (every folder holding .go files,
 // testdata aside) has exactly one line there; every folder it names exists.
 func TestReadmeLayout(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	listed := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSuffix(docBlock(t, "docs/ARCHITECTURE.md", "## Layout"), "\n"), "\n") {

@@ -128,6 +128,7 @@ func runReplay(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestReplay(t *testing.T) {
+	t.Parallel()
 	log := writeQuotaLog(t, quotaTraffic, append(notReplayable, forged)...)
 	limit5 := quotaCopy(t, `{"limit": 5}`)
 
@@ -199,6 +200,7 @@ func TestReplay(t *testing.T) {
 }
 
 func TestReplayJSON(t *testing.T) {
+	t.Parallel()
 	log := writeQuotaLog(t, quotaTraffic)
 	limit5 := quotaCopy(t, `{"limit": 5}`)
 	old, err := engine.Load(context.Background(), engine.Config{Policies: quotaPolicies, Schemas: quotaSchemas})
@@ -240,6 +242,7 @@ func TestReplayJSON(t *testing.T) {
 // An error is an outcome like any other: a policy edit that turns results
 // into errors is a change, and so is one that turns errors into results.
 func TestReplayErrorsAreOutcomes(t *testing.T) {
+	t.Parallel()
 	// A result member the result schema does not allow: every decision
 	// becomes a policy_error.
 	broken := quotaCopy(t, `{"limit": 10}`)
@@ -278,6 +281,7 @@ func TestReplayErrorsAreOutcomes(t *testing.T) {
 }
 
 func TestReplayBadInput(t *testing.T) {
+	t.Parallel()
 	log := writeQuotaLog(t, quotaTraffic[:1])
 	brokenPolicies := quotaCopy(t, `{"limit": `)
 	tests := []struct {
@@ -308,6 +312,7 @@ func TestReplayBadInput(t *testing.T) {
 // backups (lumberjack's timestamped names, oldest first) before the file
 // being written; several files or folders may be given.
 func TestReplayReadsRotatedFiles(t *testing.T) {
+	t.Parallel()
 	one := writeQuotaLog(t, quotaTraffic)
 	data, err := os.ReadFile(one)
 	if err != nil {

@@ -214,6 +214,7 @@ var editFile = testfiles.Edit
 // fix activates), stops it with SIGTERM and checks the decision log against
 // every answer.
 func TestServeEndToEnd(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	addQuota(t, root) // the decision this test edits
 	logPath := filepath.Join(t.TempDir(), "decisions.log")
@@ -398,6 +399,7 @@ func checkAnswer(t *testing.T, fx engine.Fixture, a answer, wrapped bool) {
 // TestTypeScriptSDKInterop runs interop/sdk.test.mjs (OPA's official
 // TypeScript SDK) against the real binary.
 func TestTypeScriptSDKInterop(t *testing.T) {
+	t.Parallel()
 	interop := filepath.Join("..", "..", "interop")
 	if _, err := os.Stat(filepath.Join(interop, "node_modules", "@open-policy-agent", "opa")); err != nil {
 		if os.Getenv("CI") != "" {

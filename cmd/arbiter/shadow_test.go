@@ -75,6 +75,7 @@ func accessArgs(root string) []string {
 // it in (as the decision's own log record carries it), and prints the same
 // report as GET /v1/shadow.
 func TestReplayClassifiesAsLiveShadow(t *testing.T) {
+	t.Parallel()
 	live, cand := copyAccess(t), mixedCandidate(t)
 	logDir := t.TempDir()
 	s := startServer(t, append(accessArgs(live),
@@ -220,6 +221,7 @@ func metricLine(t *testing.T, url, prefix string) bool {
 // tries to loosen the gate is refused, and a forced promotion makes it
 // live under its manifest revision.
 func TestShadowFromBundle(t *testing.T) {
+	t.Parallel()
 	live := copyAccess(t)
 	cand := copyAccess(t)
 	replaceAll(t, cand, "policies/decisions/access_check/data.json", `"limit": 10`, `"limit": 11`)
@@ -288,6 +290,7 @@ func TestShadowFromBundle(t *testing.T) {
 // names --shadow-admins; the impact report stays readable. (With client
 // certificates: TestMutualTLS.)
 func TestShadowAdminsDefaultIsClosedWithTokens(t *testing.T) {
+	t.Parallel()
 	live := copyAccess(t)
 	cand := copyAccess(t)
 	tokenFile := filepath.Join(t.TempDir(), "tokens")

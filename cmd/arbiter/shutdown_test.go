@@ -20,6 +20,7 @@ import (
 // decision in the log. Synchronised on events only: the stream's first
 // bytes, its end, the process's exit; the deadlines are generous bounds.
 func TestLiveStreamDoesNotHoldShutdown(t *testing.T) {
+	t.Parallel()
 	args, logPath := quickArgs(t)
 	s := startServer(t, append(args, "--shutdown-timeout", "20s")...)
 	fx := decidedFixture(t)
@@ -95,6 +96,7 @@ func TestLiveStreamDoesNotHoldShutdown(t *testing.T) {
 // decision record); the server's "100 Continue" says its handler is
 // reading it.
 func TestDecisionLogDrainsAfterTheShutdownDeadline(t *testing.T) {
+	t.Parallel()
 	args, logPath := quickArgs(t)
 	s := startServer(t, append(args, "--shutdown-timeout", "2s", "--read-timeout", "10m")...)
 	fx := decidedFixture(t)

@@ -66,6 +66,7 @@ type stormAnswer struct {
 // SIGTERM, sent while the clients still run, the decision log holds each
 // answer exactly once.
 func TestReloadStormUnderLoad(t *testing.T) {
+	t.Parallel()
 	const (
 		clients  = 4
 		duration = 8 * time.Second

@@ -18,6 +18,7 @@ import (
 // masked once for every sink (the first member of a fixture's input here),
 // and none it refused.
 func TestPagesBesideTheLog(t *testing.T) {
+	t.Parallel()
 	fixtures, err := engine.LoadFixtures("../../policy_test")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +83,7 @@ func TestPagesBesideTheLog(t *testing.T) {
 // is the shadow's report; a promotion or shadow outcome record never
 // reaches the ring.
 func TestPagesShowTheShadowCandidate(t *testing.T) {
+	t.Parallel()
 	cfg := engine.Config{Policies: "../../policies", Schemas: "../../schemas"}
 	eng, err := engine.New(context.Background(), cfg)
 	if err != nil {
