@@ -337,18 +337,58 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 // and while the bundle's polls are not stuck.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("bundles") {
-		if s.eng.Snapshot() == nil {
-			writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
+		if err := s.bundlesReady(); err != nil {
+			writeError(w, err, false, "")
 			return
-		}
-		if s.cfg.BundleStuck != nil {
-			if err := s.cfg.BundleStuck(); err != nil {
-				writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: err.Error()}, false, "")
-				return
-			}
 		}
 	}
 	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`)) // net/http sends no body for HEAD
+}
+
+// live is GET /health/live, OPA's liveness path: 200 while the process
+// serves, stopping included (a restart would not help a replica that is
+// draining).
+func (s *server) live(w http.ResponseWriter, _ *http.Request) {
+	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// ready is GET /health/ready, OPA's readiness path: 200 only while a
+// gated revision is live, the bundle's polls are not stuck, the decision
+// sinks are not dropping records and the server is not stopping; else 503
+// not_ready naming the first reason.
+func (s *server) ready(w http.ResponseWriter, _ *http.Request) {
+	err := s.bundlesReady()
+	if err == nil && s.cfg.Stopping != nil {
+		select {
+		case <-s.cfg.Stopping:
+			err = &engine.Error{Code: engine.CodeNotReady, Message: "stopping: finishing requests in flight"}
+		default:
+		}
+	}
+	if err == nil && s.cfg.Dropping != nil {
+		if why := s.cfg.Dropping(); why != nil {
+			err = &engine.Error{Code: engine.CodeNotReady, Message: why.Error()}
+		}
+	}
+	if err != nil {
+		writeError(w, err, false, "")
+		return
+	}
+	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// bundlesReady is nil once a revision is live and while the bundle's polls
+// are not stuck.
+func (s *server) bundlesReady() *engine.Error {
+	if s.eng.Snapshot() == nil {
+		return &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}
+	}
+	if s.cfg.BundleStuck != nil {
+		if err := s.cfg.BundleStuck(); err != nil {
+			return &engine.Error{Code: engine.CodeNotReady, Message: err.Error()}
+		}
+	}
+	return nil
 }
 
 func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {

@@ -96,6 +96,14 @@ type Config struct {
 	// BundleStuck, when set, says why the bundle's polls are stuck: then
 	// /health?bundles is not ready either.
 	BundleStuck func() error
+	// Dropping, when set, says why the decision sinks are dropping records
+	// (nil when they are not): then /health/ready is not ready.
+	Dropping func() error
+	// Stopping, when set, is closed as the server begins to stop: from
+	// then on /health/ready answers not ready while decisions are still
+	// answered, so that the load balancer stops sending before the
+	// listener closes.
+	Stopping <-chan struct{}
 	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
 	Shadow *ShadowConfig
 	// UI, when set, serves the pages under /ui (package server/ui): behind
@@ -179,6 +187,10 @@ func (s *server) routes() http.Handler {
 
 	r.Get("/health", s.health)
 	r.Head("/health", s.health)
+	r.Get("/health/live", s.live)
+	r.Head("/health/live", s.live)
+	r.Get("/health/ready", s.ready)
+	r.Head("/health/ready", s.ready)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Post("/v1/decisions/{name}", s.decide(false))

@@ -77,6 +77,13 @@ func TestStalledDecisionLogIsAccounted(t *testing.T) {
 				statuses[a.status]++
 			}
 			dropped := metricValue(t, client, srv.url, "arbiter_decision_log_dropped_total")
+			// Dropping records, the replica is not ready (it is alive).
+			if code, doc := getJSON(t, srv.url+"/health/ready"); code != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(doc), "dropped") {
+				t.Errorf("/health/ready with the log dropping: %d %v, want 503 naming the drops", code, doc)
+			}
+			if code, _ := getJSON(t, srv.url+"/health/live"); code != http.StatusOK {
+				t.Errorf("/health/live with the log dropping: %d, want 200", code)
+			}
 			if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}

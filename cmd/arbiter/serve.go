@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -132,6 +133,19 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		sink = dlog
 	}
 
+	// Readiness: not ready while the sinks drop records, nor once stopping.
+	drops := &dropWatch{window: readyDropWindow, now: time.Now, total: func() uint64 {
+		var n uint64
+		if dlog != nil {
+			n += dlog.Dropped()
+		}
+		if fl.upload != nil {
+			n += fl.upload.Stats().Dropped()
+		}
+		return n
+	}}
+	stopping := make(chan struct{})
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	scfg := server.Config{
@@ -150,6 +164,8 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
 		BundleStuck:       fl.bundleStuck,
+		Dropping:          drops.dropping,
+		Stopping:          stopping,
 		Shadow:            sh.srv,
 		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	}
@@ -247,6 +263,14 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	var serveErr error
 	select {
 	case <-ctx.Done():
+		close(stopping) // /health/ready: not ready from now on
+		if c.shutdownDelay > 0 {
+			log.Info("stopping: not ready, still answering while the load balancer stops sending", "shutdown_delay", c.shutdownDelay)
+			select {
+			case <-time.After(c.shutdownDelay):
+			case serveErr = <-errc:
+			}
+		}
 		log.Info("stopping: finishing requests in flight", "timeout", c.shutdownTimeout)
 	case serveErr = <-errc:
 	}

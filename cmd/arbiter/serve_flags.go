@@ -42,6 +42,7 @@ type serveConfig struct {
 	minBodyRate       int64
 	idleTimeout       time.Duration
 	shutdownTimeout   time.Duration
+	shutdownDelay     time.Duration
 	debounce          time.Duration
 	reloadTimeout     time.Duration
 	testTimeout       time.Duration
@@ -92,6 +93,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.Int64Var(&c.minBodyRate, "min-body-rate", server.DefaultMinBodyRate, "bytes per second a request body must average after --read-header-timeout; a slower one is cut off")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a keep-alive connection may stay idle")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight, and then again for the decision log to drain")
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep answering this long with /health/ready not ready before the graceful stop begins: the time the load balancer takes to stop sending (a preStop delay in the process)")
 	fs.DurationVar(&c.debounce, "reload-debounce", 100*time.Millisecond, "quiet time after file events before a reload")
 	fs.DurationVar(&c.reloadTimeout, "reload-timeout", engine.DefaultReloadTimeout, "deadline of a whole reload: reading, compiling and the test gate")
 	fs.DurationVar(&c.testTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
@@ -110,7 +112,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
-		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "reload-debounce",
+		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
 		"reload-timeout", "test-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
 		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "ui", "ui-recent")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
@@ -150,6 +152,8 @@ func (c *serveConfig) validate(fs *command) error {
 		return errors.New("--selfcheck-rate must be between 0 and 1")
 	case c.maxConnections < 0:
 		return errors.New("--max-connections must not be negative")
+	case c.shutdownDelay < 0:
+		return errors.New("--shutdown-delay must not be negative")
 	case c.logFull != "drop" && c.logFull != "refuse":
 		return fmt.Errorf("--decision-log-full must be drop or refuse, not %q", c.logFull)
 	case c.decisionLog != "" && c.decisionLog != "-" && int64(c.logMaxMB)<<20 < c.maxBodyBytes+1<<20:
