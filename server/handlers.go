@@ -417,6 +417,7 @@ type statusDoc struct {
 	Reload        string                 `json:"reload"`
 	ReloadRunning *engine.ReloadProgress `json:"reload_in_progress,omitempty"`
 	Bundles       any                    `json:"bundles,omitempty"`
+	Memory        any                    `json:"memory,omitempty"`
 	StartedAt     time.Time              `json:"started_at"`
 	UptimeSeconds float64                `json:"uptime_seconds"`
 	// Compiled says which decisions run compiled, and why the others not.
@@ -437,6 +438,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	if s.cfg.BundleStatus != nil {
 		doc.Bundles = s.cfg.BundleStatus()
 	}
+	doc.Memory = s.cfg.Memory
 	if snap := s.eng.Snapshot(); snap != nil {
 		loaded := snap.LoadedAt.UTC()
 		doc.Revision, doc.Origin, doc.LoadedAt = snap.Revision, snap.Origin, &loaded

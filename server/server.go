@@ -96,6 +96,9 @@ type Config struct {
 	// BundleStuck, when set, says why the bundle's polls are stuck: then
 	// /health?bundles is not ready either.
 	BundleStuck func() error
+	// Memory, when set, is the memory member of /v1/status: the memory
+	// limit and the budgets fitted inside it, with where each came from.
+	Memory any
 	// Dropping, when set, says why the decision sinks are dropping records
 	// (nil when they are not): then /health/ready is not ready.
 	Dropping func() error

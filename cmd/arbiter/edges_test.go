@@ -669,7 +669,8 @@ func TestInputReadAtMostMaxBody(t *testing.T) {
 }
 
 // TestMemoryLimitByDefault: serve sets a Go memory limit of 1 GiB unless
-// told otherwise; GOMEMLIMIT in the environment wins over the flag.
+// told otherwise (or in a cgroup with a limit: TestMemoryFromCgroup);
+// GOMEMLIMIT in the environment wins over the flag.
 func TestMemoryLimitByDefault(t *testing.T) {
 	args, _ := quickArgs(t)
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -683,8 +684,10 @@ func TestMemoryLimitByDefault(t *testing.T) {
 		{"GOMEMLIMIT=512MiB", []string{"--memory-limit", "768MiB"}, 512 << 20},
 	} {
 		srv := startServerWith(t, func(c *exec.Cmd) {
+			// In no cgroup with a limit, wherever the test runs.
+			c.Env = append(os.Environ(), cgroupRootEnv+"="+t.TempDir())
 			if tc.env != "" {
-				c.Env = append(os.Environ(), tc.env)
+				c.Env = append(c.Env, tc.env)
 			}
 		}, append(args, tc.args...)...)
 		if got := metricValue(t, client, srv.url, "go_gc_gomemlimit_bytes"); got != tc.want {

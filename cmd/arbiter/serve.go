@@ -36,13 +36,16 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// A memory limit bounds the heap however many large requests arrive
 	// together (admission control bounds what they hold; the limit makes
 	// the collector return the rest in time), instead of a collector target
-	// tuned for throughput (docs/BENCHMARKS.md). The environment wins.
+	// tuned for throughput (docs/BENCHMARKS.md). The environment wins, then
+	// the flag, then the container's cgroup limit; the budgets that were
+	// not set are fitted inside it (memory.go).
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(c.gcPercent)
 	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && c.memoryLimit > 0 {
-		debug.SetMemoryLimit(int64(c.memoryLimit))
-	}
+	c.memory = planMemory(c, c.set, cgroupProvider())
+	log.Info("memory", "limit_bytes", c.memory.LimitBytes, "source", c.memory.Source, "cgroup_limit_bytes", c.memory.CgroupBytes,
+		"max_inflight_bytes", c.maxInflightBytes, "max_inflight_values", c.maxInflightValues,
+		"decision_log_queue_bytes", c.logQueueBytes, "shadow_queue_bytes", c.shadowQueueBytes)
 	code, err = serve(ctx, c, log, stdout)
 	if err != nil {
 		log.Error("arbiter serve stopped", "err", err)
@@ -164,6 +167,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
 		BundleStuck:       fl.bundleStuck,
+		Memory:            c.memory,
 		Dropping:          drops.dropping,
 		Stopping:          stopping,
 		Shadow:            sh.srv,

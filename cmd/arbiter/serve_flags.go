@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,6 +60,9 @@ type serveConfig struct {
 	selfCheckRate     float64
 	ui                bool // serve the /ui pages (cmd/arbiter/ui.go)
 	uiRecent          int  // decisions the pages keep in memory
+
+	set    map[string]bool // the flags given, on the command line or in the environment
+	memory *memoryPlan     // the memory limit and the budgets fitted inside it (memory.go)
 }
 
 // Defaults of serve's flags that are not another package's.
@@ -122,6 +126,8 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
 		return nil, true, exitError
 	}
+	c.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
 	return c, false, 0
 }
 
