@@ -251,6 +251,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			return exitError, err
 		}
 	}
+	if c.metricsAddr != "" {
+		if err := serveMetrics(runCtx, c.metricsAddr, reg, log); err != nil {
+			return exitError, err
+		}
+	}
 
 	errc := make(chan error, 1)
 	go func() {

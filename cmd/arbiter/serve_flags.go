@@ -54,6 +54,7 @@ type serveConfig struct {
 	insecureListen    bool
 	logLevel          string
 	debugAddr         string
+	metricsAddr       string
 	memoryLimit       byteSize
 	gcPercent         int
 	stateDir          string
@@ -108,17 +109,18 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.BoolVar(&c.insecureListen, "insecure-listen", false, "allow a non-loopback address without authentication")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.stateDir, "state-dir", "var/state", "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
-	fs.Var(&c.memoryLimit, "memory-limit", "Go memory limit (GOMEMLIMIT syntax: 1GiB, 800MiB; 0 for none); the environment's GOMEMLIMIT wins when set")
+	fs.Var(&c.memoryLimit, "memory-limit", "Go memory limit (GOMEMLIMIT syntax: 1GiB, 800MiB; 0 for none); unset, 90% of the container's cgroup limit when it has one; the environment's GOMEMLIMIT wins when set")
 	fs.IntVar(&c.gcPercent, "gc-percent", 100, "Go garbage collector target (GOGC); the environment's GOGC wins when set")
 	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", 0.01, "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
 	fs.BoolVar(&c.ui, "ui", true, "serve the pages for reliability engineers at /ui, behind the same authentication")
 	fs.IntVar(&c.uiRecent, "ui-recent", 10000, "decisions the /ui pages keep in memory (the decision log has the rest)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "HOST:PORT serving /metrics without authentication, for Prometheus when the API needs a token or a client certificate (off when empty)")
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
 		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
 		"reload-timeout", "test-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
-		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "ui", "ui-recent")
+		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return nil, true, code
 	}
