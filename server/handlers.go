@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -42,7 +43,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		s.liveStart() // a candidate in shadow pauses meanwhile (shadow.go)
 		defer s.liveEnd()
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
-		ctx := r.Context()
+		ctx := s.startSpan(r.Context(), q)
 		if s.cfg.RequestTimeout > 0 { // the body's read deadline is paceBodies'
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
@@ -89,6 +90,11 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 			Path: r.URL.Path, Input: d.Input, InputOneLine: d.InputOneLine, Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		}
+		outcome := d.Outcome
+		if outcome == "" {
+			outcome = noOutcome
+		}
+		s.endSpan(q, &rec, outcome, "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
 		logged := s.record(rec)
 		if !logged && s.cfg.RefuseUnlogged {
@@ -114,6 +120,7 @@ type query struct {
 	start   time.Time
 	name    string
 	wrapped bool
+	span    trace.Span // nil when tracing is off (tracing.go)
 }
 
 // precheck refuses what needs no body to refuse: a media type or encoding
@@ -167,6 +174,7 @@ func (s *server) answerError(q *query, body []byte, e *engine.Error) {
 		rec.Revision = snap.Revision
 	}
 	describeBody(&rec, body, e.Code)
+	s.endSpan(q, &rec, "error", string(e.Code))
 	defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
 	s.record(rec)
 	s.metrics.observeError(q.name, e.Code, elapsed)

@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -96,6 +97,9 @@ type Config struct {
 	// BundleStuck, when set, says why the bundle's polls are stuck: then
 	// /health?bundles is not ready either.
 	BundleStuck func() error
+	// Tracer, when set, traces each decision request with a span of its
+	// own (tracing.go) under the request's context; nil turns it off.
+	Tracer trace.Tracer
 	// Memory, when set, is the memory member of /v1/status: the memory
 	// limit and the budgets fitted inside it, with where each came from.
 	Memory any

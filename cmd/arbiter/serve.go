@@ -149,6 +149,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}}
 	stopping := make(chan struct{})
 
+	tr, err := newTracing(ctx) // off unless OTEL_EXPORTER_OTLP_* asks (tracing.go)
+	if err != nil {
+		return exitError, err
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	scfg := server.Config{
@@ -168,6 +173,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		BundleStatus:      fl.bundleStatus,
 		BundleStuck:       fl.bundleStuck,
 		Memory:            c.memory,
+		Tracer:            tr.tracer(),
 		Dropping:          drops.dropping,
 		Stopping:          stopping,
 		Shadow:            sh.srv,
@@ -189,7 +195,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	conns := server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
 	srv := &http.Server{
-		Handler:           server.New(scfg, eng),
+		Handler:           tr.handler(server.New(scfg, eng)),
 		ReadHeaderTimeout: c.headerTimeout,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      c.readTimeout + c.requestTimeout,
@@ -313,6 +319,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	if err := fl.stop(log); err != nil {
 		log.Error("decision-log upload not complete", "err", err)
+	}
+	traceCtx, cancelTrace := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancelTrace()
+	if err := tr.shutdown(traceCtx); err != nil {
+		log.Warn("spans not exported at the stop", "err", err)
 	}
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
