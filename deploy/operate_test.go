@@ -272,3 +272,26 @@ func TestMetricsAreScraped(t *testing.T) {
 		t.Errorf("scrape annotations %v, want scrape true, port %s, path /metrics", ann, port)
 	}
 }
+
+// The image's binary names its version: the build stage takes the VERSION
+// build argument (its context has no .git) and stamps it as the Makefile
+// does (cmd/arbiter's TestStampedVersion proves the stamp is reported).
+func TestImageStampsItsVersion(t *testing.T) {
+	raw, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arg, stamped := false, false
+	for _, line := range strings.Split(string(raw), "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) > 1 && fields[0] == "ARG" && strings.HasPrefix(fields[1], "VERSION"):
+			arg = true
+		case len(fields) > 0 && fields[0] == "RUN" && strings.Contains(line, "go build") && strings.Contains(line, "-X main.version=${VERSION}"):
+			stamped = arg // the argument must be declared before its use
+		}
+	}
+	if !stamped {
+		t.Error("the Dockerfile does not build with -X main.version=${VERSION} after ARG VERSION")
+	}
+}

@@ -413,6 +413,7 @@ func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
 
 // statusDoc is the answer of GET /v1/status.
 type statusDoc struct {
+	Version    string               `json:"version,omitempty"` // of the binary
 	Revision   string               `json:"policy_revision"`
 	Origin     string               `json:"policy_origin,omitempty"` // where the live revision came from
 	LoadedAt   *time.Time           `json:"loaded_at,omitempty"`
@@ -434,7 +435,7 @@ type statusDoc struct {
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	doc := statusDoc{
-		Files: []string{}, Decisions: []string{},
+		Version: s.cfg.Version, Files: []string{}, Decisions: []string{},
 		LastReload:    s.eng.LastReload(),
 		Reload:        "idle",
 		StartedAt:     s.started.UTC(),

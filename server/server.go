@@ -97,6 +97,9 @@ type Config struct {
 	// BundleStuck, when set, says why the bundle's polls are stuck: then
 	// /health?bundles is not ready either.
 	BundleStuck func() error
+	// Version is the running binary's version: /v1/status's version and
+	// arbiter_build_info{version}.
+	Version string
 	// Tracer, when set, traces each decision request with a span of its
 	// own (tracing.go) under the request's context; nil turns it off.
 	Tracer trace.Tracer

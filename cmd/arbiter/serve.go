@@ -174,6 +174,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		BundleStuck:       fl.bundleStuck,
 		Memory:            c.memory,
 		Tracer:            tr.tracer(),
+		Version:           buildVersion(),
 		Dropping:          drops.dropping,
 		Stopping:          stopping,
 		Shadow:            sh.srv,
