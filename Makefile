@@ -27,9 +27,11 @@ all: build
 
 build: $(ARBITER)
 
-# Always rebuilt: go's own cache makes this cheap and never stale.
+# Always rebuilt: go's own cache makes this cheap and never stale. The
+# version `arbiter version` and /v1/status name is the checkout's.
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null)
 $(ARBITER): FORCE
-	$(GO) build -o $@ ./cmd/arbiter
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/arbiter
 
 # The stock OPA binary of the version in go.mod (a go.mod tool), our
 # yardstick and compatibility target.

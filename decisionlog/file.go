@@ -393,6 +393,14 @@ func appendRecord(b []byte, rec Record) []byte {
 		b = append(b, `,"caller":`...)
 		b = jsonenc.AppendString(b, rec.Caller)
 	}
+	if rec.TraceID != "" {
+		b = append(b, `,"trace_id":`...)
+		b = jsonenc.AppendString(b, rec.TraceID)
+	}
+	if rec.SpanID != "" {
+		b = append(b, `,"span_id":`...)
+		b = jsonenc.AppendString(b, rec.SpanID)
+	}
 	b = appendStrings(b, "masked", rec.Masked)
 	b = appendStrings(b, "erased", rec.Erased)
 	if sh := rec.Shadow; sh != nil {

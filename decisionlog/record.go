@@ -33,6 +33,10 @@ type Record struct {
 	Error        *RecordError    `json:"error,omitempty"`
 	DurationNS   int64           `json:"duration_ns"`
 	Caller       string          `json:"caller,omitempty"`
+	// TraceID and SpanID are the decision's span (W3C hex ids), when the
+	// server traces, as OPA's decision-log events carry them.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
 	// Masked and Erased list, as OPA's decision-log events do, the JSON
 	// pointers (from the record's root: /input/...) whose values the log
 	// replaced with MaskedValue or left out. A record with either is not

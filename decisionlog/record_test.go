@@ -13,7 +13,8 @@ func TestAppendRecordMatchesEncodingJSON(t *testing.T) {
 	at := time.Date(2026, 12, 2, 17, 41, 42, 123456789, time.UTC)
 	for name, rec := range map[string]Record{
 		"decision": {DecisionID: "d1", Time: at, Decision: "some_decision", Revision: "abc", Path: "/v1/decisions/some_decision",
-			Input: json.RawMessage(`{"a":[1,2],"n":18446744073709551615}`), Result: json.RawMessage(`{"allow":true}`), DurationNS: 412000, Caller: "host-preparation"},
+			Input: json.RawMessage(`{"a":[1,2],"n":18446744073709551615}`), Result: json.RawMessage(`{"allow":true}`), DurationNS: 412000, Caller: "host-preparation",
+			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7"},
 		"error": {DecisionID: "d2", Time: at, Decision: "x", Path: "/v1/data/decisions/x/decision", BodyBase64: "e30=",
 			Error: &RecordError{Code: "malformed_json", Message: `invalid JSON at byte 3: duplicate object key "a" <&>`}, DurationNS: 7},
 		"shadowed": {DecisionID: "d3", Time: at, Decision: "x", Path: "/v1/decisions/x", Input: json.RawMessage(`{}`), Result: json.RawMessage(`{"o":"no"}`),

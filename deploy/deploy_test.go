@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -100,8 +99,8 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	pod := dep.Spec.Template
 	c := pod.Spec.Containers[0]
-	if c.ReadinessProbe.HTTPGet.Path != "/health?bundles" {
-		t.Errorf("readiness probe %q: want /health?bundles (ready only on a loaded revision)", c.ReadinessProbe.HTTPGet.Path)
+	if c.ReadinessProbe.HTTPGet.Path != "/health/ready" {
+		t.Errorf("readiness probe %q: want /health/ready (ready only on a loaded revision)", c.ReadinessProbe.HTTPGet.Path)
 	}
 	if len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef.Name != cm.Metadata.Name {
 		t.Errorf("the container does not take its environment from ConfigMap %s", cm.Metadata.Name)
@@ -130,12 +129,8 @@ func TestKubernetesManifest(t *testing.T) {
 
 	// Every ARBITER_ variable set must be one `arbiter serve` reads, as its
 	// usage lists them.
-	usage, err := exec.Command("go", "run", "../cmd/arbiter", "serve", "-h").Output()
-	if err != nil {
-		t.Fatalf("arbiter serve -h: %v", err)
-	}
 	reads := map[string]bool{}
-	for _, line := range strings.Split(string(usage), "\n") {
+	for _, line := range strings.Split(serveHelp(t), "\n") {
 		if name, _, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok && strings.HasPrefix(name, "ARBITER_") {
 			reads[name] = true
 		}

@@ -346,6 +346,8 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		Path:        "decisions/" + rec.Decision + "/decision",
 		RequestedBy: rec.Caller,
 		Timestamp:   rec.Time,
+		TraceID:     rec.TraceID,
+		SpanID:      rec.SpanID,
 		Metrics:     map[string]any{"timer_server_handler_ns": rec.DurationNS},
 	}
 	if rec.Revision != "" {

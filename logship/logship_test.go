@@ -63,8 +63,8 @@ func record(i int) decisionlog.Record {
 }
 
 // Each record reaches the service as OPA's EventV1, gzip-compressed, with
-// its bundle revision, labels, exact numbers, masked values and, under a
-// mask, a body that is not JSON erased.
+// its bundle revision, labels, exact numbers, masked values, trace and span
+// ids and, under a mask, a body that is not JSON erased.
 func TestEventsAreOPAEvents(t *testing.T) {
 	sink := logsink.New()
 	var encodings atomic.Value
@@ -90,6 +90,7 @@ func TestEventsAreOPAEvents(t *testing.T) {
 	u.Write([]decisionlog.Record{masked(t, mask, refused)})
 	nothingMasked := record(4) // masked lists what was masked, not what could be
 	nothingMasked.Input = []byte(`{"n": 1}`)
+	nothingMasked.TraceID, nothingMasked.SpanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7" // traced: the event carries them, as OPA's
 	u.Write([]decisionlog.Record{masked(t, mask, nothingMasked)})
 	waitUntil(t, "four events", func() bool { return sink.Stats().Unique == 4 })
 	if got := encodings.Load().(string); got != "gzip application/json /logs" {
@@ -98,7 +99,7 @@ func TestEventsAreOPAEvents(t *testing.T) {
 	want := map[string]string{
 		"id-00001": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00001","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":18446744073709551615,"secret":{"token":"**masked**"},"f":1.000E+3},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000001Z","metrics":{"timer_server_handler_ns":1234}}`,
 		"id-00002": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00002","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1e3,"secret":{"token":"**masked**"}},"result":{"allow":false},"masked":["/input/secret/token"],"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000002Z","metrics":{"timer_server_handler_ns":1234}}`,
-		"id-00004": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00004","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1},"result":{"allow":false},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000004Z","metrics":{"timer_server_handler_ns":1234}}`,
+		"id-00004": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00004","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","input":{"n":1},"result":{"allow":false},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000004Z","metrics":{"timer_server_handler_ns":1234}}`,
 		"id-00003": `{"labels":{"app":"arbiter","id":"replica-1"},"decision_id":"id-00003","bundles":{"arbiter":{"revision":"r7"}},"path":"decisions/some_decision/decision","erased":["/input"],"error":{"code":"malformed_json","message":"not JSON"},"requested_by":"host-preparation","timestamp":"2026-12-03T10:00:00.000000003Z","metrics":{"timer_server_handler_ns":1234}}`,
 	}
 	for id, w := range want {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -42,7 +43,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		s.liveStart() // a candidate in shadow pauses meanwhile (shadow.go)
 		defer s.liveEnd()
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
-		ctx := r.Context()
+		ctx := s.startSpan(r.Context(), q)
 		if s.cfg.RequestTimeout > 0 { // the body's read deadline is paceBodies'
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
@@ -89,6 +90,11 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 			Path: r.URL.Path, Input: d.Input, InputOneLine: d.InputOneLine, Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		}
+		outcome := d.Outcome
+		if outcome == "" {
+			outcome = noOutcome
+		}
+		s.endSpan(q, &rec, outcome, "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
 		logged := s.record(rec)
 		if !logged && s.cfg.RefuseUnlogged {
@@ -114,6 +120,7 @@ type query struct {
 	start   time.Time
 	name    string
 	wrapped bool
+	span    trace.Span // nil when tracing is off (tracing.go)
 }
 
 // precheck refuses what needs no body to refuse: a media type or encoding
@@ -167,6 +174,7 @@ func (s *server) answerError(q *query, body []byte, e *engine.Error) {
 		rec.Revision = snap.Revision
 	}
 	describeBody(&rec, body, e.Code)
+	s.endSpan(q, &rec, "error", string(e.Code))
 	defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
 	s.record(rec)
 	s.metrics.observeError(q.name, e.Code, elapsed)
@@ -337,18 +345,58 @@ func encodeDecision(d *engine.Decision, wrapped bool) ([]byte, error) {
 // and while the bundle's polls are not stuck.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("bundles") {
-		if s.eng.Snapshot() == nil {
-			writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}, false, "")
+		if err := s.bundlesReady(); err != nil {
+			writeError(w, err, false, "")
 			return
-		}
-		if s.cfg.BundleStuck != nil {
-			if err := s.cfg.BundleStuck(); err != nil {
-				writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: err.Error()}, false, "")
-				return
-			}
 		}
 	}
 	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`)) // net/http sends no body for HEAD
+}
+
+// live is GET /health/live, OPA's liveness path: 200 while the process
+// serves, stopping included (a restart would not help a replica that is
+// draining).
+func (s *server) live(w http.ResponseWriter, _ *http.Request) {
+	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// ready is GET /health/ready, OPA's readiness path: 200 only while a
+// gated revision is live, the bundle's polls are not stuck, the decision
+// sinks are not dropping records and the server is not stopping; else 503
+// not_ready naming the first reason.
+func (s *server) ready(w http.ResponseWriter, _ *http.Request) {
+	err := s.bundlesReady()
+	if err == nil && s.cfg.Stopping != nil {
+		select {
+		case <-s.cfg.Stopping:
+			err = &engine.Error{Code: engine.CodeNotReady, Message: "stopping: finishing requests in flight"}
+		default:
+		}
+	}
+	if err == nil && s.cfg.Dropping != nil {
+		if why := s.cfg.Dropping(); why != nil {
+			err = &engine.Error{Code: engine.CodeNotReady, Message: why.Error()}
+		}
+	}
+	if err != nil {
+		writeError(w, err, false, "")
+		return
+	}
+	writeBody(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// bundlesReady is nil once a revision is live and while the bundle's polls
+// are not stuck.
+func (s *server) bundlesReady() *engine.Error {
+	if s.eng.Snapshot() == nil {
+		return &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}
+	}
+	if s.cfg.BundleStuck != nil {
+		if err := s.cfg.BundleStuck(); err != nil {
+			return &engine.Error{Code: engine.CodeNotReady, Message: err.Error()}
+		}
+	}
+	return nil
 }
 
 func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
@@ -365,6 +413,7 @@ func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
 
 // statusDoc is the answer of GET /v1/status.
 type statusDoc struct {
+	Version    string               `json:"version,omitempty"` // of the binary
 	Revision   string               `json:"policy_revision"`
 	Origin     string               `json:"policy_origin,omitempty"` // where the live revision came from
 	LoadedAt   *time.Time           `json:"loaded_at,omitempty"`
@@ -377,6 +426,7 @@ type statusDoc struct {
 	Reload        string                 `json:"reload"`
 	ReloadRunning *engine.ReloadProgress `json:"reload_in_progress,omitempty"`
 	Bundles       any                    `json:"bundles,omitempty"`
+	Memory        any                    `json:"memory,omitempty"`
 	StartedAt     time.Time              `json:"started_at"`
 	UptimeSeconds float64                `json:"uptime_seconds"`
 	// Compiled says which decisions run compiled, and why the others not.
@@ -385,7 +435,7 @@ type statusDoc struct {
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	doc := statusDoc{
-		Files: []string{}, Decisions: []string{},
+		Version: s.cfg.Version, Files: []string{}, Decisions: []string{},
 		LastReload:    s.eng.LastReload(),
 		Reload:        "idle",
 		StartedAt:     s.started.UTC(),
@@ -397,6 +447,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	if s.cfg.BundleStatus != nil {
 		doc.Bundles = s.cfg.BundleStatus()
 	}
+	doc.Memory = s.cfg.Memory
 	if snap := s.eng.Snapshot(); snap != nil {
 		loaded := snap.LoadedAt.UTC()
 		doc.Revision, doc.Origin, doc.LoadedAt = snap.Revision, snap.Origin, &loaded

@@ -77,6 +77,13 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission
 			}))
 		}
 	}
+	if cfg.Version != "" {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "arbiter_build_info",
+			Help:        "Always 1: the version of the running binary in its label.",
+			ConstLabels: prometheus.Labels{"version": cfg.Version},
+		}, func() float64 { return 1 }))
+	}
 	if cfg.CompiledDisagreements != nil {
 		reg.MustRegister(disagreementCollector{cfg.CompiledDisagreements})
 	}

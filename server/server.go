@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -96,6 +97,23 @@ type Config struct {
 	// BundleStuck, when set, says why the bundle's polls are stuck: then
 	// /health?bundles is not ready either.
 	BundleStuck func() error
+	// Version is the running binary's version: /v1/status's version and
+	// arbiter_build_info{version}.
+	Version string
+	// Tracer, when set, traces each decision request with a span of its
+	// own (tracing.go) under the request's context; nil turns it off.
+	Tracer trace.Tracer
+	// Memory, when set, is the memory member of /v1/status: the memory
+	// limit and the budgets fitted inside it, with where each came from.
+	Memory any
+	// Dropping, when set, says why the decision sinks are dropping records
+	// (nil when they are not): then /health/ready is not ready.
+	Dropping func() error
+	// Stopping, when set, is closed as the server begins to stop: from
+	// then on /health/ready answers not ready while decisions are still
+	// answered, so that the load balancer stops sending before the
+	// listener closes.
+	Stopping <-chan struct{}
 	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
 	Shadow *ShadowConfig
 	// UI, when set, serves the pages under /ui (package server/ui): behind
@@ -179,6 +197,10 @@ func (s *server) routes() http.Handler {
 
 	r.Get("/health", s.health)
 	r.Head("/health", s.health)
+	r.Get("/health/live", s.live)
+	r.Head("/health/live", s.live)
+	r.Get("/health/ready", s.ready)
+	r.Head("/health/ready", s.ready)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Post("/v1/decisions/{name}", s.decide(false))

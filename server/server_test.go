@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -198,6 +199,10 @@ func TestRoutes(t *testing.T) {
 		{name: "PUT on data api", method: "PUT", path: "/v1/data/decisions/quota_check/decision", body: `{}`, status: 405, code: CodeMethodNotAllowed, allow: "POST"},
 		{name: "POST health", method: "POST", path: "/health", body: `{}`, status: 405, code: CodeMethodNotAllowed, allow: "GET, HEAD"},
 		{name: "HEAD health", method: "HEAD", path: "/health", status: 200},
+		{name: "live", method: "GET", path: "/health/live", status: 200},
+		{name: "ready", method: "GET", path: "/health/ready", status: 200},
+		{name: "HEAD ready", method: "HEAD", path: "/health/ready", status: 200},
+		{name: "POST ready", method: "POST", path: "/health/ready", body: `{}`, status: 405, code: CodeMethodNotAllowed, allow: "GET, HEAD"},
 		{name: "GET reload", method: "GET", path: "/v1/reload", status: 405, code: CodeMethodNotAllowed, allow: "POST"},
 		{name: "DELETE decisions", method: "DELETE", path: "/v1/decisions", status: 405, code: CodeMethodNotAllowed, allow: "GET"},
 	}
@@ -231,6 +236,46 @@ func TestHealth(t *testing.T) {
 	r := h.do(t, "GET", "/health", "")
 	if r.status != 200 || string(r.body) != `{"status":"ok"}` {
 		t.Fatalf("%d %s", r.status, r.body)
+	}
+}
+
+// TestHealthReady: /health/ready answers 503 not_ready naming why while a
+// bundle's polls are stuck, the decision sinks drop records or the server
+// stops, and 200 otherwise; /health/live answers 200 throughout, and
+// /health?bundles looks at the bundle alone, as OPA's does.
+func TestHealthReady(t *testing.T) {
+	stopped := make(chan struct{})
+	close(stopped)
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		want    string // "" for ready, else a word of the not_ready message
+		bundles int
+	}{
+		{name: "ready", cfg: Config{Stopping: make(chan struct{}), Dropping: func() error { return nil }, BundleStuck: func() error { return nil }}, bundles: 200},
+		{name: "bundle stuck", cfg: Config{BundleStuck: func() error { return errors.New("bundle b: no poll has completed for 1m") }}, want: "no poll has completed", bundles: 503},
+		{name: "sinks dropping", cfg: Config{Dropping: func() error { return errors.New("decision records dropped") }}, want: "decision records dropped", bundles: 200},
+		{name: "stopping", cfg: Config{Stopping: stopped}, want: "stopping", bundles: 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := serveQuota(t, tc.cfg)
+			if r := h.do(t, "GET", "/health/live", ""); r.status != 200 || string(r.body) != `{"status":"ok"}` {
+				t.Errorf("live: %d %s", r.status, r.body)
+			}
+			if r := h.do(t, "GET", "/health?bundles", ""); r.status != tc.bundles {
+				t.Errorf("/health?bundles: %d, want %d", r.status, tc.bundles)
+			}
+			r := h.do(t, "GET", "/health/ready", "")
+			if tc.want == "" {
+				if r.status != 200 || string(r.body) != `{"status":"ok"}` {
+					t.Fatalf("ready: %d %s", r.status, r.body)
+				}
+				return
+			}
+			if doc := r.errorDoc(t); r.status != 503 || doc.Code != engine.CodeNotReady || !strings.Contains(doc.Message, tc.want) {
+				t.Fatalf("ready: %d %s, want 503 not_ready naming %q", r.status, r.body, tc.want)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,9 @@ func TestBearerTokens(t *testing.T) {
 		challenge                string // WWW-Authenticate on a 401
 	}{
 		{name: "health needs no token", method: "GET", path: "/health", status: 200},
+		{name: "liveness needs no token", method: "GET", path: "/health/live", status: 200},
+		{name: "readiness needs no token", method: "GET", path: "/health/ready", status: 200},
+		{name: "metrics without a token", method: "GET", path: "/metrics", status: 401, challenge: `Bearer realm="arbiter"`},
 		{name: "missing token", method: "POST", path: "/v1/decisions/" + fx.Decision, status: 401, challenge: `Bearer realm="arbiter"`},
 		{name: "wrong token", method: "POST", path: "/v1/decisions/" + fx.Decision, auth: "Bearer " + wrongToken, status: 401, challenge: `Bearer realm="arbiter", error="invalid_token"`},
 		{name: "token as a basic credential", method: "POST", path: "/v1/decisions/" + fx.Decision, auth: "Basic " + secret, status: 401, challenge: `Bearer realm="arbiter"`},
@@ -458,4 +462,44 @@ func TestNonLoopbackNeedsAuthentication(t *testing.T) {
 		}
 		noSecrets(t, map[string]string{"server log": srv.stderr.String()}, secret)
 	})
+}
+
+var servingMetrics = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
+
+// With authentication on, /metrics on the API answers 401, and the
+// --metrics-addr listener serves the same metrics without a token: what
+// Prometheus scrapes (docs/OPERATING.md).
+func TestMetricsListenerWithoutAuth(t *testing.T) {
+	args, _ := quickArgs(t)
+	tokenFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokenFile, []byte("scraper-is-not-a-caller s3cret-metrics-5e1d\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, append(args, "--auth-token-file", tokenFile, "--metrics-addr", "127.0.0.1:0")...)
+	m := servingMetrics.FindStringSubmatch(srv.stderr.String())
+	if m == nil {
+		t.Fatalf("no metrics listener logged:\n%s", srv.stderr.String())
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(srv.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/metrics on the API without a token: %d, want 401", resp.StatusCode)
+	}
+	resp, err = client.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "\narbiter_") || !strings.Contains(string(b), "\ngo_gc_gomemlimit_bytes ") {
+		t.Fatalf("/metrics on --metrics-addr: %d, want 200 with arbiter's and Go's metrics:\n%.500s", resp.StatusCode, b)
+	}
+	if resp, err := client.Get("http://" + m[1] + "/v1/status"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the metrics listener serves more than /metrics: %v %v", resp, err)
+	}
+	srv.stop(t)
 }

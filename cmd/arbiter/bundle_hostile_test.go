@@ -342,11 +342,20 @@ func TestStalledBundleServerIsCutOff(t *testing.T) {
 				msg, _ := e["message"].(string)
 				return code == http.StatusServiceUnavailable && strings.Contains(msg, "no poll has completed")
 			})
+			if code, doc := getJSON(t, r.url+"/health/ready"); code != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(doc), "no poll has completed") {
+				t.Errorf("/health/ready with the polls stalled: %d %v, want 503 naming the stall", code, doc)
+			}
+			if code, _ := getJSON(t, r.url+"/health/live"); code != http.StatusOK {
+				t.Errorf("/health/live with the polls stalled: %d, want 200", code)
+			}
 			r.serves(t, "good-1")
 
 			o.publish(fix, "")
 			waitFor(t, 60*time.Second, "the fix", func() bool { return r.bundleStatus(t)["active_revision"] == "fix-2" })
 			waitFor(t, 60*time.Second, "/health?bundles ready", func() bool { code, _ := getJSON(t, r.url+"/health?bundles"); return code == http.StatusOK })
+			if code, doc := getJSON(t, r.url+"/health/ready"); code != http.StatusOK {
+				t.Errorf("/health/ready once the polls complete again: %d %v", code, doc)
+			}
 			r.serves(t, "fix-2")
 		})
 	}

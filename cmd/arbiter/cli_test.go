@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
 )
@@ -192,4 +195,35 @@ func TestBenchCommand(t *testing.T) {
 	if out, _, code := runCLI(t, []byte(`{"x": 1}`), append([]string{"bench", "--decision", quotaDecision, "--input", "-"}, args...)...); code != 2 || !strings.Contains(out, "input_schema_invalid") {
 		t.Errorf("bench on an invalid input: exit %d, %s", code, out)
 	}
+}
+
+// A binary built as the Makefile and the Dockerfile build it, with
+// -ldflags "-X main.version=...", names that version in `arbiter version`,
+// in /v1/status and in arbiter_build_info.
+func TestStampedVersion(t *testing.T) {
+	const stamp = "v0.0.0-stamped-by-test-3f2a"
+	bin := filepath.Join(t.TempDir(), "arbiter")
+	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+stamp, "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "arbiter "+stamp+" (opa ") {
+		t.Fatalf("arbiter version: %q %v, want the stamped %s", out, err, stamp)
+	}
+	args, _ := quickArgs(t)
+	srv := startServerWith(t, func(c *exec.Cmd) { c.Path, c.Args[0] = bin, bin }, args...)
+	client := &http.Client{Timeout: 10 * time.Second}
+	if v := status(t, client, srv.url)["version"]; v != stamp {
+		t.Errorf("/v1/status version %v, want %s", v, stamp)
+	}
+	resp, err := client.Get(srv.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `arbiter_build_info{version="` + stamp + `"} 1`; !strings.Contains(string(b), want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	srv.stop(t)
 }

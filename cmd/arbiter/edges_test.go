@@ -78,6 +78,13 @@ func TestStalledDecisionLogIsAccounted(t *testing.T) {
 				statuses[a.status]++
 			}
 			dropped := metricValue(t, client, srv.url, "arbiter_decision_log_dropped_total")
+			// Dropping records, the replica is not ready (it is alive).
+			if code, doc := getJSON(t, srv.url+"/health/ready"); code != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(doc), "dropped") {
+				t.Errorf("/health/ready with the log dropping: %d %v, want 503 naming the drops", code, doc)
+			}
+			if code, _ := getJSON(t, srv.url+"/health/live"); code != http.StatusOK {
+				t.Errorf("/health/live with the log dropping: %d, want 200", code)
+			}
 			if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -671,7 +678,8 @@ func TestInputReadAtMostMaxBody(t *testing.T) {
 }
 
 // TestMemoryLimitByDefault: serve sets a Go memory limit of 1 GiB unless
-// told otherwise; GOMEMLIMIT in the environment wins over the flag.
+// told otherwise (or in a cgroup with a limit: TestMemoryFromCgroup);
+// GOMEMLIMIT in the environment wins over the flag.
 func TestMemoryLimitByDefault(t *testing.T) {
 	t.Parallel()
 	args, _ := quickArgs(t)
@@ -686,8 +694,10 @@ func TestMemoryLimitByDefault(t *testing.T) {
 		{"GOMEMLIMIT=512MiB", []string{"--memory-limit", "768MiB"}, 512 << 20},
 	} {
 		srv := startServerWith(t, func(c *exec.Cmd) {
+			// In no cgroup with a limit, wherever the test runs.
+			c.Env = append(os.Environ(), cgroupRootEnv+"="+t.TempDir())
 			if tc.env != "" {
-				c.Env = append(os.Environ(), tc.env)
+				c.Env = append(c.Env, tc.env)
 			}
 		}, append(args, tc.args...)...)
 		if got := metricValue(t, client, srv.url, "go_gc_gomemlimit_bytes"); got != tc.want {

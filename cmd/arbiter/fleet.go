@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -173,11 +172,4 @@ func (f *fleet) stop(log *slog.Logger) error {
 	s := f.upload.Stats()
 	log.Info("decision-log upload closed", "sent", s.Sent, "dropped", s.Dropped(), "failed_uploads", s.UploadsFailed)
 	return err
-}
-
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

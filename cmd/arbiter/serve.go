@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -35,13 +36,16 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// A memory limit bounds the heap however many large requests arrive
 	// together (admission control bounds what they hold; the limit makes
 	// the collector return the rest in time), instead of a collector target
-	// tuned for throughput (docs/BENCHMARKS.md). The environment wins.
+	// tuned for throughput (docs/BENCHMARKS.md). The environment wins, then
+	// the flag, then the container's cgroup limit; the budgets that were
+	// not set are fitted inside it (memory.go).
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(c.gcPercent)
 	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && c.memoryLimit > 0 {
-		debug.SetMemoryLimit(int64(c.memoryLimit))
-	}
+	c.memory = planMemory(c, c.set, cgroupProvider())
+	log.Info("memory", "limit_bytes", c.memory.LimitBytes, "source", c.memory.Source, "cgroup_limit_bytes", c.memory.CgroupBytes,
+		"max_inflight_bytes", c.maxInflightBytes, "max_inflight_values", c.maxInflightValues,
+		"decision_log_queue_bytes", c.logQueueBytes, "shadow_queue_bytes", c.shadowQueueBytes)
 	code, err = serve(ctx, c, log, stdout)
 	if err != nil {
 		log.Error("arbiter serve stopped", "err", err)
@@ -132,6 +136,24 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		sink = dlog
 	}
 
+	// Readiness: not ready while the sinks drop records, nor once stopping.
+	drops := &dropWatch{window: readyDropWindow, now: time.Now, total: func() uint64 {
+		var n uint64
+		if dlog != nil {
+			n += dlog.Dropped()
+		}
+		if fl.upload != nil {
+			n += fl.upload.Stats().Dropped()
+		}
+		return n
+	}}
+	stopping := make(chan struct{})
+
+	tr, err := newTracing(ctx) // off unless OTEL_EXPORTER_OTLP_* asks (tracing.go)
+	if err != nil {
+		return exitError, err
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	scfg := server.Config{
@@ -150,6 +172,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
 		BundleStuck:       fl.bundleStuck,
+		Memory:            c.memory,
+		Tracer:            tr.tracer(),
+		Version:           buildVersion(),
+		Dropping:          drops.dropping,
+		Stopping:          stopping,
 		Shadow:            sh.srv,
 		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	}
@@ -169,7 +196,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	conns := server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
 	srv := &http.Server{
-		Handler:           server.New(scfg, eng),
+		Handler:           tr.handler(server.New(scfg, eng)),
 		ReadHeaderTimeout: c.headerTimeout,
 		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
 		WriteTimeout:      c.readTimeout + c.requestTimeout,
@@ -231,6 +258,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 			return exitError, err
 		}
 	}
+	if c.metricsAddr != "" {
+		if err := serveMetrics(runCtx, c.metricsAddr, reg, log); err != nil {
+			return exitError, err
+		}
+	}
 
 	errc := make(chan error, 1)
 	go func() {
@@ -247,6 +279,14 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	var serveErr error
 	select {
 	case <-ctx.Done():
+		close(stopping) // /health/ready: not ready from now on
+		if c.shutdownDelay > 0 {
+			log.Info("stopping: not ready, still answering while the load balancer stops sending", "shutdown_delay", c.shutdownDelay)
+			select {
+			case <-time.After(c.shutdownDelay):
+			case serveErr = <-errc:
+			}
+		}
 		log.Info("stopping: finishing requests in flight", "timeout", c.shutdownTimeout)
 	case serveErr = <-errc:
 	}
@@ -280,6 +320,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	if err := fl.stop(log); err != nil {
 		log.Error("decision-log upload not complete", "err", err)
+	}
+	traceCtx, cancelTrace := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancelTrace()
+	if err := tr.shutdown(traceCtx); err != nil {
+		log.Warn("spans not exported at the stop", "err", err)
 	}
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,6 +43,7 @@ type serveConfig struct {
 	minBodyRate       int64
 	idleTimeout       time.Duration
 	shutdownTimeout   time.Duration
+	shutdownDelay     time.Duration
 	debounce          time.Duration
 	reloadTimeout     time.Duration
 	testTimeout       time.Duration
@@ -52,12 +54,16 @@ type serveConfig struct {
 	insecureListen    bool
 	logLevel          string
 	debugAddr         string
+	metricsAddr       string
 	memoryLimit       byteSize
 	gcPercent         int
 	stateDir          string
 	selfCheckRate     float64
 	ui                bool // serve the /ui pages (cmd/arbiter/ui.go)
 	uiRecent          int  // decisions the pages keep in memory
+
+	set    map[string]bool // the flags given, on the command line or in the environment
+	memory *memoryPlan     // the memory limit and the budgets fitted inside it (memory.go)
 }
 
 // Defaults of serve's flags that are not another package's.
@@ -92,6 +98,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.Int64Var(&c.minBodyRate, "min-body-rate", server.DefaultMinBodyRate, "bytes per second a request body must average after --read-header-timeout; a slower one is cut off")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a keep-alive connection may stay idle")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight, and then again for the decision log to drain")
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep answering this long with /health/ready not ready before the graceful stop begins: the time the load balancer takes to stop sending (a preStop delay in the process)")
 	fs.DurationVar(&c.debounce, "reload-debounce", 100*time.Millisecond, "quiet time after file events before a reload")
 	fs.DurationVar(&c.reloadTimeout, "reload-timeout", engine.DefaultReloadTimeout, "deadline of a whole reload: reading, compiling and the test gate")
 	fs.DurationVar(&c.testTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
@@ -102,17 +109,18 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.BoolVar(&c.insecureListen, "insecure-listen", false, "allow a non-loopback address without authentication")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.stateDir, "state-dir", "var/state", "where the last good revision's files are kept, served when the configured folders do not load at start ('' to disable)")
-	fs.Var(&c.memoryLimit, "memory-limit", "Go memory limit (GOMEMLIMIT syntax: 1GiB, 800MiB; 0 for none); the environment's GOMEMLIMIT wins when set")
+	fs.Var(&c.memoryLimit, "memory-limit", "Go memory limit (GOMEMLIMIT syntax: 1GiB, 800MiB; 0 for none); unset, 90% of the container's cgroup limit when it has one; the environment's GOMEMLIMIT wins when set")
 	fs.IntVar(&c.gcPercent, "gc-percent", 100, "Go garbage collector target (GOGC); the environment's GOGC wins when set")
 	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", 0.01, "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
 	fs.BoolVar(&c.ui, "ui", true, "serve the pages for reliability engineers at /ui, behind the same authentication")
 	fs.IntVar(&c.uiRecent, "ui-recent", 10000, "decisions the /ui pages keep in memory (the decision log has the rest)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "HOST:PORT serving /metrics without authentication, for Prometheus when the API needs a token or a client certificate (off when empty)")
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
-		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "reload-debounce",
+		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
 		"reload-timeout", "test-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
-		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "ui", "ui-recent")
+		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return nil, true, code
 	}
@@ -120,6 +128,8 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
 		return nil, true, exitError
 	}
+	c.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
 	return c, false, 0
 }
 
@@ -150,6 +160,8 @@ func (c *serveConfig) validate(fs *command) error {
 		return errors.New("--selfcheck-rate must be between 0 and 1")
 	case c.maxConnections < 0:
 		return errors.New("--max-connections must not be negative")
+	case c.shutdownDelay < 0:
+		return errors.New("--shutdown-delay must not be negative")
 	case c.logFull != "drop" && c.logFull != "refuse":
 		return fmt.Errorf("--decision-log-full must be drop or refuse, not %q", c.logFull)
 	case c.decisionLog != "" && c.decisionLog != "-" && int64(c.logMaxMB)<<20 < c.maxBodyBytes+1<<20:

@@ -159,3 +159,39 @@ func assertLogged(t *testing.T, logPath string, ids []string) {
 		}
 	}
 }
+
+// With --shutdown-delay, SIGTERM first turns /health/ready not ready while
+// decisions are still answered (and logged), and /health/live stays 200:
+// the load balancer stops sending before the listener closes. Then the
+// graceful stop runs as without the delay and the process exits 0.
+// Synchronised on the readiness flip and the exit; the delay is a generous
+// window for the requests made inside it.
+func TestShutdownDelayKeepsAnsweringWhileNotReady(t *testing.T) {
+	args, logPath := quickArgs(t)
+	s := startServer(t, append(args, "--shutdown-delay", "10s")...)
+	fx := decidedFixture(t)
+	client := &http.Client{Timeout: 30 * time.Second}
+	if code, _ := getJSON(t, s.url+"/health/ready"); code != http.StatusOK {
+		t.Fatalf("/health/ready before SIGTERM: %d", code)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "/health/ready not ready after SIGTERM", func() bool {
+		code, doc := getJSON(t, s.url+"/health/ready")
+		e, _ := doc["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		return code == http.StatusServiceUnavailable && strings.Contains(msg, "stopping")
+	})
+	if code, _ := getJSON(t, s.url+"/health/live"); code != http.StatusOK {
+		t.Errorf("/health/live while stopping: %d, want 200", code)
+	}
+	id := decideFixture(t, client, s.url, fx).id
+	if code := s.exitCode(t); code != exitOK {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	if !strings.Contains(s.stderr.String(), "stopping: not ready, still answering") {
+		t.Error("the delay was not logged")
+	}
+	assertLogged(t, logPath, []string{id})
+}

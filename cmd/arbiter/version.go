@@ -5,7 +5,7 @@ import (
 	"io"
 	"runtime/debug"
 
-	"github.com/open-policy-agent/opa/v1/version"
+	opaversion "github.com/open-policy-agent/opa/v1/version"
 )
 
 func cmdVersion(args []string, stdout, stderr io.Writer) int {
@@ -17,10 +17,49 @@ func cmdVersion(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "arbiter version: no arguments expected, got %q\n", c.Args())
 		return exitError
 	}
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
-	}
-	fmt.Fprintf(stdout, "arbiter %s (opa %s)\n", v, version.Version)
+	fmt.Fprintf(stdout, "arbiter %s (opa %s)\n", buildVersion(), opaversion.Version)
 	return exitOK
+}
+
+// version is the release, set when building: the Makefile and the
+// Dockerfile pass -ldflags "-X main.version=$(git describe --always
+// --dirty)" (the image's build context has no .git, so there it is the
+// VERSION build argument).
+var version string
+
+// buildVersion is the version every report of this binary names (arbiter
+// version, /v1/status, arbiter_build_info, the upload's labels, the traces'
+// service.version): the stamped version; else the module's version (go
+// install PATH@VERSION); else the commit Go stamped from the checkout
+// (vcs.revision, -dirty when vcs.modified), else (devel).
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "(devel)"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
