@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
@@ -407,6 +408,9 @@ type statusDoc struct {
 	UptimeSeconds float64                `json:"uptime_seconds"`
 	// Compiled says which decisions run compiled, and why the others not.
 	Compiled []engine.CompiledInfo `json:"compiled"`
+	// Diff is the semantic diff of the live revision against the one it
+	// replaced (running, or done with its verdicts), when there is one.
+	Diff *diff.Status `json:"diff,omitempty"`
 }
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
@@ -422,6 +426,11 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	}
 	if s.cfg.BundleStatus != nil {
 		doc.Bundles = s.cfg.BundleStatus()
+	}
+	if s.cfg.Diffs != nil {
+		if st, ok := s.cfg.Diffs.Live(); ok {
+			doc.Diff = &st
+		}
 	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		loaded := snap.LoadedAt.UTC()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
@@ -26,6 +27,12 @@ type Engine interface {
 	Reload(ctx context.Context, trigger string) engine.ReloadStatus
 	LastReload() engine.ReloadStatus
 	ReloadInProgress() (engine.ReloadProgress, bool)
+}
+
+// Diffs are the semantic diffs a server shows (package diff's Runner).
+type Diffs interface {
+	Live() (diff.Status, bool)
+	Shadow() (diff.Status, bool)
 }
 
 // DecisionLog receives one record per answered decision request: decisions
@@ -97,6 +104,10 @@ type Config struct {
 	BundleStuck func() error
 	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
 	Shadow *ShadowConfig
+	// Diffs, when set, are the semantic diffs of the live revision against
+	// the one it replaced (in /v1/status) and of the shadow candidate
+	// against the live revision (in GET /v1/shadow).
+	Diffs Diffs
 	// UI, when set, serves the pages under /ui (package server/ui): behind
 	// the same authentication, with the login page and the stylesheet open.
 	UI http.Handler
