@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -310,9 +311,12 @@ func (st Status) Proofs() shadow.Proofs {
 // Proof is the report's answer to question q, all decisions together.
 func (rep *Report) Proof(q shadow.Class) shadow.Proof {
 	var unknown *shadow.Proof
+	var bounds []string
 	for _, name := range rep.Names() {
 		a := rep.Decisions[name].Get(q)
 		switch a.Verdict {
+		case None:
+			bounds = append(bounds, name+": "+a.Bounds)
 		case Found:
 			return shadow.Proof{Verdict: shadow.VerdictFound, Decision: name, Reason: "the example differs at " + fieldList(a.Fields)}
 		case Unknown:
@@ -324,7 +328,7 @@ func (rep *Report) Proof(q shadow.Class) shadow.Proof {
 	if unknown != nil {
 		return *unknown
 	}
-	return shadow.Proof{Verdict: shadow.VerdictNone}
+	return shadow.Proof{Verdict: shadow.VerdictNone, Reason: "within the bounds " + strings.Join(bounds, "; ")}
 }
 
 func fieldList(fields []string) string {

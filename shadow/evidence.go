@@ -84,7 +84,7 @@ func (r Report) Evidence(p Proofs) []Evidence {
 		case e.Diff.Verdict == VerdictFound:
 			e.Evidence, e.Summary = EvidenceFound, fmt.Sprintf("the diff found an input of decision %s that is %s", e.Diff.Decision, c)
 		case e.Diff.Verdict == VerdictNone:
-			e.Evidence, e.Summary = EvidenceProved, "the diff proved that no input is "+string(c)
+			e.Evidence, e.Summary = EvidenceProved, "the diff proved that no schema-valid input is "+string(c)+", "+e.Diff.Reason
 		case r.Total > 0:
 			e.Evidence, e.Summary = judged, fmt.Sprintf("none of %d judged decisions (%d live, %d replayed from the decision log) is %s; the diff: %s", r.Total, e.Shadowed, e.Replayed, c, e.Diff.Verdict)
 		default:
