@@ -335,8 +335,8 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 	}
 	gate := s.cfg.Shadow.Gate.Stricter(minDecisions, forbid)
 	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
-	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate) (string, error) {
-		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", engine.Promote(c.Snapshot, by, c.Origin))
+	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate, forced bool) (string, error) {
+		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", engine.Promote(c.Snapshot, by, c.Origin, forced))
 		if err != nil {
 			return "", err
 		}

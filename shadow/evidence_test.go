@@ -69,7 +69,7 @@ func TestPromotionGateStatesItsEvidence(t *testing.T) {
 	sh := shadow.New(shadow.Config{Prover: runner})
 	defer func() { _ = sh.Close(context.Background()) }()
 	gate := shadow.Gate{Forbidden: shadow.DefaultForbidden}
-	activate := func(context.Context, *shadow.Candidate) (string, error) { return live.Revision, nil }
+	activate := func(context.Context, *shadow.Candidate, bool) (string, error) { return live.Revision, nil }
 
 	sh.Set(&shadow.Candidate{Snapshot: quota(t, raisedLimit), Origin: "raised"})
 	if p := waitProved(t, sh); p[shadow.RefuseToAllow].Verdict != shadow.VerdictFound {

@@ -585,12 +585,13 @@ type Promotion struct {
 
 // Promote makes the candidate live when its report passes o.Gate (or
 // o.Force), once it has judged the sampled decisions the candidate dropped
-// (catchUp): activate is handed the candidate and swaps it in; then the
+// (catchUp): activate is handed the candidate, and whether the promotion
+// is forced past refusals, and swaps it in; then the
 // shadow holds no candidate any more (the candidate is what is live). It
 // returns ErrNoCandidate, a *RevisionError, ErrRefused, or activate's
 // error, always with the Promotion record of the attempt when there was a
 // candidate.
-func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(context.Context, *Candidate) (from string, err error)) (Promotion, error) {
+func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(ctx context.Context, c *Candidate, forced bool) (from string, err error)) (Promotion, error) {
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	r := s.cur.Load()
@@ -615,7 +616,7 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(co
 		s.promotions[2].Add(1)
 		return p, ErrRefused
 	}
-	from, err := activate(ctx, r.cand)
+	from, err := activate(ctx, r.cand, len(p.Refusals) > 0)
 	if err != nil {
 		s.promotions[2].Add(1)
 		return p, err
