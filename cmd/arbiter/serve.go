@@ -120,7 +120,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	var pg *pages
 	if c.ui {
-		pg = newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)
+		pg = newPages(c, eng, shadowPages{sh.sh, sh.srv.Gate}, diffs, len(tokens) > 0, log)
 		sinks = append(sinks, pg.ring)
 	}
 	var dlog *decisionlog.Logger
