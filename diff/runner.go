@@ -66,9 +66,18 @@ const (
 const maxKept = engine.MaxReloadHistory + 2
 
 type job struct {
-	st       Status
+	st               Status
+	oldHash, newHash string
+	// old and new are held only until the diff ends: a kept diff must not
+	// keep two compiled revisions alive.
 	old, new *engine.Snapshot
 	cancel   context.CancelFunc
+}
+
+// of reports whether j is the diff of old against new (their revisions
+// and contents).
+func (j *job) of(old, new *engine.Snapshot) bool {
+	return j.st.Old == old.Revision && j.st.New == new.Revision && j.oldHash == old.Hash && j.newHash == new.Hash
 }
 
 // NewRunner starts a Runner whose diffs each stop at timeout.
@@ -120,16 +129,17 @@ func (r *Runner) Candidate(c *engine.Snapshot) {
 // queue makes old against new the diff of slot, unless it is already, or
 // kept finished. Called with r.mu held.
 func (r *Runner) queue(slot int, old, new *engine.Snapshot) {
-	if j := r.slots[slot]; j != nil && j.old == old && j.new == new {
+	if j := r.slots[slot]; j != nil && j.of(old, new) {
 		return
 	}
-	if j := r.find(old.Revision, new.Revision); j != nil && j.st.State == StateDone && j.old.Hash == old.Hash && j.new.Hash == new.Hash {
+	if j := r.find(old.Revision, new.Revision); j != nil && j.st.State == StateDone && j.of(old, new) {
 		r.cancelSlot(slot)
 		r.slots[slot] = j
 		return
 	}
 	r.cancelSlot(slot)
-	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: time.Now().UTC()}, old: old, new: new}
+	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: time.Now().UTC()},
+		oldHash: old.Hash, newHash: new.Hash, old: old, new: new}
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -146,6 +156,9 @@ func (r *Runner) cancelSlot(slot int) {
 	}
 	if j.cancel != nil {
 		j.cancel()
+	}
+	if j.st.State == StateQueued {
+		j.old, j.new = nil, nil
 	}
 	j.st.State = StateFailed
 	j.st.Error = "cancelled: a newer revision replaced it"
@@ -199,16 +212,18 @@ func (r *Runner) runNext() bool {
 	j.cancel = cancel
 	now := time.Now().UTC()
 	j.st.State, j.st.Started = StateRunning, &now
+	old, new := j.old, j.new
 	r.mu.Unlock()
 
-	fixtures := j.new.Fixtures()
+	fixtures := new.Fixtures()
 	if len(fixtures) == 0 {
-		fixtures = j.old.Fixtures()
+		fixtures = old.Fixtures()
 	}
-	rep, err := Run(ctx, j.old, j.new, fixtures)
+	rep, err := Run(ctx, old, new, fixtures)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	j.old, j.new = nil, nil
 	if j.st.State != StateRunning { // cancelled by a newer one
 		return true
 	}
@@ -280,7 +295,7 @@ func (r *Runner) Proofs(cand *engine.Snapshot) shadow.Proofs {
 	r.mu.Lock()
 	live := r.live
 	var st Status
-	if j := r.slots[slotShadow]; j != nil && j.new == cand && j.old == live {
+	if j := r.slots[slotShadow]; j != nil && live != nil && cand != nil && j.of(live, cand) {
 		st = j.st
 	}
 	r.mu.Unlock()
