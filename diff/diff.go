@@ -121,6 +121,9 @@ func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixtu
 	}
 	for name := range names {
 		dd, err := decision(ctx, old, new, name, fixtures)
+		if err == nil {
+			err = ctx.Err() // cancelled or past its deadline: what it built is incomplete
+		}
 		if err != nil {
 			return nil, fmt.Errorf("decision %s: %w", name, err)
 		}
@@ -214,7 +217,7 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 func answer(ctx context.Context, old, new *engine.Snapshot, name string, q shadow.Class, b *builder, dom *domain, base []F, f F, gaps map[string]bool) *Answer {
 	all := append(append([]F(nil), base...), f)
 	unconfirmed := 0
-	for unconfirmed < maxProposals {
+	for unconfirmed < maxProposals && ctx.Err() == nil {
 		model := b.solve(all)
 		if model == nil {
 			break

@@ -226,6 +226,9 @@ func merge(b *builder, as []alt) []alt {
 // body runs the expressions of a body from w and returns the worlds in
 // which it succeeds; worlds with the same bindings are joined.
 func (in *interp) body(w world, body ast.Body) []world {
+	if in.ctx.Err() != nil {
+		return nil // cancelled: Run returns the context's error, not this
+	}
 	ws := []world{w}
 	for _, e := range body {
 		var next []world

@@ -67,6 +67,9 @@ func (e *Engine) activate(ctx context.Context, st *ReloadStatus, src Source, sna
 		st.Promotion = p
 	}
 	st.OK, st.Changed, st.Revision = true, !same(snap, cur), snap.Revision
+	if st.Changed && cur != nil {
+		st.From = cur.Revision
+	}
 	e.current.Store(snap)
 	e.promoted.Store(p)
 	for _, fn := range e.hooks {

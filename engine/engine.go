@@ -37,15 +37,17 @@ type Engine struct {
 
 // ReloadStatus is the outcome of the most recent reload attempt.
 type ReloadStatus struct {
-	At        time.Time     `json:"at"`
-	Trigger   string        `json:"trigger"`
-	Origin    string        `json:"origin,omitempty"` // where the candidate came from
-	OK        bool          `json:"ok"`
-	Revision  string        `json:"revision,omitempty"` // active after the attempt
-	Candidate string        `json:"candidate,omitempty"`
-	Changed   bool          `json:"changed"`
-	Duration  time.Duration `json:"duration_ns"`
-	Problems  []Problem     `json:"problems,omitempty"`
+	At        time.Time `json:"at"`
+	Trigger   string    `json:"trigger"`
+	Origin    string    `json:"origin,omitempty"` // where the candidate came from
+	OK        bool      `json:"ok"`
+	Revision  string    `json:"revision,omitempty"` // active after the attempt
+	Candidate string    `json:"candidate,omitempty"`
+	Changed   bool      `json:"changed"`
+	// From is the revision an activation replaced (a diff's old side).
+	From     string        `json:"from_revision,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+	Problems []Problem     `json:"problems,omitempty"`
 	// Skipped lists the files the candidate did not read (not regular files).
 	Skipped []SkippedFile `json:"skipped,omitempty"`
 	// Coalesced is how many triggers this one reload answered.

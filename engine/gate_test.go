@@ -61,14 +61,14 @@ func TestGateJudgesEverySource(t *testing.T) {
 	refused("reload", e.Reload(ctx, "test"))
 	st, _ := e.Activate(ctx, "bundle", Files("bundle", fs))
 	refused("pushed revision", st)
-	st, _ = e.Activate(ctx, "promote", Promote(good, "sre", candSrc.Origin()))
+	st, _ = e.Activate(ctx, "promote", Promote(good, "sre", candSrc.Origin(), false))
 	refused("promotion", st)
 	if _, ok := e.Promoted(); ok {
 		t.Error("a refused promotion is in effect")
 	}
 
 	refuse = false
-	st, err = e.Activate(ctx, "promote", Promote(good, "sre", candSrc.Origin()))
+	st, err = e.Activate(ctx, "promote", Promote(good, "sre", candSrc.Origin(), false))
 	if err != nil || !st.OK || e.Snapshot() != good || st.Promotion == nil || st.Promotion.From != first.Revision {
 		t.Fatalf("promotion: %v %+v", err, st)
 	}

@@ -26,6 +26,8 @@ type Promotion struct {
 	By       string    `json:"by,omitempty"`
 	Origin   string    `json:"origin,omitempty"`
 	At       time.Time `json:"at"`
+	// Forced says the promotion gate refused it and the caller forced it.
+	Forced bool `json:"forced,omitempty"`
 	// SourceRevision is the revision the configured source had when the
 	// candidate was promoted.
 	SourceRevision string `json:"source_revision"`
@@ -34,15 +36,19 @@ type Promotion struct {
 }
 
 // Promote is the source of a promotion: snap, a Snapshot that passed the
-// gate on its own (a candidate in shadow, Engine.Judge), made live by by.
+// gate on its own (a candidate in shadow, Engine.Judge), made live by by
+// (forced: past a promotion gate that refused it).
 // Activated, it replaces the live revision even when that is the same one,
 // and its status carries the Promotion record. The Snapshot it replaced
 // keeps serving the requests that started on it.
-func Promote(snap *Snapshot, by, origin string) Source { return promotion{snap, by, origin} }
+func Promote(snap *Snapshot, by, origin string, forced bool) Source {
+	return promotion{snap, by, origin, forced}
+}
 
 type promotion struct {
 	snap       *Snapshot
 	by, origin string
+	forced     bool
 }
 
 func (p promotion) Origin() string { return p.origin }
@@ -56,7 +62,7 @@ func (p promotion) candidate(context.Context, Config) (*Snapshot, error) {
 
 // record is the Promotion of p replacing cur, prev the promotion in effect.
 func (p promotion) record(cur *Snapshot, prev *Promotion) *Promotion {
-	r := &Promotion{Revision: p.snap.Revision, By: p.by, Origin: p.origin, At: time.Now().UTC()}
+	r := &Promotion{Revision: p.snap.Revision, By: p.by, Origin: p.origin, At: time.Now().UTC(), Forced: p.forced}
 	if cur != nil {
 		r.From, r.SourceRevision, r.sourceHash = cur.Revision, cur.Revision, cur.Hash
 	}

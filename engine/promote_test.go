@@ -20,7 +20,7 @@ func TestPromotionHoldsUntilTheSourceChanges(t *testing.T) {
 	cand := copyTree(t, quota)
 	editFile(t, filepath.Join(cand, "policies/decisions/quota_check/data.json"), `"limit": 10`, `"limit": 11`)
 	candSnap := mustLoad(t, quotaConfig(cand))
-	st, err := eng.Activate(context.Background(), "promote", Promote(candSnap, "sre", cand))
+	st, err := eng.Activate(context.Background(), "promote", Promote(candSnap, "sre", cand, false))
 	if err != nil || st.Promotion == nil {
 		t.Fatalf("promotion: %v, status %+v", err, st)
 	}

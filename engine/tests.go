@@ -594,3 +594,11 @@ func SameJSON(a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+// Fixtures returns the fixtures of the test folder that gated s (none
+// when it was built without one): the inputs a diff of s starts its
+// examples from, and the what-if page its first input.
+func (s *Snapshot) Fixtures() []Fixture {
+	fx, _ := parseFixtures(s.testSrc)
+	return fx
+}

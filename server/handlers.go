@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
@@ -431,6 +432,9 @@ type statusDoc struct {
 	UptimeSeconds float64                `json:"uptime_seconds"`
 	// Compiled says which decisions run compiled, and why the others not.
 	Compiled []engine.CompiledInfo `json:"compiled"`
+	// Diff is the semantic diff of the live revision against the one it
+	// replaced (running, or done with its verdicts), when there is one.
+	Diff *diff.Status `json:"diff,omitempty"`
 }
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
@@ -448,6 +452,11 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		doc.Bundles = s.cfg.BundleStatus()
 	}
 	doc.Memory = s.cfg.Memory
+	if s.cfg.Diffs != nil {
+		if st, ok := s.cfg.Diffs.Live(); ok {
+			doc.Diff = &st
+		}
+	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		loaded := snap.LoadedAt.UTC()
 		doc.Revision, doc.Origin, doc.LoadedAt = snap.Revision, snap.Origin, &loaded

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
@@ -27,6 +28,12 @@ type Engine interface {
 	Reload(ctx context.Context, trigger string) engine.ReloadStatus
 	LastReload() engine.ReloadStatus
 	ReloadInProgress() (engine.ReloadProgress, bool)
+}
+
+// Diffs are the semantic diffs a server shows (package diff's Runner).
+type Diffs interface {
+	Live() (diff.Status, bool)
+	Shadow() (diff.Status, bool)
 }
 
 // DecisionLog receives one record per answered decision request: decisions
@@ -116,6 +123,10 @@ type Config struct {
 	Stopping <-chan struct{}
 	// Shadow, when set, runs a candidate revision in shadow (shadow.go).
 	Shadow *ShadowConfig
+	// Diffs, when set, are the semantic diffs of the live revision against
+	// the one it replaced (in /v1/status) and of the shadow candidate
+	// against the live revision (in GET /v1/shadow).
+	Diffs Diffs
 	// UI, when set, serves the pages under /ui (package server/ui): behind
 	// the same authentication, with the login page and the stylesheet open.
 	UI http.Handler

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -152,6 +153,10 @@ type shadowDoc struct {
 	Promotable bool           `json:"promotable"`
 	Refusals   []string       `json:"refusals"`
 	Report     *shadow.Report `json:"report"`
+	// Diff is the semantic diff of the candidate against the live
+	// revision, and Evidence the gate's strongest evidence per class.
+	Diff     *diff.Status      `json:"diff"`
+	Evidence []shadow.Evidence `json:"evidence"`
 }
 
 type samplingDoc struct {
@@ -179,9 +184,17 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 		doc.Promotion = &p
 	}
 	if rep, ok := sc.Shadow.Report(); ok {
+		proofs := sc.Shadow.Proofs()
 		doc.Report = &rep
+		doc.Evidence = rep.Evidence(proofs)
 		doc.Refusals = append(doc.Refusals, sc.Gate.Refusals(rep)...)
+		doc.Refusals = append(doc.Refusals, sc.Gate.ProofRefusals(proofs)...)
 		doc.Promotable = len(doc.Refusals) == 0
+		if s.cfg.Diffs != nil {
+			if st, ok := s.cfg.Diffs.Shadow(); ok {
+				doc.Diff = &st
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, doc)
 }
@@ -322,8 +335,8 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 	}
 	gate := s.cfg.Shadow.Gate.Stricter(minDecisions, forbid)
 	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
-	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate) (string, error) {
-		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", engine.Promote(c.Snapshot, by, c.Origin))
+	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate, forced bool) (string, error) {
+		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", engine.Promote(c.Snapshot, by, c.Origin, forced))
 		if err != nil {
 			return "", err
 		}

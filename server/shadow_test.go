@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/testsignal"
@@ -576,5 +578,131 @@ func TestFloodedCandidateIsRefusedThroughTheAPI(t *testing.T) {
 	decodeJSON(t, h.do(t, "GET", "/v1/status", ""), &st)
 	if st.Revision == loaded.Candidate.Revision {
 		t.Fatal("the flooded candidate went live")
+	}
+}
+
+// allowingQuota is quotaDir with its result schema saying that allow:
+// true allows: the diff answers it in milliseconds, proving or finding.
+func allowingQuota(t *testing.T) string {
+	t.Helper()
+	dir := quotaDir(t)
+	testfiles.Edit(t, filepath.Join(dir, "schemas", "quota_check", "result.json"), `"x-arbiter-outcome": "allow",`, `"x-arbiter-outcome": "allow", "x-arbiter-allow": [true],`)
+	return dir
+}
+
+// waitDiff polls GET /v1/shadow until the diff of the candidate has
+// answered.
+func waitDiff(t *testing.T, h *harness) shadowDoc {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var doc shadowDoc
+		decodeJSON(t, h.do(t, "GET", "/v1/shadow", ""), &doc)
+		if doc.Diff != nil && doc.Diff.State != diff.StateQueued && doc.Diff.State != diff.StateRunning {
+			return doc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the diff of the candidate did not answer within a minute: %+v", doc.Diff)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func evidenceOf(ev []shadow.Evidence) string {
+	var out []string
+	for _, e := range ev {
+		out = append(out, fmt.Sprintf("%s=%s(%d of %d)", e.Class, e.Evidence, e.Count, e.Shadowed+e.Replayed))
+	}
+	return strings.Join(out, " ")
+}
+
+// The diff reaches the promotion gate through the API: a candidate that
+// raises a limit is refused on the diff's example with no decision judged
+// (the operator's gate asks for none), GET /v1/shadow and the refusal
+// state the evidence per class, a decision judged in a class outranks the
+// diff's answer, a forced promotion goes live and its record in the
+// decision log holds the evidence, and /v1/status then shows the diff of
+// the live revision against the one it replaced.
+func TestPromotionOnTheDiffsEvidence(t *testing.T) {
+	live, cand := allowingQuota(t), allowingQuota(t)
+	testfiles.Edit(t, filepath.Join(cand, "policies", "decisions", "quota_check", "data.json"), `"limit": 10`, `"limit": 11`)
+	logPath := filepath.Join(t.TempDir(), "decisions.log")
+	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := diff.NewRunner(time.Minute, nil)
+	t.Cleanup(runner.Close)
+	eng, err := engine.New(context.Background(), folderConfig(live), engine.OnActivate(runner.Activated))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := shadow.New(shadow.Config{Rate: 1, CPU: 8, Prover: runner})
+	t.Cleanup(func() { _ = sh.Close(context.Background()) })
+	h := serve(t, Config{DecisionLog: dlog, Diffs: runner, Shadow: &ShadowConfig{Shadow: sh, Engine: eng, Gate: shadow.Gate{Forbidden: shadow.DefaultForbidden}}}, eng)
+	liveRev := eng.Snapshot().Revision
+
+	if r := h.do(t, "POST", "/v1/shadow", loadBody(cand)); r.status != http.StatusOK {
+		t.Fatalf("loading: %d %s", r.status, r.body)
+	}
+	doc := waitDiff(t, h)
+	if got, want := evidenceOf(doc.Evidence), "refuse_to_allow=found(0 of 0) allow_to_refuse=proved(0 of 0) reasons_changed=found(0 of 0)"; got != want {
+		t.Errorf("evidence with no decision judged: %s, want %s", got, want)
+	}
+	if doc.Diff.State != diff.StateDone || doc.Diff.Old != liveRev || doc.Diff.New != doc.Candidate.Revision || doc.Promotable {
+		t.Errorf("GET /v1/shadow: diff %+v, promotable %v", doc.Diff, doc.Promotable)
+	}
+	r := h.do(t, "POST", "/v1/shadow/promote", `{}`)
+	var refused struct {
+		Error     engine.DocumentBody `json:"error"`
+		Promotion shadow.Promotion    `json:"promotion"`
+	}
+	decodeJSON(t, r, &refused)
+	if r.status != http.StatusConflict || refused.Error.Code != CodePromotionRefused || refused.Promotion.Report.Total != 0 ||
+		!strings.Contains(refused.Error.Message, "the diff against the live revision found an input") || evidenceOf(refused.Promotion.Evidence) != evidenceOf(doc.Evidence) {
+		t.Fatalf("promoting a found loosening with no traffic: %d %s", r.status, r.body)
+	}
+
+	for _, b := range []string{`{"tenant":"a","used":3}`, `{"tenant":"b","used":10}`} {
+		h.do(t, "POST", "/v1/decisions/quota_check", b)
+	}
+	doc = waitJudged(t, h, 2)
+	if got, want := evidenceOf(doc.Evidence), "refuse_to_allow=shadowed(1 of 2) allow_to_refuse=proved(0 of 2) reasons_changed=found(0 of 2)"; got != want {
+		t.Errorf("evidence with two decisions judged: %s, want %s", got, want)
+	}
+
+	r = h.do(t, "POST", "/v1/shadow/promote", `{"force":true}`)
+	var promoted struct {
+		Promotion shadow.Promotion `json:"promotion"`
+	}
+	decodeJSON(t, r, &promoted)
+	if r.status != http.StatusOK || !promoted.Promotion.Forced || eng.Snapshot().Revision != doc.Candidate.Revision {
+		t.Fatalf("forced promotion: %d %s", r.status, r.body)
+	}
+	var st statusDoc
+	decodeJSON(t, h.do(t, "GET", "/v1/status", ""), &st)
+	if st.Diff == nil || st.Diff.Old != liveRev || st.Diff.New != st.Revision || st.Diff.State != diff.StateDone ||
+		st.Diff.Report.Proof(shadow.RefuseToAllow).Verdict != shadow.VerdictFound {
+		t.Errorf("/v1/status after the promotion: diff %+v, want the candidate's against %s, refuse_to_allow found", st.Diff, liveRev)
+	}
+
+	if err := dlog.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var records []shadow.Promotion
+	if _, err := decisionlog.ReadFile(logPath, func(_ int, rec decisionlog.Record) error {
+		if rec.Promotion != nil {
+			var p shadow.Promotion
+			if err := json.Unmarshal(rec.Promotion, &p); err != nil {
+				return err
+			}
+			records = append(records, p)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(records) != 2 || records[0].Promoted || !records[1].Forced || evidenceOf(records[1].Evidence) != evidenceOf(doc.Evidence) {
+		t.Errorf("promotion records %+v, want the refused one and the forced one, with the evidence", records)
 	}
 }

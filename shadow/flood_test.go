@@ -61,7 +61,7 @@ func TestFloodedCandidateIsNotPromotedUnjudged(t *testing.T) {
 			activated := false
 			promote := func() (Promotion, error) {
 				return h.sh.Promote(context.Background(), PromoteOptions{Gate: gate, By: "sre"},
-					func(context.Context, *Candidate) (string, error) { activated = true; return live.Revision, nil })
+					func(context.Context, *Candidate, bool) (string, error) { activated = true; return live.Revision, nil })
 			}
 			rep, _ := h.sh.Report()
 			if refusals := gate.Refusals(rep); rep.Total != queue+1 || rep.Dropped != flood+1 || rep.LaterJudged != 0 || len(refusals) != 1 {

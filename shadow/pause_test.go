@@ -89,7 +89,7 @@ func TestLoopingCandidateIsACandidateErrorWhateverItWaited(t *testing.T) {
 		t.Fatalf("the looping candidate: %+v", res)
 	}
 	if _, err := h.sh.Promote(context.Background(), PromoteOptions{Gate: Gate{MinDecisions: 1, Forbidden: DefaultForbidden}},
-		func(context.Context, *Candidate) (string, error) { return "", nil }); !errors.Is(err, ErrRefused) {
+		func(context.Context, *Candidate, bool) (string, error) { return "", nil }); !errors.Is(err, ErrRefused) {
 		t.Fatalf("its promotion: %v", err)
 	}
 

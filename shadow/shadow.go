@@ -58,6 +58,10 @@ type Config struct {
 	DecisionLog string
 	// Logger receives the shadow's own warnings; nil means slog.Default().
 	Logger *slog.Logger
+	// Prover, when set, is told of each candidate and proves it against
+	// the live revision (the semantic diff); the promotion gate states its
+	// proofs beside the judged decisions (Report.Evidence, Gate.ProofRefusals).
+	Prover Prover
 }
 
 // Candidate is a revision that went through the gate and runs in shadow.
@@ -168,6 +172,10 @@ func (s *Shadow) Set(c *Candidate) {
 	if s.ctx.Err() != nil { // closed meanwhile
 		s.cur.CompareAndSwap(r, nil)
 		cancel()
+		return
+	}
+	if s.cfg.Prover != nil {
+		s.cfg.Prover.Candidate(c.Snapshot)
 	}
 }
 
@@ -184,7 +192,20 @@ func (s *Shadow) clear() *Candidate {
 		return nil
 	}
 	old.cancel()
+	if s.cfg.Prover != nil {
+		s.cfg.Prover.Candidate(nil)
+	}
 	return old.cand
+}
+
+// Proofs is what the Prover knows now of the candidate in shadow against
+// the live revision (every class absent without a Prover or a candidate).
+func (s *Shadow) Proofs() Proofs {
+	r := s.cur.Load()
+	if r == nil || s.cfg.Prover == nil {
+		return Proofs{}
+	}
+	return s.cfg.Prover.Proofs(r.cand.Snapshot)
 }
 
 // Candidate returns the candidate in shadow, nil if none.
@@ -557,16 +578,20 @@ type Promotion struct {
 	Gate     Gate     `json:"gate"`
 	Refusals []string `json:"refusals"`
 	Report   Report   `json:"report"`
+	// Evidence is the strongest evidence per class of Proved: the diff's
+	// proof or example, or the decisions judged.
+	Evidence []Evidence `json:"evidence"`
 }
 
 // Promote makes the candidate live when its report passes o.Gate (or
 // o.Force), once it has judged the sampled decisions the candidate dropped
-// (catchUp): activate is handed the candidate and swaps it in; then the
+// (catchUp): activate is handed the candidate, and whether the promotion
+// is forced past refusals, and swaps it in; then the
 // shadow holds no candidate any more (the candidate is what is live). It
 // returns ErrNoCandidate, a *RevisionError, ErrRefused, or activate's
 // error, always with the Promotion record of the attempt when there was a
 // candidate.
-func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(context.Context, *Candidate) (from string, err error)) (Promotion, error) {
+func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(ctx context.Context, c *Candidate, forced bool) (from string, err error)) (Promotion, error) {
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	r := s.cur.Load()
@@ -579,13 +604,19 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(co
 	}
 	why := s.catchUp(ctx, r)
 	p.Report = r.tally.Report()
+	proofs := Proofs{}
+	if s.cfg.Prover != nil {
+		proofs = s.cfg.Prover.Proofs(r.cand.Snapshot)
+	}
+	p.Evidence = p.Report.Evidence(proofs)
 	p.Refusals = append(p.Refusals, o.Gate.Refusals(p.Report)...)
+	p.Refusals = append(p.Refusals, o.Gate.ProofRefusals(proofs)...)
 	p.Refusals = append(p.Refusals, why...)
 	if len(p.Refusals) > 0 && !o.Force {
 		s.promotions[2].Add(1)
 		return p, ErrRefused
 	}
-	from, err := activate(ctx, r.cand)
+	from, err := activate(ctx, r.cand, len(p.Refusals) > 0)
 	if err != nil {
 		s.promotions[2].Add(1)
 		return p, err

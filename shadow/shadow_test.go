@@ -227,7 +227,7 @@ func TestCandidateAllowingOneMoreCaseIsRefused(t *testing.T) {
 
 	activated := false
 	p, err := h.sh.Promote(context.Background(), PromoteOptions{Gate: Gate{MinDecisions: 1, Forbidden: DefaultForbidden}, By: "sre"},
-		func(context.Context, *Candidate) (string, error) { activated = true; return live.Revision, nil })
+		func(context.Context, *Candidate, bool) (string, error) { activated = true; return live.Revision, nil })
 	if !errors.Is(err, ErrRefused) || activated || p.Promoted {
 		t.Fatalf("promotion: %v, activated %v, %+v", err, activated, p)
 	}
@@ -240,7 +240,7 @@ func TestCandidateAllowingOneMoreCaseIsRefused(t *testing.T) {
 
 	// Forced, it goes live, and the record says so.
 	p, err = h.sh.Promote(context.Background(), PromoteOptions{Gate: Gate{MinDecisions: 1, Forbidden: DefaultForbidden}, Force: true, By: "sre"},
-		func(context.Context, *Candidate) (string, error) { activated = true; return live.Revision, nil })
+		func(context.Context, *Candidate, bool) (string, error) { activated = true; return live.Revision, nil })
 	if err != nil || !activated || !p.Promoted || !p.Forced || len(p.Refusals) != 1 || p.By != "sre" || p.From != live.Revision {
 		t.Fatalf("forced promotion: %v, %+v", err, p)
 	}
@@ -282,7 +282,7 @@ func TestCandidateChangingOnlyAnErrorStringIsPromoted(t *testing.T) {
 
 	var got *Candidate
 	p, err := h.sh.Promote(context.Background(), PromoteOptions{Revision: candSnap.Revision, Gate: Gate{MinDecisions: rep.Total, Forbidden: DefaultForbidden}, By: "sre"},
-		func(_ context.Context, c *Candidate) (string, error) { got = c; return live.Revision, nil })
+		func(_ context.Context, c *Candidate, _ bool) (string, error) { got = c; return live.Revision, nil })
 	if err != nil || !p.Promoted || p.Forced || len(p.Refusals) != 0 || got == nil || got.Snapshot != candSnap || p.Revision != candSnap.Revision {
 		t.Fatalf("promotion: %v, %+v", err, p)
 	}
@@ -291,7 +291,7 @@ func TestCandidateChangingOnlyAnErrorStringIsPromoted(t *testing.T) {
 func TestPromoteChecksWhatIsInShadow(t *testing.T) {
 	live := load(t, configOf(copyAccess(t)))
 	h := newHarness(t, live, everything)
-	never := func(context.Context, *Candidate) (string, error) { t.Fatal("activated"); return "", nil }
+	never := func(context.Context, *Candidate, bool) (string, error) { t.Fatal("activated"); return "", nil }
 	if _, err := h.sh.Promote(context.Background(), PromoteOptions{}, never); !errors.Is(err, ErrNoCandidate) {
 		t.Fatalf("no candidate: %v", err)
 	}
@@ -304,7 +304,7 @@ func TestPromoteChecksWhatIsInShadow(t *testing.T) {
 		t.Fatalf("nothing judged yet: %v", err)
 	}
 	boom := errors.New("activation failed")
-	if _, err := h.sh.Promote(context.Background(), PromoteOptions{}, func(context.Context, *Candidate) (string, error) { return "", boom }); !errors.Is(err, boom) || h.sh.Candidate() == nil {
+	if _, err := h.sh.Promote(context.Background(), PromoteOptions{}, func(context.Context, *Candidate, bool) (string, error) { return "", boom }); !errors.Is(err, boom) || h.sh.Candidate() == nil {
 		t.Fatalf("failed activation: %v, candidate %v", err, h.sh.Candidate())
 	}
 }

@@ -22,7 +22,7 @@ Usage:
                   [--policies DIR] [--schemas DIR]
   arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
-                  [--run REGEX] [--format text|json] [-v]
+                  [--run REGEX] [--format text|json] [-v] [--update]
   arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG] [--signing-key-id ID]]
                   [--claims-file FILE] [--no-gate] [--policies DIR] [--schemas DIR] [--tests DIR]
                   (an OPA bundle of one revision)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/watch"
@@ -78,7 +79,17 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
 		SelfCheck: selfCheck(c.selfCheckRate, log),
 	}
-	eng, err := newEngine(ctx, c, ecfg, log)
+	// The semantic diff of each revision made live against the one it
+	// replaced, and of the shadow candidate against the live one: in the
+	// background, one at a time, never holding up an activation.
+	var diffs *diff.Runner
+	var opts []engine.Option
+	if c.diffTimeout > 0 {
+		diffs = diff.NewRunner(c.diffTimeout, log)
+		defer diffs.Close()
+		opts = append(opts, engine.OnActivate(diffs.Activated))
+	}
+	eng, err := newEngine(ctx, c, ecfg, log, opts...)
 	if err != nil {
 		return exitError, fmt.Errorf("loading policies: %w", err)
 	}
@@ -98,7 +109,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if err != nil {
 		return exitError, err
 	}
-	sh, err := newShadowing(ctx, c, eng, ecfg, log) // a candidate in shadow (shadow.go)
+	sh, err := newShadowing(ctx, c, eng, ecfg, diffs, log) // a candidate in shadow (shadow.go)
 	if err != nil {
 		return exitError, err
 	}
@@ -113,7 +124,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	var pg *pages
 	if c.ui {
-		pg = newPages(c, eng, shadowPages{sh.sh}, len(tokens) > 0, log)
+		pg = newPages(c, eng, shadowPages{sh.sh, sh.srv.Gate}, diffs, len(tokens) > 0, log)
 		sinks = append(sinks, pg.ring)
 	}
 	var dlog *decisionlog.Logger
@@ -179,6 +190,9 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Stopping:          stopping,
 		Shadow:            sh.srv,
 		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
+	}
+	if diffs != nil {
+		scfg.Diffs = diffs
 	}
 	var onShutdown []func() // run as Shutdown begins, beside closing the listeners
 	if pg != nil {
@@ -337,18 +351,18 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 // from: the bundle (the engine then starts empty and not ready until it
 // activates) or the folders, with the last good copy below --state-dir to
 // fall back to at the start and each revision made live saved there.
-func newEngine(ctx context.Context, c *serveConfig, ecfg engine.Config, log *slog.Logger) (*engine.Engine, error) {
+func newEngine(ctx context.Context, c *serveConfig, ecfg engine.Config, log *slog.Logger, opts ...engine.Option) (*engine.Engine, error) {
 	if c.bundleURL != "" {
-		return engine.New(ctx, ecfg, engine.Pushed())
+		return engine.New(ctx, ecfg, append(opts, engine.Pushed())...)
 	}
 	if c.stateDir == "" {
-		return engine.New(ctx, ecfg)
+		return engine.New(ctx, ecfg, opts...)
 	}
-	opts := []engine.Option{engine.OnActivate(func(s *engine.Snapshot) {
+	opts = append(opts, engine.OnActivate(func(s *engine.Snapshot) {
 		if err := s.SaveTo(c.stateDir); err != nil {
 			log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
 		}
-	})}
+	}))
 	if saved, ok := engine.LastGood(c.stateDir, ecfg); ok {
 		opts = append(opts, engine.Fallback(saved))
 	}

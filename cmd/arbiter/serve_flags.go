@@ -38,6 +38,7 @@ type serveConfig struct {
 	maxFileBytes      int64
 	evalTimeout       time.Duration
 	requestTimeout    time.Duration
+	diffTimeout       time.Duration
 	readTimeout       time.Duration
 	headerTimeout     time.Duration
 	minBodyRate       int64
@@ -70,6 +71,9 @@ type serveConfig struct {
 const (
 	defaultMemoryLimit = 1 << 30
 	defaultIdleTimeout = 30 * time.Second
+	// defaultDiffTimeout bounds one background diff: the shipped policies
+	// take 8-19 s on a quiet 2-core machine (docs/DIFF.md).
+	defaultDiffTimeout = 5 * time.Minute
 )
 
 func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, int) {
@@ -102,6 +106,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.DurationVar(&c.debounce, "reload-debounce", 100*time.Millisecond, "quiet time after file events before a reload")
 	fs.DurationVar(&c.reloadTimeout, "reload-timeout", engine.DefaultReloadTimeout, "deadline of a whole reload: reading, compiling and the test gate")
 	fs.DurationVar(&c.testTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
+	fs.DurationVar(&c.diffTimeout, "diff-timeout", defaultDiffTimeout, "deadline of one semantic diff (arbiter diff), run in the background after a revision goes live (against the one it replaced) and after a shadow candidate is gated (against the live one); 0 runs none")
 	fs.StringVar(&c.tokenFile, "auth-token-file", "", "file of bearer tokens, one per line (CALLER TOKEN or TOKEN)")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "TLS certificate (PEM), reloaded when it changes")
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "TLS private key (PEM), reloaded when it changes")
@@ -119,7 +124,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
 		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
-		"reload-timeout", "test-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
+		"reload-timeout", "test-timeout", "diff-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
 		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return nil, true, code
@@ -162,6 +167,8 @@ func (c *serveConfig) validate(fs *command) error {
 		return errors.New("--max-connections must not be negative")
 	case c.shutdownDelay < 0:
 		return errors.New("--shutdown-delay must not be negative")
+	case c.diffTimeout < 0:
+		return errors.New("--diff-timeout must not be negative (0 runs no diff)")
 	case c.logFull != "drop" && c.logFull != "refuse":
 		return fmt.Errorf("--decision-log-full must be drop or refuse, not %q", c.logFull)
 	case c.decisionLog != "" && c.decisionLog != "-" && int64(c.logMaxMB)<<20 < c.maxBodyBytes+1<<20:

@@ -85,6 +85,12 @@ func startServerWith(t *testing.T, setup func(*exec.Cmd), args ...string) *proc 
 	if !containsArg(args, "--state-dir") {
 		base = append(base, "--state-dir", t.TempDir())
 	}
+	// The background diff of every reload costs seconds of CPU and up to a
+	// GB with the shipped policies (docs/DIFF.md): only the tests of it
+	// run it.
+	if !containsArg(args, "--diff-timeout") {
+		base = append(base, "--diff-timeout", "0")
+	}
 	s.cmd = exec.Command(binPath, append(base, args...)...)
 	s.cmd.Stderr = s.stderr
 	s.cmd.Stdout = io.Discard

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
@@ -103,7 +104,7 @@ type shadowing struct {
 // --shadow-policies through the gate (a failure is a failed start, as a
 // live revision's is). Candidates are built with the live configuration
 // (deadline, limits, self-check), so a promoted one runs as a reload would.
-func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, log *slog.Logger) (*shadowing, error) {
+func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, diffs *diff.Runner, log *slog.Logger) (*shadowing, error) {
 	forbid, _ := c.forbidden()
 	var admins []string
 	for _, a := range strings.Split(c.shadowAdmins, ",") {
@@ -111,8 +112,12 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 			admins = append(admins, a)
 		}
 	}
-	sh := shadow.New(shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
-		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log})
+	scfg := shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
+		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log}
+	if diffs != nil {
+		scfg.Prover = diffs
+	}
+	sh := shadow.New(scfg)
 	s := &shadowing{sh: sh}
 	s.srv = &server.ShadowConfig{
 		Shadow:  sh,

@@ -10,8 +10,12 @@ import (
 
 // shadowPages shows the shadow candidate on the pages: its revision, its
 // answer to a what-if (decided directly on its Snapshot, so nothing is
-// logged or judged) and the impact report GET /v1/shadow shows.
-type shadowPages struct{ sh *shadow.Shadow }
+// logged or judged), the impact report GET /v1/shadow shows and the
+// default promotion gate's verdict on it.
+type shadowPages struct {
+	sh   *shadow.Shadow
+	gate shadow.Gate
+}
 
 func (p shadowPages) Candidate() (string, bool) {
 	c := p.sh.Candidate()
@@ -42,6 +46,12 @@ func (p shadowPages) Summary(context.Context) (ui.ShadowSummary, bool) {
 		return out
 	}
 	sum := ui.ShadowSummary{Total: r.Total, Classes: classes(r.Classes)}
+	proofs := p.sh.Proofs()
+	sum.Refusals = append(p.gate.Refusals(r), p.gate.ProofRefusals(proofs)...)
+	sum.Promotable = len(sum.Refusals) == 0
+	for _, e := range r.Evidence(proofs) {
+		sum.Evidence = append(sum.Evidence, ui.ShadowEvidence{Class: string(e.Class), Evidence: e.Evidence, Summary: e.Summary})
+	}
 	for _, d := range r.Decisions {
 		sum.Decisions = append(sum.Decisions, ui.ShadowDecision{Decision: d.Decision, Total: d.Total, Classes: classes(d.Classes)})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
 
 	"github.com/arbiter-dev/arbiter/engine"
 )
@@ -17,6 +18,7 @@ func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	runRe := c.String("run", "", "only run tests and fixtures whose name matches this regular expression")
 	format := c.String("format", "text", "output format: text or json")
 	verbose := c.Bool("v", false, "list every test, not only failures")
+	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field; then run the tests")
 	if done, code := c.parse(args, stdout, stderr, exitError); done {
 		return code
 	}
@@ -31,6 +33,11 @@ func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.tests == "" {
 		fmt.Fprintln(stderr, "arbiter test: --tests is empty: nothing to run")
 		return exitError
+	}
+	if *update {
+		if code := updateFixtures(ctx, f, *runRe, stdout, stderr); code != exitOK {
+			return code
+		}
 	}
 	rep, err := engine.RunTests(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas},
 		engine.TestOptions{Tests: f.tests, Run: *runRe, Coverage: *coverage || *threshold > 0})
@@ -87,4 +94,35 @@ func printText(w io.Writer, rep *engine.TestReport, verbose bool) {
 			fmt.Fprintf(w, "FAIL  %s %s (%s)\n      %s\n", t.Kind, t.Name, loc, t.Message)
 		}
 	}
+}
+
+// updateFixtures is test --update: the fixtures' results re-recorded
+// under the policies as they are now, each change printed for review.
+func updateFixtures(ctx context.Context, f folders, runRe string, stdout, stderr io.Writer) int {
+	var run *regexp.Regexp
+	if runRe != "" {
+		var err error
+		if run, err = regexp.Compile(runRe); err != nil {
+			fmt.Fprintf(stderr, "arbiter test: --run: %v\n", err)
+			return exitError
+		}
+	}
+	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter test: --update: loading the policies: %v\n", err)
+		return exitError
+	}
+	changes, probs, err := snap.UpdateFixtures(ctx, f.tests, run)
+	for _, c := range changes {
+		fmt.Fprintln(stdout, c)
+	}
+	for _, p := range probs {
+		fmt.Fprintf(stdout, "NOT UPDATED %s\n", p)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter test: --update: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "updated %d fixtures\n", len(changes))
+	return exitOK
 }

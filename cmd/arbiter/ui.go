@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server/ui"
 )
@@ -31,7 +32,7 @@ func (p *pages) endStreams() { p.closeOnce.Do(func() { close(p.closing) }) }
 // fills the ring from the tail of the decision log file. The ring is a sink
 // of the decision-record pipeline: it shows every decision the pipeline
 // took, masked as every sink receives it.
-func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, login bool, log *slog.Logger) *pages {
+func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.Runner, login bool, log *slog.Logger) *pages {
 	p := &pages{closing: make(chan struct{})}
 	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng)})
 	var archive ui.Archive
@@ -44,7 +45,11 @@ func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, login bool, 
 		log.Debug("ui: recent decisions read from the decision log", "records", n)
 		archive = lf
 	}
-	p.handler = ui.New(ui.Config{
+	var uiDiffs ui.Diffs
+	if diffs != nil {
+		uiDiffs = diffs
+	}
+	p.handler = ui.New(ui.Config{Diffs: uiDiffs,
 		Recent: p.ring, Archive: archive, Decider: eng, Reloads: eng, Shadow: shadow, Logger: log,
 		MaxBodyBytes: c.maxBodyBytes, EvalTimeout: 2*c.evalTimeout + 5*time.Second, Login: login,
 		Closing: p.closing,

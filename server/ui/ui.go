@@ -39,6 +39,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
@@ -87,11 +88,30 @@ type Shadow interface {
 
 // ShadowSummary is the impact of a shadow candidate: how many live
 // decisions it was shown, and how many fell in each class of change, with
-// a few example decision ids.
+// a few example decision ids; and the promotion gate's verdict on it.
 type ShadowSummary struct {
 	Total     uint64
 	Classes   []ShadowClass
 	Decisions []ShadowDecision
+	// Promotable says whether the gate would promote it now, Refusals
+	// why not, and Evidence the gate's strongest evidence per class.
+	Promotable bool
+	Refusals   []string
+	Evidence   []ShadowEvidence
+}
+
+// ShadowEvidence is the promotion gate's strongest evidence on one class:
+// proved, found, replayed, shadowed or none, said in a sentence.
+type ShadowEvidence struct {
+	Class, Evidence, Summary string
+}
+
+// Diffs are the semantic diffs of revisions (package diff's Runner): of
+// each revision made live against the one it replaced, and of the shadow
+// candidate against the live one.
+type Diffs interface {
+	Get(old, new string) (diff.Status, bool)
+	Shadow() (diff.Status, bool)
 }
 
 // ShadowClass is one class of change (the candidate's words) and its count.
@@ -115,6 +135,7 @@ type Config struct {
 	Decider Decider
 	Reloads Reloads // may be nil
 	Shadow  Shadow  // may be nil: no shadow evaluation in this process
+	Diffs   Diffs   // may be nil: no diff runs in this process
 	Logger  *slog.Logger
 
 	// Prefix is where the pages are mounted; default "/ui".
@@ -634,11 +655,47 @@ func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, nam
 type policyData struct {
 	Snapshot  *engine.Snapshot
 	Decisions []engine.DecisionInfo
-	History   []engine.ReloadStatus
+	History   []historyRow
 	Candidate string
 	Shadow    bool // a Shadow is wired
 	Summary   ShadowSummary
 	HasSum    bool
+	// Diff is the candidate's diff against the live revision.
+	Diff *diffView
+}
+
+// historyRow is one reload attempt (a promotion included) with the diff
+// of what it made live against what it replaced, when one ran.
+type historyRow struct {
+	engine.ReloadStatus
+	Diff *diffView
+}
+
+// diffView is a diff as the pages show it: its state, and per decision
+// and question the verdict, a found example with both answers.
+type diffView struct {
+	diff.Status
+	Answers []diffAnswer
+}
+
+type diffAnswer struct {
+	Decision, Question string
+	*diff.Answer
+	Input string // a found example, indented, for the what-if form
+}
+
+func viewDiff(st diff.Status) *diffView {
+	v := &diffView{Status: st}
+	if st.Report == nil {
+		return v
+	}
+	for _, name := range st.Report.Names() {
+		for _, q := range diff.Questions {
+			a := st.Report.Decisions[name].Get(q)
+			v.Answers = append(v.Answers, diffAnswer{Decision: name, Question: string(q), Answer: a, Input: indent(a.Example)})
+		}
+	}
+	return v
 }
 
 func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
@@ -647,12 +704,25 @@ func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
 		d.Decisions = d.Snapshot.Decisions()
 	}
 	if h.cfg.Reloads != nil {
-		d.History = h.cfg.Reloads.ReloadHistory()
+		for _, st := range h.cfg.Reloads.ReloadHistory() {
+			row := historyRow{ReloadStatus: st}
+			if h.cfg.Diffs != nil && st.From != "" {
+				if ds, ok := h.cfg.Diffs.Get(st.From, st.Revision); ok {
+					row.Diff = viewDiff(ds)
+				}
+			}
+			d.History = append(d.History, row)
+		}
 	}
 	if h.cfg.Shadow != nil {
 		d.Shadow = true
 		d.Candidate, _ = h.cfg.Shadow.Candidate()
 		d.Summary, d.HasSum = h.cfg.Shadow.Summary(r.Context())
+		if h.cfg.Diffs != nil && d.Candidate != "" {
+			if ds, ok := h.cfg.Diffs.Shadow(); ok && ds.New == d.Candidate {
+				d.Diff = viewDiff(ds)
+			}
+		}
 	}
 	h.render(w, r, http.StatusOK, "policy", page{Title: "Policy status", Nav: "policy", Data: d})
 }

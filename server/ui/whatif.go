@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
@@ -30,6 +32,9 @@ type whatIfData struct {
 	// NoCandidate says why there is no candidate column.
 	NoCandidate string
 	Differ      bool
+	// LiveOnly and CandidateOnly are the reasons one answer gives and the
+	// other does not.
+	LiveOnly, CandidateOnly []string
 }
 
 func (h *handler) newWhatIf(decision, inputText string) whatIfData {
@@ -115,7 +120,43 @@ func (h *handler) runWhatIf(ctx context.Context, wi *whatIfData) {
 		c.ID, c.Label = "candidate", "Shadow candidate"
 		wi.Candidate = &c
 		wi.Differ = differ(live, c)
+		wi.LiveOnly, wi.CandidateOnly = without(live.Reasons, c.Reasons), without(c.Reasons, live.Reasons)
 	}
+}
+
+// without is the members of a that b lacks, in a's order.
+func without(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// example is the input a what-if of decision starts from: the input the
+// diff of the shadow candidate found for it (refuse_to_allow first), or
+// else the first fixture input of the live revision, or else {}.
+func (h *handler) example(decision string) string {
+	if h.cfg.Diffs != nil && h.cfg.Shadow != nil {
+		rev, ok := h.cfg.Shadow.Candidate()
+		if st, found := h.cfg.Diffs.Shadow(); ok && found && st.New == rev && st.Report != nil && st.Report.Decisions[decision] != nil {
+			for _, q := range diff.Questions {
+				if a := st.Report.Decisions[decision].Get(q); a.Verdict == diff.Found {
+					return indent(a.Example)
+				}
+			}
+		}
+	}
+	if snap := h.cfg.Decider.Snapshot(); snap != nil {
+		for _, fx := range snap.Fixtures() {
+			if fx.Decision == decision && fx.Input != nil && fx.WantError == nil {
+				return indent(fx.Input)
+			}
+		}
+	}
+	return "{}"
 }
 
 func differ(a, b evaluation) bool {
@@ -256,9 +297,9 @@ func resolveLocal(root map[string]any, ptr string) map[string]any {
 // decision had.
 func (h *handler) whatif(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("decision")
-	wi := h.newWhatIf(name, "{}")
+	wi := h.newWhatIf(name, h.example(name))
 	if name == "" && len(wi.Decisions) > 0 {
-		wi = h.newWhatIf(wi.Decisions[0], "{}")
+		wi = h.newWhatIf(wi.Decisions[0], h.example(wi.Decisions[0]))
 	}
 	if r.Method == http.MethodPost {
 		wi.Decision = ""
