@@ -295,3 +295,39 @@ func TestImageStampsItsVersion(t *testing.T) {
 		t.Error("the Dockerfile does not build with -X main.version=${VERSION} after ARG VERSION")
 	}
 }
+
+// diffPeak is what the background diff of a new revision of the shipped
+// policies may take (docs/DIFF.md measures about 1 GB).
+const diffPeak = 1 << 30
+
+// A replica whose container limit is below the diff's peak runs no
+// background diff (--diff-timeout 0): the diff would get the pod
+// OOM-killed on the first new revision.
+func TestBackgroundDiffFitsTheMemoryLimit(t *testing.T) {
+	objs := manifest(t)
+	limit := obj(obj(container(t), "resources"), "limits")["memory"]
+	q, ok := limit.(string)
+	if !ok {
+		t.Fatalf("the container has no memory limit: %v", limit)
+	}
+	bytes := memoryQuantity(t, q)
+	if d := duration(t, objs, "diff-timeout"); d != 0 && bytes < diffPeak {
+		t.Errorf("--diff-timeout %s with a %s memory limit: the background diff may take about 1 GB; set ARBITER_DIFF_TIMEOUT to 0 (and run arbiter diff where bundles are published) or raise the limit", d, q)
+	}
+}
+
+// memoryQuantity reads a Kubernetes memory quantity in binary units.
+func memoryQuantity(t *testing.T, q string) int64 {
+	t.Helper()
+	for suffix, mult := range map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30} {
+		if n, ok := strings.CutSuffix(q, suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatalf("memory quantity %q: %v", q, err)
+			}
+			return v * mult
+		}
+	}
+	t.Fatalf("memory quantity %q: want Ki, Mi or Gi", q)
+	return 0
+}
