@@ -1,12 +1,48 @@
 package decisionlog
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
 
-// Collector exports the records the file did not write, read at scrape
-// time. The other sinks count their own (the upload: logship's metrics).
-func (l *Logger) Collector() prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "arbiter_decision_log_dropped_total",
-		Help: "Decision log records not written to the file: its full queue could not take them (they still reach the other sinks, unless --decision-log-full refuse refused their decision) or the log was closed, failed writes, and records still queued when a stop ran out of time.",
-	}, func() float64 { return float64(l.Dropped()) })
+	"github.com/arbiter-dev/arbiter/internal/queue"
+)
+
+var droppedDesc = prometheus.NewDesc("arbiter_decision_log_dropped_total",
+	"Decision log records not written to the file, by reason: full (its queue could not take them; they still reach the other sinks unless --decision-log-full refuse refused their decision), closed (logged after the log closed), failed (the write failed, or a record larger than the file may be) and abandoned (still queued when a stop ran out of time).",
+	[]string{"reason"}, nil)
+
+// Collector exports the records the file did not write, by reason, read at
+// scrape time. The other sinks count their own (the upload: logship's
+// metrics).
+func (l *Logger) Collector() prometheus.Collector { return collector{l} }
+
+type collector struct{ l *Logger }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) { ch <- droppedDesc }
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.l.droppedByReason() {
+		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(r.n), r.reason)
+	}
+}
+
+type reasonCount struct {
+	reason string
+	n      uint64
+}
+
+// droppedByReason splits Dropped by reason, every reason always present.
+func (l *Logger) droppedByReason() []reasonCount {
+	count := func(why string) uint64 {
+		n := l.queue.Dropped(why)
+		if l.file != nil {
+			n += l.file.queue.Dropped(why)
+		}
+		return n
+	}
+	return []reasonCount{
+		{"full", count(queue.Full)},
+		{"closed", count(queue.Closed)},
+		{"failed", l.failed()},
+		{"abandoned", l.abandoned.Load()},
+	}
 }

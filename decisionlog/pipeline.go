@@ -220,7 +220,11 @@ func (l *Logger) failed() uint64 {
 // failed, and (after a Close that ran out of time) still queued. It only
 // grows, as a counter metric must.
 func (l *Logger) Dropped() uint64 {
-	return l.refused() + l.failed() + l.abandoned.Load()
+	var n uint64
+	for _, r := range l.droppedByReason() {
+		n += r.n
+	}
+	return n
 }
 
 // Written is the number of records written to the file or Stdout (handed

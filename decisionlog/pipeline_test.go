@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the writer goroutine and the test.
@@ -268,8 +268,8 @@ func TestQueueIsBoundedInBytes(t *testing.T) {
 	if accepted != 3 { // 1 MiB plus overhead each: three fit under 4 MiB
 		t.Errorf("%d records of 1 MiB queued under a 4 MiB bound, want 3", accepted)
 	}
-	if got := l.Dropped(); got != uint64(40-accepted) || testutil.ToFloat64(l.Collector()) != float64(40-accepted) {
-		t.Errorf("Dropped = %d (metric %v), want %d", got, testutil.ToFloat64(l.Collector()), 40-accepted)
+	if got, m := l.Dropped(), droppedMetric(t, l); got != uint64(40-accepted) || m["full"] != float64(40-accepted) || len(m) != 4 || m["closed"]+m["failed"]+m["abandoned"] != 0 {
+		t.Errorf("Dropped = %d (metric %v), want %d, all full", got, m, 40-accepted)
 	}
 	if n := strings.Count(warnings.String(), "queue is full"); n != 1 {
 		t.Errorf("%d refusal warnings within one second, want exactly 1:\n%s", n, warnings.String())
@@ -314,6 +314,9 @@ func TestCloseAccountsForEveryRecord(t *testing.T) {
 	st := l.Stats()
 	if st.Written != 0 || st.Unwritten != n+2 || l.Dropped() != n+2 {
 		t.Errorf("stats %+v, Dropped %d; want 0 written, %d unwritten", st, l.Dropped(), n+2)
+	}
+	if m := droppedMetric(t, l); m["abandoned"] != n+1 || m["closed"] != 1 || m["full"]+m["failed"] != 0 {
+		t.Errorf("arbiter_decision_log_dropped_total %v, want %d abandoned and 1 closed", m, n+1)
 	}
 	for i := range n + 1 {
 		if id := sink.next(t); i > 0 && id != fmt.Sprint(i-1) {
@@ -581,4 +584,22 @@ func TestStalledFileCostsOnlyItsOwnRecords(t *testing.T) {
 			}
 		})
 	}
+}
+
+// droppedMetric reads arbiter_decision_log_dropped_total by reason.
+func droppedMetric(t *testing.T, l *Logger) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(l.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	return out
 }

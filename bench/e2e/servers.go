@@ -163,15 +163,24 @@ func (s *server) metric(ctx context.Context, name string) (float64, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sum, found := 0.0, false
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		// NAME VALUE, or NAME{LABELS} VALUE: the sum over the labels.
+		if rest, ok := strings.CutPrefix(sc.Text(), name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+			if err != nil {
+				return 0, err
+			}
+			sum, found = sum+v, true
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("%s: no %s in /metrics", s.name, name)
+	if !found {
+		return 0, fmt.Errorf("%s: no %s in /metrics", s.name, name)
+	}
+	return sum, nil
 }
 
 // procStatus reads a "VmXXX:   1234 kB" line of /proc/PID/status, in bytes.

@@ -128,7 +128,7 @@ func TestStalledDecisionLogIsAccounted(t *testing.T) {
 	}
 }
 
-// metricValue reads one unlabelled metric from /metrics.
+// metricValue reads a metric from /metrics, summed over its labels.
 func metricValue(t *testing.T, client *http.Client, url, name string) float64 {
 	t.Helper()
 	resp, err := client.Get(url + "/metrics")
@@ -137,14 +137,18 @@ func metricValue(t *testing.T, client *http.Client, url, name string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	sum, found := 0.0, false
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, name+" "); ok {
-			v, _ := strconv.ParseFloat(rest, 64)
-			return v
+		// NAME VALUE, or NAME{LABELS} VALUE: the sum over the labels.
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			v, _ := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+			sum, found = sum+v, true
 		}
 	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	if !found {
+		t.Fatalf("no metric %s", name)
+	}
+	return sum
 }
 
 // TestServeSkipsWhatIsNotARegularFile: a FIFO and a symlink to /dev/zero in
