@@ -84,6 +84,13 @@ func scan(raw []byte, vc *bundle.VerificationConfig, lim Limits) error {
 	}
 }
 
+// ErrNoSchemas refuses a bundle without a schemas/ folder, such as one
+// stock `opa build` makes: every decision is checked against its schemas,
+// so the gate would refuse it with one undefined schema after another.
+var ErrNoSchemas = errors.New("the bundle carries no " + SchemaDir + " folder (is it from stock `opa build`?): " +
+	"Arbiter checks every decision's input and result against " + SchemaDir + "<decision>/{input,result}.json; " +
+	"`arbiter build` makes bundles that carry them")
+
 // Revision is a bundle read and verified: its manifest and the files of
 // the revision it carries, ready for engine.LoadFiles.
 type Revision struct {
@@ -184,6 +191,9 @@ func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin str
 	rev.Files, rev.Signed, err = fileSet(rec.files)
 	if err != nil {
 		return nil, err
+	}
+	if len(rev.Files.Schemas) == 0 {
+		return nil, ErrNoSchemas
 	}
 	rev.Files.Origin, rev.Files.Revision = origin, b.Manifest.Revision
 	return rev, nil
