@@ -150,9 +150,12 @@ type shadowDoc struct {
 	Gate         shadow.Gate       `json:"gate"`
 	// Promotable says whether the default gate would promote the
 	// candidate now, and if not why.
-	Promotable bool           `json:"promotable"`
-	Refusals   []string       `json:"refusals"`
-	Report     *shadow.Report `json:"report"`
+	Promotable bool     `json:"promotable"`
+	Refusals   []string `json:"refusals"`
+	// Progress is the judged decisions toward the gate's minimum
+	// ("judged 57 of 100"), "" without a candidate.
+	Progress string         `json:"progress,omitempty"`
+	Report   *shadow.Report `json:"report"`
 	// Diff is the semantic diff of the candidate against the live
 	// revision, and Evidence the gate's strongest evidence per class.
 	Diff     *diff.Status      `json:"diff"`
@@ -187,6 +190,7 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 		proofs := sc.Shadow.Proofs()
 		doc.Report = &rep
 		doc.Evidence = rep.Evidence(proofs)
+		doc.Progress = shadow.Progress(rep, sc.Gate.MinDecisions)
 		doc.Refusals = append(doc.Refusals, sc.Gate.Refusals(rep)...)
 		doc.Refusals = append(doc.Refusals, sc.Gate.ProofRefusals(proofs)...)
 		doc.Promotable = len(doc.Refusals) == 0

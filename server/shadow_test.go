@@ -258,7 +258,7 @@ func TestPromoteBodyCannotLoosenTheGate(t *testing.T) {
 		{`{"forbid":[],"min_decisions":0}`, 1, shadow.DefaultForbidden, "refuse_to_allow"},
 		{`{"forbid":["same"]}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.Same), "refuse_to_allow"},
 		{`{"min_decisions":0,"forbid":["error_changed"],"force":false}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.ErrorChanged), "refuse_to_allow"},
-		{`{"min_decisions":3,"forbid":["refuse_to_allow"]}`, 3, shadow.DefaultForbidden, "fewer than the 3 required"},
+		{`{"min_decisions":3,"forbid":["refuse_to_allow"]}`, 3, shadow.DefaultForbidden, "judged 2 of 3 decisions the gate requires"},
 	} {
 		r := h.do(t, "POST", "/v1/shadow/promote", tc.body)
 		var refused struct {

@@ -113,7 +113,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		}
 	}
 	scfg := shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
-		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log}
+		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, MinDecisions: c.shadowMinDecisions, DecisionLog: c.decisionLog, Logger: log}
 	if diffs != nil {
 		scfg.Prover = diffs
 	}
