@@ -171,6 +171,9 @@ func (s *server) answerError(q *query, body []byte, e *engine.Error) {
 		Error:      &decisionlog.RecordError{Code: string(e.Code), Message: e.Message},
 		DurationNS: elapsed.Nanoseconds(), Caller: callerOf(q.r.Context()),
 	}
+	for _, v := range e.Violations {
+		rec.Error.Violations = append(rec.Error.Violations, decisionlog.Violation(v))
+	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		rec.Revision = snap.Revision
 	}
