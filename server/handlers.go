@@ -475,6 +475,19 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, doc)
 }
 
+// reloads answers the reload attempts the engine remembers, newest first:
+// activations, refusals with their problems, promotions; the first load is
+// the oldest.
+func (s *server) reloads(w http.ResponseWriter, _ *http.Request) {
+	h := s.eng.ReloadHistory()
+	if h == nil {
+		h = []engine.ReloadStatus{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Reloads []engine.ReloadStatus `json:"reloads"`
+	}{h})
+}
+
 // reload answers 200 with the engine's ReloadStatus whether or not the
 // candidate was activated: the request itself succeeded, and "ok": false
 // with "problems" is its answer (the previous Snapshot keeps serving). The
