@@ -159,6 +159,32 @@ func Read(raw []byte, vc *bundle.VerificationConfig, origin string) (*Revision, 
 	return read(raw, vc, false, origin)
 }
 
+// ReadFile reads the bundle file at path within lim, as a download is read
+// (at most lim.Bytes, its entries and unpacked size bounded before OPA's
+// reader holds them), verifying it against vc; the zero Limits are
+// DefaultLimits.
+func ReadFile(path string, vc *bundle.VerificationConfig, lim Limits) (*Revision, error) {
+	if lim == (Limits{}) {
+		lim = DefaultLimits
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, lim.Bytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) > lim.Bytes {
+		return nil, fmt.Errorf("bundle %s: larger than %d bytes", path, lim.Bytes)
+	}
+	if err := scan(raw, vc, lim); err != nil {
+		return nil, err
+	}
+	return Read(raw, vc, path)
+}
+
 func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin string) (*Revision, error) {
 	rec := &recordingLoader{
 		DirectoryLoader: bundle.NewTarballLoaderWithBaseURL(bytes.NewReader(raw), "").WithSizeLimitBytes(DefaultMaxFileBytes),
