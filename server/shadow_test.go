@@ -282,6 +282,13 @@ func TestPromoteBodyCannotLoosenTheGate(t *testing.T) {
 	if r := h.do(t, "POST", "/v1/shadow/promote", `{"forbid":["nonsense"]}`); r.status != http.StatusBadRequest {
 		t.Errorf("an unknown class: %d %s", r.status, r.body)
 	}
+	// A candidate is folders or a bundle file, not both, not neither; and
+	// a server with no bundle reader (ShadowConfig.Bundle) reads none.
+	for _, body := range []string{`{}`, `{"policies":"/p","bundle":"/b.tar.gz"}`, `{"bundle":"/b.tar.gz","tests":"/t"}`, `{"bundle":"/b.tar.gz"}`} {
+		if r := h.do(t, "POST", "/v1/shadow", body); r.status != http.StatusBadRequest || r.errorDoc(t).Code != CodeBadRequest {
+			t.Errorf("POST /v1/shadow %s: %d %s, want 400 bad_request", body, r.status, r.body)
+		}
+	}
 	r := h.do(t, "POST", "/v1/shadow/promote", `{"force":true}`)
 	var ok struct {
 		Promotion shadow.Promotion `json:"promotion"`
