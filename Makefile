@@ -6,6 +6,10 @@ BIN       := bin
 ARBITER   := $(BIN)/arbiter
 OPA       := $(BIN)/opa
 REGAL     := $(BIN)/regal
+# opa-check runs the `opa` on PATH when there is one (an OPA user's own),
+# else the stock one built from go.mod.
+PATH_OPA  := $(shell command -v opa 2>/dev/null)
+OPA_CHECK := $(or $(PATH_OPA),$(OPA))
 POLICIES  := policies
 SCHEMAS   := schemas
 TESTS     := policy_test
@@ -76,11 +80,12 @@ rule-edit:
 ui-e2e: build
 	cd server/ui/e2e && ARBITER_BIN=$(abspath $(ARBITER)) node --test
 
-opa-check: $(OPA)
-	$(OPA) check --strict $(POLICIES) $(TESTS)
-	$(OPA) check --strict -s $(SCHEMAS) $(POLICIES) $(TESTS)
-	@out="$$($(OPA) fmt --list $(POLICIES) $(TESTS))"; if [ -n "$$out" ]; then echo "not opa-fmt formatted:"; echo "$$out"; exit 1; fi
-	$(OPA) test $(POLICIES) $(TESTS)
+opa-check: $(if $(PATH_OPA),,$(OPA))
+	@echo "opa-check: $(OPA_CHECK), $$($(OPA_CHECK) version | head -1)"
+	$(OPA_CHECK) check --strict $(POLICIES) $(TESTS)
+	$(OPA_CHECK) check --strict -s $(SCHEMAS) $(POLICIES) $(TESTS)
+	@out="$$($(OPA_CHECK) fmt --list $(POLICIES) $(TESTS))"; if [ -n "$$out" ]; then echo "not opa-fmt formatted:"; echo "$$out"; exit 1; fi
+	$(OPA_CHECK) test $(POLICIES) $(TESTS)
 
 check: build
 	$(ARBITER) check

@@ -380,13 +380,7 @@ func appendRecord(b []byte, rec Record) []byte {
 		b = append(b, `,"result":`...)
 		b = append(b, rec.Result...)
 	}
-	if rec.Error != nil {
-		b = append(b, `,"error":{"code":`...)
-		b = jsonenc.AppendString(b, rec.Error.Code)
-		b = append(b, `,"message":`...)
-		b = jsonenc.AppendString(b, rec.Error.Message)
-		b = append(b, '}')
-	}
+	b = appendError(b, rec.Error)
 	b = append(b, `,"duration_ns":`...)
 	b = strconv.AppendInt(b, rec.DurationNS, 10)
 	if rec.Caller != "" {
@@ -412,13 +406,7 @@ func appendRecord(b []byte, rec Record) []byte {
 			b = append(b, `,"result":`...)
 			b = append(b, sh.Result...)
 		}
-		if sh.Error != nil {
-			b = append(b, `,"error":{"code":`...)
-			b = jsonenc.AppendString(b, sh.Error.Code)
-			b = append(b, `,"message":`...)
-			b = jsonenc.AppendString(b, sh.Error.Message)
-			b = append(b, '}')
-		}
+		b = appendError(b, sh.Error)
 		b = append(b, `,"duration_ns":`...)
 		b = strconv.AppendInt(b, sh.DurationNS, 10)
 		b = append(b, '}')
@@ -428,6 +416,32 @@ func appendRecord(b []byte, rec Record) []byte {
 		b = append(b, rec.Promotion...)
 	}
 	return append(b, '}', '\n')
+}
+
+// appendError appends the member "error" when e is not nil.
+func appendError(b []byte, e *RecordError) []byte {
+	if e == nil {
+		return b
+	}
+	b = append(b, `,"error":{"code":`...)
+	b = jsonenc.AppendString(b, e.Code)
+	b = append(b, `,"message":`...)
+	b = jsonenc.AppendString(b, e.Message)
+	if len(e.Violations) > 0 {
+		b = append(b, `,"violations":[`...)
+		for i, v := range e.Violations {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"path":`...)
+			b = jsonenc.AppendString(b, v.Path)
+			b = append(b, `,"message":`...)
+			b = jsonenc.AppendString(b, v.Message)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
 }
 
 func appendStrings(b []byte, name string, list []string) []byte {

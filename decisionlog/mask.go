@@ -132,6 +132,45 @@ func (m *masker) walk(dec *json.Decoder, spans *[]span) error {
 	return err
 }
 
+// maskViolations returns a copy of e (the record's error may be shared) in
+// which each violation at or under a masked pointer has MaskedValue for a
+// message: the schema library's messages quote the value they refuse.
+func (m *masker) maskViolations(e RecordError) *RecordError {
+	vs := make([]Violation, len(e.Violations))
+	for i, v := range e.Violations {
+		if m.covers(v.Path) {
+			v.Message = MaskedValue
+		}
+		vs[i] = v
+	}
+	e.Violations = vs
+	return &e
+}
+
+// covers reports whether ptr is at or under one of m's pointers. A pointer
+// that is not one ("" or /...) is covered: fail closed.
+func (m *masker) covers(ptr string) bool {
+	node := m
+	if node.leaf {
+		return true
+	}
+	if ptr == "" {
+		return false
+	}
+	if !strings.HasPrefix(ptr, "/") {
+		return true
+	}
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		if node = node.children[jsonptr.Unescape(tok)]; node == nil {
+			return false
+		}
+		if node.leaf {
+			return true
+		}
+	}
+	return false
+}
+
 // recordMasker masks the records of the pipeline, once each, before any
 // sink sees them. data masks the inputs logged on the OPA Data API path,
 // where a failed request's body ({"input": ...}) is logged as received:
@@ -168,6 +207,9 @@ func (rm *recordMasker) mask(rec Record) Record {
 	if rec.BodyPrefix != "" {
 		rec.BodyPrefix, rec.Erased = "", append(rec.Erased, "/body_prefix_base64")
 	}
+	if rec.Error != nil && len(rec.Error.Violations) > 0 {
+		rec.Error = rm.plain.maskViolations(*rec.Error)
+	}
 	if len(rec.Input) == 0 {
 		return rec
 	}
@@ -178,6 +220,9 @@ func (rm *recordMasker) mask(rec Record) Record {
 	masked, matched, err := m.mask(rec.Input)
 	if err != nil {
 		rec.Input, rec.Masked = maskedJSON, append(rec.Masked, "/input")
+		if rec.Error != nil && len(rec.Error.Violations) > 0 {
+			rec.Error = (&masker{leaf: true}).maskViolations(*rec.Error) // the input masked whole: every violation
+		}
 		return rec
 	}
 	rec.Input = masked

@@ -126,3 +126,36 @@ func jsonEqual(a, b []byte) bool {
 	var ca, cb bytes.Buffer
 	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes()) || len(a) == 0 && len(b) == 0
 }
+
+// A violation's message may quote the value it refuses: at or under a
+// masked pointer it is masked too, in a copy (the record's error may be
+// shared); others keep theirs. An input that cannot be walked is masked
+// whole, and so is every violation.
+func TestMaskViolations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	l, err := Open(Options{Path: path, Mask: []string{"/run/token", "/list/1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := &RecordError{Code: "input_schema_invalid", Message: "input does not match the schema", Violations: []Violation{
+		{"/run/token", "maxLength: got 40, want 8"}, {"/run/token/x", "deeper"}, {"/run/runId", "minLength: got 0, want 1"},
+		{"/list/1/k", "s3cr3t is not one of [a b]"}, {"/list/10", "kept"}, {"", "missing property"},
+	}}
+	l.Log(Record{DecisionID: "a", Input: json.RawMessage(`{"run":{"token":"s3cr3t","runId":""},"list":[1,{"k":"s3cr3t"}]}`), Error: shared})
+	l.Log(Record{DecisionID: "b", Input: json.RawMessage(`{"run":`), Error: &RecordError{Code: "input_schema_invalid", Violations: []Violation{{"/a", "s3cr3t"}}}})
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, recs := readLines(t, path)
+	got := fmt.Sprint(recs[0].Error.Violations)
+	want := "[/run/token: **masked** /run/token/x: **masked** /run/runId: minLength: got 0, want 1 /list/1/k: **masked** /list/10: kept (the input): missing property]"
+	if got != want {
+		t.Errorf("violations %s\nwant       %s", got, want)
+	}
+	if shared.Violations[0].Message == MaskedValue {
+		t.Error("the shared error was masked in place")
+	}
+	if got := fmt.Sprint(recs[1].Error.Violations); got != "[/a: **masked**]" {
+		t.Errorf("an input masked whole kept its violation: %s", got)
+	}
+}

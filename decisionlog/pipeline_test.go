@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -150,7 +151,7 @@ func TestLogWritesOneCompactLinePerRecord(t *testing.T) {
 				t.Errorf("got id %q input %s body %q result %s\nwant id %q input %s body %q result %s",
 					got.DecisionID, got.Input, got.BodyBase64, got.Result, tc.rec.DecisionID, tc.wantInput, tc.wantBody, tc.wantResult)
 			}
-			if (got.Error == nil) != (tc.rec.Error == nil) || got.Error != nil && *got.Error != *tc.rec.Error {
+			if (got.Error == nil) != (tc.rec.Error == nil) || got.Error != nil && !reflect.DeepEqual(*got.Error, *tc.rec.Error) {
 				t.Errorf("error: got %+v, want %+v", got.Error, tc.rec.Error)
 			}
 			if l.Written() != 1 || l.Dropped() != 0 {

@@ -96,4 +96,24 @@ func (rec Record) Complete() (bool, string) {
 type RecordError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Violations are where an input failed its schema (input_schema_invalid),
+	// as the answer listed them. A violation at or under a masked pointer
+	// has its message, which may quote the value, replaced by MaskedValue.
+	Violations []Violation `json:"violations,omitempty"`
+}
+
+// Violation is one failing location of an input: a JSON pointer into the
+// input document ("" is the document itself) and what is wrong there.
+type Violation struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// String is the violation as one message led by its pointer, as OPA's
+// error bodies and events list it ("/used: ...", "(the input): ...").
+func (v Violation) String() string {
+	if v.Path == "" {
+		return "(the input): " + v.Message
+	}
+	return v.Path + ": " + v.Message
 }

@@ -21,6 +21,8 @@ func TestAppendRecordMatchesEncodingJSON(t *testing.T) {
 			Shadow: &Shadow{Revision: "cand", Class: "refuse_to_allow", Result: json.RawMessage(`{"o":"yes"}`), DurationNS: 9}},
 		"shadow error": {DecisionID: "d4", Time: at, Decision: "x", Path: "/v1/decisions/x", Result: json.RawMessage(`{}`),
 			Shadow: &Shadow{Revision: "cand", Class: "candidate_error", Error: &RecordError{Code: "policy_timeout", Message: "<slow>"}}},
+		"violations": {DecisionID: "d6", Time: at, Decision: "x", Path: "/v1/decisions/x", Input: json.RawMessage(`{"n":-1}`),
+			Error: &RecordError{Code: "input_schema_invalid", Message: "input does not match the schema", Violations: []Violation{{"/n", "minimum: got -1, want 0 <&>"}, {"", "missing property"}}}},
 		"promotion":   {DecisionID: "d5", Time: at, Path: "/v1/shadow/promote", Caller: "sre", Promotion: json.RawMessage(`{"policy_revision":"cand","promoted":true}`)},
 		"odd strings": {DecisionID: "\u2028\x01\"\\", Time: at.In(time.FixedZone("x", 3600)), Decision: "é😀", Path: "/", Caller: "a\tb"},
 	} {

@@ -55,7 +55,7 @@ func (e *Engine) build(ctx context.Context, src Source) (*Snapshot, error) {
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			msg = "the candidate was abandoned: " + ctx.Err().Error()
 		}
-		return nil, &LoadError{Problems: []Problem{{Message: msg}}}
+		return nil, &LoadError{Problems: []Problem{{Message: msg}}, Abandoned: true}
 	}
 }
 

@@ -29,6 +29,9 @@ func (p Problem) String() string {
 type LoadError struct {
 	Problems []Problem
 	Skipped  []SkippedFile // files that were not read, see SkippedFile
+	// Abandoned: the gate did not finish (its deadline, or cancellation),
+	// so the same candidate may pass when it is judged again.
+	Abandoned bool
 }
 
 func (e *LoadError) Error() string {

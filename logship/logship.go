@@ -77,14 +77,25 @@ type Uploader struct {
 	sent                     atomic.Uint64
 	uploadsOK, uploadsFailed atomic.Uint64
 	lastOK                   atomic.Int64
+	// batched counts the events taken from the queue and not yet sent or
+	// dropped: the batch being built, uploaded or retried.
+	batched atomic.Int64
+
+	// The outage the upload loop is in (failingSince zero: none): when the
+	// first upload failed, and the events of batches retried since.
+	failingSince time.Time
+	retried      int
 }
 
 // Stats are an Uploader's totals.
 type Stats struct {
-	Sent          uint64 `json:"sent"`
-	DroppedFull   uint64 `json:"dropped_buffer_full"`
-	DroppedStop   uint64 `json:"dropped_shutdown"`
-	DroppedLarge  uint64 `json:"dropped_too_large"`
+	Sent         uint64 `json:"sent"`
+	DroppedFull  uint64 `json:"dropped_buffer_full"`
+	DroppedStop  uint64 `json:"dropped_shutdown"`
+	DroppedLarge uint64 `json:"dropped_too_large"`
+	// Queued is every event waiting for upload: in the buffer, and in the
+	// batch being uploaded or retried (during an outage, that batch is
+	// most of what waits).
 	Queued        int    `json:"queued"`
 	UploadsOK     uint64 `json:"uploads_ok"`
 	UploadsFailed uint64 `json:"uploads_failed"`
@@ -157,7 +168,7 @@ func (u *Uploader) Stats() Stats {
 	return Stats{
 		Sent: u.sent.Load(), DroppedFull: u.queue.Dropped(queue.Full) + u.queue.Dropped(queue.Closed),
 		DroppedStop: u.queue.Dropped(dropShutdown), DroppedLarge: u.queue.Dropped(dropTooLarge),
-		Queued: u.queue.Len(), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
+		Queued: u.queue.Len() + int(u.batched.Load()), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
 	}
 }
 
@@ -211,6 +222,7 @@ func (u *Uploader) loop() {
 			flush()
 		}
 		batch = append(batch, ev)
+		u.batched.Add(1)
 		size += len(ev) + 1
 		if len(batch) >= u.cfg.BatchEvents {
 			flush()
@@ -240,7 +252,9 @@ func (u *Uploader) loop() {
 }
 
 // upload sends batch, retrying with OPA's backoff until it is accepted,
-// or until Close's deadline (then the batch is counted as dropped). A batch
+// or until Close's deadline (then the batch is counted as dropped). The
+// first upload accepted after failures logs the recovery: how long uploads
+// failed, and how many events were retried. A batch
 // the service refuses as too large (413) is split in halves, each uploaded
 // the same way, first half first; a single event refused so is dropped as
 // too_large only when it is larger than both BatchBytes and the largest
@@ -258,15 +272,31 @@ func (u *Uploader) upload(batch []json.RawMessage) bool {
 			u.acceptedMax = max(u.acceptedMax, size)
 			u.uploadsOK.Add(1)
 			u.sent.Add(uint64(len(batch)))
+			u.batched.Add(-int64(len(batch)))
 			u.lastOK.Store(time.Now().UnixNano())
+			if retry > 0 {
+				u.retried += len(batch)
+			}
+			if !u.failingSince.IsZero() {
+				u.log.Info("decision-log uploads recovered", "retried_events", u.retried, "outage", time.Since(u.failingSince).Round(time.Millisecond))
+				u.failingSince, u.retried = time.Time{}, 0
+			}
 			return true
 		}
 		u.uploadsFailed.Add(1)
+		if u.failingSince.IsZero() {
+			u.failingSince = time.Now()
+		}
 		var tooLarge errTooLarge
 		if errors.As(err, &tooLarge) {
 			if len(batch) > 1 {
 				half := len(batch) / 2
-				return u.upload(batch[:half]) && u.upload(batch[half:])
+				if !u.upload(batch[:half]) { // Close's deadline: the rest is dropped too
+					u.queue.Drop(dropShutdown, uint64(len(batch)-half))
+					u.batched.Add(-int64(len(batch) - half))
+					return false
+				}
+				return u.upload(batch[half:])
 			}
 			// One event: too large only when it is larger than a batch
 			// this uploader is configured to send and than any batch the
@@ -274,6 +304,7 @@ func (u *Uploader) upload(batch []json.RawMessage) bool {
 			// service's fault: it is kept and retried with backoff.
 			if n := len(batch[0]); n > u.cfg.BatchBytes && n > u.acceptedMax {
 				u.queue.Drop(dropTooLarge, 1)
+				u.batched.Add(-1)
 				u.log.Warn("decision-log service refused an event as too large: dropped", "bytes", n, "largest_accepted", u.acceptedMax)
 				return true
 			}
@@ -286,6 +317,7 @@ func (u *Uploader) upload(batch []json.RawMessage) bool {
 		case <-u.cfg.after(delay):
 		case <-u.ctx.Done():
 			u.queue.Drop(dropShutdown, uint64(len(batch)))
+			u.batched.Add(-int64(len(batch)))
 			return false
 		}
 	}
@@ -328,8 +360,18 @@ func (u *Uploader) post(batch []json.RawMessage) error {
 	}
 }
 
-// eventError is the error of a refused request, as an event's error object.
+// eventError is the error of a refused request, as an event's error
+// object, in OPA's error shape (v1/server/types.ErrorV1): code, message,
+// and errors, one per input violation, as the Data API answered them.
 type eventError struct {
+	Code    string           `json:"code"`
+	Message string           `json:"message"`
+	Errors  []eventErrorItem `json:"errors,omitempty"`
+}
+
+// eventErrorItem is one of OPA's "errors": an input violation, its message
+// led by its JSON pointer into the input.
+type eventErrorItem struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
@@ -382,8 +424,12 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		var v any = json.RawMessage(rec.Result)
 		ev.Result = &v
 	}
-	if rec.Error != nil {
-		ev.Error = &eventError{Code: rec.Error.Code, Message: rec.Error.Message}
+	if e := rec.Error; e != nil {
+		ee := &eventError{Code: e.Code, Message: e.Message}
+		for _, v := range e.Violations {
+			ee.Errors = append(ee.Errors, eventErrorItem{Code: e.Code, Message: v.String()})
+		}
+		ev.Error = ee
 	}
 	if len(rec.Promotion) > 0 { // who made which candidate live: no decision, OPA's custom member
 		ev.Path, ev.Custom = "", map[string]any{"promotion": json.RawMessage(rec.Promotion)}

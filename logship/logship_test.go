@@ -395,3 +395,35 @@ func TestEventLargerThanTheCollectorTakesIsDropped(t *testing.T) {
 		t.Fatalf("stats %+v, sink %+v; want the large event dropped as too large, the others sent", s, sink.Stats())
 	}
 }
+
+// A collector that answers 413 to everything until the shutdown deadline:
+// the batch is split, its first half retried (one event smaller than a
+// batch is the collector's fault, kept), and at the deadline both halves
+// are counted as dropped at shutdown, none lost uncounted. Meanwhile the
+// events of the batch being retried count as queued.
+func TestSplitBatchAtShutdownIsCounted(t *testing.T) {
+	var posts atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+	}))
+	defer hs.Close()
+	const total = 8
+	u, err := New(Config{URL: hs.URL, BatchEvents: total, Interval: time.Hour, MaxRetryDelay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range total {
+		u.Write([]decisionlog.Record{record(i)})
+	}
+	waitUntil(t, "the single event retried", func() bool { return posts.Load() > 5 })
+	if s := u.Stats(); s.Queued != total {
+		t.Fatalf("while the split batch is retried: %+v, want all %d queued", s, total)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = u.Close(ctx)
+	if s := u.Stats(); err == nil || s.DroppedStop != total || s.Queued != 0 {
+		t.Fatalf("Close: %v, stats %+v; want all %d dropped at shutdown", err, s, total)
+	}
+}

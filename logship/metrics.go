@@ -8,7 +8,7 @@ var (
 	uploadsDesc = prometheus.NewDesc("arbiter_decision_log_uploads_total",
 		"Upload requests to the decision-log service, by result (ok, failed).", []string{"result"}, nil)
 	queuedDesc = prometheus.NewDesc("arbiter_decision_log_upload_queued_events",
-		"Events waiting for upload.", nil, nil)
+		"Events waiting for upload: in the buffer, and in the batch being uploaded or retried.", nil, nil)
 	lastOKDesc = prometheus.NewDesc("arbiter_decision_log_upload_last_success_timestamp_seconds",
 		"Unix time of the last accepted upload (0: none yet).", nil, nil)
 )

@@ -10,7 +10,7 @@ var (
 	requestsDesc = prometheus.NewDesc("arbiter_bundle_requests_total",
 		"Bundle polls, by result: downloaded, not_modified, stalled (past the download deadline or minimum rate) or failed (network, HTTP status, size limits, signature).", []string{"bundle", "result"}, nil)
 	loadsDesc = prometheus.NewDesc("arbiter_bundle_loads_total",
-		"Downloaded bundles, by result: activated, or refused at read (layout) or at the gate (compile, schemas, tests); a bundle that fails its signature is a failed request.", []string{"bundle", "result"}, nil)
+		"Downloaded bundles, by result: activated, refused at read (layout, no schemas/) or at the gate (compile, schemas, tests), or unchanged (the bytes last judged, from a server without ETags: not judged again); a bundle that fails its signature is a failed request.", []string{"bundle", "result"}, nil)
 	lastDesc = prometheus.NewDesc("arbiter_bundle_last_timestamp_seconds",
 		"Unix time of the last bundle request, successful request, download and activation (0: never).", []string{"bundle", "event"}, nil)
 	activeDesc = prometheus.NewDesc("arbiter_bundle_active_revision_info",
@@ -42,6 +42,7 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(loadsDesc, n.Loaded, "activated")
 	counter(loadsDesc, n.ReadFailed, "refused_read")
 	counter(loadsDesc, n.GateFailed, "refused_gate")
+	counter(loadsDesc, n.Unchanged, "unchanged")
 	for event, t := range map[string]time.Time{
 		"request": st.LastRequest, "successful_request": st.LastSuccessfulRequest,
 		"successful_download": st.LastSuccessfulDownload, "successful_activation": st.LastSuccessfulActivation,

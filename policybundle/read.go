@@ -84,6 +84,13 @@ func scan(raw []byte, vc *bundle.VerificationConfig, lim Limits) error {
 	}
 }
 
+// ErrNoSchemas refuses a bundle without a schemas/ folder, such as one
+// stock `opa build` makes: every decision is checked against its schemas,
+// so the gate would refuse it with one undefined schema after another.
+var ErrNoSchemas = errors.New("the bundle carries no " + SchemaDir + " folder (is it from stock `opa build`?): " +
+	"Arbiter checks every decision's input and result against " + SchemaDir + "<decision>/{input,result}.json; " +
+	"`arbiter build` makes bundles that carry them")
+
 // Revision is a bundle read and verified: its manifest and the files of
 // the revision it carries, ready for engine.LoadFiles.
 type Revision struct {
@@ -152,6 +159,32 @@ func Read(raw []byte, vc *bundle.VerificationConfig, origin string) (*Revision, 
 	return read(raw, vc, false, origin)
 }
 
+// ReadFile reads the bundle file at path within lim, as a download is read
+// (at most lim.Bytes, its entries and unpacked size bounded before OPA's
+// reader holds them), verifying it against vc; the zero Limits are
+// DefaultLimits.
+func ReadFile(path string, vc *bundle.VerificationConfig, lim Limits) (*Revision, error) {
+	if lim == (Limits{}) {
+		lim = DefaultLimits
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, lim.Bytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) > lim.Bytes {
+		return nil, fmt.Errorf("bundle %s: larger than %d bytes", path, lim.Bytes)
+	}
+	if err := scan(raw, vc, lim); err != nil {
+		return nil, err
+	}
+	return Read(raw, vc, path)
+}
+
 func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin string) (*Revision, error) {
 	rec := &recordingLoader{
 		DirectoryLoader: bundle.NewTarballLoaderWithBaseURL(bytes.NewReader(raw), "").WithSizeLimitBytes(DefaultMaxFileBytes),
@@ -184,6 +217,9 @@ func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin str
 	rev.Files, rev.Signed, err = fileSet(rec.files)
 	if err != nil {
 		return nil, err
+	}
+	if len(rev.Files.Schemas) == 0 {
+		return nil, ErrNoSchemas
 	}
 	rev.Files.Origin, rev.Files.Revision = origin, b.Manifest.Revision
 	return rev, nil

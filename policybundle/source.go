@@ -3,6 +3,7 @@ package policybundle
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,12 +79,26 @@ type Source struct {
 	counts    Counts
 	completed time.Time // of the last poll that did not stall (or the start)
 	stuck     time.Duration
+	judged    *judgement // the last bytes read and gated, and the verdict
+}
+
+// judgement is the verdict on one download, kept so that the same bytes
+// downloaded again (from a server without ETags) are not judged again:
+// err nil, activated; else refused, at read or by the gate, for good (a
+// gate that did not finish is not remembered).
+type judgement struct {
+	sum      [sha256.Size]byte
+	revision string
+	err      error
 }
 
 // Counts are the totals a Source exports as metrics.
 type Counts struct {
 	Requests, NotModified, Loaded                   uint64
 	DownloadFailed, Stalled, ReadFailed, GateFailed uint64
+	// Unchanged counts downloads whose bytes were those last judged: they
+	// were neither read nor gated again.
+	Unchanged uint64
 }
 
 // NewSource checks cfg and prepares the downloader; Start begins polling.
@@ -242,7 +257,12 @@ func (s *Source) Counts() Counts {
 
 // onUpdate is the downloader's callback, called once per poll. The lock is
 // not held while a candidate is read and gated, so /v1/status never waits
-// for a gate.
+// for a gate. A refusal returns nil, as a poll that found nothing new does:
+// the downloader then waits the poll delay, where an error would make it
+// retry within 100 ms (its backoff after a failed download) and the same
+// bundle would be refused again. A download whose bytes are those last
+// judged (a server without ETags answers each poll with the whole bundle)
+// is not judged again.
 func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	s.mu.Lock()
 	s.counts.Requests++
@@ -277,9 +297,17 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	s.status.SetDownloadSuccess()
 	s.status.SetBundleSize(u.Size)
 	s.status.ETag = u.ETag
+	raw, err := readRaw(u.Raw)
+	sum := sha256.Sum256(raw)
+	if j := s.judged; err == nil && j != nil && j.sum == sum {
+		s.counts.Unchanged++
+		s.mu.Unlock()
+		s.log.Debug("bundle unchanged: the same bytes as the last one judged, not judged again", "bundle", s.cfg.Name, "revision", j.revision, "refused", j.err != nil)
+		return nil
+	}
+	replaced := s.status.ActiveRevision
 	s.mu.Unlock()
 
-	raw, err := readRaw(u.Raw)
 	var rev *Revision
 	if err == nil {
 		rev, err = Read(raw, s.vc, s.cfg.Name)
@@ -288,24 +316,40 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 		s.mu.Lock()
 		s.counts.ReadFailed++
 		s.status.SetError(err)
+		s.judged = &judgement{sum: sum, err: err}
 		s.mu.Unlock()
-		s.log.Error("bundle refused: it does not read or verify", "bundle", s.cfg.Name, "etag", u.ETag, "err", err)
-		return err
+		s.log.Error("bundle refused: it does not read or verify; the active revision keeps serving", "bundle", s.cfg.Name, "etag", u.ETag, "err", err)
+		return nil
 	}
 	snap, err := s.activate(ctx, rev)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	revision := rev.Manifest.Revision
 	if err != nil {
 		s.counts.GateFailed++
 		s.setProblems(err)
-		s.log.Error("bundle refused by the gate; the active revision keeps serving", "bundle", s.cfg.Name, "revision", rev.Manifest.Revision, "etag", u.ETag, "err", err)
-		return err
+		if le := (*engine.LoadError)(nil); !errors.As(err, &le) || !le.Abandoned {
+			s.judged = &judgement{sum: sum, revision: revision, err: err}
+		} else {
+			s.judged = nil
+		}
+		s.log.Error("bundle refused by the gate; the active revision keeps serving", "bundle", s.cfg.Name, "revision", revision, "etag", u.ETag, "err", err)
+		return nil
 	}
+	s.judged = &judgement{sum: sum, revision: revision}
 	s.counts.Loaded++
+	changed := replaced != revision || s.status.ContentHash != snap.Hash
 	s.status.SetError(nil)
-	s.status.SetActivateSuccess(rev.Manifest.Revision)
+	s.status.SetActivateSuccess(revision)
 	s.status.ContentHash, s.status.Signed = snap.Hash, rev.Signed
-	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", rev.Manifest.Revision, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
+	if !changed {
+		s.log.Debug("bundle unchanged: the active revision, with the same content", "bundle", s.cfg.Name, "revision", revision, "etag", u.ETag)
+		return nil
+	}
+	if replaced == "" {
+		replaced = "(none)"
+	}
+	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", revision, "replaced", replaced, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
 	return nil
 }
 

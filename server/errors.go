@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
@@ -106,11 +107,7 @@ type opaErrorItem struct {
 func opaDocument(e *engine.Error, decisionID string) opaError {
 	doc := opaError{Code: e.Code, Message: e.Message, DecisionID: decisionID, Error: e.Document().Error}
 	for _, v := range e.Violations {
-		path := v.Path
-		if path == "" {
-			path = "(the input)"
-		}
-		doc.Errors = append(doc.Errors, opaErrorItem{Code: e.Code, Message: path + ": " + v.Message})
+		doc.Errors = append(doc.Errors, opaErrorItem{Code: e.Code, Message: decisionlog.Violation(v).String()})
 	}
 	if len(doc.Errors) == 0 {
 		doc.Errors = []opaErrorItem{{Code: e.Code, Message: e.Message}}

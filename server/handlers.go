@@ -171,6 +171,9 @@ func (s *server) answerError(q *query, body []byte, e *engine.Error) {
 		Error:      &decisionlog.RecordError{Code: string(e.Code), Message: e.Message},
 		DurationNS: elapsed.Nanoseconds(), Caller: callerOf(q.r.Context()),
 	}
+	for _, v := range e.Violations {
+		rec.Error.Violations = append(rec.Error.Violations, decisionlog.Violation(v))
+	}
 	if snap := s.eng.Snapshot(); snap != nil {
 		rec.Revision = snap.Revision
 	}
@@ -470,6 +473,19 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		doc.Compiled = snap.Compiled()
 	}
 	writeJSON(w, http.StatusOK, doc)
+}
+
+// reloads answers the reload attempts the engine remembers, newest first:
+// activations, refusals with their problems, promotions; the first load is
+// the oldest.
+func (s *server) reloads(w http.ResponseWriter, _ *http.Request) {
+	h := s.eng.ReloadHistory()
+	if h == nil {
+		h = []engine.ReloadStatus{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Reloads []engine.ReloadStatus `json:"reloads"`
+	}{h})
 }
 
 // reload answers 200 with the engine's ReloadStatus whether or not the

@@ -28,6 +28,8 @@ type Engine interface {
 	Reload(ctx context.Context, trigger string) engine.ReloadStatus
 	LastReload() engine.ReloadStatus
 	ReloadInProgress() (engine.ReloadProgress, bool)
+	// ReloadHistory is the most recent reload attempts, newest first.
+	ReloadHistory() []engine.ReloadStatus
 }
 
 // Diffs are the semantic diffs a server shows (package diff's Runner).
@@ -219,6 +221,7 @@ func (s *server) routes() http.Handler {
 		r.Get("/v1/decisions", s.listDecisions)
 		r.Get("/v1/status", s.status)
 		r.Post("/v1/reload", s.reload)
+		r.Get("/v1/reloads", s.reloads)
 		s.shadowRoutes(r)
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	})

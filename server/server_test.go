@@ -401,6 +401,18 @@ func TestReload(t *testing.T) {
 	if status.LastReload.OK || len(status.LastReload.Problems) == 0 || status.Revision != second {
 		t.Errorf("status after refused reload: %+v", status)
 	}
+	// GET /v1/reloads: the history, newest first: the refusal with its
+	// problems, the activation, the first load.
+	var history struct {
+		Reloads []engine.ReloadStatus `json:"reloads"`
+	}
+	if r := h.do(t, "GET", "/v1/reloads", ""); r.status != 200 || json.Unmarshal(r.body, &history) != nil {
+		t.Fatalf("GET /v1/reloads: %d %s", r.status, r.body)
+	}
+	if got := history.Reloads; len(got) != 3 || got[0].OK || len(got[0].Problems) == 0 ||
+		!got[1].OK || got[1].Revision != second || got[1].Trigger != "api" || !got[2].OK || got[2].Revision != first {
+		t.Errorf("reload history: %+v", got)
+	}
 }
 
 // fakeEngine serves whatever a test needs, including what the real engine
@@ -421,6 +433,12 @@ func (f *fakeEngine) ReloadInProgress() (engine.ReloadProgress, bool) {
 }
 func (f *fakeEngine) Reload(context.Context, string) engine.ReloadStatus {
 	return engine.ReloadStatus{}
+}
+func (f *fakeEngine) ReloadHistory() []engine.ReloadStatus {
+	if f.last != nil {
+		return []engine.ReloadStatus{f.last()}
+	}
+	return nil
 }
 func (f *fakeEngine) LastReload() engine.ReloadStatus {
 	if f.last != nil {

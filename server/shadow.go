@@ -55,6 +55,10 @@ type ShadowConfig struct {
 	// ask for more decisions and forbid more classes, never less; only
 	// "force" promotes past a gate that refuses.
 	Gate shadow.Gate
+	// Bundle, when set, reads a bundle file the server can read (POST
+	// /v1/shadow {"bundle": PATH}) as a source of candidates, verified as
+	// the server verifies bundles.
+	Bundle func(path string) (engine.Source, error)
 	// Admins are the only callers that may load, clear and promote a
 	// candidate. Empty, they fail closed when the API is authenticated
 	// (Config.Tokens or Config.ClientCerts): no caller may; only an API
@@ -70,12 +74,13 @@ type Lifecycle interface {
 	Promoted() (engine.Promotion, bool)
 }
 
-// ShadowSource names the folders of a candidate. Schemas and Tests left
-// empty are ShadowConfig's.
+// ShadowSource names the folders of a candidate, or a bundle file.
+// Schemas and Tests left empty are ShadowConfig's.
 type ShadowSource struct {
-	Policies string `json:"policies"`
+	Policies string `json:"policies,omitempty"`
 	Schemas  string `json:"schemas,omitempty"`
 	Tests    string `json:"tests,omitempty"`
+	Bundle   string `json:"bundle,omitempty"`
 }
 
 func (s *server) shadowRoutes(r chi.Router) {
@@ -150,9 +155,12 @@ type shadowDoc struct {
 	Gate         shadow.Gate       `json:"gate"`
 	// Promotable says whether the default gate would promote the
 	// candidate now, and if not why.
-	Promotable bool           `json:"promotable"`
-	Refusals   []string       `json:"refusals"`
-	Report     *shadow.Report `json:"report"`
+	Promotable bool     `json:"promotable"`
+	Refusals   []string `json:"refusals"`
+	// Progress is the judged decisions toward the gate's minimum
+	// ("judged 57 of 100"), "" without a candidate.
+	Progress string         `json:"progress,omitempty"`
+	Report   *shadow.Report `json:"report"`
 	// Diff is the semantic diff of the candidate against the live
 	// revision, and Evidence the gate's strongest evidence per class.
 	Diff     *diff.Status      `json:"diff"`
@@ -187,6 +195,7 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 		proofs := sc.Shadow.Proofs()
 		doc.Report = &rep
 		doc.Evidence = rep.Evidence(proofs)
+		doc.Progress = shadow.Progress(rep, sc.Gate.MinDecisions)
 		doc.Refusals = append(doc.Refusals, sc.Gate.Refusals(rep)...)
 		doc.Refusals = append(doc.Refusals, sc.Gate.ProofRefusals(proofs)...)
 		doc.Promotable = len(doc.Refusals) == 0
@@ -255,20 +264,32 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 	if !readAdminBody(w, r, &src) {
 		return
 	}
-	if src.Policies == "" {
-		writeError(w, &engine.Error{Code: CodeBadRequest, Message: `"policies" (a folder the server can read) is required`}, false, "")
-		return
-	}
 	sc := s.cfg.Shadow
-	cand := engine.Folders(src.Policies, cmp.Or(src.Schemas, sc.Schemas), cmp.Or(src.Tests, sc.Tests))
-	snap, err := sc.Engine.Judge(context.WithoutCancel(r.Context()), cand)
+	var cand engine.Source
+	var err error
+	switch {
+	case (src.Policies == "") == (src.Bundle == "") || src.Bundle != "" && (src.Schemas != "" || src.Tests != ""):
+		writeError(w, &engine.Error{Code: CodeBadRequest, Message: `either "policies" (a folder the server can read, with "schemas" and "tests") or "bundle" (a bundle file it can read) is required`}, false, "")
+		return
+	case src.Bundle != "" && sc.Bundle == nil:
+		writeError(w, &engine.Error{Code: CodeBadRequest, Message: "this server does not read bundles into shadow"}, false, "")
+		return
+	case src.Bundle != "":
+		cand, err = sc.Bundle(src.Bundle)
+	default:
+		cand = engine.Folders(src.Policies, cmp.Or(src.Schemas, sc.Schemas), cmp.Or(src.Tests, sc.Tests))
+	}
+	var snap *engine.Snapshot
+	if err == nil {
+		snap, err = sc.Engine.Judge(context.WithoutCancel(r.Context()), cand)
+	}
 	if err != nil {
 		var le *engine.LoadError
 		probs := []engine.Problem{{Message: err.Error()}}
 		if errors.As(err, &le) {
 			probs = le.Problems
 		}
-		s.log.Warn("shadow candidate refused", "by", by, "policies", src.Policies, "problems", len(probs))
+		s.log.Warn("shadow candidate refused", "by", by, "policies", src.Policies, "bundle", src.Bundle, "problems", len(probs))
 		writeErrorWith(w, &engine.Error{Code: CodeCandidateRefused, Message: fmt.Sprintf("the candidate did not pass the gate: %d problem(s)", len(probs))}, "problems", probs)
 		return
 	}

@@ -258,7 +258,7 @@ func TestPromoteBodyCannotLoosenTheGate(t *testing.T) {
 		{`{"forbid":[],"min_decisions":0}`, 1, shadow.DefaultForbidden, "refuse_to_allow"},
 		{`{"forbid":["same"]}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.Same), "refuse_to_allow"},
 		{`{"min_decisions":0,"forbid":["error_changed"],"force":false}`, 1, append(slices.Clone(shadow.DefaultForbidden), shadow.ErrorChanged), "refuse_to_allow"},
-		{`{"min_decisions":3,"forbid":["refuse_to_allow"]}`, 3, shadow.DefaultForbidden, "fewer than the 3 required"},
+		{`{"min_decisions":3,"forbid":["refuse_to_allow"]}`, 3, shadow.DefaultForbidden, "judged 2 of 3 decisions the gate requires"},
 	} {
 		r := h.do(t, "POST", "/v1/shadow/promote", tc.body)
 		var refused struct {
@@ -281,6 +281,13 @@ func TestPromoteBodyCannotLoosenTheGate(t *testing.T) {
 	}
 	if r := h.do(t, "POST", "/v1/shadow/promote", `{"forbid":["nonsense"]}`); r.status != http.StatusBadRequest {
 		t.Errorf("an unknown class: %d %s", r.status, r.body)
+	}
+	// A candidate is folders or a bundle file, not both, not neither; and
+	// a server with no bundle reader (ShadowConfig.Bundle) reads none.
+	for _, body := range []string{`{}`, `{"policies":"/p","bundle":"/b.tar.gz"}`, `{"bundle":"/b.tar.gz","tests":"/t"}`, `{"bundle":"/b.tar.gz"}`} {
+		if r := h.do(t, "POST", "/v1/shadow", body); r.status != http.StatusBadRequest || r.errorDoc(t).Code != CodeBadRequest {
+			t.Errorf("POST /v1/shadow %s: %d %s, want 400 bad_request", body, r.status, r.body)
+		}
 	}
 	r := h.do(t, "POST", "/v1/shadow/promote", `{"force":true}`)
 	var ok struct {

@@ -70,7 +70,7 @@ func TestGateRefusals(t *testing.T) {
 		want []string
 	}{
 		{"defaults", Gate{MinDecisions: 1, Forbidden: DefaultForbidden}, []string{"3 decisions are refuse_to_allow (forbidden), e.g. e f", "1 decisions are candidate_error (forbidden), e.g. d"}},
-		{"too few", Gate{MinDecisions: 8}, []string{"the candidate has judged 7 decisions, fewer than the 8 required"}},
+		{"too few", Gate{MinDecisions: 8}, []string{"judged 7 of 8 decisions the gate requires"}},
 		{"nothing forbidden", Gate{MinDecisions: 7}, nil},
 		{"reasons forbidden", Gate{Forbidden: []Class{ReasonsChanged}}, []string{"1 decisions are reasons_changed (forbidden), e.g. c"}},
 	} {

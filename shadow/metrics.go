@@ -27,8 +27,8 @@ var (
 		"Promotion attempts by result: promoted, forced (promoted despite the gate) or refused.", []string{"result"}, nil)
 )
 
-// Collector returns the shadow's Prometheus metrics. The per-class
-// counters add up over every candidate the process has shadowed.
+// Collector returns the shadow's Prometheus metrics. The counters add up
+// over every candidate the process has shadowed (Stats counts one).
 func (s *Shadow) Collector() prometheus.Collector { return collector{s} }
 
 type collector struct{ s *Shadow }
@@ -53,7 +53,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	s.classMu.Unlock()
-	st := s.Stats()
+	st := s.stats(&s.total)
 	ch <- prometheus.MustNewConstMetric(descSampled, prometheus.CounterValue, float64(st.Sampled))
 	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Dropped), "queue_full")
 	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Abandoned), "abandoned")

@@ -220,7 +220,7 @@ type Gate struct {
 func (g Gate) Refusals(r Report) []string {
 	var out []string
 	if r.Total < g.MinDecisions {
-		out = append(out, fmt.Sprintf("the candidate has judged %d decisions, fewer than the %d required", r.Total, g.MinDecisions))
+		out = append(out, Progress(r, g.MinDecisions)+" decisions the gate requires")
 	}
 	// In report order, so refuse_to_allow comes first here too.
 	for _, c := range Classes {
@@ -235,6 +235,12 @@ func (g Gate) Refusals(r Report) []string {
 		out = append(out, fmt.Sprintf("%d of the %d sampled decisions that the candidate dropped (its queue was full, or they waited too long) are not judged yet: a promotion judges them from the decision log first, and is refused while any remain", owed, r.Dropped))
 	}
 	return out
+}
+
+// Progress is how far r is toward a gate's minimum of judged decisions:
+// "judged 57 of 100".
+func Progress(r Report, min uint64) string {
+	return fmt.Sprintf("judged %d of %d", r.Total, min)
 }
 
 // Stricter returns g as a promotion request may tighten it: at least

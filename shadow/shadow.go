@@ -19,7 +19,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultRate       = 1.0
-	DefaultQueue      = 64
+	DefaultQueue      = 1024
 	DefaultQueueBytes = 16 << 20
 	DefaultWorkers    = 1
 	DefaultCPU        = 0.1
@@ -52,6 +52,9 @@ type Config struct {
 	// Examples is how many decision ids a report keeps per decision and
 	// class.
 	Examples int
+	// MinDecisions is the promotion gate's minimum of judged decisions:
+	// the progress toward it is in the queue-full warning.
+	MinDecisions uint64
 	// DecisionLog is the decision log file the server writes ("" or "-":
 	// none the shadow can read). A promotion reads there the inputs of the
 	// sampled decisions the candidate dropped, to judge them first.
@@ -93,24 +96,24 @@ type Shadow struct {
 	budget *budget
 	jobs   *queue.Queue[*Ticket]
 
-	cur atomic.Pointer[run] // nil: no candidate
+	cur  atomic.Pointer[run] // nil: no candidate
+	last atomic.Pointer[run] // the candidate Stats account for: cur, or the last one
 
 	adminMu sync.Mutex // serialises Set, Clear and Promote
 	ctx     context.Context
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
-	sampled, abandoned, unjudged atomic.Uint64
-	expired, judged              atomic.Uint64
-	evalNS, waitNS, inflight     atomic.Int64
-	promotions                   [3]atomic.Uint64 // promoted, forced, refused
+	total      counts // over every candidate, for the metrics
+	inflight   atomic.Int64
+	promotions [3]atomic.Uint64 // promoted, forced, refused
 
 	// busy counts the live decisions in flight (LiveStart, LiveEnd); the
 	// candidate's evaluations pause while it is not zero. idle receives a
 	// token when it drops to zero; paused counts the workers waiting.
-	busy, paused, pausedNS atomic.Int64
-	starts                 atomic.Uint64 // live decisions started, ever
-	idle                   chan struct{}
+	busy, paused atomic.Int64
+	starts       atomic.Uint64 // live decisions started, ever
+	idle         chan struct{}
 
 	classMu sync.Mutex
 	classes map[string]*[6]uint64 // cumulative over candidates, for metrics
@@ -121,8 +124,33 @@ type Shadow struct {
 type run struct {
 	cand   *Candidate
 	tally  *Tally
+	n      counts // its Stats
 	ctx    context.Context
 	cancel context.CancelFunc
+}
+
+// counts are the account of Stats, one counter per kind.
+type counts [numCounts]atomic.Int64
+
+const (
+	cSampled = iota
+	cJudged
+	cDropped
+	cAbandoned
+	cExpired
+	cUnjudged
+	cEvalNS
+	cWaitNS
+	cPausedNS
+	numCounts
+)
+
+// add counts v of kind k for r's candidate (nil: none) and in the totals.
+func (s *Shadow) add(r *run, k int, v int64) {
+	s.total[k].Add(v)
+	if r != nil {
+		r.n[k].Add(v)
+	}
 }
 
 // New starts a Shadow's workers; it holds no candidate yet.
@@ -169,6 +197,7 @@ func (s *Shadow) Set(c *Candidate) {
 	if old := s.cur.Swap(r); old != nil {
 		old.cancel()
 	}
+	s.last.Store(r)
 	if s.ctx.Err() != nil { // closed meanwhile
 		s.cur.CompareAndSwap(r, nil)
 		cancel()
@@ -252,7 +281,7 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 	if s.cfg.Rate < 1 && rand.Float64() >= s.cfg.Rate {
 		return nil
 	}
-	s.sampled.Add(1)
+	s.add(r, cSampled, 1)
 	if s.jobs.Len() >= s.cfg.Queue {
 		// Full already (a slow candidate, or one paused by steady load):
 		// dropped here, so that the live request pays for nothing more.
@@ -283,8 +312,17 @@ func (t *Ticket) Start() {
 // judgement until a promotion judges it from the decision log.
 func (s *Shadow) drop(r *run, id string, t *Ticket) {
 	r.tally.Drop(id)
+	s.add(r, cDropped, 1)
 	if n := s.jobs.Dropped(queue.Full); n&(n-1) == 0 { // 1, 2, 4, 8, ...: a flood warns a few times, not per request
-		s.log.Warn("shadow queue full: decisions not shadowed", "dropped_total", n, "queue", s.cfg.Queue, "queue_bytes", s.cfg.QueueBytes)
+		flag, bound := "--shadow-queue", fmt.Sprint(s.cfg.Queue)
+		if s.jobs.Len() < s.cfg.Queue {
+			flag, bound = "--shadow-queue-bytes", fmt.Sprint(s.cfg.QueueBytes)
+		}
+		attrs := []any{"flag", flag, "bound", bound, "dropped_total", n}
+		if s.cfg.MinDecisions > 0 {
+			attrs = append(attrs, "progress", Progress(r.tally.Report(), s.cfg.MinDecisions))
+		}
+		s.log.Warn("shadow queue full: decisions not shadowed; raise "+flag+" to hold longer bursts (or --shadow-cpu if the candidate never catches up)", attrs...)
 	}
 	t.finish(nil)
 }
@@ -318,14 +356,14 @@ func (s *Shadow) judge(t *Ticket) {
 		return
 	}
 	waited, err := s.budget.wait(r.ctx)
-	s.waitNS.Add(int64(waited))
+	s.add(r, cWaitNS, int64(waited))
 	if err != nil {
 		s.abandon(t)
 		return
 	}
 	req, skip := FromRecord(t.rec)
 	if skip != "" {
-		s.unjudged.Add(1)
+		s.add(r, cUnjudged, 1)
 		t.finish(nil)
 		return
 	}
@@ -341,14 +379,14 @@ func (s *Shadow) judge(t *Ticket) {
 	case ctx.Err() != nil:
 		// Paused for live traffic (or its budget) past Config.Timeout:
 		// that says nothing about the candidate either, and it is owed.
-		s.expired.Add(1)
+		s.add(r, cExpired, 1)
 		r.tally.Drop(t.rec.DecisionID)
 		t.finish(nil)
 		return
 	}
 	r.tally.Add(j.Decision, j.Class, j.DecisionID)
 	s.count(j.Decision, j.Class)
-	s.judged.Add(1)
+	s.add(r, cJudged, 1)
 	t.finish(&Result{Judgement: j, Duration: d})
 }
 
@@ -362,13 +400,18 @@ func (s *Shadow) judge(t *Ticket) {
 func (s *Shadow) evaluate(ctx context.Context, r *run, req Request) (Judgement, time.Duration) {
 	var paused time.Duration
 	seen := s.starts.Load()
-	paused += s.waitIdle(ctx, &seen)
+	idle := func() {
+		d := s.waitIdle(ctx, &seen)
+		s.add(r, cPausedNS, int64(d))
+		paused += d
+	}
+	idle()
 	mark := time.Now()
 	pause := func() {
 		s.budget.spend(time.Since(mark))
-		paused += s.waitIdle(ctx, &seen)
+		idle()
 		w, _ := s.budget.wait(ctx)
-		s.waitNS.Add(int64(w))
+		s.add(r, cWaitNS, int64(w))
 		paused += w
 		mark = time.Now()
 	}
@@ -379,7 +422,7 @@ func (s *Shadow) evaluate(ctx context.Context, r *run, req Request) (Judgement, 
 	d := time.Since(start)
 	s.inflight.Add(-1)
 	d -= min(d, paused)
-	s.evalNS.Add(int64(d))
+	s.add(r, cEvalNS, int64(d))
 	return j, d
 }
 
@@ -452,13 +495,11 @@ func (s *Shadow) waitIdle(ctx context.Context, seen *uint64) time.Duration {
 	}
 	t.Stop()
 	s.paused.Add(-1)
-	d := time.Since(start)
-	s.pausedNS.Add(int64(d))
-	return d
+	return time.Since(start)
 }
 
 func (s *Shadow) abandon(t *Ticket) {
-	s.abandoned.Add(1)
+	s.add(t.run, cAbandoned, 1)
 	t.finish(nil)
 }
 
@@ -500,7 +541,9 @@ func (s *Shadow) Close(ctx context.Context) error {
 	return err
 }
 
-// Stats is the account of the decisions offered to the shadow.
+// Stats is the account of the decisions offered to one candidate: the one
+// in shadow (the one its report counts), or the last one when none is.
+// Queued, InFlight and Paused are the shadow's now.
 type Stats struct {
 	// Sampled decisions were picked for the candidate. Each is queued, in
 	// flight, or has ended judged (counted in the report of its
@@ -526,13 +569,23 @@ type Stats struct {
 	PausedSeconds     float64 `json:"paused_seconds"`
 }
 
-// Stats returns the account so far.
+// Stats returns the account of the candidate in shadow, or of the last
+// one (zero before the first).
 func (s *Shadow) Stats() Stats {
+	if r := s.last.Load(); r != nil {
+		return s.stats(&r.n)
+	}
+	return s.stats(new(counts))
+}
+
+// stats is the account of n, with the shadow's queue and workers now.
+func (s *Shadow) stats(n *counts) Stats {
+	u := func(k int) uint64 { return uint64(n[k].Load()) }
+	sec := func(k int) float64 { return time.Duration(n[k].Load()).Seconds() }
 	return Stats{
-		Sampled: s.sampled.Load(), Judged: s.judged.Load(), Dropped: s.jobs.Dropped(queue.Full), Abandoned: s.abandoned.Load(), Expired: s.expired.Load(), Unjudged: s.unjudged.Load(),
+		Sampled: u(cSampled), Judged: u(cJudged), Dropped: u(cDropped), Abandoned: u(cAbandoned), Expired: u(cExpired), Unjudged: u(cUnjudged),
 		Queued: s.jobs.Len(), InFlight: s.inflight.Load(), Paused: s.paused.Load(),
-		EvaluationSeconds: time.Duration(s.evalNS.Load()).Seconds(), ThrottledSeconds: time.Duration(s.waitNS.Load()).Seconds(),
-		PausedSeconds: time.Duration(s.pausedNS.Load()).Seconds(),
+		EvaluationSeconds: sec(cEvalNS), ThrottledSeconds: sec(cWaitNS), PausedSeconds: sec(cPausedNS),
 	}
 }
 
@@ -680,7 +733,7 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 		jctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 		w, _ := s.budget.wait(jctx)
-		s.waitNS.Add(int64(w))
+		s.add(r, cWaitNS, int64(w))
 		j, _ := s.evaluate(jctx, r, req)
 		if jctx.Err() != nil {
 			return cmp.Or(ctx.Err(), errPausedTooLong)

@@ -93,11 +93,7 @@ func loadSide(ctx context.Context, p, schemas string) (*engine.Snapshot, error) 
 		return nil, err
 	}
 	if !st.IsDir() {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
-		rev, err := policybundle.Read(raw, nil, p)
+		rev, err := policybundle.ReadFile(p, nil, policybundle.Limits{})
 		if err != nil {
 			return nil, err
 		}

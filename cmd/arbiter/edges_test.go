@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -584,6 +585,9 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 		"test":  append([]string{"test"}, quotaDirs...),
 		"build": append([]string{"build", "--output", "-", "--tests", ""}, folderArgs(quota)[:4]...),
 	}
+	// The commands for a running server wait for a server that accepts
+	// the connection and never answers.
+	awaitingAnswer := map[string][]string{"status": {"status"}, "reloads": {"reloads"}, "shadow": {"shadow", "status"}}
 	cannotHold := map[string]string{
 		"version": "it prints one short line and exits: nothing it does can be held open for the signal",
 	}
@@ -593,7 +597,8 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 		}
 		_, fifo := readingFIFO[c.name]
 		_, pipe := writingStdout[c.name]
-		if _, ok := cannotHold[c.name]; ok || (!fifo && !pipe) {
+		_, silent := awaitingAnswer[c.name]
+		if _, ok := cannotHold[c.name]; ok || (!fifo && !pipe && !silent) {
 			if !ok {
 				t.Errorf("arbiter %s: no way to hold it running for the signal; add one, or a reason to cannotHold", c.name)
 			}
@@ -604,7 +609,29 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 				var cmd *exec.Cmd
 				var stderr syncBuffer
 				var held func() // returns once the command is seen running, held
-				if fifo {
+				switch {
+				case silent:
+					ln, err := net.Listen("tcp", "127.0.0.1:0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { ln.Close() })
+					accepted := make(chan net.Conn, 1)
+					go func() {
+						if conn, err := ln.Accept(); err == nil {
+							accepted <- conn
+						}
+					}()
+					cmd = exec.Command(binPath, append(awaitingAnswer[c.name], "--server", "http://"+ln.Addr().String())...)
+					held = func() {
+						select {
+						case conn := <-accepted: // the request is on its way; no answer comes
+							t.Cleanup(func() { conn.Close() })
+						case <-time.After(2 * time.Minute): // a hang guard only
+							t.Fatalf("arbiter %s never connected\n%s", c.name, stderr.String())
+						}
+					}
+				case fifo:
 					path := filepath.Join(t.TempDir(), "fifo")
 					if err := syscall.Mkfifo(path, 0o600); err != nil {
 						t.Fatal(err)
@@ -623,7 +650,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-				} else {
+				default:
 					r, w, err := os.Pipe()
 					if err != nil {
 						t.Fatal(err)

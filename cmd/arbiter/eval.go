@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server"
 )
@@ -88,10 +89,15 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var f inputFlags
 	f.register(c)
 	explain := c.Bool("explain", false, "add each reason rule's outcome, title and description")
+	format := c.String("format", "json", "json (the answer's document), or text: the result and, with --explain, the rules that fired and their evidence only")
 	if done, code := c.parse(args, stdout, stderr, exitError); done {
 		return code
 	}
-	if err := f.check(); err != nil || c.NArg() > 0 {
+	err := f.check()
+	if err == nil && *format != "json" && *format != "text" {
+		err = fmt.Errorf("--format %q: want json or text", *format)
+	}
+	if err != nil || c.NArg() > 0 {
 		fmt.Fprintf(stderr, "arbiter eval: %v\n", orArgs(err, c.Args()))
 		return exitError
 	}
@@ -107,7 +113,11 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	d, err := snap.Decide(ctx, f.decision, body, engine.Options{Explain: *explain})
 	if err != nil {
 		e := engine.AsError(err)
-		writeJSON(stdout, e.Document())
+		if *format == "text" {
+			writeErrorText(stdout, e)
+		} else {
+			writeJSON(stdout, e.Document())
+		}
 		if e.Err != nil {
 			fmt.Fprintf(stderr, "arbiter eval: %v\n", e.Err)
 		}
@@ -116,8 +126,61 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 		return exitError
 	}
-	writeJSON(stdout, d)
+	if *format == "text" {
+		writeDecisionText(stdout, d)
+	} else {
+		writeJSON(stdout, d)
+	}
 	return exitOK
+}
+
+// writeDecisionText prints a decision for people: its result on one line,
+// then, when it was explained, only the reason rules that fired, each with
+// the values it read.
+func writeDecisionText(w io.Writer, d *engine.Decision) {
+	fmt.Fprintf(w, "%s (revision %s): %s\n", d.Name, d.Revision, d.Result)
+	if d.Explanation == nil {
+		return
+	}
+	fired := 0
+	for _, r := range d.Explanation {
+		if !r.Fired {
+			continue
+		}
+		fired++
+		fmt.Fprintf(w, "fired %s %s: %s  (%s:%d)\n", r.Rank, r.Reason, r.Title, r.File, r.Line)
+		for _, ev := range r.Evidence {
+			at := ev.Path
+			if ev.Data != "" {
+				at = "data." + ev.Data
+			}
+			var val string
+			switch {
+			case ev.Absent:
+				val = "(absent)"
+			case ev.Summary != "":
+				val = ev.Summary
+			default:
+				val = string(ev.Value)
+			}
+			if ev.Via != "" {
+				val += "  via " + ev.Via
+			}
+			fmt.Fprintf(w, "  %s = %s\n", at, val)
+		}
+	}
+	if fired == 0 {
+		fmt.Fprintln(w, "no reason rule fired")
+	}
+}
+
+// writeErrorText prints an error answer for people: its code and message,
+// and each input violation.
+func writeErrorText(w io.Writer, e *engine.Error) {
+	fmt.Fprintf(w, "%s: %s\n", e.Code, e.Message)
+	for _, v := range e.Violations {
+		fmt.Fprintf(w, "  %s\n", decisionlog.Violation(v))
+	}
 }
 
 // inputRefused reports whether code refuses the input itself (exit 2).

@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/arbiter-dev/arbiter/internal/golden"
 )
 
 // TestEvalExplainGolden: what `arbiter eval --explain` prints for the quota
-// test decision, an error document included, as
+// test decision, an error document included, as JSON and as text (the
+// result, and only the rules that fired with their evidence), as
 // testdata/golden/eval_explain.golden records it (decision ids, the revision
 // and the temporary folder masked). After an intended change:
 // go test ./cmd/arbiter/ -run TestEvalExplainGolden -update
@@ -20,15 +22,21 @@ func TestEvalExplainGolden(t *testing.T) {
 	quota := copyQuota(t)
 	args := []string{"--decision", quotaDecision, "--input", "-", "--explain", "--policies", filepath.Join(quota, "policies"), "--schemas", filepath.Join(quota, "schemas")}
 	var out bytes.Buffer
-	for _, in := range []string{`{"tenant": "t", "used": 10, "suspended": true}`, `{"tenant": "t", "used": 1}`, `{"tenant": "t", "used": -1}`} {
-		stdout, stderr, code := runCLI(t, []byte(in), append([]string{"eval"}, args...)...)
-		fmt.Fprintf(&out, "### arbiter eval --explain <<< %s\nexit %d\n%s\n", in, code, golden.Mask([]byte(stdout), quota))
-		if stderr != "" && code == 0 {
-			t.Errorf("%s: stderr %s", in, stderr)
+	for _, format := range []string{"json", "text"} {
+		for _, in := range []string{`{"tenant": "t", "used": 10, "suspended": true}`, `{"tenant": "t", "used": 1}`, `{"tenant": "t", "used": -1}`} {
+			stdout, stderr, code := runCLI(t, []byte(in), append([]string{"eval", "--format", format}, args...)...)
+			stdout = textRevision.ReplaceAllString(stdout, "(revision <revision>)")
+			fmt.Fprintf(&out, "### arbiter eval --explain --format %s <<< %s\nexit %d\n%s\n", format, in, code, golden.Mask([]byte(stdout), quota))
+			if stderr != "" && code == 0 {
+				t.Errorf("%s: stderr %s", in, stderr)
+			}
 		}
 	}
 	golden.Check(t, "testdata/golden/eval_explain.golden", out.Bytes())
 }
+
+// textRevision is the revision in eval's text format.
+var textRevision = regexp.MustCompile(`\(revision [0-9a-f]+\)`)
 
 // TestCheckCompiledGolden: `arbiter check` says, per decision, whether it
 // runs compiled (engine/ireval) or on topdown and why, as

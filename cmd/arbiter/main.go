@@ -18,8 +18,8 @@ Usage:
                   [--decision-log PATH|-] [--max-body-bytes N] [--eval-timeout D]
                   [--auth-token-file F] [--tls-cert-file F --tls-key-file F [--tls-client-ca-file F]]
                   [--insecure-listen]   (see arbiter serve -h for every flag)
-  arbiter eval    --decision NAME --input FILE|- [--explain] [--max-body-bytes N] [--max-input-values N]
-                  [--policies DIR] [--schemas DIR]
+  arbiter eval    --decision NAME --input FILE|- [--explain] [--format json|text] [--max-body-bytes N]
+                  [--max-input-values N] [--policies DIR] [--schemas DIR]
   arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v] [--update]
@@ -32,9 +32,17 @@ Usage:
                   (does an edit open an allowance? proved absent, or an example)
   arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--max-input-values N]
                   [--policies DIR] [--schemas DIR] [--format text|json]
+  arbiter status  [--server URL] [--token T] [--tls-ca-file F] [--format text|json]
+                  (the running server's revision, last reload and bundles)
+  arbiter reloads [--server URL] [--token T] [--tls-ca-file F] [--format text|json]
+                  (its reload history, newest first)
+  arbiter shadow  load DIR|BUNDLE [--schemas DIR] [--tests DIR] | status | promote [--force] [--revision REV]
+                  | clear  [--server URL] [--token T] [--tls-ca-file F] [--format text|json]
   arbiter version
 
-Every command takes -h. Folders default to the policies/, schemas/ and
+Every command takes -h. status, reloads and shadow talk to a running arbiter serve
+(--server, default http://127.0.0.1:8181; ARBITER_SERVER, ARBITER_TOKEN); an error
+answer prints its code and message and exits 2. Folders default to the policies/, schemas/ and
 policy_test/ of the working directory, or of the root of its git repository
 (ARBITER_POLICIES, ARBITER_SCHEMAS and ARBITER_TESTS override them).
 `
@@ -90,6 +98,9 @@ var commands = []subcommand{
 		return cmdDiff(ctx, args, stdout, stderr)
 	}, false},
 	{"bench", cmdBench, false},
+	{"status", cmdStatus, false},
+	{"reloads", cmdReloads, false},
+	{"shadow", cmdShadow, false},
 	{"version", func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return cmdVersion(args, stdout, stderr)
 	}, false},

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -99,4 +101,45 @@ func TestReadmeLayout(t *testing.T) {
 			t.Errorf("%s has %d lines in the layout of docs/ARCHITECTURE.md, want 1", dir, n)
 		}
 	}
+}
+
+// TestReadmeStockOPATest: the command the README gives an OPA user for the
+// Rego tests, run with the stock opa binary (OPA_BIN, set by make test)
+// from the repository's root, runs more than zero tests and passes. (`opa
+// test policies` passes too, silently, having run none: the tests live in
+// policy_test/.)
+func TestReadmeStockOPATest(t *testing.T) {
+	bin := os.Getenv("OPA_BIN")
+	if bin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("OPA_BIN is not set: run through `make test`")
+		}
+		t.Skip("OPA_BIN not set (make test sets it to the stock opa binary)")
+	}
+	text, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, line := range strings.Split(string(text), "\n") {
+		if cmd, ok := strings.CutPrefix(line, "opa test "); ok {
+			cmd, _, _ = strings.Cut(cmd, "#")
+			args = append([]string{"test"}, strings.Fields(cmd)...)
+			break
+		}
+	}
+	if args == nil {
+		t.Fatal("the README has no line starting `opa test `")
+	}
+	cmd := exec.Command(bin, append(args, "--format", "json")...)
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("opa %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	var results []json.RawMessage
+	if err := json.Unmarshal(out, &results); err != nil || len(results) == 0 {
+		t.Fatalf("opa %s ran %d tests (%v):\n%s", strings.Join(args, " "), len(results), err, out)
+	}
+	t.Logf("opa %s: %d tests", strings.Join(args, " "), len(results))
 }

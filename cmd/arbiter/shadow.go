@@ -113,7 +113,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		}
 	}
 	scfg := shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
-		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, DecisionLog: c.decisionLog, Logger: log}
+		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, MinDecisions: c.shadowMinDecisions, DecisionLog: c.decisionLog, Logger: log}
 	if diffs != nil {
 		scfg.Prover = diffs
 	}
@@ -126,6 +126,17 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		Tests:   ecfg.Tests,
 		Gate:    shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
 		Admins:  admins,
+		Bundle: func(path string) (engine.Source, error) {
+			vc, err := policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg}.VerificationConfig()
+			if err != nil {
+				return nil, err
+			}
+			rev, err := policybundle.ReadFile(path, vc, c.limits)
+			if err != nil {
+				return nil, err
+			}
+			return rev.Source(), nil
+		},
 	}
 	if c.shadowPolicies != "" {
 		cand := engine.Folders(c.shadowPolicies, cmp.Or(c.shadowSchemas, ecfg.Schemas), cmp.Or(c.shadowTests, ecfg.Tests))
