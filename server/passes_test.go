@@ -189,4 +189,3 @@ func waitFor(t *testing.T, cond func() bool, what func() string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
