@@ -128,9 +128,11 @@ bench:
 # timed assertion. Without -tags benchfloor: the floor restates the rules,
 # so a rule edit must not break CI through it (make bench checks it). The
 # driver's smoke run needs only Go (it skips its load runs when wrk is
-# missing), runs no in-process benchmark and writes nothing.
+# missing), runs no in-process benchmark and writes nothing. -short and
+# -benchtime 1x: each benchmark runs once, BenchmarkSize at its smallest
+# size only (the larger ones cost a minute of CI and prove nothing more).
 bench-quick:
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+	$(GO) test -short -run '^$$' -bench . -benchtime 1x ./...
 	$(GO) run ./bench/e2e -quick
 
 # Fuzz targets, as PACKAGE:TARGET: the input boundary (engine/input: the

@@ -209,7 +209,11 @@ func sizedBody(tb testing.TB, s *Snapshot, size int) sized {
 func BenchmarkSize(b *testing.B) {
 	s := mustLoad(b, repo)
 	ctx := context.Background()
-	for _, sz := range benchSizes {
+	sizes := benchSizes
+	if testing.Short() { // make bench-quick: that it runs, not what it measures
+		sizes = sizes[:1]
+	}
+	for _, sz := range sizes {
 		b.Run(sz.name+"/decide", func(b *testing.B) {
 			in := sizedBody(b, s, sz.bytes)
 			b.SetBytes(int64(len(in.body)))
