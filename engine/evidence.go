@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
@@ -317,11 +317,12 @@ func hasPathPrefix(p, prefix []string) bool {
 	return true
 }
 
-// evidenceOf reads the values at reads from doc (the input as decoded by
-// input.Decode). A path through a missing member is reported as absent at
-// that member, a path through null or a scalar at the value that stops it:
-// what the rule saw.
-func evidenceOf(doc any, reads []inputRead) []Evidence {
+// evidenceOf reads the values at reads from doc, the input as the
+// decision's walk built it (whole: an explained decision is not projected).
+// A path through a missing member is reported as absent at that member, a
+// path through null or a scalar at the value that stops it: what the rule
+// saw.
+func evidenceOf(doc ast.Value, reads []inputRead) []Evidence {
 	out := make([]Evidence, 0, len(reads))
 	seen := map[string]bool{}
 	for _, r := range reads {
@@ -336,119 +337,102 @@ func evidenceOf(doc any, reads []inputRead) []Evidence {
 	return out
 }
 
-func resolve(doc any, path []string) Evidence {
+func resolve(doc ast.Value, path []string) Evidence {
 	cur := doc
 	var ptr strings.Builder
 	for _, tok := range path {
+		var next *ast.Term
 		switch v := cur.(type) {
-		case map[string]any:
-			ptr.WriteByte('/')
-			ptr.WriteString(jsonptr.Escape(tok))
-			next, ok := v[tok]
-			if !ok {
-				return Evidence{Path: ptr.String(), Absent: true}
+		case ast.Object:
+			next = v.Get(ast.StringTerm(tok))
+		case *ast.Array:
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < v.Len() {
+				next = v.Elem(i)
 			}
-			cur = next
-		case []any:
-			ptr.WriteByte('/')
-			ptr.WriteString(jsonptr.Escape(tok))
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(v) {
-				return Evidence{Path: ptr.String(), Absent: true}
-			}
-			cur = v[i]
 		default:
 			// null or a scalar: the reference stops here, undefined below.
 			return shown(ptr.String(), cur)
 		}
+		ptr.WriteByte('/')
+		ptr.WriteString(jsonptr.Escape(tok))
+		if next == nil {
+			return Evidence{Path: ptr.String(), Absent: true}
+		}
+		cur = next.Value
 	}
 	return shown(ptr.String(), cur)
 }
 
 // shown is the evidence for value v at ptr: its canonical JSON text, or a
 // summary when that text is longer than MaxEvidenceBytes.
-func shown(ptr string, v any) Evidence {
-	var b bytes.Buffer
-	if appendCanonical(&b, v, MaxEvidenceBytes) {
-		return Evidence{Path: ptr, Value: json.RawMessage(b.Bytes())}
+func shown(ptr string, v ast.Value) Evidence {
+	if b, ok := appendCanonical(nil, v, MaxEvidenceBytes); ok {
+		return Evidence{Path: ptr, Value: json.RawMessage(b)}
 	}
 	return Evidence{Path: ptr, Summary: summary(v)}
 }
 
-func summary(v any) string {
+func summary(v ast.Value) string {
 	switch x := v.(type) {
-	case map[string]any:
-		return fmt.Sprintf("object with %d members", len(x))
-	case []any:
-		return fmt.Sprintf("array of %d elements", len(x))
-	case string:
+	case ast.Object:
+		return fmt.Sprintf("object with %d members", x.Len())
+	case *ast.Array:
+		return fmt.Sprintf("array of %d elements", x.Len())
+	case ast.String:
 		return fmt.Sprintf("string of %d bytes", len(x))
-	case json.Number:
+	case ast.Number:
 		return fmt.Sprintf("number of %d digits", len(x))
 	}
 	return fmt.Sprintf("%T", v)
 }
 
-// appendCanonical writes v as JSON (sorted keys, canonical numbers) and
-// reports false as soon as it would pass limit bytes.
-func appendCanonical(b *bytes.Buffer, v any, limit int) bool {
+// appendCanonical appends v as JSON (sorted keys, canonical numbers) and
+// reports false as soon as it would pass limit bytes: a 16 MiB value is not
+// written to be thrown away.
+func appendCanonical(b []byte, v ast.Value, limit int) ([]byte, bool) {
+	ok := true
 	switch x := v.(type) {
-	case nil:
-		b.WriteString("null")
-	case bool:
-		b.WriteString(strconv.FormatBool(x))
-	case json.Number:
-		c, ok := input.CanonicalNumber(string(x))
-		if !ok {
+	case ast.Number:
+		c, canon := input.CanonicalNumber(string(x))
+		if !canon {
 			c = string(x)
 		}
-		b.WriteString(c)
-	case string:
+		b = append(b, c...)
+	case *ast.Array:
+		b = append(b, '[')
+		for i := 0; i < x.Len() && ok; i++ {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b, ok = appendCanonical(b, x.Elem(i).Value, limit)
+		}
+		b = append(b, ']')
+	case ast.Object:
+		b = append(b, '{')
+		for i, k := range x.Keys() { // sorted
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = appendCanonical(b, k.Value, limit); !ok {
+				break
+			}
+			b = append(b, ':')
+			if b, ok = appendCanonical(b, x.Get(k).Value, limit); !ok {
+				break
+			}
+		}
+		b = append(b, '}')
+	case ast.String:
 		if len(x) > limit {
-			return false
+			return b, false
 		}
-		enc, err := json.Marshal(x)
-		if err != nil {
-			return false
-		}
-		b.Write(enc)
-	case []any:
-		b.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if !appendCanonical(b, e, limit) || b.Len() > limit {
-				return false
-			}
-		}
-		b.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if len(k) > limit {
-				return false
-			}
-			enc, _ := json.Marshal(k)
-			b.Write(enc)
-			b.WriteByte(':')
-			if !appendCanonical(b, x[k], limit) || b.Len() > limit {
-				return false
-			}
-		}
-		b.WriteByte('}')
-	default:
-		return false
+		b = jsonenc.AppendString(b, string(x))
+	default: // null, a boolean; a set or anything else has no JSON form
+		var err error
+		b, err = jsonenc.AppendValue(b, v)
+		ok = err == nil
 	}
-	return b.Len() <= limit
+	return b, ok && len(b) <= limit
 }
 
 // dataEvidence reads the data values a rule reads from the Snapshot's store.
@@ -460,11 +444,15 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 			name = append(name, ast.StringTerm(t))
 		}
 		ev := Evidence{Data: strings.TrimPrefix(name.String(), "data."), Via: r.via}
-		v, err := storage.ReadOne(context.Background(), store, storage.Path(r.path))
+		doc, err := storage.ReadOne(context.Background(), store, storage.Path(r.path))
+		var v ast.Value
+		if err == nil {
+			v, err = ast.InterfaceToValue(doc) // the store holds OPA's values or Go's
+		}
 		if err != nil {
 			ev.Absent = true
 		} else {
-			shownEv := shown("", canonicalDoc(v))
+			shownEv := shown("", v)
 			ev.Value, ev.Summary = shownEv.Value, shownEv.Summary
 		}
 		out = append(out, ev)
@@ -472,57 +460,19 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 	return out
 }
 
-// canonicalDoc turns what the store holds (OPA's values or Go's) into the
-// documents appendCanonical writes.
-func canonicalDoc(v any) any {
-	if val, ok := v.(ast.Value); ok {
-		if doc, err := ast.JSON(val); err == nil {
-			v = doc
-		}
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return v
-	}
-	doc, err := input.Decode(b)
-	if err != nil {
-		return v
-	}
-	return doc
-}
-
 // explain lists every reason rule of def, whether it fired, and for each
-// that fired the input values it read. raw is the input as received; it is
-// decoded again only when some rule fired (the decision's own pass built
-// only what the policy reads, see input.Projection).
-func explain(def *decisionDef, reasons []string, raw []byte) []RuleOutcome {
+// that fired the values it read: of the input from doc, the value the
+// decision's walk built (whole when explaining, see Snapshot.parseInput),
+// so the body is not read again.
+func explain(def *decisionDef, reasons []string, doc ast.Value) []RuleOutcome {
 	fired := map[string]bool{}
 	for _, r := range reasons {
 		fired[r] = true
 	}
 	out := make([]RuleOutcome, len(def.rules))
-	var doc any
-	decoded := false
 	for i, r := range def.rules {
 		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
 		if !out[i].Fired || i >= len(def.reads) {
-			continue
-		}
-		if len(def.reads[i].reads) == 0 {
-			out[i].Evidence = def.reads[i].data
-			continue
-		}
-		if !decoded {
-			decoded = true
-			var err error
-			if doc, err = input.Decode(raw); err != nil {
-				// The input was accepted, so this cannot happen; an
-				// explanation without evidence is still true.
-				doc = nil
-				continue
-			}
-		}
-		if doc == nil {
 			continue
 		}
 		out[i].Evidence = append(evidenceOf(doc, def.reads[i].reads), def.reads[i].data...)
