@@ -37,7 +37,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c.memory = planMemory(c, c.set, cgroupProvider())
 	log.Info("memory", "limit_bytes", c.memory.LimitBytes, "source", c.memory.Source, "cgroup_limit_bytes", c.memory.CgroupBytes,
 		"max_inflight_bytes", c.maxInflightBytes, "max_inflight_values", c.maxInflightValues,
-		"decision_log_queue_bytes", c.logQueueBytes, "shadow_queue_bytes", c.shadowQueueBytes)
+		"decision_log_queue_bytes", c.logQueueBytes, "shadow_queue_bytes", c.shadowQueueBytes, "decision_log_upload_queue_bytes", c.uploadQueueBytes)
 	code, err = serve(ctx, c, log, stdout)
 	if err != nil {
 		log.Error("arbiter serve stopped", "err", err)
