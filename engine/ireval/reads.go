@@ -116,7 +116,7 @@ func prune(reads []Read) []Read {
 	for i, r := range uniq {
 		covered := false
 		for j, o := range uniq {
-			if i != j && o.Data == r.Data && len(o.Path) > len(r.Path) && hasPrefix(o.Path, r.Path) {
+			if i != j && o.Data == r.Data && len(o.Path) > len(r.Path) && slices.Equal(o.Path[:len(r.Path)], r.Path) {
 				covered = true
 				break
 			}
@@ -126,16 +126,4 @@ func prune(reads []Read) []Read {
 		}
 	}
 	return out
-}
-
-func hasPrefix(p, prefix []string) bool {
-	if len(p) < len(prefix) {
-		return false
-	}
-	for i := range prefix {
-		if p[i] != prefix[i] {
-			return false
-		}
-	}
-	return true
 }
