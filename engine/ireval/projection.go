@@ -87,7 +87,7 @@ func (in *info) constCollection() bool {
 
 func join(a, b *info) *info {
 	switch {
-	case a == nil:
+	case a == nil, a == b:
 		return b
 	case b == nil:
 		return a
