@@ -117,28 +117,21 @@ func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.S
 	if cfg.SelfCheck != nil && cfg.SelfCheck.Rate > 0 {
 		s.checker = newSelfChecker(s, cfg.SelfCheck)
 	}
-	set := func(reason string) {
-		for _, n := range s.names {
-			s.decisions[n].compiled = &compiledDecision{reason: reason}
-		}
-	}
 	ctx := context.Background()
-	data, err := storeData(ctx, store)
-	if err != nil {
-		set(err.Error())
-		return
-	}
+	data, dataErr := storeData(ctx, store)
 	entry := func(name string) string { return "decisions/" + name + "/decision" }
 	entries := make([]string, len(s.names))
 	for i, n := range s.names {
 		entries[i] = entry(n)
 	}
 	// One plan for all decisions; when one of them does not plan, each is
-	// planned on its own so that the others still compile.
+	// planned on its own so that the others still compile. The plan also
+	// says what each reason rule reads (evidence.go), compiled or not.
 	policy, err := ireval.Plan(ctx, modules, c.Capabilities(), entries...)
 	for _, n := range s.names {
+		def := s.decisions[n]
 		cd := &compiledDecision{}
-		s.decisions[n].compiled = cd
+		def.compiled = cd
 		p := policy
 		if err != nil {
 			var perr error
@@ -146,6 +139,11 @@ func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.S
 				cd.reason = perr.Error()
 				continue
 			}
+		}
+		def.reads = ruleReads(p, store, def.name, def.rules)
+		if dataErr != nil {
+			cd.reason = dataErr.Error()
+			continue
 		}
 		prog, err := ireval.Compile(p, entry(n), data)
 		if err != nil {

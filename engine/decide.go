@@ -91,7 +91,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	d := &Decision{ID: uuid.NewString(), Name: name, Revision: s.Revision, Result: out, Input: in.Raw, InputOneLine: in.OneLine}
 	d.Reasons, d.Outcome = summarize(result, def.outcomeKey)
 	if opts.Explain {
-		d.Explanation = explain(def, d.Reasons, in.Raw)
+		d.Explanation = explain(def, d.Reasons, in.Value)
 	}
 	return d, nil
 }
@@ -101,7 +101,11 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 // schema is the one authority) and built as an ast.Value, in one pass
 // (package input). Every failure is an *Error.
 func (s *Snapshot) parseInput(ctx context.Context, def *decisionDef, body []byte, opts Options) (input.Input, error) {
-	in, err := input.Parse(ctx, body, def.input, input.Options{DataAPIBody: opts.DataAPIBody, Projection: def.inputProjection(), MaxValues: s.maxValues, Admit: opts.Admit})
+	proj := def.inputProjection()
+	if opts.Explain {
+		proj = nil // the evidence shows the values the rules read whole
+	}
+	in, err := input.Parse(ctx, body, def.input, input.Options{DataAPIBody: opts.DataAPIBody, Projection: proj, MaxValues: s.maxValues, Admit: opts.Admit})
 	if err == nil {
 		return in, nil
 	}

@@ -106,7 +106,6 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			continue
 		}
 		def.title, def.description, def.rules = describe(as, pkg)
-		def.reads = ruleReads(c, store, pkg, def.rules)
 		pq, err := rego.New(
 			rego.Query(pkg.String()+".decision"),
 			rego.Compiler(c),

@@ -1,18 +1,19 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/ir"
 	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/engine/ireval"
+	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
@@ -45,17 +46,12 @@ type Evidence struct {
 // repeat a 16 MiB Runner state once per rule.
 const MaxEvidenceBytes = 256
 
-// maxReadRules bounds the rules one reason rule's analysis visits: a
-// reference with variables (data.decisions[x]) may stand for many rules,
-// and load time must stay bounded whatever the policy.
-const maxReadRules = 1000
-
-// inputRead is one input path that a reason rule reads: the constant
-// prefix of an input reference (input.a.b[x] reads input.a.b whole).
+// inputRead is one input path that a reason rule reads (or, with data, a
+// path of the policy's data), and the helper rule or function that reads
+// it ("" for the rule itself).
 type inputRead struct {
 	path []string // pointer tokens below input (or below data)
 	via  string
-	data bool // a read of the policy's data, not of the input
 }
 
 // pointer is the JSON pointer of the read.
@@ -68,39 +64,42 @@ func (r inputRead) pointer() string {
 	return b.String()
 }
 
-// ruleReads finds, for each reason rule of a decision (in the order of rules), the input paths its
-// body reads, directly or through the helper rules and functions of the
-// policy that it depends on, transitively. Rules are found as describe
-// finds them (an annotated rule whose head key is [rank, "code"]) and
-// matched to rules by file and line. The analysis is static and
-// conservative: every constant input path a rule could read is listed,
-// whichever body of a helper decided; a path below a variable is cut at
-// the variable.
-func ruleReads(c *ast.Compiler, store storage.Store, pkg ast.Ref, rules []RuleInfo) []ruleEvidence {
-	reasonRules := map[string]*ast.Rule{}
-	excluded := map[string]bool{} // the paths of the reason rules' documents
-	for _, a := range c.GetAnnotationSet().Flatten() {
-		r := a.GetRule()
-		if r == nil || r.Module == nil || !a.Path.HasPrefix(pkg) {
-			continue
-		}
-		for _, info := range rules {
-			if r.Location != nil && r.Location.File == info.File && r.Location.Row == info.Line {
-				reasonRules[info.File+":"+strconv.Itoa(info.Line)] = r
-				excluded[r.Ref().GroundPrefix().String()] = true
-			}
-		}
-	}
+// ruleReads finds, for each reason rule of a decision (in the order of
+// rules), what its body reads of the input and of the policy's data,
+// directly or through the helper rules and functions it calls: the one
+// analysis of the plan that also gives the input projection
+// (ireval.RuleReads). It is conservative: every path a rule could read is
+// listed, whichever body of a helper decided; a path below a variable is
+// cut at the variable. The data values are read here, once: they are fixed
+// for a Snapshot. Without a plan (the planner refused the decision) an
+// explanation has no evidence.
+func ruleReads(policy *ir.Policy, store storage.Store, decision string, rules []RuleInfo) []ruleEvidence {
+	pkg := ast.MustParseRef("data.decisions." + decision)
 	out := make([]ruleEvidence, len(rules))
 	for i, info := range rules {
-		r := reasonRules[info.File+":"+strconv.Itoa(info.Line)]
-		if r == nil {
+		fn, reads, ok := ireval.RuleReads(policy, info.File, info.Line)
+		if !ok {
 			continue
 		}
-		w := &readWalker{c: c, pkg: pkg, excluded: excluded, visited: map[*ast.Rule]bool{}, seen: map[string]bool{}}
-		w.rule(r, "")
-		out[i] = ruleEvidence{doc: r.Ref().Append(r.Head.Key), reads: prune(w.reads)}
-		out[i].data = dataEvidence(store, prune(w.dataReads))
+		ref, err := funcRef(fn)
+		if err != nil {
+			continue
+		}
+		out[i].doc = ref.Append(ast.ArrayTerm(ast.NumberTerm(info.Rank), ast.StringTerm(info.Reason)))
+		var data []inputRead
+		for _, r := range reads {
+			read := inputRead{path: r.Path}
+			if r.Via != "" {
+				read.via = helperName(pkg, r.Via)
+			}
+			switch {
+			case !r.Data:
+				out[i].reads = append(out[i].reads, read)
+			case len(r.Path) > 0: // data as a whole is not shown
+				data = append(data, read)
+			}
+		}
+		out[i].data = dataEvidence(store, data)
 	}
 	return out
 }
@@ -113,215 +112,33 @@ type ruleEvidence struct {
 	data  []Evidence
 }
 
-type readWalker struct {
-	c         *ast.Compiler
-	pkg       ast.Ref
-	excluded  map[string]bool
-	visited   map[*ast.Rule]bool
-	seen      map[string]bool // pointers already listed
-	reads     []inputRead
-	dataReads []inputRead
+// funcRef is the rule a plan function stands for: functions are named
+// g<generation>.<rule ref>.
+func funcRef(fn string) (ast.Ref, error) {
+	_, path, _ := strings.Cut(fn, ".")
+	return ast.ParseRef(path)
 }
 
-// rule lists the input reads of r (every body of an else chain too), then
-// those of the rules it depends on, in the order they are referenced.
-func (w *readWalker) rule(r *ast.Rule, via string) {
-	if w.visited[r] || len(w.visited) >= maxReadRules {
-		return
+// helperName is how an explanation names the helper rule or function a
+// plan function stands for: relative to the decision's package when it is
+// in it, its full path otherwise.
+func helperName(pkg ast.Ref, fn string) string {
+	p, err := funcRef(fn)
+	if err != nil {
+		return fn
 	}
-	w.visited[r] = true
-	var deps []*ast.Rule
-	for cur := r; cur != nil; cur = cur.Else {
-		aliases := map[ast.Var][]string{}
-		visit := func(x any) {
-			ast.WalkRefs(x, func(ref ast.Ref) bool {
-				if p, ok := w.inputPath(ref, aliases); ok {
-					w.add(p, via)
-					return false
-				}
-				if ref.HasPrefix(ast.DefaultRootRef) {
-					rules := w.dependencies(ref)
-					if len(rules) == 0 && len(w.c.GetRulesDynamicWithOpts(ref, ast.RulesOptions{})) == 0 {
-						w.addData(ref, via)
-					}
-					deps = append(deps, rules...)
-				}
-				return false
-			})
-		}
-		for _, expr := range cur.Body {
-			w.alias(expr, aliases)
-			visit(expr)
-		}
-		if cur.Head.Key != nil {
-			visit(cur.Head.Key)
-		}
-		if cur.Head.Value != nil {
-			visit(cur.Head.Value)
-		}
-	}
-	for _, d := range deps {
-		if w.visited[d] {
-			continue
-		}
-
-		w.rule(d, w.name(d))
-	}
-}
-
-// alias remembers a local variable bound to an input path (x := input.a,
-// or the compiler's rewrite of it, __local0__ = input.a), so that x.b reads
-// input.a.b.
-func (w *readWalker) alias(expr *ast.Expr, aliases map[ast.Var][]string) {
-	if !expr.IsEquality() && !expr.IsAssignment() {
-		return
-	}
-	ops := expr.Operands()
-	if len(ops) != 2 {
-		return
-	}
-	for i := range 2 {
-		v, ok := ops[i].Value.(ast.Var)
-		if !ok || v.Equal(ast.InputRootDocument.Value) {
-			continue
-		}
-		if ref, ok := ops[1-i].Value.(ast.Ref); ok {
-			if p, ok := w.inputPath(ref, aliases); ok {
-				aliases[v] = p
-			}
-		}
-	}
-}
-
-// inputPath is the constant prefix of ref below input, when ref reads the
-// input (directly or through an alias).
-func (w *readWalker) inputPath(ref ast.Ref, aliases map[ast.Var][]string) ([]string, bool) {
-	if len(ref) == 0 {
-		return nil, false
-	}
-	head, ok := ref[0].Value.(ast.Var)
-	if !ok {
-		return nil, false
-	}
-	var base []string
-	switch {
-	case head.Equal(ast.InputRootDocument.Value):
-	case aliases[head] != nil:
-		base = aliases[head]
-	default:
-		return nil, false
-	}
-	p := append([]string(nil), base...)
-	for _, t := range ref[1:] {
-		switch v := t.Value.(type) {
-		case ast.String:
-			p = append(p, string(v))
-		case ast.Number:
-			if _, err := strconv.Atoi(string(v)); err != nil {
-				return p, true
-			}
-			p = append(p, string(v))
-		default:
-			return p, true
-		}
-	}
-	return p, true
-}
-
-// addData lists a reference to the policy's data (a base document: no
-// rule defines it), up to its first variable.
-func (w *readWalker) addData(ref ast.Ref, via string) {
-	var p []string
-	for _, t := range ref[1:] {
-		s, ok := t.Value.(ast.String)
-		if !ok {
-			break
-		}
-		p = append(p, string(s))
-	}
-	if len(p) == 0 {
-		return
-	}
-	key := "data:" + strings.Join(p, "\x00")
-	if w.seen[key] {
-		return
-	}
-	w.seen[key] = true
-	w.dataReads = append(w.dataReads, inputRead{path: p, via: via, data: true})
-}
-
-func (w *readWalker) add(p []string, via string) {
-	r := inputRead{path: p, via: via}
-	key := r.pointer()
-	if w.seen[key] {
-		return
-	}
-	w.seen[key] = true
-	w.reads = append(w.reads, r)
-}
-
-// dependencies are the rules (and functions) that ref may refer to, in
-// source order, without the reason rules' own document: a helper that
-// reads the set of reasons does not make every reason evidence of another.
-func (w *readWalker) dependencies(ref ast.Ref) []*ast.Rule {
-	var out []*ast.Rule
-	for _, r := range w.c.GetRulesDynamicWithOpts(ref, ast.RulesOptions{}) {
-		if r.Module == nil || r.Location == nil || w.excluded[r.Ref().GroundPrefix().String()] {
-			continue
-		}
-		out = append(out, r)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Location.Compare(out[j].Location) < 0 })
-	return out
-}
-
-// name is how an explanation names a helper: relative to the decision's
-// package when it is in it, its full path otherwise.
-func (w *readWalker) name(r *ast.Rule) string {
-	p := r.Ref().GroundPrefix()
-	if p.HasPrefix(w.pkg) && len(p) > len(w.pkg) {
-		return p[len(w.pkg):].String()
+	if p.HasPrefix(pkg) && len(p) > len(pkg) {
+		return p[len(pkg):].String()
 	}
 	return strings.TrimPrefix(p.String(), "data.")
 }
 
-// prune drops a path when a longer one below it is listed: the rule reads
-// input.runnerState to test that it is there and input.runnerState.runId
-// to compare it, and the evidence is the runId, not the whole state.
-func prune(reads []inputRead) []inputRead {
-	out := reads[:0:0]
-	for i, r := range reads {
-		covered := false
-		for j, o := range reads {
-			if i != j && len(o.path) > len(r.path) && hasPathPrefix(o.path, r.path) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func hasPathPrefix(p, prefix []string) bool {
-	if len(p) < len(prefix) {
-		return false
-	}
-	for i := range prefix {
-		if p[i] != prefix[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// evidenceOf reads the values at reads from doc (the input as decoded by
-// input.Decode). A path through a missing member is reported as absent at
-// that member, a path through null or a scalar at the value that stops it:
-// what the rule saw.
-func evidenceOf(doc any, reads []inputRead) []Evidence {
+// evidenceOf reads the values at reads from doc, the input as the
+// decision's walk built it (whole: an explained decision is not projected).
+// A path through a missing member is reported as absent at that member, a
+// path through null or a scalar at the value that stops it: what the rule
+// saw.
+func evidenceOf(doc ast.Value, reads []inputRead) []Evidence {
 	out := make([]Evidence, 0, len(reads))
 	seen := map[string]bool{}
 	for _, r := range reads {
@@ -336,119 +153,102 @@ func evidenceOf(doc any, reads []inputRead) []Evidence {
 	return out
 }
 
-func resolve(doc any, path []string) Evidence {
+func resolve(doc ast.Value, path []string) Evidence {
 	cur := doc
 	var ptr strings.Builder
 	for _, tok := range path {
+		var next *ast.Term
 		switch v := cur.(type) {
-		case map[string]any:
-			ptr.WriteByte('/')
-			ptr.WriteString(jsonptr.Escape(tok))
-			next, ok := v[tok]
-			if !ok {
-				return Evidence{Path: ptr.String(), Absent: true}
+		case ast.Object:
+			next = v.Get(ast.StringTerm(tok))
+		case *ast.Array:
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < v.Len() {
+				next = v.Elem(i)
 			}
-			cur = next
-		case []any:
-			ptr.WriteByte('/')
-			ptr.WriteString(jsonptr.Escape(tok))
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(v) {
-				return Evidence{Path: ptr.String(), Absent: true}
-			}
-			cur = v[i]
 		default:
 			// null or a scalar: the reference stops here, undefined below.
 			return shown(ptr.String(), cur)
 		}
+		ptr.WriteByte('/')
+		ptr.WriteString(jsonptr.Escape(tok))
+		if next == nil {
+			return Evidence{Path: ptr.String(), Absent: true}
+		}
+		cur = next.Value
 	}
 	return shown(ptr.String(), cur)
 }
 
 // shown is the evidence for value v at ptr: its canonical JSON text, or a
 // summary when that text is longer than MaxEvidenceBytes.
-func shown(ptr string, v any) Evidence {
-	var b bytes.Buffer
-	if appendCanonical(&b, v, MaxEvidenceBytes) {
-		return Evidence{Path: ptr, Value: json.RawMessage(b.Bytes())}
+func shown(ptr string, v ast.Value) Evidence {
+	if b, ok := appendCanonical(nil, v, MaxEvidenceBytes); ok {
+		return Evidence{Path: ptr, Value: json.RawMessage(b)}
 	}
 	return Evidence{Path: ptr, Summary: summary(v)}
 }
 
-func summary(v any) string {
+func summary(v ast.Value) string {
 	switch x := v.(type) {
-	case map[string]any:
-		return fmt.Sprintf("object with %d members", len(x))
-	case []any:
-		return fmt.Sprintf("array of %d elements", len(x))
-	case string:
+	case ast.Object:
+		return fmt.Sprintf("object with %d members", x.Len())
+	case *ast.Array:
+		return fmt.Sprintf("array of %d elements", x.Len())
+	case ast.String:
 		return fmt.Sprintf("string of %d bytes", len(x))
-	case json.Number:
+	case ast.Number:
 		return fmt.Sprintf("number of %d digits", len(x))
 	}
 	return fmt.Sprintf("%T", v)
 }
 
-// appendCanonical writes v as JSON (sorted keys, canonical numbers) and
-// reports false as soon as it would pass limit bytes.
-func appendCanonical(b *bytes.Buffer, v any, limit int) bool {
+// appendCanonical appends v as JSON (sorted keys, canonical numbers) and
+// reports false as soon as it would pass limit bytes: a 16 MiB value is not
+// written to be thrown away.
+func appendCanonical(b []byte, v ast.Value, limit int) ([]byte, bool) {
+	ok := true
 	switch x := v.(type) {
-	case nil:
-		b.WriteString("null")
-	case bool:
-		b.WriteString(strconv.FormatBool(x))
-	case json.Number:
-		c, ok := input.CanonicalNumber(string(x))
-		if !ok {
+	case ast.Number:
+		c, canon := input.CanonicalNumber(string(x))
+		if !canon {
 			c = string(x)
 		}
-		b.WriteString(c)
-	case string:
+		b = append(b, c...)
+	case *ast.Array:
+		b = append(b, '[')
+		for i := 0; i < x.Len() && ok; i++ {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b, ok = appendCanonical(b, x.Elem(i).Value, limit)
+		}
+		b = append(b, ']')
+	case ast.Object:
+		b = append(b, '{')
+		for i, k := range x.Keys() { // sorted
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = appendCanonical(b, k.Value, limit); !ok {
+				break
+			}
+			b = append(b, ':')
+			if b, ok = appendCanonical(b, x.Get(k).Value, limit); !ok {
+				break
+			}
+		}
+		b = append(b, '}')
+	case ast.String:
 		if len(x) > limit {
-			return false
+			return b, false
 		}
-		enc, err := json.Marshal(x)
-		if err != nil {
-			return false
-		}
-		b.Write(enc)
-	case []any:
-		b.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if !appendCanonical(b, e, limit) || b.Len() > limit {
-				return false
-			}
-		}
-		b.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if len(k) > limit {
-				return false
-			}
-			enc, _ := json.Marshal(k)
-			b.Write(enc)
-			b.WriteByte(':')
-			if !appendCanonical(b, x[k], limit) || b.Len() > limit {
-				return false
-			}
-		}
-		b.WriteByte('}')
-	default:
-		return false
+		b = jsonenc.AppendString(b, string(x))
+	default: // null, a boolean; a set or anything else has no JSON form
+		var err error
+		b, err = jsonenc.AppendValue(b, v)
+		ok = err == nil
 	}
-	return b.Len() <= limit
+	return b, ok && len(b) <= limit
 }
 
 // dataEvidence reads the data values a rule reads from the Snapshot's store.
@@ -460,11 +260,15 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 			name = append(name, ast.StringTerm(t))
 		}
 		ev := Evidence{Data: strings.TrimPrefix(name.String(), "data."), Via: r.via}
-		v, err := storage.ReadOne(context.Background(), store, storage.Path(r.path))
+		doc, err := storage.ReadOne(context.Background(), store, storage.Path(r.path))
+		var v ast.Value
+		if err == nil {
+			v, err = ast.InterfaceToValue(doc) // the store holds OPA's values or Go's
+		}
 		if err != nil {
 			ev.Absent = true
 		} else {
-			shownEv := shown("", canonicalDoc(v))
+			shownEv := shown("", v)
 			ev.Value, ev.Summary = shownEv.Value, shownEv.Summary
 		}
 		out = append(out, ev)
@@ -472,57 +276,19 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 	return out
 }
 
-// canonicalDoc turns what the store holds (OPA's values or Go's) into the
-// documents appendCanonical writes.
-func canonicalDoc(v any) any {
-	if val, ok := v.(ast.Value); ok {
-		if doc, err := ast.JSON(val); err == nil {
-			v = doc
-		}
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return v
-	}
-	doc, err := input.Decode(b)
-	if err != nil {
-		return v
-	}
-	return doc
-}
-
 // explain lists every reason rule of def, whether it fired, and for each
-// that fired the input values it read. raw is the input as received; it is
-// decoded again only when some rule fired (the decision's own pass built
-// only what the policy reads, see input.Projection).
-func explain(def *decisionDef, reasons []string, raw []byte) []RuleOutcome {
+// that fired the values it read: of the input from doc, the value the
+// decision's walk built (whole when explaining, see Snapshot.parseInput),
+// so the body is not read again.
+func explain(def *decisionDef, reasons []string, doc ast.Value) []RuleOutcome {
 	fired := map[string]bool{}
 	for _, r := range reasons {
 		fired[r] = true
 	}
 	out := make([]RuleOutcome, len(def.rules))
-	var doc any
-	decoded := false
 	for i, r := range def.rules {
 		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
 		if !out[i].Fired || i >= len(def.reads) {
-			continue
-		}
-		if len(def.reads[i].reads) == 0 {
-			out[i].Evidence = def.reads[i].data
-			continue
-		}
-		if !decoded {
-			decoded = true
-			var err error
-			if doc, err = input.Decode(raw); err != nil {
-				// The input was accepted, so this cannot happen; an
-				// explanation without evidence is still true.
-				doc = nil
-				continue
-			}
-		}
-		if doc == nil {
 			continue
 		}
 		out[i].Evidence = append(evidenceOf(doc, def.reads[i].reads), def.reads[i].data...)

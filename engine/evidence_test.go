@@ -204,7 +204,11 @@ func TestEvidenceOfFixtures(t *testing.T) {
 					t.Errorf("%s/%s: %s does not resolve", fx.Decision, fx.Name, ev.Path)
 				case ev.Value != nil:
 					var b strings.Builder
-					want := shown(ev.Path, got)
+					v, err := ast.InterfaceToValue(got)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := shown(ev.Path, v)
 					fmt.Fprintf(&b, "%s", want.Value)
 					if string(ev.Value) != b.String() {
 						t.Errorf("%s/%s: %s shows %s, the input holds %s", fx.Decision, fx.Name, ev.Path, ev.Value, b.String())

@@ -41,9 +41,13 @@ type Config struct {
 	BundleName string
 	// Labels go on every event; OPA's own are id (the replica) and version.
 	Labels map[string]string
-	// MaxEvents bounds the events waiting for upload (default 10000); an
-	// event that finds it full is dropped and counted.
+	// MaxEvents and MaxBytes bound the events waiting for upload (default
+	// 10000 events, DefaultQueueBytes), the batch being uploaded or
+	// retried included, each event sized as the decision log sizes its
+	// record (decisionlog.Record.Size); an event that finds either full is
+	// dropped and counted (reason full).
 	MaxEvents int
+	MaxBytes  int64
 	// BatchEvents and BatchBytes bound one upload (default 1000 events,
 	// 1 MiB of uncompressed JSON). An event no larger than BatchBytes is
 	// never dropped as too large: see upload.
@@ -58,6 +62,15 @@ type Config struct {
 
 	after func(time.Duration) <-chan time.Time // tests: the backoff's wait; nil is time.After
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxEvents = 10000
+	// DefaultQueueBytes holds the default 10000 events at about 2 KiB each,
+	// or two of the largest inputs (16 MiB): what a service that is down
+	// may pin in a replica's memory.
+	DefaultQueueBytes = 32 << 20
+)
 
 // Uploader is a sink of the decision-record pipeline that ships events.
 type Uploader struct {
@@ -96,7 +109,9 @@ type Stats struct {
 	// Queued is every event waiting for upload: in the buffer, and in the
 	// batch being uploaded or retried (during an outage, that batch is
 	// most of what waits).
-	Queued        int    `json:"queued"`
+	Queued int `json:"queued"`
+	// QueuedBytes is what those events cost against Config.MaxBytes.
+	QueuedBytes   int64  `json:"queued_bytes"`
 	UploadsOK     uint64 `json:"uploads_ok"`
 	UploadsFailed uint64 `json:"uploads_failed"`
 }
@@ -135,7 +150,11 @@ func New(cfg Config) (*Uploader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision-log service: %w", err)
 	}
-	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, queue: queue.New[decisionlog.Record](queue.Limits{Items: cfg.MaxEvents}.Or(queue.Limits{Items: 10000})), done: make(chan struct{})}
+	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, done: make(chan struct{})}
+	// Held: the batch a stalled service keeps being retried is memory too.
+	lim := queue.Limits{Items: cfg.MaxEvents, Bytes: cfg.MaxBytes}.Or(queue.Limits{Items: DefaultMaxEvents, Bytes: DefaultQueueBytes})
+	lim.HoldBytes = true
+	u.queue = queue.New[decisionlog.Record](lim)
 	u.ctx, u.abort = context.WithCancel(context.Background())
 	go u.loop()
 	return u, nil
@@ -155,7 +174,7 @@ func (u *Uploader) Write(recs []decisionlog.Record) {
 		if rec.IsShadowOutcome() {
 			continue
 		}
-		if ok, _ := u.queue.Put(rec, 0); !ok {
+		if ok, _ := u.queue.Put(rec, rec.Size()); !ok {
 			if n := u.queue.Dropped(queue.Full); n&(n-1) == 0 { // warn at powers of two
 				u.log.Warn("decision-log upload buffer full: events dropped", "dropped", n)
 			}
@@ -168,7 +187,7 @@ func (u *Uploader) Stats() Stats {
 	return Stats{
 		Sent: u.sent.Load(), DroppedFull: u.queue.Dropped(queue.Full) + u.queue.Dropped(queue.Closed),
 		DroppedStop: u.queue.Dropped(dropShutdown), DroppedLarge: u.queue.Dropped(dropTooLarge),
-		Queued: u.queue.Len() + int(u.batched.Load()), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
+		Queued: u.queue.Len() + int(u.batched.Load()), QueuedBytes: u.queue.Bytes(), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
 	}
 }
 
@@ -205,15 +224,18 @@ func (u *Uploader) loop() {
 	defer ticker.Stop()
 	var batch []json.RawMessage
 	size := 0
+	var held int64 // the queue's bytes of the records in batch
 	flush := func() {
 		if len(batch) > 0 {
-			u.upload(batch)
-			batch, size = batch[:0], 0
+			u.upload(batch) // sent or counted as dropped when it returns
+			u.queue.Done(held)
+			batch, size, held = batch[:0], 0, 0
 		}
 	}
 	add := func(rec decisionlog.Record) {
 		ev, err := u.event(rec)
 		if err != nil {
+			u.queue.Done(rec.Size())
 			u.queue.Drop(dropTooLarge, 1)
 			u.log.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
 			return
@@ -223,6 +245,7 @@ func (u *Uploader) loop() {
 		}
 		batch = append(batch, ev)
 		u.batched.Add(1)
+		held += rec.Size()
 		size += len(ev) + 1
 		if len(batch) >= u.cfg.BatchEvents {
 			flush()

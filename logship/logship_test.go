@@ -156,6 +156,52 @@ func TestServiceDownEveryEventArrivesOrIsCounted(t *testing.T) {
 	}
 }
 
+// A stalled service: the events waiting (the batch being retried
+// included) cost at most MaxBytes, each sized as the decision log sizes its
+// record; every other event is dropped as full. When the service is back,
+// exactly the kept events arrive and the bytes are released.
+func TestStalledServiceHoldsAtMostMaxBytes(t *testing.T) {
+	sink := logsink.New()
+	var down atomic.Bool
+	down.Store(true)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		sink.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	rec := record(0)
+	const kept, total = 10, 200
+	maxBytes := kept * rec.Size()
+	u, err := New(Config{URL: hs.URL, MaxBytes: maxBytes, Interval: 5 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := int64(0)
+	for i := range total {
+		u.Write([]decisionlog.Record{record(i)})
+		if i == kept {
+			waitUntil(t, "a failed upload of the first batch", func() bool { return u.Stats().UploadsFailed > 0 })
+		}
+		most = max(most, u.Stats().QueuedBytes)
+	}
+	s := u.Stats()
+	if most > maxBytes || s.QueuedBytes != maxBytes || s.Queued != kept || s.DroppedFull != total-kept {
+		t.Fatalf("stalled with MaxBytes %d (%d events): held up to %d bytes, now %d bytes in %d events, %d dropped as full; want %d events kept and %d dropped",
+			maxBytes, kept, most, s.QueuedBytes, s.Queued, s.DroppedFull, kept, total-kept)
+	}
+	down.Store(false)
+	waitUntil(t, "the kept events delivered", func() bool { return u.Stats().Sent == kept })
+	if s := u.Stats(); s.QueuedBytes != 0 || sink.Stats().Unique != kept || s.Dropped() != total-kept {
+		t.Fatalf("after the service came back: %+v, the service has %d events; want %d sent and the bytes released", s, sink.Stats().Unique, kept)
+	}
+	if err := u.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A service that never comes back: Close gives up at its deadline and
 // counts every event it could not send.
 func TestCloseCountsWhatItCouldNotSend(t *testing.T) {

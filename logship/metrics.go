@@ -9,6 +9,8 @@ var (
 		"Upload requests to the decision-log service, by result (ok, failed).", []string{"result"}, nil)
 	queuedDesc = prometheus.NewDesc("arbiter_decision_log_upload_queued_events",
 		"Events waiting for upload: in the buffer, and in the batch being uploaded or retried.", nil, nil)
+	queuedBytesDesc = prometheus.NewDesc("arbiter_decision_log_upload_queued_bytes",
+		"What the events waiting for upload cost against --decision-log-upload-queue-bytes.", nil, nil)
 	lastOKDesc = prometheus.NewDesc("arbiter_decision_log_upload_last_success_timestamp_seconds",
 		"Unix time of the last accepted upload (0: none yet).", nil, nil)
 )
@@ -22,6 +24,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- eventsDesc
 	ch <- uploadsDesc
 	ch <- queuedDesc
+	ch <- queuedBytesDesc
 	ch <- lastOKDesc
 }
 
@@ -37,6 +40,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(uploadsDesc, prometheus.CounterValue, float64(s.UploadsOK), "ok")
 	ch <- prometheus.MustNewConstMetric(uploadsDesc, prometheus.CounterValue, float64(s.UploadsFailed), "failed")
 	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(s.Queued))
+	ch <- prometheus.MustNewConstMetric(queuedBytesDesc, prometheus.GaugeValue, float64(s.QueuedBytes))
 	last := 0.0
 	if t := c.u.LastSuccess(); !t.IsZero() {
 		last = float64(t.UnixNano()) / 1e9

@@ -29,12 +29,13 @@ type fleetConfig struct {
 	dlTimeout      time.Duration
 	stallTimeout   time.Duration
 
-	logService     string
-	logMaxEvents   int64
-	logInterval    time.Duration
-	logRetryMax    time.Duration
-	replicaID      string
-	uploadDeadline time.Duration
+	logService       string
+	logMaxEvents     int64
+	uploadQueueBytes int64 // fitted into the memory limit (memory.go)
+	logInterval      time.Duration
+	logRetryMax      time.Duration
+	replicaID        string
+	uploadDeadline   time.Duration
 }
 
 func (f *fleetConfig) register(fs *command) {
@@ -53,14 +54,15 @@ func (f *fleetConfig) register(fs *command) {
 	fs.DurationVar(&f.dlTimeout, "bundle-download-timeout", policybundle.DefaultDownloadTimeout, "deadline of each bundle download, headers and body (after the long-poll wait); past it the download is cut off as stalled")
 	fs.DurationVar(&f.stallTimeout, "bundle-download-stall-timeout", policybundle.DefaultStallTimeout, "a bundle download that receives less than 1 KiB in this long is cut off as stalled (its minimum rate)")
 	fs.StringVar(&f.logService, "decision-log-service", "", "upload decisions as OPA EventV1 gzip batches to this service (POST URL/logs)")
-	fs.Int64Var(&f.logMaxEvents, "decision-log-upload-max-events", 10000, "events that may wait for upload; more are dropped and counted")
+	fs.Int64Var(&f.logMaxEvents, "decision-log-upload-max-events", logship.DefaultMaxEvents, "events that may wait for upload; more are dropped and counted")
+	fs.Int64Var(&f.uploadQueueBytes, "decision-log-upload-queue-bytes", logship.DefaultQueueBytes, "bytes of events that may wait for upload, the batch being retried included (each sized as its decision-log record); more are dropped and counted")
 	fs.DurationVar(&f.logInterval, "decision-log-upload-interval", time.Second, "time between uploads while events trickle in")
 	fs.DurationVar(&f.logRetryMax, "decision-log-upload-max-retry-delay", 10*time.Second, "cap of the backoff between retries of a failed upload")
 	fs.DurationVar(&f.uploadDeadline, "decision-log-upload-shutdown-timeout", 10*time.Second, "how long a stopping replica keeps trying to upload what is queued")
 	fs.StringVar(&f.replicaID, "replica-id", host, "this replica's id: the id label of its uploaded decisions")
 	fs.fromEnv("bundle-url", "bundle-name", "bundle-verification-key-file", "bundle-verification-key-id", "bundle-verification-key-alg",
 		"bundle-poll-min-delay", "bundle-poll-max-delay", "bundle-long-poll-timeout", "bundle-max-bytes", "bundle-max-unpacked-bytes",
-		"bundle-max-files", "bundle-download-timeout", "bundle-download-stall-timeout", "decision-log-service", "decision-log-upload-max-events",
+		"bundle-max-files", "bundle-download-timeout", "bundle-download-stall-timeout", "decision-log-service", "decision-log-upload-max-events", "decision-log-upload-queue-bytes",
 		"decision-log-upload-interval", "decision-log-upload-max-retry-delay", "decision-log-upload-shutdown-timeout", "replica-id")
 }
 
@@ -76,8 +78,8 @@ func (f *fleetConfig) validate() error {
 			return errors.New("--bundle-max-bytes, --bundle-max-unpacked-bytes, --bundle-max-files, --bundle-download-timeout and --bundle-download-stall-timeout must be positive")
 		}
 	}
-	if f.logService != "" && f.logMaxEvents <= 0 {
-		return errors.New("--decision-log-upload-max-events must be positive")
+	if f.logService != "" && (f.logMaxEvents <= 0 || f.uploadQueueBytes <= 0) {
+		return errors.New("--decision-log-upload-max-events and --decision-log-upload-queue-bytes must be positive")
 	}
 	return nil
 }
@@ -105,7 +107,7 @@ func newFleet(c *serveConfig, eng *engine.Engine, log *slog.Logger) (*fleet, err
 		up, err := logship.New(logship.Config{
 			URL: c.logService, BundleName: c.bundleName,
 			Labels:    map[string]string{"id": c.replicaID, "app": "arbiter", "version": buildVersion()},
-			MaxEvents: int(c.logMaxEvents), Interval: c.logInterval, MaxRetryDelay: c.logRetryMax, Logger: log,
+			MaxEvents: int(c.logMaxEvents), MaxBytes: c.uploadQueueBytes, Interval: c.logInterval, MaxRetryDelay: c.logRetryMax, Logger: log,
 		})
 		if err != nil {
 			return nil, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -85,6 +87,8 @@ func TestMemoryFromCgroup(t *testing.T) {
 		{name: "v1", files: map[string]string{"memory.limit_in_bytes": "268435456"}, cgroup: 256 << 20, source: "cgroup", limit: share(256 << 20), scaled: true},
 		{name: "a budget given", files: map[string]string{"memory.max": "536870912"}, args: []string{"--max-inflight-bytes", "1048576"},
 			cgroup: 512 << 20, source: "cgroup", limit: share(512 << 20), scaled: true},
+		{name: "with an upload", files: map[string]string{"memory.max": "536870912"}, args: []string{"--decision-log-service", "http://127.0.0.1:1"},
+			cgroup: 512 << 20, source: "cgroup", limit: share(512 << 20), scaled: true},
 		{name: "unlimited", files: map[string]string{"memory.max": "max"}, source: "default", limit: defaultMemoryLimit},
 		{name: "GOMEMLIMIT wins", files: map[string]string{"memory.max": "536870912"}, env: "GOMEMLIMIT=300MiB", cgroup: 512 << 20, source: "GOMEMLIMIT", limit: 300 << 20, scaled: true},
 	} {
@@ -112,7 +116,11 @@ func TestMemoryFromCgroup(t *testing.T) {
 				s, _ := b["source"].(string)
 				return int64(num(b["value"])), s
 			}
-			for flag, def := range defaults {
+			want := maps.Clone(defaults)
+			if containsArg(tc.args, "--decision-log-service") {
+				want["decision-log-upload-queue-bytes"] = logship.DefaultQueueBytes
+			}
+			for flag, def := range want {
 				v, src := value(flag)
 				switch {
 				case containsArg(tc.args, "--"+flag):
@@ -138,13 +146,14 @@ func TestMemoryFromCgroup(t *testing.T) {
 			values, _ := value("max-inflight-values")
 			dlog, _ := value("decision-log-queue-bytes")
 			shadowQ, _ := value("shadow-queue-bytes")
+			upload, _ := value("decision-log-upload-queue-bytes") // 0 without an upload
 			if containsArg(tc.args, "--max-inflight-bytes") {
 				bytes = 0
 			}
 			if adm := bytes + values*bytesPerValue; adm > tc.limit/2 {
 				t.Errorf("admission may hold %d bytes, more than half the limit %d", adm, tc.limit)
 			}
-			if q := dlog + shadowQ; q > tc.limit/8+1 {
+			if q := dlog + shadowQ + upload; q > tc.limit/8+1 {
 				t.Errorf("the queues may hold %d bytes, more than an eighth of the limit %d", q, tc.limit)
 			}
 		})

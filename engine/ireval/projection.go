@@ -2,6 +2,7 @@ package ireval
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -86,7 +87,7 @@ func (in *info) constCollection() bool {
 
 func join(a, b *info) *info {
 	switch {
-	case a == nil:
+	case a == nil, a == b:
 		return b
 	case b == nil:
 		return a
@@ -169,30 +170,49 @@ func sameStates(a, b absState) bool {
 	return true
 }
 
+// dataRoot is the path of the data document: the analysis follows reads
+// of data as it follows reads of the input, below this root, so that a
+// rule's reads of base documents are known too (Reads); the projection
+// leaves them out.
+const dataRoot path = "D/"
+
+// The analysis answers, for a part of a plan (the whole plan, or the block
+// of one rule), what it can observe of the input and of data: the one
+// analysis of what a policy reads. The projection (InputProjection) and a
+// decision's evidence (Reads, engine/evidence.go) are both its answers.
 type analysis struct {
-	prog    *Program
 	strs    []string
-	funcs   map[string]*ir.Func
-	params  map[string][]*info // joined over call sites
+	byName  map[string]*ir.Func
+	called  []*ir.Func          // in the order first called: marks come in a fixed order
+	calls   map[string][]string // by caller ("" for the entry), its callees in the order first called
+	skip    string              // a function not followed (Reads: the reasons' own)
+	params  map[string][]*info  // joined over call sites
 	returns map[string]*info
 	marks   map[path]markKind
+	order   []Read // each path marked, once per function marking it, in order
+	marked  map[string]bool
 	whole   bool
 	changed bool
-	curFunc string // function being analysed, "" for the plan
+	curFunc string // function being analysed, "" for the entry
 }
 
-func analyzeInput(p *Program) *Projection {
-	a := &analysis{prog: p, funcs: map[string]*ir.Func{}, params: map[string][]*info{}, returns: map[string]*info{}, marks: map[path]markKind{}}
-	if p.policy.Static != nil {
-		for _, s := range p.policy.Static.Strings {
+func newAnalysis(policy *ir.Policy) *analysis {
+	a := &analysis{byName: map[string]*ir.Func{}, params: map[string][]*info{}, returns: map[string]*info{}, marks: map[path]markKind{},
+		calls: map[string][]string{}, marked: map[string]bool{}}
+	if policy.Static != nil {
+		for _, s := range policy.Static.Strings {
 			a.strs = append(a.strs, s.Value)
 		}
 	}
-	if p.policy.Funcs != nil {
-		for _, f := range p.policy.Funcs.Funcs {
-			a.funcs[f.Name] = f
+	if policy.Funcs != nil {
+		for _, f := range policy.Funcs.Funcs {
+			a.byName[f.Name] = f
 		}
 	}
+	return a
+}
+
+func analyzeInput(p *Program) *Projection {
 	var plan *ir.Plan
 	for _, pl := range p.policy.Plans.Plans {
 		if pl.Name == p.entry {
@@ -202,22 +222,32 @@ func analyzeInput(p *Program) *Projection {
 	if plan == nil {
 		return &Projection{All: true}
 	}
-	root := &info{paths: map[path]bool{"": true}}
+	a := newAnalysis(p.policy)
+	if !a.run(plan.Blocks) {
+		return &Projection{All: true}
+	}
+	return a.projection()
+}
+
+// run analyses entry, a sequence of blocks that may read the input and
+// data (Local 0 and 1, as a plan and each function have them), and every
+// function it calls, and reports whether the marks are complete: false
+// when the whole input is observable or the analysis did not settle.
+func (a *analysis) run(entry []*ir.Block) bool {
+	root, data := &info{paths: map[path]bool{"": true}}, &info{paths: map[path]bool{dataRoot: true}}
 	// Functions are analysed with the join of their callers' arguments,
 	// until nothing changes: summaries and marks only grow.
 	for round := 0; round < 100; round++ {
 		a.changed = false
 		a.curFunc = ""
-		st := absState{ir.Input: root, ir.Data: &info{other: true}}
-		for _, b := range plan.Blocks {
+		st := absState{ir.Input: root, ir.Data: data}
+		for _, b := range entry {
 			st = joinStates(st, a.block(b, st.clone()))
 		}
-		for name, f := range a.funcs {
-			args, ok := a.params[name]
-			if !ok {
-				continue // not called
-			}
-			a.curFunc = name
+		for i := 0; i < len(a.called); i++ { // grows as calls are found
+			f := a.called[i]
+			args := a.params[f.Name]
+			a.curFunc = f.Name
 			fs := absState{}
 			for i, l := range f.Params {
 				if i < len(args) {
@@ -229,19 +259,23 @@ func analyzeInput(p *Program) *Projection {
 			}
 		}
 		if a.whole {
-			return &Projection{All: true}
+			return false
 		}
 		if !a.changed {
-			return a.projection()
+			return true
 		}
 	}
-	return &Projection{All: true}
+	return false
 }
 
 func (a *analysis) mark(p path, k markKind) {
 	if len(p.steps()) > maxPathSteps {
 		a.whole = true
 		return
+	}
+	if key := string(p) + "\x00" + a.curFunc; !a.marked[key] {
+		a.marked[key] = true
+		a.order = append(a.order, read(p, a.curFunc))
 	}
 	if a.marks[p] < k {
 		a.marks[p] = k
@@ -381,7 +415,11 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 		for i, o := range s.Args {
 			args[i] = a.operand(st, o)
 		}
-		if f, ok := a.funcs[s.Func]; ok {
+		if s.Func == a.skip {
+			st[s.Result] = &info{other: true}
+			return st
+		}
+		if f, ok := a.byName[s.Func]; ok {
 			prev := a.params[s.Func]
 			merged := make([]*info, len(f.Params))
 			for i := range merged {
@@ -399,6 +437,12 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 				if same && !sameInfo(prev[i], merged[i]) {
 					same = false
 				}
+			}
+			if !slices.Contains(a.called, f) {
+				a.called = append(a.called, f)
+			}
+			if !slices.Contains(a.calls[a.curFunc], s.Func) {
+				a.calls[a.curFunc] = append(a.calls[a.curFunc], s.Func)
 			}
 			if !same {
 				a.params[s.Func] = merged
@@ -529,10 +573,13 @@ func (a *analysis) addElement(st absState, coll ir.Local, v *info) {
 	}
 }
 
-// projection builds the tree of the marks.
+// projection builds the tree of the marks of the input.
 func (a *analysis) projection() *Projection {
 	root := &Projection{}
 	for p, k := range a.marks {
+		if strings.HasPrefix(string(p), string(dataRoot)) {
+			continue
+		}
 		n := root
 		for _, step := range p.steps() {
 			switch {

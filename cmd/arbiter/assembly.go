@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/diff"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/server"
+	"github.com/arbiter-dev/arbiter/watch"
+)
+
+// assembly is what `arbiter serve` runs, assembled from its configuration
+// in this order: the engine and its first revision, the fleet (bundle,
+// upload), shadow, the decision-record pipeline and its sinks, the HTTP
+// server and its listener; then it runs (reloads, side listeners, the
+// server) until told to stop, and stops in the reverse order, draining
+// every record.
+type assembly struct {
+	c   *serveConfig
+	log *slog.Logger
+
+	tokens    []server.Token
+	tlsConfig *tls.Config
+	ecfg      engine.Config
+	diffs     *diff.Runner // nil: --diff-timeout 0
+	eng       *engine.Engine
+	fl        *fleet
+	sh        *shadowing
+	pg        *pages              // nil: --ui=false
+	dlog      *decisionlog.Logger // nil: no file and no sink
+	stopping  chan struct{}       // closed when a stop begins
+	tr        *tracing
+	reg       *prometheus.Registry
+	conns     *server.ConnLimiter
+	srv       *http.Server
+	ln        net.Listener
+}
+
+// close releases what outlives the stop: the background diffs.
+func (a *assembly) close() {
+	if a.diffs != nil {
+		a.diffs.Close()
+	}
+}
+
+// assemble builds every part; nothing serves yet.
+func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
+	c, log := a.c, a.log
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return fmt.Errorf("reading --auth-token-file: %w", err)
+		}
+		if a.tokens, err = server.ParseTokenFile(b); err != nil {
+			return fmt.Errorf("--auth-token-file: %w", err)
+		}
+	}
+	var err error
+	if a.tlsConfig, err = c.tlsConfig(log); err != nil {
+		return err
+	}
+	if err := a.startEngine(ctx); err != nil {
+		return err
+	}
+	if a.fl, err = newFleet(c, a.eng, log); err != nil {
+		return err
+	}
+	if a.sh, err = newShadowing(ctx, c, a.eng, a.ecfg, a.diffs, log); err != nil { // a candidate in shadow (shadow.go)
+		return err
+	}
+	sink, err := a.openRecords(stdout)
+	if err != nil {
+		return err
+	}
+	a.stopping = make(chan struct{})
+	if a.tr, err = newTracing(ctx); err != nil { // off unless OTEL_EXPORTER_OTLP_* asks (tracing.go)
+		return err
+	}
+	a.newServer(sink)
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return err
+	}
+	a.ln = a.conns.Listener(ln)
+	return nil
+}
+
+// startEngine makes the first revision live and says what it is.
+func (a *assembly) startEngine(ctx context.Context) error {
+	c, log := a.c, a.log
+	a.ecfg = engine.Config{
+		Policies: c.policies, Schemas: c.schemas, Tests: c.tests,
+		EvalTimeout: c.evalTimeout, TestTimeout: c.testTimeout, ReloadTimeout: c.reloadTimeout,
+		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
+		SelfCheck: selfCheck(c.selfCheckRate, log),
+	}
+	// The semantic diff of each revision made live against the one it
+	// replaced, and of the shadow candidate against the live one: in the
+	// background, one at a time, never holding up an activation.
+	var opts []engine.Option
+	if c.diffTimeout > 0 {
+		a.diffs = diff.NewRunner(c.diffTimeout, log)
+		opts = append(opts, engine.OnActivate(a.diffs.Activated))
+	}
+	eng, err := newEngine(ctx, c, a.ecfg, log, opts...)
+	if err != nil {
+		return fmt.Errorf("loading policies: %w", err)
+	}
+	a.eng = eng
+	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
+		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", problemList(st.Problems))
+	}
+	if snap := eng.Snapshot(); snap != nil {
+		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
+		logSkipped(log, "start", eng.LastReload().Skipped)
+		for _, ci := range snap.Compiled() {
+			if !ci.Compiled {
+				log.Info("decision runs on topdown", "decision", ci.Decision, "reason", ci.Reason)
+			}
+		}
+	}
+	return nil
+}
+
+// openRecords opens the decision-record pipeline: the file, the upload and
+// the pages' ring are its sinks, each record masked once for all of them;
+// the file and the upload each have their own bounded queue, so that a
+// stalled disk costs the upload and the ring nothing. The sink it returns
+// is nil when nothing is logged.
+func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
+	c, log := a.c, a.log
+	var sinks []decisionlog.Sink
+	if a.fl.upload != nil {
+		sinks = append(sinks, a.fl.upload)
+	}
+	if c.ui {
+		a.pg = newPages(c, a.eng, shadowPages{a.sh.sh, a.sh.srv.Gate}, a.diffs, len(a.tokens) > 0, log)
+		sinks = append(sinks, a.pg.ring)
+	}
+	if c.decisionLog == "" {
+		log.Warn("decision log disabled")
+	}
+	if c.decisionLog == "" && len(sinks) == 0 {
+		return nil, nil
+	}
+	var mask []string
+	for _, p := range strings.Split(c.logMask, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			mask = append(mask, p)
+		}
+	}
+	dlog, err := decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, Sinks: sinks, QueueBytes: c.logQueueBytes,
+		Refuse: c.logFull == "refuse", MaxMegabytes: c.logMaxMB, MaxBackups: c.logMaxBackups, Mask: mask, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("opening the decision log: %w", err)
+	}
+	a.dlog = dlog
+	return dlog, nil
+}
+
+// newServer builds the HTTP server, its handler and its metrics registry.
+func (a *assembly) newServer(sink server.DecisionLog) {
+	c, fl, dlog := a.c, a.fl, a.dlog
+	// Readiness: not ready while the sinks drop records, nor once stopping.
+	drops := &dropWatch{window: readyDropWindow, now: time.Now, total: func() uint64 {
+		var n uint64
+		if dlog != nil {
+			n += dlog.Dropped()
+		}
+		if fl.upload != nil {
+			n += fl.upload.Stats().Dropped()
+		}
+		return n
+	}}
+	a.reg = prometheus.NewRegistry()
+	reg := a.reg
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	scfg := server.Config{
+		MaxBodyBytes:      c.maxBodyBytes,
+		MaxInputValues:    c.maxInputValues,
+		MaxInflightBytes:  c.maxInflightBytes,
+		MaxInflightValues: c.maxInflightValues,
+		RequestTimeout:    min(c.requestTimeout, c.readTimeout),
+		MinBodyRate:       c.minBodyRate,
+		BodyGrace:         c.headerTimeout,
+		RefuseUnlogged:    c.logFull == "refuse",
+		Tokens:            a.tokens,
+		Logger:            a.log,
+		DecisionLog:       sink,
+		Registry:          reg,
+		ReloadCounts:      a.eng.ReloadCounts,
+		BundleStatus:      fl.bundleStatus,
+		BundleStuck:       fl.bundleStuck,
+		Memory:            c.memory,
+		Tracer:            a.tr.tracer(),
+		Version:           buildVersion(),
+		Dropping:          drops.dropping,
+		Stopping:          a.stopping,
+		Shadow:            a.sh.srv,
+		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
+	}
+	if a.diffs != nil {
+		scfg.Diffs = a.diffs
+	}
+	var onShutdown []func() // run as Shutdown begins, beside closing the listeners
+	if a.pg != nil {
+		scfg.UI = a.pg.handler
+		onShutdown = append(onShutdown, a.pg.endStreams) // a live stream never ends by itself
+	}
+	if a.ecfg.SelfCheck != nil {
+		scfg.CompiledDisagreements = a.ecfg.SelfCheck.Disagreements
+		scfg.SelfCheckCounts = a.ecfg.SelfCheck.Counts
+	}
+	fl.register(reg)
+	a.sh.register(reg)
+	if dlog != nil { // without a file too: a record the queue refused reaches no sink
+		reg.MustRegister(dlog.Collector())
+	}
+	a.conns = server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
+	conns := a.conns
+	a.srv = &http.Server{
+		Handler:           a.tr.handler(server.New(scfg, a.eng)),
+		ReadHeaderTimeout: c.headerTimeout,
+		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
+		WriteTimeout:      c.readTimeout + c.requestTimeout,
+		IdleTimeout:       c.idleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		TLSConfig:         a.tlsConfig,
+		ConnState:         conns.ConnState,
+		ConnContext:       conns.ConnContext,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	for _, f := range onShutdown {
+		a.srv.RegisterOnShutdown(f)
+	}
+}
+
+// watchReloads reloads on file events (unless the revisions come from the
+// bundle) and on SIGHUP, until ctx ends; the function it returns stops
+// listening for the signal.
+func (a *assembly) watchReloads(ctx context.Context) func() {
+	c, eng, log := a.c, a.eng, a.log
+	reload := func(trigger string) {
+		st := eng.Reload(ctx, trigger)
+		switch {
+		case !st.OK:
+			log.Error("reload refused; the previous revision keeps serving", "trigger", trigger, "revision", st.Revision, "problems", problemList(st.Problems))
+		case st.Changed:
+			log.Info("reloaded", "trigger", st.Trigger, "coalesced", st.Coalesced, "revision", st.Revision, "took", st.Duration)
+		default:
+			log.Debug("reload found no change", "trigger", st.Trigger, "revision", st.Revision)
+		}
+		logSkipped(log, st.Trigger, st.Skipped)
+	}
+	dirs := []string{c.policies, c.schemas}
+	if c.tests != "" {
+		dirs = append(dirs, c.tests)
+	}
+	if c.bundleURL != "" {
+		log.Info("policies come from the bundle; the folders are not watched", "bundle_url", c.bundleURL)
+	} else if _, err := watch.Start(ctx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
+		log.Warn("file watching unavailable; reload with SIGHUP or POST /v1/reload", "err", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				reload("sighup")
+			}
+		}
+	}()
+	return func() { signal.Stop(hup) }
+}
+
+// serveSide starts the side listeners: profiles and metrics.
+func (a *assembly) serveSide(ctx context.Context) error {
+	if a.c.debugAddr != "" {
+		if err := serveDebug(ctx, a.c.debugAddr, a.log); err != nil {
+			return err
+		}
+	}
+	if a.c.metricsAddr != "" {
+		if err := serveMetrics(ctx, a.c.metricsAddr, a.reg, a.log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run serves on the listener, and starts the bundle polls, the upload and
+// shadow; the server's end is sent on the channel it returns.
+func (a *assembly) run(ctx context.Context) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		if a.tlsConfig != nil {
+			errc <- a.srv.ServeTLS(a.ln, "", "") // the certificate comes from tlsConfig, reloaded
+		} else {
+			errc <- a.srv.Serve(a.ln)
+		}
+	}()
+	a.fl.start(ctx)
+	a.sh.start(ctx)
+	a.log.Info("listening", "addr", a.ln.Addr().String(), "tls", a.tlsConfig != nil, "mtls", a.c.tlsClientCA != "", "auth_tokens", len(a.tokens), "max_connections", a.c.connectionCap())
+	return errc
+}
+
+// waitForStop waits for ctx to end (then readiness turns off, and after
+// --shutdown-delay the stop begins) or for the server to end on its own,
+// and returns the server's error if it ended.
+func (a *assembly) waitForStop(ctx context.Context, errc <-chan error) error {
+	c, log := a.c, a.log
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		close(a.stopping) // /health/ready: not ready from now on
+		if c.shutdownDelay > 0 {
+			log.Info("stopping: not ready, still answering while the load balancer stops sending", "shutdown_delay", c.shutdownDelay)
+			select {
+			case <-time.After(c.shutdownDelay):
+			case serveErr = <-errc:
+			}
+		}
+		log.Info("stopping: finishing requests in flight", "timeout", c.shutdownTimeout)
+	case serveErr = <-errc:
+	}
+	return serveErr
+}
+
+// stop finishes the requests in flight, then drains shadow, the decision
+// log, the upload and the traces, and returns the exit status:
+// exitUnlogged when decision records were not written.
+func (a *assembly) stop() int {
+	c, log, dlog := a.c, a.log, a.dlog
+	shutCtx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if err := a.srv.Shutdown(shutCtx); err != nil {
+		log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
+		_ = a.srv.Close()
+	}
+	// Draining has its own budget, as long again: requests that ran to the
+	// shutdown deadline must not leave the decision log an expired one.
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancelDrain()
+	a.sh.stop(drainCtx, log) // before the log closes, so that no outcome is logged into a closed pipeline
+	code := exitOK
+	if dlog != nil {
+		// Every answered decision was queued before its response was
+		// written, so draining now loses nothing, unless the sink is stuck
+		// past the drain deadline: then what is left is counted.
+		if err := dlog.Close(drainCtx); err != nil {
+			log.Error("decision log not fully written", "err", err)
+		}
+		st := dlog.Stats()
+		level := slog.LevelInfo
+		if st.Unwritten > 0 && c.decisionLog != "" {
+			level, code = slog.LevelError, exitUnlogged
+		}
+		log.Log(context.Background(), level, "decision log closed", "written", st.Written, "unwritten", st.Unwritten,
+			"refused", st.Refused, "failed", st.Failed, "lost_at_stop", st.Unwritten-st.Refused-st.Failed)
+	}
+	if err := a.fl.stop(log); err != nil {
+		log.Error("decision-log upload not complete", "err", err)
+	}
+	traceCtx, cancelTrace := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancelTrace()
+	if err := a.tr.shutdown(traceCtx); err != nil {
+		log.Warn("spans not exported at the stop", "err", err)
+	}
+	return code
+}
