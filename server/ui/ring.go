@@ -8,13 +8,16 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 )
 
 // Entry is one decision as the pages show it: the decision-log record and
 // what is read from its result for filtering.
 type Entry struct {
-	Seq    uint64 // order of arrival in the ring, 1-based
+	Seq    uint64 // order of arrival in the ring, 1-based; 0 from a store
 	Record decisionlog.Record
+	// Replica is the id of the replica that made the decision.
+	Replica string
 	// Outcome is the result member that the decision's result schema names
 	// as its outcome (x-arbiter-outcome, default "outcome"), or "error".
 	Outcome string
@@ -64,6 +67,8 @@ type RingConfig struct {
 	// OutcomeKey names, per decision, the result member that is its
 	// outcome; nil or "" means "outcome".
 	OutcomeKey func(decision string) string
+	// Replica is this replica's id, which every entry carries.
+	Replica string
 }
 
 // Ring holds the most recent decisions in memory, bounded in count and in
@@ -110,7 +115,7 @@ func (r *Ring) Write(recs []decisionlog.Record) {
 // Add records one decision. The record's byte slices must not change
 // afterwards (the decision log's records never do).
 func (r *Ring) Add(rec decisionlog.Record) {
-	e := Entry{Record: rec}
+	e := Entry{Record: rec, Replica: r.cfg.Replica}
 	if len(rec.Input) > r.cfg.MaxKeptInput {
 		e.Record.Input, e.InputDropped = nil, true
 	}
@@ -201,8 +206,19 @@ type Filter struct {
 	Reason   string // among the entry's reasons, or its error code
 	Revision string // a prefix of the policy revision
 	Caller   string
+	Replica  string
+	Path     string    // the request path, exactly
 	Since    time.Time // at or after
 	Until    time.Time // before
+	// Input are input fields that must hold a value, all of them (the
+	// decision store's filter, matched the same way here).
+	Input []decisionstore.InputMatch
+}
+
+// Store is f as a decision store's filter.
+func (f Filter) Store() decisionstore.Filter {
+	return decisionstore.Filter{Decision: f.Decision, Outcome: f.Outcome, Reason: f.Reason, Revision: f.Revision,
+		Caller: f.Caller, Replica: f.Replica, Path: f.Path, Since: f.Since, Until: f.Until, Input: f.Input}
 }
 
 // Match reports whether e passes f.
@@ -213,9 +229,16 @@ func (f Filter) Match(e Entry) bool {
 		f.Outcome != "" && e.Outcome != f.Outcome,
 		f.Revision != "" && !strings.HasPrefix(rec.Revision, f.Revision),
 		f.Caller != "" && rec.Caller != f.Caller,
+		f.Replica != "" && e.Replica != f.Replica,
+		f.Path != "" && rec.Path != f.Path,
 		!f.Since.IsZero() && rec.Time.Before(f.Since),
 		!f.Until.IsZero() && !rec.Time.Before(f.Until):
 		return false
+	}
+	for _, m := range f.Input {
+		if !m.Match(rec.Input) {
+			return false
+		}
 	}
 	if f.Reason != "" {
 		if e.ErrorCode() == f.Reason {
@@ -305,6 +328,7 @@ func (r *Ring) Values(max int) map[string][]string {
 		add("outcome", e.Outcome)
 		add("revision", e.Record.Revision)
 		add("caller", e.Record.Caller)
+		add("replica", e.Replica)
 		add("reason", e.ErrorCode())
 		for _, rs := range e.Reasons {
 			add("reason", rs)
