@@ -292,3 +292,23 @@ func (r *Reader) Stream(ctx context.Context, f Filter, fn func(Row) error) error
 		after = batch[len(batch)-1].Cursor
 	}
 }
+
+// Connect opens one read-only connection to the store at dsn, for a
+// command that reads it (arbiter decisions, arbiter replay --store), and
+// the function that closes it. It migrates nothing: a store no server has
+// written yet is an error of the first query.
+func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decision store: %w", err)
+	}
+	cfg.RuntimeParams["default_transaction_read_only"] = "on"
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "arbiter (reading)"
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decision store: %w", err)
+	}
+	return NewReader(conn), func() { _ = conn.Close(context.Background()) }, nil
+}
