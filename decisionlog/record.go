@@ -5,6 +5,7 @@ package decisionlog
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -75,6 +76,49 @@ type Shadow struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *RecordError    `json:"error,omitempty"`
 	DurationNS int64           `json:"duration_ns"`
+}
+
+// OutcomeError is the outcome of every record whose request ended in an
+// error.
+const OutcomeError = "error"
+
+// DefaultOutcomeKey is the result member that is a decision's outcome when
+// its result schema names none (x-arbiter-outcome).
+const DefaultOutcomeKey = "outcome"
+
+// Summary reads the outcome and reasons of rec's result by the conventions
+// every decision follows (nothing here knows a decision): the outcome is
+// the result member outcomeKey names ("" means DefaultOutcomeKey), a
+// string or a boolean, or OutcomeError when the request ended in an error;
+// the reasons are the result's "reasons" member. Of a shadow outcome it
+// reads the candidate's result. The pages and the decision store use it.
+func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) {
+	result, failed := rec.Result, rec.Error != nil
+	if rec.IsShadowOutcome() {
+		result, failed = rec.Shadow.Result, rec.Shadow.Error != nil
+	}
+	if failed {
+		return OutcomeError, nil
+	}
+	if outcomeKey == "" {
+		outcomeKey = DefaultOutcomeKey
+	}
+	var res map[string]json.RawMessage
+	if json.Unmarshal(result, &res) != nil {
+		return "", nil
+	}
+	_ = json.Unmarshal(res["reasons"], &reasons)
+	if raw, ok := res[outcomeKey]; ok {
+		var s string
+		var b bool
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			outcome = s
+		case json.Unmarshal(raw, &b) == nil:
+			outcome = strconv.FormatBool(b)
+		}
+	}
+	return outcome, reasons
 }
 
 // Complete reports whether rec holds the whole request as received, so

@@ -1,8 +1,6 @@
 package ui
 
 import (
-	"encoding/json"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +43,7 @@ func (e Entry) ErrorCode() string {
 }
 
 // OutcomeError is the outcome of every entry whose request ended in an error.
-const OutcomeError = "error"
+const OutcomeError = decisionlog.OutcomeError
 
 // Defaults of a Ring.
 const (
@@ -125,13 +123,11 @@ func (r *Ring) Add(rec decisionlog.Record) {
 	if len(rec.Result) > r.cfg.MaxKeptInput {
 		e.Record.Result = nil // a result schema keeps results small; never seen
 	}
-	key := "outcome"
+	key := ""
 	if r.cfg.OutcomeKey != nil {
-		if k := r.cfg.OutcomeKey(rec.Decision); k != "" {
-			key = k
-		}
+		key = r.cfg.OutcomeKey(rec.Decision)
 	}
-	e.Outcome, e.Reasons = summarize(rec, key)
+	e.Outcome, e.Reasons = rec.Summary(key)
 
 	r.mu.Lock()
 	r.seq++
@@ -171,32 +167,6 @@ func (r *Ring) Add(rec decisionlog.Record) {
 
 func entrySize(e Entry) int {
 	return len(e.Record.Input) + len(e.Record.Result) + len(e.Record.BodyBase64) + 512
-}
-
-// summarize reads the outcome and reasons of a record's result, by the
-// conventions every decision follows; nothing here knows a decision.
-func summarize(rec decisionlog.Record, outcomeKey string) (string, []string) {
-	if rec.Error != nil {
-		return OutcomeError, nil
-	}
-	var res map[string]json.RawMessage
-	if json.Unmarshal(rec.Result, &res) != nil {
-		return "", nil
-	}
-	var reasons []string
-	_ = json.Unmarshal(res["reasons"], &reasons)
-	var outcome string
-	if raw, ok := res[outcomeKey]; ok {
-		var s string
-		var b bool
-		switch {
-		case json.Unmarshal(raw, &s) == nil:
-			outcome = s
-		case json.Unmarshal(raw, &b) == nil:
-			outcome = strconv.FormatBool(b)
-		}
-	}
-	return outcome, reasons
 }
 
 // Filter selects entries; an empty field matches everything.

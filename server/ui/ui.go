@@ -629,12 +629,12 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 			h.log.Warn("ui: reading the decision log failed", "err", err)
 		}
 		if found {
-			key := "outcome"
+			key := ""
 			if snap := h.cfg.Decider.Snapshot(); snap != nil {
 				key = outcomeKeyOf(snap, rec.Decision)
 			}
 			e = Entry{Seq: e.Seq, Record: rec, Replica: e.Replica}
-			e.Outcome, e.Reasons = summarize(rec, key)
+			e.Outcome, e.Reasons = rec.Summary(key)
 			ok = true
 		}
 	}
@@ -688,7 +688,7 @@ func outcomeKeyOf(snap *engine.Snapshot, decision string) string {
 			}
 		}
 	}
-	return "outcome"
+	return decisionlog.DefaultOutcomeKey
 }
 
 // OutcomeKeys returns, for RingConfig.OutcomeKey, the outcome member of
@@ -730,11 +730,11 @@ func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, nam
 	ev.Decision = d
 	ev.Revision = d.Revision
 	ev.Result = indent(d.Result)
-	key := "outcome"
+	key := ""
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
 		key = outcomeKeyOf(snap, name)
 	}
-	ev.Outcome, ev.Reasons = summarize(decisionlog.Record{Result: d.Result}, key)
+	ev.Outcome, ev.Reasons = decisionlog.Record{Result: d.Result}.Summary(key)
 	for _, ro := range d.Explanation {
 		if ro.Fired {
 			ev.Fired = append(ev.Fired, ro)
