@@ -23,11 +23,12 @@ type Querier interface {
 // Reader answers the questions the pages, `arbiter decisions` and
 // `arbiter replay --store` ask of the store. It only reads.
 type Reader struct {
-	db Querier
+	db    Querier
+	batch int // rows per step of Stream
 }
 
 // NewReader reads the store through db.
-func NewReader(db Querier) *Reader { return &Reader{db: db} }
+func NewReader(db Querier) *Reader { return &Reader{db: db, batch: StreamBatch} }
 
 // Row is one stored record with the columns the record itself lacks.
 type Row struct {
@@ -270,7 +271,7 @@ func (r *Reader) Stream(ctx context.Context, f Filter, fn func(Row) error) error
 	n := len(args)
 	q := "SELECT " + rowColumns + " FROM arbiter_store.records WHERE " + where +
 		fmt.Sprintf(" AND time >= $%d AND (time, decision_id, kind) > ($%d, $%d, $%d)", n+1, n+1, n+2, n+3) +
-		" ORDER BY time, decision_id, kind LIMIT " + strconv.Itoa(StreamBatch)
+		" ORDER BY time, decision_id, kind LIMIT " + strconv.Itoa(r.batch)
 	after := Cursor{Time: time.Unix(0, 0).UTC().AddDate(-2000, 0, 0)} // before any row
 	for {
 		rows, err := r.db.Query(ctx, q, append(args, after.Time, after.ID, after.Kind)...)
@@ -286,7 +287,7 @@ func (r *Reader) Stream(ctx context.Context, f Filter, fn func(Row) error) error
 				return err
 			}
 		}
-		if len(batch) < StreamBatch {
+		if len(batch) < r.batch {
 			return nil
 		}
 		after = batch[len(batch)-1].Cursor
@@ -300,7 +301,8 @@ func (r *Reader) Stream(ctx context.Context, f Filter, fn func(Row) error) error
 func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("decision store: %w", err)
+		// pgx's parse errors may quote the URL, password and all.
+		return nil, nil, fmt.Errorf("decision store: the URL %s does not parse as a PostgreSQL connection string", Redact(dsn))
 	}
 	cfg.RuntimeParams["default_transaction_read_only"] = "on"
 	if cfg.RuntimeParams["application_name"] == "" {
@@ -308,7 +310,7 @@ func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("decision store: %w", err)
+		return nil, nil, fmt.Errorf("decision store %s: %w", Redact(dsn), err)
 	}
 	return NewReader(conn), func() { _ = conn.Close(context.Background()) }, nil
 }
