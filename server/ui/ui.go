@@ -443,6 +443,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	fq := filterQuery(q)
 	d := listData{Filter: f, Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
 	var older string
+	var cursors []string // a store's rows' own
 	switch {
 	case refused: // no rows: a filter that could not be read matches nothing
 	case h.cfg.Store != nil:
@@ -456,7 +457,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		d.Page = Page{Entries: sp.Entries, Matched: sp.Matched}
-		d.More, older = sp.More, sp.Older
+		d.More, older, cursors = sp.More, sp.Older, sp.Cursors
 	default:
 		before, _ := strconv.ParseUint(q.Get("before"), 10, 64)
 		d.Page = h.cfg.Recent.Query(f, before, h.cfg.PageSize)
@@ -465,8 +466,12 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.Choices = h.choices(r.Context())
-	for _, e := range d.Page.Entries {
-		d.Rows = append(d.Rows, h.rowOf(e, f))
+	for i, e := range d.Page.Entries {
+		row := h.rowOf(e, f)
+		if i < len(cursors) {
+			row.Cursor = cursors[i]
+		}
+		d.Rows = append(d.Rows, row)
 	}
 	d.NewestURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
 	if older != "" {
