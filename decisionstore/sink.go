@@ -473,7 +473,7 @@ type SinkStats struct {
 	WritesFailed  uint64     `json:"writes_failed"`
 	LastWrite     *time.Time `json:"last_write,omitempty"`
 	LastError     string     `json:"last_error,omitempty"` // of the writes failing now
-	RetentionDays float64    `json:"retention_days"` // 0: kept for ever
+	RetentionDays float64    `json:"retention_days"`       // 0: kept for ever
 }
 
 // DroppedTotal is every record dropped, whatever the reason.
