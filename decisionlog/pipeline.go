@@ -149,8 +149,10 @@ func Open(opts Options) (*Logger, error) {
 	return l, nil
 }
 
-// size is what rec costs in the queue.
-func size(rec *Record) int64 {
+// QueueSize is what rec costs in a queue of records (the pipeline's, the
+// file's, the decision store's): its input, result and bodies, and
+// room for the rest.
+func (rec *Record) QueueSize() int64 {
 	return int64(len(rec.Input)+len(rec.Result)+len(rec.BodyBase64)+len(rec.BodyPrefix)+len(rec.Promotion)) + recordOverhead
 }
 
@@ -163,7 +165,7 @@ func size(rec *Record) int64 {
 // A record the pipeline's queue refuses, or one logged after Close,
 // reaches no sink and is counted once.
 func (l *Logger) Log(rec Record) bool {
-	q := queued{rec: rec, size: size(&rec), file: l.file != nil}
+	q := queued{rec: rec, size: rec.QueueSize(), file: l.file != nil}
 	why := ""
 	if q.file {
 		q.file, why = l.file.queue.Reserve(q.size)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // Record is one decision as logged: everything needed to decide it again.
@@ -76,6 +78,27 @@ type Shadow struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *RecordError    `json:"error,omitempty"`
 	DurationNS int64           `json:"duration_ns"`
+}
+
+// InputDocument is the record's input document: the body of
+// /v1/decisions/NAME, or the input member of a Data API body (Path under
+// /v1/data/); nil when it has none. The upload's events and the decision
+// store's input column hold it.
+func (rec Record) InputDocument() []byte {
+	if len(rec.Input) == 0 { // JSON by construction: the strict parser's, or masked
+		return nil
+	}
+	if !strings.HasPrefix(rec.Path, "/v1/data/") {
+		return rec.Input
+	}
+	var wrapped struct {
+		Input json.RawMessage `json:"input"`
+	}
+	passes.Scan(len(rec.Input))
+	if json.Unmarshal(rec.Input, &wrapped) != nil || len(wrapped.Input) == 0 {
+		return nil
+	}
+	return wrapped.Input
 }
 
 // OutcomeError is the outcome of every record whose request ended in an

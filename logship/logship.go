@@ -395,7 +395,7 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 	if rec.Revision != "" {
 		ev.Bundles = map[string]logs.BundleInfoV1{u.cfg.BundleName: {Revision: rec.Revision}}
 	}
-	if in := inputOf(rec); in != nil {
+	if in := rec.InputDocument(); in != nil {
 		// The record was masked by the pipeline: its pointers are from the
 		// record's root, the event's from the input document's parent.
 		data := strings.HasPrefix(rec.Path, "/v1/data/")
@@ -442,23 +442,4 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		return json.Marshal(ev)
 	}
 	return b, err
-}
-
-// inputOf is the record's input document: the body of /v1/decisions/NAME,
-// or the input member of a Data API body.
-func inputOf(rec decisionlog.Record) []byte {
-	if len(rec.Input) == 0 { // JSON by construction: the strict parser's, or masked
-		return nil
-	}
-	if !strings.HasPrefix(rec.Path, "/v1/data/") {
-		return rec.Input
-	}
-	var wrapped struct {
-		Input json.RawMessage `json:"input"`
-	}
-	passes.Scan(len(rec.Input))
-	if json.Unmarshal(rec.Input, &wrapped) != nil || len(wrapped.Input) == 0 {
-		return nil
-	}
-	return wrapped.Input
 }
