@@ -31,13 +31,6 @@ type Filter struct {
 	Kinds []string
 }
 
-// The kinds of stored record, as the kind column holds them.
-const (
-	KindDecision  = "decision" // answered, or refused (error_code set)
-	KindShadow    = "shadow"
-	KindPromotion = "promotion"
-)
-
 // InputMatch is one input field and the value it must hold: the filter
 // "/run/runId = run-7f3a". It is read as containment in the input
 // (input @> '{"run":{"runId":"run-7f3a"}}', which the GIN index answers),

@@ -206,7 +206,7 @@ func (f Filter) Match(e Entry) bool {
 		return false
 	}
 	for _, m := range f.Input {
-		if !m.Match(rec.Input) {
+		if !m.Match(rec.InputDocument()) { // the store's input column
 			return false
 		}
 	}
