@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -207,7 +208,7 @@ func (r *Reader) Get(ctx context.Context, id string) (Row, bool, error) {
 
 // ValuesSample is how many of the newest decisions Values reads outcomes,
 // reasons, revisions and callers from.
-const ValuesSample = 10_000
+const ValuesSample = 1_000
 
 // Values lists distinct values of the filterable columns, for a filter
 // form's choices, at most max of each: every decision name and replica
@@ -231,17 +232,42 @@ func (r *Reader) Values(ctx context.Context, max int) (map[string][]string, erro
 		}
 		out[col] = vals
 	}
-	for _, sel := range []struct{ key, expr string }{
-		{"outcome", "outcome"}, {"revision", "revision"}, {"caller", "caller"},
-		{"reason", "unnest(reasons || error_code)"},
-	} {
-		q := `SELECT DISTINCT x FROM (SELECT ` + sel.expr + ` AS x FROM (SELECT * FROM arbiter_store.records WHERE kind = $1 ORDER BY time DESC LIMIT $2) AS newest) AS s
-WHERE x IS NOT NULL AND x <> '' ORDER BY x LIMIT $3`
-		vals, err := r.strings(ctx, q, KindDecision, ValuesSample, max)
-		if err != nil {
-			return nil, err
+	// One pass over the newest rows for the other four.
+	rows, err := r.db.Query(ctx, `SELECT outcome, revision, caller, error_code, reasons FROM arbiter_store.records
+WHERE kind = $1 ORDER BY time DESC LIMIT $2`, KindDecision, ValuesSample)
+	if err != nil {
+		return nil, fmt.Errorf("decision store: reading the filter values: %w", err)
+	}
+	seen := map[string]map[string]bool{}
+	add := func(key, v string) {
+		if v == "" || len(out[key]) >= max {
+			return
 		}
-		out[sel.key] = vals
+		if seen[key] == nil {
+			seen[key] = map[string]bool{}
+		}
+		if !seen[key][v] {
+			seen[key][v] = true
+			out[key] = append(out[key], v)
+		}
+	}
+	var outcome, revision, caller, code string
+	var reasons []string
+	_, err = pgx.ForEachRow(rows, []any{&outcome, &revision, &caller, &code, &reasons}, func() error {
+		add("outcome", outcome)
+		add("revision", revision)
+		add("caller", caller)
+		add("reason", code)
+		for _, rs := range reasons {
+			add("reason", rs)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decision store: reading the filter values: %w", err)
+	}
+	for _, k := range []string{"outcome", "revision", "caller", "reason"} {
+		slices.Sort(out[k])
 	}
 	return out, nil
 }

@@ -33,8 +33,8 @@ type StorePage struct {
 
 // DefaultCountBound is how far the list of a store counts matches
 // exactly: counting a broad filter over a million rows would read them
-// all, so past it the page says "10000+".
-const DefaultCountBound = 10_000
+// all, so past it the page says "1000+".
+const DefaultCountBound = 1_000
 
 // FromStore is the Store of a decision store's reader.
 func FromStore(r *decisionstore.Reader) Store { return storeReader{r} }
