@@ -91,7 +91,10 @@ CROSS JOIN LATERAL (SELECT CASE WHEN jsonb_typeof(t.input) = 'object' THEN t.inp
 		name string
 		run  func() error
 	}{
-		{"part-rows", func() error { _, _, err := r.List(ctx, decisionstore.Filter{}, decisionstore.Cursor{}, DefaultPageSize); return err }},
+		{"part-rows", func() error {
+			_, _, err := r.List(ctx, decisionstore.Filter{}, decisionstore.Cursor{}, DefaultPageSize)
+			return err
+		}},
 		{"part-count", func() error { _, _, err := r.Count(ctx, decisionstore.Filter{}, DefaultCountBound); return err }},
 		{"part-values", func() error { _, err := r.Values(ctx, 200); return err }},
 	} {
