@@ -103,7 +103,8 @@ func (f Filter) where() (string, []any) {
 	}
 	if f.Reason != "" {
 		a := arg(f.Reason)
-		conds = append(conds, "("+a+" = ANY(reasons) OR error_code = "+a+")")
+		// @> rather than = ANY: the GIN index on reasons answers it.
+		conds = append(conds, "(reasons @> ARRAY["+a+"]::text[] OR error_code = "+a+")")
 	}
 	if f.Revision != "" {
 		conds = append(conds, "starts_with(revision, "+arg(f.Revision)+")")

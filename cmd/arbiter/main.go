@@ -26,10 +26,14 @@ Usage:
   arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG] [--signing-key-id ID]]
                   [--claims-file FILE] [--no-gate] [--policies DIR] [--schemas DIR] [--tests DIR]
                   (an OPA bundle of one revision)
-  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] | --store URL [--since D] [filters]
+  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] | --store URL [--since D] [--until D] [filters]
                   [--workers N] [--examples N] [--policies DIR] [--schemas DIR] [--format text|json]
-  arbiter decisions --store URL [--since D] [--input "/run/runId = run-7f3a"] [filters] [--limit N]
-                  [--format text|json]   (stored decisions of every replica, newest first)
+                  filters: [--decision NAME] [--outcome O] [--reason R] [--revision PREFIX] [--caller C]
+                  [--replica ID] [--path P] [--input "/run/runId = run-7f3a" ...]
+  arbiter decisions --store URL [--since D] [--until D] [filters] [--limit N] [--before CURSOR]
+                  [--format text|json]   (every replica's stored decisions, newest first)
+                  filters: [--decision NAME] [--outcome O] [--reason R] [--revision PREFIX] [--caller C]
+                  [--replica ID] [--path P] [--input "/run/runId = run-7f3a" ...]
   arbiter diff    OLD NEW [--format text|json] [--schemas DIR] [--tests DIR]
                   (does an edit open an allowance? proved absent, or an example)
   arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--max-input-values N]

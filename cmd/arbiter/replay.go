@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"runtime"
 	"strings"
 	"time"
 
@@ -41,7 +40,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	q.register(c, "records")
 	format := c.String("format", "text", "output format: text or json")
 	examples := c.Int("examples", shadow.DefaultExamples, "decision ids the impact report keeps per decision and class")
-	workers := c.Int("workers", runtime.GOMAXPROCS(0), "records decided in parallel (the report is the same for any number)")
+	workers := c.Int("workers", 0, "records decided in parallel, 0: one per CPU (GOMAXPROCS); the report is the same for any number")
 	if done, code := c.parse(args, stdout, stderr, exitInput); done {
 		return code
 	}
@@ -49,7 +48,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	filter, ferr := q.filter(time.Now())
 	switch {
 	case len(logs) == 0 && q.dsn == "":
-		fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR or --store URL is required")
+		fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR is required, or --store URL")
 		return exitInput
 	case len(logs) > 0 && q.dsn != "":
 		fmt.Fprintln(stderr, "arbiter replay: --log and --store are two sources: give one")
@@ -60,8 +59,8 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case q.dsn == "" && !reflect.DeepEqual(filter, decisionstore.Filter{}):
 		fmt.Fprintln(stderr, "arbiter replay: the filters read a decision store: they need --store")
 		return exitInput
-	case *workers <= 0:
-		fmt.Fprintln(stderr, "arbiter replay: --workers must be positive")
+	case *workers < 0:
+		fmt.Fprintln(stderr, "arbiter replay: --workers must not be negative")
 		return exitInput
 	case *format != "text" && *format != "json":
 		fmt.Fprintf(stderr, "arbiter replay: --format must be text or json, not %q\n", *format)
