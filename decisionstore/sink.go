@@ -92,16 +92,16 @@ type Sink struct {
 	ctx      context.Context // cancelled by Close at its deadline
 	abort    context.CancelFunc
 
-	written, duplicates        atomic.Uint64
-	writesOK, writesFailed     atomic.Uint64
-	lastOK                     atomic.Int64 // unix nanoseconds
-	inFlight                   atomic.Int64 // records of the batch being written
-	oldest                     atomic.Int64 // unix nanoseconds its oldest record was queued (0: none)
-	lastErr                    atomic.Pointer[string]
-	migrated                   bool               // the loop's
-	days                       map[time.Time]bool // the loop's: partitions known to exist
-	nextMaintenance, retriedAt time.Time          // the loop's
-	failingSince               time.Time          // the loop's: the outage it is in
+	written, duplicates    atomic.Uint64
+	writesOK, writesFailed atomic.Uint64
+	lastOK                 atomic.Int64 // unix nanoseconds
+	inFlight               atomic.Int64 // records of the batch being written
+	oldest                 atomic.Int64 // unix nanoseconds its oldest record was queued (0: none)
+	lastErr                atomic.Pointer[string]
+	migrated               bool               // the loop's
+	days                   map[time.Time]bool // the loop's: partitions known to exist
+	nextMaintenance        time.Time          // the loop's
+	failingSince           time.Time          // the loop's: the outage it is in
 }
 
 // pending is a queued record and when it was queued (unix nanoseconds).
@@ -181,6 +181,9 @@ func (s *Sink) loop() {
 	defer close(s.done)
 	var batch []pending
 	for {
+		// Due or not, whether records keep coming or not: a busy replica
+		// keeps its partitions ahead and its retention too.
+		wait := s.maintain()
 		var closed bool
 		batch, closed = s.queue.Take(batch[:0], s.cfg.BatchRecords)
 		if len(batch) > 0 {
@@ -191,7 +194,6 @@ func (s *Sink) loop() {
 		if closed {
 			return
 		}
-		wait := s.maintain()
 		select {
 		case <-s.queue.Ready():
 		case <-time.After(wait):
