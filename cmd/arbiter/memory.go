@@ -13,6 +13,7 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -30,8 +31,9 @@ const (
 	admissionBytesShare  = 1.0 / 8
 	admissionValuesShare = 3.0 / 8
 	bytesPerValue        = 190
-	// The queues of background work (the decision log's, shadow's) share
-	// an eighth, each in proportion to its default.
+	// The queues of background work (the decision log's, shadow's, the
+	// decision store's when there is one) share an eighth, each in
+	// proportion to its default.
 	queueShare = 1.0 / 8
 )
 
@@ -99,17 +101,25 @@ func planMemory(c *serveConfig, set map[string]bool, cgroup memlimit.Provider) *
 	scale := p.LimitBytes > 0 && p.Source != "default"
 	l := float64(p.LimitBytes)
 	queues := float64(decisionlog.DefaultQueueBytes + shadow.DefaultQueueBytes)
-	for _, b := range []struct {
+	if c.storeURL != "" { // the decision store's queue shares the eighth only when there is one
+		queues += decisionstore.DefaultQueueBytes
+	}
+	type budget struct {
 		flag   string
 		v      *int64
 		def    int64
 		fitted float64
-	}{
+	}
+	budgets := []budget{
 		{"max-inflight-bytes", &c.maxInflightBytes, server.DefaultMaxInflightBytes, l * admissionBytesShare},
 		{"max-inflight-values", &c.maxInflightValues, server.DefaultMaxInflightValues, l * admissionValuesShare / bytesPerValue},
 		{"decision-log-queue-bytes", &c.logQueueBytes, decisionlog.DefaultQueueBytes, l * queueShare * decisionlog.DefaultQueueBytes / queues},
 		{"shadow-queue-bytes", &c.shadowQueueBytes, shadow.DefaultQueueBytes, l * queueShare * shadow.DefaultQueueBytes / queues},
-	} {
+	}
+	if c.storeURL != "" {
+		budgets = append(budgets, budget{"decision-store-queue-bytes", &c.storeQueueBytes, decisionstore.DefaultQueueBytes, l * queueShare * decisionstore.DefaultQueueBytes / queues})
+	}
+	for _, b := range budgets {
 		switch {
 		case set[b.flag]:
 			p.Budgets[b.flag] = budgetValue{*b.v, "flag"}

@@ -12,6 +12,7 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -70,6 +71,7 @@ func TestMemoryFromCgroup(t *testing.T) {
 	defaults := map[string]int64{
 		"max-inflight-bytes": server.DefaultMaxInflightBytes, "max-inflight-values": server.DefaultMaxInflightValues,
 		"decision-log-queue-bytes": decisionlog.DefaultQueueBytes, "shadow-queue-bytes": shadow.DefaultQueueBytes,
+		"decision-store-queue-bytes": decisionstore.DefaultQueueBytes, // with --decision-store only
 	}
 	for _, tc := range []struct {
 		name   string
@@ -85,6 +87,11 @@ func TestMemoryFromCgroup(t *testing.T) {
 		{name: "v1", files: map[string]string{"memory.limit_in_bytes": "268435456"}, cgroup: 256 << 20, source: "cgroup", limit: share(256 << 20), scaled: true},
 		{name: "a budget given", files: map[string]string{"memory.max": "536870912"}, args: []string{"--max-inflight-bytes", "1048576"},
 			cgroup: 512 << 20, source: "cgroup", limit: share(512 << 20), scaled: true},
+		// The store's queue shares the queues' eighth when there is a
+		// store (not reached here: the sink waits for it off the answer
+		// path), and its password is in no status.
+		{name: "a decision store", files: map[string]string{"memory.max": "536870912"}, args: []string{"--decision-store", "postgres://u:secret@127.0.0.1:1/none"},
+			cgroup: 512 << 20, source: "cgroup", limit: share(512 << 20), scaled: true},
 		{name: "unlimited", files: map[string]string{"memory.max": "max"}, source: "default", limit: defaultMemoryLimit},
 		{name: "GOMEMLIMIT wins", files: map[string]string{"memory.max": "536870912"}, env: "GOMEMLIMIT=300MiB", cgroup: 512 << 20, source: "GOMEMLIMIT", limit: 300 << 20, scaled: true},
 	} {
@@ -96,7 +103,13 @@ func TestMemoryFromCgroup(t *testing.T) {
 					c.Env = append(c.Env, tc.env)
 				}
 			}, append(args, tc.args...)...)
-			mem, _ := status(t, client, srv.url)["memory"].(map[string]any)
+			doc := status(t, client, srv.url)
+			storeDoc, _ := doc["store"].(map[string]any)
+			withStore := containsArg(tc.args, "--decision-store")
+			if withStore != (storeDoc != nil) || (withStore && storeDoc["url"] != "postgres://u:xxxxx@127.0.0.1:1/none") {
+				t.Errorf("/v1/status store %v; want one with the password redacted exactly when --decision-store is given", storeDoc)
+			}
+			mem, _ := doc["memory"].(map[string]any)
 			if mem == nil {
 				t.Fatal("/v1/status has no memory member")
 			}
@@ -115,6 +128,10 @@ func TestMemoryFromCgroup(t *testing.T) {
 			for flag, def := range defaults {
 				v, src := value(flag)
 				switch {
+				case flag == "decision-store-queue-bytes" && !withStore:
+					if src != "" {
+						t.Errorf("%s budgeted without a store: %d from %s", flag, v, src)
+					}
 				case containsArg(tc.args, "--"+flag):
 					if src != "flag" || v != 1<<20 {
 						t.Errorf("%s: %d from %s, want the flag's 1048576", flag, v, src)
@@ -138,13 +155,14 @@ func TestMemoryFromCgroup(t *testing.T) {
 			values, _ := value("max-inflight-values")
 			dlog, _ := value("decision-log-queue-bytes")
 			shadowQ, _ := value("shadow-queue-bytes")
+			storeQ, _ := value("decision-store-queue-bytes")
 			if containsArg(tc.args, "--max-inflight-bytes") {
 				bytes = 0
 			}
 			if adm := bytes + values*bytesPerValue; adm > tc.limit/2 {
 				t.Errorf("admission may hold %d bytes, more than half the limit %d", adm, tc.limit)
 			}
-			if q := dlog + shadowQ; q > tc.limit/8+1 {
+			if q := dlog + shadowQ + storeQ; q > tc.limit/8+2 {
 				t.Errorf("the queues may hold %d bytes, more than an eighth of the limit %d", q, tc.limit)
 			}
 		})

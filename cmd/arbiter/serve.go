@@ -114,13 +114,22 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		return exitError, err
 	}
 
-	// The decision-record pipeline: the file, the upload and the pages'
-	// ring are its sinks, each record masked once for all of them; the file
-	// and the upload each have their own bounded queue, so that a stalled
-	// disk costs the upload and the ring nothing.
+	ds, err := newStore(c, eng, log) // the decision store (store.go)
+	if err != nil {
+		return exitError, err
+	}
+
+	// The decision-record pipeline: the file, the upload, the decision
+	// store and the pages' ring are its sinks, each record masked once for
+	// all of them; the file, the upload and the store each have their own
+	// bounded queue, so that a stalled disk or database costs the others
+	// nothing.
 	var sinks []decisionlog.Sink
 	if fl.upload != nil {
 		sinks = append(sinks, fl.upload)
+	}
+	if ds.sink != nil {
+		sinks = append(sinks, ds.sink)
 	}
 	var pg *pages
 	if c.ui {
@@ -182,6 +191,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 		Registry:          reg,
 		ReloadCounts:      eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
+		StoreStatus:       ds.status,
 		BundleStuck:       fl.bundleStuck,
 		Memory:            c.memory,
 		Tracer:            tr.tracer(),
@@ -205,6 +215,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	fl.register(reg)
 	sh.register(reg)
+	ds.register(reg)
 	if dlog != nil { // without a file too: a record the queue refused reaches no sink
 		reg.MustRegister(dlog.Collector())
 	}
@@ -335,6 +346,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	if err := fl.stop(log); err != nil {
 		log.Error("decision-log upload not complete", "err", err)
 	}
+	ds.stop(log)
 	traceCtx, cancelTrace := context.WithTimeout(context.Background(), traceFlushTimeout)
 	defer cancelTrace()
 	if err := tr.shutdown(traceCtx); err != nil {

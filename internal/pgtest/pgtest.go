@@ -42,7 +42,7 @@ type Cluster struct {
 
 var (
 	dbSeq   atomic.Int64
-	mainErr error = errors.New("no pgtest.Main in TestMain")
+	errMain error = errors.New("no pgtest.Main in TestMain")
 )
 
 // Bin finds the folder of PostgreSQL's server binaries: on PATH, or where
@@ -260,10 +260,10 @@ func (c *Cluster) DB(t testing.TB) string {
 	t.Helper()
 	if c == nil {
 		var missing *missingError
-		if errors.As(mainErr, &missing) {
-			Skip(t, mainErr)
+		if errors.As(errMain, &missing) {
+			Skip(t, errMain)
 		}
-		t.Fatalf("pgtest: the package's cluster did not start: %v", mainErr)
+		t.Fatalf("pgtest: the package's cluster did not start: %v", errMain)
 	}
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -286,7 +286,7 @@ func (c *Cluster) DB(t testing.TB) string {
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &cluster)) }
 func Main(m *testing.M, c **Cluster) int {
 	cl, err := New()
-	mainErr = err
+	errMain = err
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", strings.TrimSpace(err.Error()))
 	}
