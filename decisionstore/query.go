@@ -341,3 +341,8 @@ func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 	}
 	return NewReader(conn), func() { _ = conn.Close(context.Background()) }, nil
 }
+
+// Reader reads the store the sink writes, through the sink's pool: the
+// pages of a serve process with --decision-store. It must not be used
+// after Close.
+func (s *Sink) Reader() *Reader { return NewReader(s.store.pool) }

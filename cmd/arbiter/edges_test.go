@@ -593,7 +593,9 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 	}
 	awaitingAnswer := map[string]func(addr string) []string{
 		"status": server("status"), "reloads": server("reloads"), "shadow": server("shadow", "status"),
-		"decisions": func(addr string) []string { return []string{"decisions", "--store", "postgres://arbiter@" + addr + "/arbiter"} },
+		"decisions": func(addr string) []string {
+			return []string{"decisions", "--store", "postgres://arbiter@" + addr + "/arbiter"}
+		},
 	}
 	cannotHold := map[string]string{
 		"version": "it prints one short line and exits: nothing it does can be held open for the signal",

@@ -19,6 +19,7 @@ import (
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server"
+	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/arbiter-dev/arbiter/watch"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -133,7 +134,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 	}
 	var pg *pages
 	if c.ui {
-		pg = newPages(c, eng, shadowPages{sh.sh, sh.srv.Gate}, diffs, len(tokens) > 0, log)
+		var fleetPages ui.Store // every replica's decisions, when there is a store
+		if ds.sink != nil {
+			fleetPages = ui.FromStore(ds.sink.Reader())
+		}
+		pg = newPages(c, eng, shadowPages{sh.sh, sh.srv.Gate}, diffs, fleetPages, len(tokens) > 0, log)
 		sinks = append(sinks, pg.ring)
 	}
 	var dlog *decisionlog.Logger

@@ -152,9 +152,11 @@ func TestDecisionStoreFleet(t *testing.T) {
 	f.send(t, 30)
 	f.checkOnce(t, f.settled(t))
 
-	// 2 and 3 (the read side): the pages of one replica show decisions
-	// made on the others; replay from the store finds what replay from
-	// the files (f.logs) finds. They read f.url and f.answered here.
+	// 2. The pages of one replica show decisions made on the others.
+	f.checkPagesShowTheFleet(t)
+
+	// 3. Replay from the store finds what replay from the files finds.
+	f.checkReplayFromStore(t)
 
 	// 4. The database stops mid-run.
 	if err := f.cluster.Stop(); err != nil {
