@@ -354,8 +354,9 @@ func (s *Sink) redact(err error) string {
 }
 
 // columns of a row, in the order of row.values.
+// The input column is computed by the database from record.
 var columns = []string{"time", "decision_id", "kind", "replica", "decision", "path", "revision", "caller",
-	"outcome", "reasons", "error_code", "duration_ns", "input", "record"}
+	"outcome", "reasons", "error_code", "duration_ns", "record"}
 
 type row struct {
 	time                                                        time.Time
@@ -363,7 +364,7 @@ type row struct {
 	reasons                                                     []string
 	errorCode                                                   string
 	durationNS                                                  int64
-	input, record                                               []byte // JSON; input nil: NULL
+	record                                                      []byte // JSON
 }
 
 func (s *Sink) row(rec decisionlog.Record) row {
@@ -372,7 +373,7 @@ func (s *Sink) row(rec decisionlog.Record) row {
 		key = s.cfg.OutcomeKey(rec.Decision)
 	}
 	r := row{time: rec.Time, decisionID: rec.DecisionID, kind: KindDecision, decision: rec.Decision, path: rec.Path,
-		revision: rec.Revision, caller: rec.Caller, durationNS: rec.DurationNS, input: rec.InputDocument()}
+		revision: rec.Revision, caller: rec.Caller, durationNS: rec.DurationNS}
 	r.outcome, r.reasons = rec.Summary(key)
 	if rec.Error != nil {
 		r.errorCode = rec.Error.Code
@@ -391,10 +392,6 @@ func (s *Sink) row(rec decisionlog.Record) row {
 }
 
 func (r *row) values(replica string) []any {
-	var input any // NULL
-	if r.input != nil {
-		input = json.RawMessage(r.input)
-	}
 	reasons := r.reasons
 	if reasons == nil {
 		reasons = []string{}
@@ -403,7 +400,7 @@ func (r *row) values(replica string) []any {
 		reasons[i] = text(reasons[i])
 	}
 	return []any{r.time, text(r.decisionID), r.kind, text(replica), text(r.decision), text(r.path), text(r.revision), text(r.caller),
-		text(r.outcome), reasons, text(r.errorCode), r.durationNS, input, json.RawMessage(r.record)}
+		text(r.outcome), reasons, text(r.errorCode), r.durationNS, json.RawMessage(r.record)}
 }
 
 // text makes s storable in a text column, which holds neither NUL nor
@@ -455,7 +452,8 @@ func (s *Sink) copy(rows []row) error {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"records_staging"}, columns, pgx.CopyFromRows(vals)); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO `+Schema+`.records SELECT * FROM records_staging ON CONFLICT DO NOTHING`)
+		cols := strings.Join(columns, ", ")
+		tag, err := tx.Exec(ctx, `INSERT INTO `+Schema+`.records (`+cols+`) SELECT `+cols+` FROM records_staging ON CONFLICT DO NOTHING`)
 		inserted = tag.RowsAffected()
 		return err
 	})
