@@ -27,7 +27,10 @@ const (
 	// traffic during an outage.
 	DefaultQueueBytes   = 64 << 20
 	DefaultBatchRecords = 1000
-	DefaultRetention    = 30 * 24 * time.Hour
+	// DefaultFlushInterval gathers a few hundred records per write at a
+	// busy replica's rate, and adds a tenth of a second to the lag.
+	DefaultFlushInterval = 100 * time.Millisecond
+	DefaultRetention     = 30 * 24 * time.Hour
 )
 
 // Kinds of rows (the kind column).
@@ -60,6 +63,11 @@ type SinkConfig struct {
 	QueueBytes int64
 	// BatchRecords bounds one write (default DefaultBatchRecords).
 	BatchRecords int
+	// FlushInterval is how long a batch smaller than BatchRecords waits
+	// for more records after the previous write (default
+	// DefaultFlushInterval): a write costs round trips and a commit
+	// whatever its size.
+	FlushInterval time.Duration
 	// Retention drops the partitions of the days older than it, on start
 	// and hourly; 0 keeps everything.
 	Retention time.Duration
@@ -102,6 +110,8 @@ type Sink struct {
 	days                   map[time.Time]bool // the loop's: partitions known to exist
 	nextMaintenance        time.Time          // the loop's
 	failingSince           time.Time          // the loop's: the outage it is in
+	lastWrite              time.Time          // the loop's: when the last write ended
+	closing                atomic.Bool        // Close was called: no more gathering
 }
 
 // pending is a queued record and when it was queued (unix nanoseconds).
@@ -124,6 +134,9 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 	}
 	if cfg.MaxRetryDelay <= 0 {
 		cfg.MaxRetryDelay = 10 * time.Second
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -159,6 +172,7 @@ func (s *Sink) Write(recs []decisionlog.Record) {
 // Close writes what is queued, retrying until ctx ends; what is still
 // unwritten then is counted as dropped (shutdown). It closes the pool.
 func (s *Sink) Close(ctx context.Context) error {
+	s.closing.Store(true)
 	s.queue.Close()
 	select {
 	case <-s.done:
@@ -184,14 +198,32 @@ func (s *Sink) loop() {
 		// Due or not, whether records keep coming or not: a busy replica
 		// keeps its partitions ahead and its retention too.
 		wait := s.maintain()
+		s.gather()
 		var closed bool
 		batch, closed = s.queue.Take(batch[:0], s.cfg.BatchRecords)
 		if len(batch) > 0 {
 			s.write(batch)
+			s.lastWrite = time.Now()
 			clear(batch)
 			continue
 		}
 		if closed {
+			return
+		}
+		select {
+		case <-s.queue.Ready():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// gather lets a partial batch wait for more records, until FlushInterval
+// after the last write, unless the sink is closing.
+func (s *Sink) gather() {
+	deadline := s.lastWrite.Add(s.cfg.FlushInterval)
+	for n := s.queue.Len(); n > 0 && n < s.cfg.BatchRecords && !s.closing.Load(); n = s.queue.Len() {
+		wait := time.Until(deadline)
+		if wait <= 0 {
 			return
 		}
 		select {
@@ -354,8 +386,9 @@ func (s *Sink) redact(err error) string {
 }
 
 // columns of a row, in the order of row.values.
+// The input column is computed by the database from record.
 var columns = []string{"time", "decision_id", "kind", "replica", "decision", "path", "revision", "caller",
-	"outcome", "reasons", "error_code", "duration_ns", "input", "record"}
+	"outcome", "reasons", "error_code", "duration_ns", "record"}
 
 type row struct {
 	time                                                        time.Time
@@ -363,7 +396,7 @@ type row struct {
 	reasons                                                     []string
 	errorCode                                                   string
 	durationNS                                                  int64
-	input, record                                               []byte // JSON; input nil: NULL
+	record                                                      []byte // JSON
 }
 
 func (s *Sink) row(rec decisionlog.Record) row {
@@ -372,7 +405,7 @@ func (s *Sink) row(rec decisionlog.Record) row {
 		key = s.cfg.OutcomeKey(rec.Decision)
 	}
 	r := row{time: rec.Time, decisionID: rec.DecisionID, kind: KindDecision, decision: rec.Decision, path: rec.Path,
-		revision: rec.Revision, caller: rec.Caller, durationNS: rec.DurationNS, input: rec.InputDocument()}
+		revision: rec.Revision, caller: rec.Caller, durationNS: rec.DurationNS}
 	r.outcome, r.reasons = rec.Summary(key)
 	if rec.Error != nil {
 		r.errorCode = rec.Error.Code
@@ -391,10 +424,6 @@ func (s *Sink) row(rec decisionlog.Record) row {
 }
 
 func (r *row) values(replica string) []any {
-	var input any // NULL
-	if r.input != nil {
-		input = json.RawMessage(r.input)
-	}
 	reasons := r.reasons
 	if reasons == nil {
 		reasons = []string{}
@@ -403,7 +432,7 @@ func (r *row) values(replica string) []any {
 		reasons[i] = text(reasons[i])
 	}
 	return []any{r.time, text(r.decisionID), r.kind, text(replica), text(r.decision), text(r.path), text(r.revision), text(r.caller),
-		text(r.outcome), reasons, text(r.errorCode), r.durationNS, input, json.RawMessage(r.record)}
+		text(r.outcome), reasons, text(r.errorCode), r.durationNS, json.RawMessage(r.record)}
 }
 
 // text makes s storable in a text column, which holds neither NUL nor
@@ -455,7 +484,8 @@ func (s *Sink) copy(rows []row) error {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"records_staging"}, columns, pgx.CopyFromRows(vals)); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO `+Schema+`.records SELECT * FROM records_staging ON CONFLICT DO NOTHING`)
+		cols := strings.Join(columns, ", ")
+		tag, err := tx.Exec(ctx, `INSERT INTO `+Schema+`.records (`+cols+`) SELECT `+cols+` FROM records_staging ON CONFLICT DO NOTHING`)
 		inserted = tag.RowsAffected()
 		return err
 	})

@@ -16,8 +16,11 @@ CREATE TABLE arbiter_store.records (
   reasons     text[] NOT NULL DEFAULT '{}', -- Record.Summary's reasons
   error_code  text NOT NULL DEFAULT '',
   duration_ns bigint NOT NULL DEFAULT 0,
-  input       jsonb,                        -- Record.Input as logged (masked), NULL when none
   record      jsonb NOT NULL,               -- the whole record, as the file sink writes its line
+  -- The input document as logged (masked), NULL when none: the record's
+  -- input, or its input member on the Data API's path. Computed here from
+  -- the record, so that the writer neither parses nor sends it twice.
+  input       jsonb GENERATED ALWAYS AS (CASE WHEN path LIKE '/v1/data/%' THEN record->'input'->'input' ELSE record->'input' END) STORED,
   -- The key makes a retried batch write each record once. Its first column
   -- also serves lookups by decision id.
   PRIMARY KEY (decision_id, kind, revision, time)
