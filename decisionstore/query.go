@@ -299,7 +299,7 @@ func (r *Reader) Stream(ctx context.Context, f Filter, fn func(Row) error) error
 	q := "SELECT " + rowColumns + " FROM arbiter_store.records WHERE " + where +
 		fmt.Sprintf(" AND time >= $%d AND (time, decision_id, kind) > ($%d, $%d, $%d)", n+1, n+1, n+2, n+3) +
 		" ORDER BY time, decision_id, kind LIMIT " + strconv.Itoa(r.batch)
-	after := Cursor{Time: time.Unix(0, 0).UTC().AddDate(-2000, 0, 0)} // before any row
+	var after Cursor // year 1, before any row: every row's key is greater
 	for {
 		rows, err := r.db.Query(ctx, q, append(args, after.Time, after.ID, after.Kind)...)
 		if err != nil {

@@ -431,3 +431,20 @@ func TestInputMatchIsContainment(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCursor: a cursor reads back as written, whatever its id holds;
+// anything else a link could carry is refused.
+func TestParseCursor(t *testing.T) {
+	c := Cursor{Time: time.Date(2026, 12, 4, 9, 0, 0, 123456000, time.UTC), ID: "id.with.dots/and slash", Kind: KindDecision}
+	if got, err := ParseCursor(c.String()); err != nil || got != c {
+		t.Errorf("ParseCursor(%q) = %+v, %v; want %+v", c.String(), got, err, c)
+	}
+	if got, err := ParseCursor(""); err != nil || !got.IsZero() {
+		t.Errorf(`ParseCursor("") = %+v, %v`, got, err)
+	}
+	for _, bad := range []string{"1", "1.decision", "1.decision.", "x.decision.id", "1e3.decision.id", ".decision.id"} {
+		if _, err := ParseCursor(bad); err == nil {
+			t.Errorf("ParseCursor(%q) took it", bad)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package ui
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionstore"
@@ -31,6 +33,10 @@ type StorePage struct {
 	More    bool
 }
 
+// ErrBadCursor is a Store's answer to a page cursor it never gave: a
+// link edited by hand, not a store that cannot be read.
+var ErrBadCursor = errors.New("not a page cursor")
+
 // DefaultCountBound is how far the list of a store counts matches
 // exactly: counting a broad filter over a million rows would read them
 // all, so past it the page says "1000+".
@@ -48,7 +54,7 @@ func entryOf(row decisionstore.Row) Entry {
 func (s storeReader) List(ctx context.Context, f Filter, before string, limit int) (StorePage, error) {
 	cur, err := decisionstore.ParseCursor(before)
 	if err != nil {
-		return StorePage{}, err
+		return StorePage{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
 	}
 	sf := f.Store()
 	rows, next, err := s.r.List(ctx, sf, cur, limit)

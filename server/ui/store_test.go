@@ -31,7 +31,7 @@ func (s *fakeStore) List(_ context.Context, f Filter, before string, limit int) 
 	if before != "" {
 		n, err := strconv.Atoi(before)
 		if err != nil {
-			return StorePage{}, err
+			return StorePage{}, fmt.Errorf("%w: %q", ErrBadCursor, before)
 		}
 		from = n + 1
 	}
@@ -118,6 +118,10 @@ func TestPagesReadTheStore(t *testing.T) {
 	status, body = h.get(t, "/ui/decisions/"+url.PathEscape(other.Record.DecisionID))
 	if status != 200 || !strings.Contains(body, "<dt>Replica</dt><dd>replica-b</dd>") {
 		t.Errorf("another replica's decision: status %d, replica not shown:\n%s", status, body)
+	}
+
+	if status, _ := h.get(t, "/ui/decisions?before=not-a-cursor"); status != 400 {
+		t.Errorf("a page cursor the store never gave: status %d, want 400", status)
 	}
 
 	st.down = true

@@ -21,6 +21,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"html/template"
@@ -450,6 +451,11 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
 		defer cancel()
 		sp, err := h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize)
+		if errors.Is(err, ErrBadCursor) {
+			h.render(w, r, http.StatusBadRequest, "error", page{Title: "No such page", Nav: "decisions",
+				Message: "The link's page cursor is not one this page gave. Start again from the newest decisions."})
+			return
+		}
 		if err != nil {
 			h.log.Warn("ui: reading the decision store failed", "err", err)
 			h.render(w, r, http.StatusServiceUnavailable, "error", page{Title: "Decision store unavailable", Nav: "decisions",
