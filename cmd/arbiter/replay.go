@@ -149,8 +149,8 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // of stderr that it rewrites; nothing when stderr is no terminal (a file,
 // a pipe, a test), whose reader wants the report only.
 type progress struct {
-	w     io.Writer
-	shown bool
+	w io.Writer
+	n int
 }
 
 func newProgress(stderr io.Writer) *progress {
@@ -160,18 +160,19 @@ func newProgress(stderr io.Writer) *progress {
 	return &progress{}
 }
 
-// update is replay.Options.Progress: every 1,000 records.
+// update is replay.Options.Progress: the line every 1,000 records.
 func (p *progress) update(n int) {
+	p.n = n
 	if p.w != nil && n%1000 == 0 {
 		fmt.Fprintf(p.w, "\rarbiter replay: %d records replayed", n)
-		p.shown = true
 	}
 }
 
-// done ends the progress line, so that what follows starts on its own.
+// done ends the progress line with the last count, so that what follows
+// starts on a line of its own.
 func (p *progress) done() {
-	if p.shown {
-		fmt.Fprintln(p.w)
+	if p.w != nil {
+		fmt.Fprintf(p.w, "\rarbiter replay: %d records replayed\n", p.n)
 	}
 }
 

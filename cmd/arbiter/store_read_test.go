@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -255,4 +256,28 @@ func TestStoreCommands(t *testing.T) {
 		}
 		golden.Check(t, "testdata/golden/decisions.golden", out.Bytes())
 	})
+}
+
+// TestReplayProgressOnlyOnATerminal: the real binary shows its progress
+// line on a terminal (script(1) gives it one) and not when stderr is a
+// pipe, whose reader wants the report only.
+func TestReplayProgressOnlyOnATerminal(t *testing.T) {
+	t.Parallel()
+	log := writeQuotaLog(t, quotaTraffic)
+	args := []string{binPath, "replay", "--log", log, "--policies", quotaPolicies, "--schemas", quotaSchemas}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	tty, err := exec.Command("script", "-qec", strings.Join(quoted, " "), "/dev/null").CombinedOutput()
+	if !strings.Contains(string(tty), "records replayed") {
+		t.Errorf("on a terminal (%v), no progress line:\n%s", err, tty)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stderr = &stderr
+	_ = cmd.Run()
+	if strings.Contains(stderr.String(), "records replayed") {
+		t.Errorf("stderr a pipe, a progress line:\n%s", stderr.String())
+	}
 }
