@@ -303,14 +303,14 @@ func (s *Sink) write(batch []pending) {
 	s.oldest.Store(batch[0].at)
 	defer s.inFlight.Store(0)
 	defer s.oldest.Store(0)
-	rows := make([]row, len(batch))
+	rows := make([][]any, len(batch))
 	for i := range batch {
 		rows[i] = s.row(batch[i].rec)
 	}
 	s.writeRows(rows)
 }
 
-func (s *Sink) writeRows(rows []row) bool {
+func (s *Sink) writeRows(rows [][]any) bool {
 	for retry := 0; ; retry++ {
 		if s.ctx.Err() != nil {
 			s.queue.Drop(DropShutdown, uint64(len(rows)))
@@ -338,7 +338,7 @@ func (s *Sink) writeRows(rows []row) bool {
 				return s.writeRows(rows[half:])
 			}
 			s.queue.Drop(DropRejected, 1)
-			s.log.Warn("decision store refused a record: dropped", "decision_id", rows[0].decisionID, "err", s.redact(err))
+			s.log.Warn("decision store refused a record: dropped", "decision_id", rows[0][colDecisionID], "err", s.redact(err))
 			return true
 		}
 		var pe *pgconn.PgError
@@ -385,54 +385,45 @@ func (s *Sink) redact(err error) string {
 	return msg
 }
 
-// columns of a row, in the order of row.values.
-// The input column is computed by the database from record.
+// columns of a row, in the order row gives them. The input column is
+// computed by the database from record.
 var columns = []string{"time", "decision_id", "kind", "replica", "decision", "path", "revision", "caller",
 	"outcome", "reasons", "error_code", "duration_ns", "record"}
 
-type row struct {
-	time                                                        time.Time
-	decisionID, kind, decision, path, revision, caller, outcome string
-	reasons                                                     []string
-	errorCode                                                   string
-	durationNS                                                  int64
-	record                                                      []byte // JSON
-}
+// Indexes of row's values that the writer reads back.
+const (
+	colTime       = 0
+	colDecisionID = 1
+)
 
-func (s *Sink) row(rec decisionlog.Record) row {
+// row is rec's values, in the order of columns.
+func (s *Sink) row(rec decisionlog.Record) []any {
 	key := ""
 	if s.cfg.OutcomeKey != nil {
 		key = s.cfg.OutcomeKey(rec.Decision)
 	}
-	r := row{time: rec.Time, decisionID: rec.DecisionID, kind: KindDecision, decision: rec.Decision, path: rec.Path,
-		revision: rec.Revision, caller: rec.Caller, durationNS: rec.DurationNS}
-	r.outcome, r.reasons = rec.Summary(key)
+	outcome, reasons := rec.Summary(key)
+	kind, revision, duration, code := KindDecision, rec.Revision, rec.DurationNS, ""
 	if rec.Error != nil {
-		r.errorCode = rec.Error.Code
+		code = rec.Error.Code
 	}
 	switch {
 	case rec.Promotion != nil:
-		r.kind = KindPromotion
+		kind = KindPromotion
 	case rec.IsShadowOutcome():
-		r.kind, r.revision, r.durationNS = KindShadow, rec.Shadow.Revision, rec.Shadow.DurationNS
+		kind, revision, duration = KindShadow, rec.Shadow.Revision, rec.Shadow.DurationNS
 		if rec.Shadow.Error != nil {
-			r.errorCode = rec.Shadow.Error.Code
+			code = rec.Shadow.Error.Code
 		}
 	}
-	r.record = bytes.TrimSuffix(rec.AppendLine(nil), []byte{'\n'})
-	return r
-}
-
-func (r *row) values(replica string) []any {
-	reasons := r.reasons
 	if reasons == nil {
 		reasons = []string{}
 	}
 	for i := range reasons {
 		reasons[i] = text(reasons[i])
 	}
-	return []any{r.time, text(r.decisionID), r.kind, text(replica), text(r.decision), text(r.path), text(r.revision), text(r.caller),
-		text(r.outcome), reasons, text(r.errorCode), r.durationNS, json.RawMessage(r.record)}
+	return []any{rec.Time, text(rec.DecisionID), kind, text(s.cfg.Replica), text(rec.Decision), text(rec.Path), text(revision),
+		text(rec.Caller), text(outcome), reasons, text(code), duration, json.RawMessage(bytes.TrimSuffix(rec.AppendLine(nil), []byte{'\n'}))}
 }
 
 // text makes s storable in a text column, which holds neither NUL nor
@@ -449,23 +440,19 @@ func text(s string) string {
 // one transaction through a staging table and INSERT ... ON CONFLICT DO
 // NOTHING, so that no record is written twice. It first makes sure the
 // schema and the rows' partitions exist.
-func (s *Sink) copy(rows []row) error {
+func (s *Sink) copy(rows [][]any) error {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
 	ts := make([]time.Time, len(rows))
 	for i := range rows {
-		ts[i] = rows[i].time
+		ts[i] = rows[i][colTime].(time.Time)
 	}
 	if err := s.prepare(ctx, ts...); err != nil {
 		return err
 	}
-	vals := make([][]any, len(rows))
-	for i := range rows {
-		vals[i] = rows[i].values(s.cfg.Replica)
-	}
 	// COPY straight into the records, the common case: half the writes
 	// of going through the staging table.
-	_, err := s.store.pool.CopyFrom(ctx, pgx.Identifier{Schema, "records"}, columns, pgx.CopyFromRows(vals))
+	_, err := s.store.pool.CopyFrom(ctx, pgx.Identifier{Schema, "records"}, columns, pgx.CopyFromRows(rows))
 	var pe *pgconn.PgError
 	if err == nil || !errors.As(err, &pe) || pe.Code != "23505" {
 		if err == nil {
@@ -481,7 +468,7 @@ func (s *Sink) copy(rows []row) error {
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS records_staging (LIKE `+Schema+`.records INCLUDING DEFAULTS) ON COMMIT DELETE ROWS`); err != nil {
 			return err
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"records_staging"}, columns, pgx.CopyFromRows(vals)); err != nil {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"records_staging"}, columns, pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
 		cols := strings.Join(columns, ", ")

@@ -202,7 +202,9 @@ func TestSinkOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(10)
-	st := waitFor(t, s, "a failed write while the database is down", func(st SinkStats) bool { return st.WritesFailed > 0 && st.LastError != "" })
+	st := waitFor(t, s, "a failed write and a lag while the database is down", func(st SinkStats) bool {
+		return st.WritesFailed > 0 && st.LastError != "" && st.LagSeconds > 0
+	})
 	for range 10 { // 100 more records than the queue holds
 		write(10)
 	}
@@ -235,13 +237,16 @@ func TestSinkOutage(t *testing.T) {
 // database away counts what was not written as dropped (shutdown).
 func TestSinkCloseCountsTheUnwritten(t *testing.T) {
 	t.Parallel()
-	s, err := NewSink("postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", SinkConfig{MaxRetryDelay: 20 * time.Millisecond})
+	s, err := NewSink("postgres://nobody:s3cret-pw@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", SinkConfig{MaxRetryDelay: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	recs := []decisionlog.Record{decision(1), decision(2), decision(3)}
 	s.Write(recs)
-	waitFor(t, s, "a failed write", func(st SinkStats) bool { return st.WritesFailed > 0 })
+	st := waitFor(t, s, "a failed write", func(st SinkStats) bool { return st.WritesFailed > 0 && st.LastError != "" })
+	if b, _ := json.Marshal(st); strings.Contains(string(b), "s3cret-pw") || !strings.Contains(st.URL, "nobody:xxxxx@") {
+		t.Errorf("the status shows the password: %s", b)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := s.Close(ctx); err == nil || !strings.Contains(err.Error(), "3 records not written") {

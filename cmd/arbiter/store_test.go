@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +34,9 @@ func newStoreFleet(t *testing.T, extra ...string) *storeFleet {
 	t.Helper()
 	f := &storeFleet{cluster: pgtest.Start(t), answered: map[string]string{}, refused: map[string]bool{},
 		client: &http.Client{Timeout: 10 * time.Second}, fx: decidedFixture(t)}
-	f.url = f.cluster.DB(t)
+	// A password, which the cluster (trust) ignores: no log line or
+	// status may show it (checkNoPassword).
+	f.url = strings.Replace(f.cluster.DB(t), "postgres@", "postgres:"+fleetPassword+"@", 1)
 	for i := range 3 {
 		name := fmt.Sprintf("replica-%d", i+1)
 		args, logPath := quickArgs(t)
@@ -41,6 +45,20 @@ func newStoreFleet(t *testing.T, extra ...string) *storeFleet {
 		f.logs = append(f.logs, logPath)
 	}
 	return f
+}
+
+const fleetPassword = "fleet-s3cret"
+
+// checkNoPassword fails t when a replica's log or status shows the
+// store's password.
+func (f *storeFleet) checkNoPassword(t *testing.T) {
+	t.Helper()
+	for r, p := range f.replicas {
+		b, _ := json.Marshal(f.storeStatus(t, r))
+		if strings.Contains(p.stderr.String(), fleetPassword) || strings.Contains(string(b), fleetPassword) {
+			t.Errorf("%s shows the store's password in its log or status", f.names[r])
+		}
+	}
 }
 
 // send posts n decisions round robin, every fifth a body that is not JSON
@@ -171,9 +189,13 @@ func TestDecisionStoreFleet(t *testing.T) {
 		if got := metricValue(t, f.client, f.replicas[r].url, "arbiter_decision_store_queued_records"); got == 0 {
 			t.Errorf("%s: arbiter_decision_store_queued_records is 0 during the outage", f.names[r])
 		}
+		if !strings.Contains(f.replicas[r].stderr.String(), "decision store write failed") {
+			t.Errorf("%s logged no failed write during the outage", f.names[r])
+		}
 	}
 	if err := f.cluster.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	f.checkOnce(t, f.settled(t))
+	f.checkNoPassword(t) // after an outage's warnings too
 }
