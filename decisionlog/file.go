@@ -339,6 +339,10 @@ func recordSize(rec Record) int {
 	return n
 }
 
+// AppendLine appends rec as the file sink writes it: its JSON and a line
+// break. The decision store keeps the same JSON.
+func (rec Record) AppendLine(b []byte) []byte { return appendRecord(b, rec) }
+
 // appendRecord writes rec as one JSON line, members in the order of
 // Record's fields and with its tags, as encoding/json would; by hand, since
 // this runs once per decision and reflection over RawMessage fields

@@ -149,10 +149,10 @@ func Open(opts Options) (*Logger, error) {
 	return l, nil
 }
 
-// Size is what rec costs in a queue (internal/queue): the bytes of its
-// input, result and bodies, and an allowance for the rest. Every queue of
-// records (the pipeline's, the file's, the upload's) sizes them so.
-func (rec *Record) Size() int64 {
+// QueueSize is what rec costs in a queue of records (the pipeline's, the
+// file's, the decision store's): its input, result and bodies, and
+// room for the rest.
+func (rec *Record) QueueSize() int64 {
 	return int64(len(rec.Input)+len(rec.Result)+len(rec.BodyBase64)+len(rec.BodyPrefix)+len(rec.Promotion)) + recordOverhead
 }
 
@@ -165,7 +165,7 @@ func (rec *Record) Size() int64 {
 // A record the pipeline's queue refuses, or one logged after Close,
 // reaches no sink and is counted once.
 func (l *Logger) Log(rec Record) bool {
-	q := queued{rec: rec, size: rec.Size(), file: l.file != nil}
+	q := queued{rec: rec, size: rec.QueueSize(), file: l.file != nil}
 	why := ""
 	if q.file {
 		q.file, why = l.file.queue.Reserve(q.size)

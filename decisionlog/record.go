@@ -5,8 +5,11 @@ package decisionlog
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // Record is one decision as logged: everything needed to decide it again.
@@ -75,6 +78,70 @@ type Shadow struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *RecordError    `json:"error,omitempty"`
 	DurationNS int64           `json:"duration_ns"`
+}
+
+// InputDocument is the record's input document: the body of
+// /v1/decisions/NAME, or the input member of a Data API body (Path under
+// /v1/data/); nil when it has none. The upload's events and the decision
+// store's input column hold it.
+func (rec Record) InputDocument() []byte {
+	if len(rec.Input) == 0 { // JSON by construction: the strict parser's, or masked
+		return nil
+	}
+	if !strings.HasPrefix(rec.Path, "/v1/data/") {
+		return rec.Input
+	}
+	var wrapped struct {
+		Input json.RawMessage `json:"input"`
+	}
+	passes.Scan(len(rec.Input))
+	if json.Unmarshal(rec.Input, &wrapped) != nil || len(wrapped.Input) == 0 {
+		return nil
+	}
+	return wrapped.Input
+}
+
+// OutcomeError is the outcome of every record whose request ended in an
+// error.
+const OutcomeError = "error"
+
+// DefaultOutcomeKey is the result member that is a decision's outcome when
+// its result schema names none (x-arbiter-outcome).
+const DefaultOutcomeKey = "outcome"
+
+// Summary reads the outcome and reasons of rec's result by the conventions
+// every decision follows (nothing here knows a decision): the outcome is
+// the result member outcomeKey names ("" means DefaultOutcomeKey), a
+// string or a boolean, or OutcomeError when the request ended in an error;
+// the reasons are the result's "reasons" member. Of a shadow outcome it
+// reads the candidate's result. The pages and the decision store use it.
+func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) {
+	result, failed := rec.Result, rec.Error != nil
+	if rec.IsShadowOutcome() {
+		result, failed = rec.Shadow.Result, rec.Shadow.Error != nil
+	}
+	if failed {
+		return OutcomeError, nil
+	}
+	if outcomeKey == "" {
+		outcomeKey = DefaultOutcomeKey
+	}
+	var res map[string]json.RawMessage
+	if json.Unmarshal(result, &res) != nil {
+		return "", nil
+	}
+	_ = json.Unmarshal(res["reasons"], &reasons)
+	if raw, ok := res[outcomeKey]; ok {
+		var s string
+		var b bool
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			outcome = s
+		case json.Unmarshal(raw, &b) == nil:
+			outcome = strconv.FormatBool(b)
+		}
+	}
+	return outcome, reasons
 }
 
 // Complete reports whether rec holds the whole request as received, so

@@ -3,6 +3,7 @@ package decisionlog
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,5 +36,32 @@ func TestAppendRecordMatchesEncodingJSON(t *testing.T) {
 		if got := appendRecord(nil, rec); !bytes.Equal(got, want.Bytes()) {
 			t.Errorf("%s:\n got  %s want %s", name, got, want.Bytes())
 		}
+	}
+}
+
+// TestSummary: the outcome and reasons the pages and the decision store
+// read from a record, by the conventions alone.
+func TestSummary(t *testing.T) {
+	for _, tc := range []struct {
+		name, key string
+		rec       Record
+		outcome   string
+		reasons   []string
+	}{
+		{"default key, string", "", Record{Result: json.RawMessage(`{"outcome":"o1","reasons":["r1","r2"]}`)}, "o1", []string{"r1", "r2"}},
+		{"named key, boolean", "k", Record{Result: json.RawMessage(`{"k":false,"outcome":"not this"}`)}, "false", nil},
+		{"key of another type", "k", Record{Result: json.RawMessage(`{"k":3,"reasons":["r"]}`)}, "", []string{"r"}},
+		{"not an object", "", Record{Result: json.RawMessage(`[1]`)}, "", nil},
+		{"no result", "", Record{}, "", nil},
+		{"error", "", Record{Result: json.RawMessage(`{"outcome":"o1"}`), Error: &RecordError{Code: "c"}}, OutcomeError, nil},
+		{"shadow outcome: the candidate's result", "k", Record{Shadow: &Shadow{Result: json.RawMessage(`{"k":"o2","reasons":["r3"]}`)}}, "o2", []string{"r3"}},
+		{"shadow outcome: the candidate's error", "", Record{Shadow: &Shadow{Error: &RecordError{Code: "c"}}}, OutcomeError, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outcome, reasons := tc.rec.Summary(tc.key)
+			if outcome != tc.outcome || strings.Join(reasons, "|") != strings.Join(tc.reasons, "|") {
+				t.Errorf("Summary(%q) = %q, %q; want %q, %q", tc.key, outcome, reasons, tc.outcome, tc.reasons)
+			}
+		})
 	}
 }

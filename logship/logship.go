@@ -174,7 +174,7 @@ func (u *Uploader) Write(recs []decisionlog.Record) {
 		if rec.IsShadowOutcome() {
 			continue
 		}
-		if ok, _ := u.queue.Put(rec, rec.Size()); !ok {
+		if ok, _ := u.queue.Put(rec, rec.QueueSize()); !ok {
 			if n := u.queue.Dropped(queue.Full); n&(n-1) == 0 { // warn at powers of two
 				u.log.Warn("decision-log upload buffer full: events dropped", "dropped", n)
 			}
@@ -235,7 +235,7 @@ func (u *Uploader) loop() {
 	add := func(rec decisionlog.Record) {
 		ev, err := u.event(rec)
 		if err != nil {
-			u.queue.Done(rec.Size())
+			u.queue.Done(rec.QueueSize())
 			u.queue.Drop(dropTooLarge, 1)
 			u.log.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
 			return
@@ -245,7 +245,7 @@ func (u *Uploader) loop() {
 		}
 		batch = append(batch, ev)
 		u.batched.Add(1)
-		held += rec.Size()
+		held += rec.QueueSize()
 		size += len(ev) + 1
 		if len(batch) >= u.cfg.BatchEvents {
 			flush()
@@ -418,7 +418,7 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 	if rec.Revision != "" {
 		ev.Bundles = map[string]logs.BundleInfoV1{u.cfg.BundleName: {Revision: rec.Revision}}
 	}
-	if in := inputOf(rec); in != nil {
+	if in := rec.InputDocument(); in != nil {
 		// The record was masked by the pipeline: its pointers are from the
 		// record's root, the event's from the input document's parent.
 		data := strings.HasPrefix(rec.Path, "/v1/data/")
@@ -465,23 +465,4 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		return json.Marshal(ev)
 	}
 	return b, err
-}
-
-// inputOf is the record's input document: the body of /v1/decisions/NAME,
-// or the input member of a Data API body.
-func inputOf(rec decisionlog.Record) []byte {
-	if len(rec.Input) == 0 { // JSON by construction: the strict parser's, or masked
-		return nil
-	}
-	if !strings.HasPrefix(rec.Path, "/v1/data/") {
-		return rec.Input
-	}
-	var wrapped struct {
-		Input json.RawMessage `json:"input"`
-	}
-	passes.Scan(len(rec.Input))
-	if json.Unmarshal(rec.Input, &wrapped) != nil || len(wrapped.Input) == 0 {
-		return nil
-	}
-	return wrapped.Input
 }

@@ -174,7 +174,7 @@ func TestStalledServiceHoldsAtMostMaxBytes(t *testing.T) {
 	defer hs.Close()
 	rec := record(0)
 	const kept, total = 10, 200
-	maxBytes := kept * rec.Size()
+	maxBytes := kept * rec.QueueSize()
 	u, err := New(Config{URL: hs.URL, MaxBytes: maxBytes, Interval: 5 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -230,18 +230,18 @@ func TestEventInputOfDataAPIBody(t *testing.T) {
 	rec := record(1)
 	rec.Path = "/v1/data/decisions/x/decision"
 	rec.Input = []byte(`{"input": {"a": [1, 2]}}`)
-	if got := string(inputOf(rec)); got != `{"a": [1, 2]}` {
+	if got := string(rec.InputDocument()); got != `{"a": [1, 2]}` {
 		t.Fatalf("input of a Data API body: %s", got)
 	}
 	rec.Input = []byte(`{"other": 1}`)
-	if got := inputOf(rec); got != nil {
+	if got := rec.InputDocument(); got != nil {
 		t.Fatalf("a body without input: %s", got)
 	}
 	if !strings.HasPrefix(string(record(1).Input), `{"n"`) {
 		t.Fatal("record fixture changed")
 	}
 	var v any
-	if err := json.Unmarshal(inputOf(record(1)), &v); err != nil {
+	if err := json.Unmarshal(record(1).InputDocument(), &v); err != nil {
 		t.Fatal(err)
 	}
 }

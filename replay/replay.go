@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -26,10 +28,13 @@ type Change struct {
 	DecisionID string       `json:"decision_id"`
 	Decision   string       `json:"decision"`
 	Class      shadow.Class `json:"class"`
-	File       string       `json:"file"`
-	Line       int          `json:"line"`
-	Old        Outcome      `json:"old"`
-	New        Outcome      `json:"new"`
+	// File and Line are where a log file holds the record; Replica is the
+	// replica that made a decision read from a decision store.
+	File    string  `json:"file,omitempty"`
+	Line    int     `json:"line,omitempty"`
+	Replica string  `json:"replica,omitempty"`
+	Old     Outcome `json:"old"`
+	New     Outcome `json:"new"`
 }
 
 // Outcome is what one revision of the policies made of an input: a result
@@ -45,11 +50,14 @@ type Outcome struct {
 // Skipped; Skipped counts records that cannot be decided again and lines
 // that are not records.
 type Summary struct {
-	Replayed     int      `json:"replayed"`
-	Changed      int      `json:"changed"`
-	Unchanged    int      `json:"unchanged"`
-	Skipped      int      `json:"skipped"`
-	Files        []string `json:"files"`
+	Replayed  int      `json:"replayed"`
+	Changed   int      `json:"changed"`
+	Unchanged int      `json:"unchanged"`
+	Skipped   int      `json:"skipped"`
+	Files     []string `json:"files"`
+	// Store says that the records were read from a decision store (Files
+	// is then empty).
+	Store        bool     `json:"store,omitempty"`
 	OldRevisions []string `json:"old_revisions"`
 	NewRevision  string   `json:"new_revision"`
 	// Promotions counts the records of promotions (who made which
@@ -76,6 +84,13 @@ type Options struct {
 	// Examples is how many decision ids the impact report keeps per
 	// decision and class (shadow.DefaultExamples when zero).
 	Examples int
+	// Workers decide records in parallel (GOMAXPROCS when zero). The
+	// report is the same for any number: results are taken in the
+	// records' order.
+	Workers int
+	// Progress, when set, is called with the number of records taken so
+	// far, after each one, from one goroutine.
+	Progress func(records int)
 }
 
 // Files expands paths into the log files to replay: a file is itself, a
@@ -119,64 +134,206 @@ func Files(paths []string) ([]string, error) {
 // a file, or ctx ending, stops it; a record that cannot be decided again is
 // skipped with a warning.
 func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Options) (*Report, error) {
-	rep := &Report{Changed: []Change{}, Warnings: []string{}, Summary: Summary{Files: files, OldRevisions: []string{}, NewRevision: snap.Revision}}
-	tally := shadow.NewTally(opts.Examples)
-	defer func() {
-		rep.Impact = tally.Report()
-		sort.SliceStable(rep.Changed, func(i, j int) bool { return classRank(rep.Changed[i].Class) < classRank(rep.Changed[j].Class) })
-	}()
-	seenRev := map[string]bool{}
+	r := newRun(snap, opts)
+	r.rep.Summary.Files = files
+	defer r.finish()
 	for _, file := range files {
-		type warning struct {
-			line int
-			text string
-		}
-		var warnings []warning
-		readWarnings, err := decisionlog.ReadFile(file, func(line int, rec decisionlog.Record) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if rec.Promotion != nil {
-				rep.Summary.Promotions++
-			}
-			if !rec.IsDecision() { // a promotion, or a shadow outcome (its decision is a record of its own)
-				return nil
-			}
-			if rec.Revision != "" && !seenRev[rec.Revision] {
-				seenRev[rec.Revision] = true
-				rep.Summary.OldRevisions = append(rep.Summary.OldRevisions, rec.Revision)
-			}
-			ch, skip := Record(ctx, snap, rec)
-			if skip == "" {
-				tally.Add(rec.Decision, ch.Class, rec.DecisionID)
-			}
-			switch {
-			case skip != "":
-				rep.Summary.Skipped++
-				warnings = append(warnings, warning{line, fmt.Sprintf("%s:%d: decision %s skipped: %s", file, line, rec.DecisionID, skip)})
-			case ch.Class != shadow.Same:
-				ch.File, ch.Line = file, line
-				rep.Summary.Changed++
-				rep.Changed = append(rep.Changed, *ch)
-			default:
-				rep.Summary.Unchanged++
-			}
-			return nil
+		var readWarnings []string
+		skips, err := r.source(ctx, func(take func(at place, rec decisionlog.Record) error) error {
+			var err error
+			readWarnings, err = decisionlog.ReadFile(file, func(line int, rec decisionlog.Record) error {
+				return take(place{file: file, line: line}, rec)
+			})
+			return err
 		})
+		warnings := skips
 		for _, w := range readWarnings {
 			warnings = append(warnings, warning{lineOf(file, w), w})
 		}
 		sort.SliceStable(warnings, func(i, j int) bool { return warnings[i].line < warnings[j].line })
 		for _, w := range warnings {
-			rep.Warnings = append(rep.Warnings, w.text)
+			r.rep.Warnings = append(r.rep.Warnings, w.text)
 		}
-		rep.Summary.Skipped += len(readWarnings) // each reader warning is one line skipped
-		rep.Summary.Replayed = rep.Summary.Changed + rep.Summary.Unchanged + rep.Summary.Skipped
+		r.rep.Summary.Skipped += len(readWarnings) // each reader warning is one line skipped
+		r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 		if err != nil {
-			return rep, err
+			return r.rep, err
 		}
 	}
-	return rep, nil
+	return r.rep, nil
+}
+
+// Stream is a source of records other than log files (a decision store):
+// it calls fn with each record, in order, and the replica that made it,
+// and stops at fn's first error, returning it.
+type Stream func(ctx context.Context, fn func(replica string, rec decisionlog.Record) error) error
+
+// RunStream is Run over the records of stream: the same judgement, the
+// same report, each change naming its replica instead of a file.
+func RunStream(ctx context.Context, snap *engine.Snapshot, stream Stream, opts Options) (*Report, error) {
+	r := newRun(snap, opts)
+	r.rep.Summary.Files, r.rep.Summary.Store = []string{}, true
+	defer r.finish()
+	skips, err := r.source(ctx, func(take func(at place, rec decisionlog.Record) error) error {
+		return stream(ctx, func(replica string, rec decisionlog.Record) error {
+			return take(place{replica: replica}, rec)
+		})
+	})
+	for _, w := range skips {
+		r.rep.Warnings = append(r.rep.Warnings, w.text)
+	}
+	r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
+	return r.rep, err
+}
+
+// place is where a record was read: a file's line, or a replica's
+// decision in a store.
+type place struct {
+	file    string
+	line    int
+	replica string
+}
+
+func (p place) String() string {
+	if p.file != "" {
+		return fmt.Sprintf("%s:%d", p.file, p.line)
+	}
+	return "replica " + p.replica
+}
+
+type warning struct {
+	line int
+	text string
+}
+
+// run is one replay's report as it is built.
+type run struct {
+	snap    *engine.Snapshot
+	opts    Options
+	rep     *Report
+	tally   *shadow.Tally
+	seenRev map[string]bool
+	taken   int
+}
+
+func newRun(snap *engine.Snapshot, opts Options) *run {
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
+	return &run{snap: snap, opts: opts, tally: shadow.NewTally(opts.Examples), seenRev: map[string]bool{},
+		rep: &Report{Changed: []Change{}, Warnings: []string{}, Summary: Summary{OldRevisions: []string{}, NewRevision: snap.Revision}}}
+}
+
+func (r *run) finish() {
+	r.rep.Impact = r.tally.Report()
+	sort.SliceStable(r.rep.Changed, func(i, j int) bool { return classRank(r.rep.Changed[i].Class) < classRank(r.rep.Changed[j].Class) })
+}
+
+// source replays the records read calls take with: read runs on this
+// goroutine, the decisions on opts.Workers goroutines, and their results
+// are taken in the order read gave the records, so the report is the one
+// a single worker would make. At most 16 records per worker are in flight
+// between reading and taking. It returns the skipped records' warnings,
+// in order.
+func (r *run) source(ctx context.Context, read func(take func(at place, rec decisionlog.Record) error) error) ([]warning, error) {
+	type job struct {
+		seq int
+		at  place
+		rec decisionlog.Record
+	}
+	type result struct {
+		job
+		ch   *Change
+		skip string
+	}
+	jobs := make(chan job, r.opts.Workers)
+	results := make(chan result, r.opts.Workers)
+	window := make(chan struct{}, 16*r.opts.Workers)
+	var workers sync.WaitGroup
+	for range r.opts.Workers {
+		workers.Go(func() {
+			for j := range jobs {
+				ch, skip := Record(ctx, r.snap, j.rec)
+				results <- result{j, ch, skip}
+			}
+		})
+	}
+	var skips []warning
+	taken := make(chan struct{})
+	go func() {
+		defer close(taken)
+		pending := map[int]result{}
+		next := 0
+		for res := range results {
+			pending[res.seq] = res
+			for {
+				res, ok := pending[next]
+				if !ok {
+					break
+				}
+				delete(pending, next)
+				next++
+				<-window
+				if w, ok := r.take(res.at, res.rec, res.ch, res.skip); ok {
+					skips = append(skips, w)
+				}
+			}
+		}
+	}()
+	seq := 0
+	err := read(func(at place, rec decisionlog.Record) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if rec.Promotion != nil {
+			r.rep.Summary.Promotions++
+		}
+		if !rec.IsDecision() { // a promotion, or a shadow outcome (its decision is a record of its own)
+			return nil
+		}
+		if rec.Revision != "" && !r.seenRev[rec.Revision] {
+			r.seenRev[rec.Revision] = true
+			r.rep.Summary.OldRevisions = append(r.rep.Summary.OldRevisions, rec.Revision)
+		}
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		jobs <- job{seq, at, rec}
+		seq++
+		return nil
+	})
+	close(jobs)
+	workers.Wait()
+	close(results)
+	<-taken
+	if err == nil {
+		err = ctx.Err() // a record decided after ctx ended is no judgement
+	}
+	return skips, err
+}
+
+// take adds one record's judgement to the report, and returns the warning
+// of a skipped one.
+func (r *run) take(at place, rec decisionlog.Record, ch *Change, skip string) (warning, bool) {
+	r.taken++
+	if r.opts.Progress != nil {
+		defer r.opts.Progress(r.taken)
+	}
+	if skip != "" {
+		r.rep.Summary.Skipped++
+		return warning{at.line, fmt.Sprintf("%s: decision %s skipped: %s", at, rec.DecisionID, skip)}, true
+	}
+	r.tally.Add(rec.Decision, ch.Class, rec.DecisionID)
+	if ch.Class == shadow.Same {
+		r.rep.Summary.Unchanged++
+		return warning{}, false
+	}
+	ch.File, ch.Line, ch.Replica = at.file, at.line, at.replica
+	r.rep.Summary.Changed++
+	r.rep.Changed = append(r.rep.Changed, *ch)
+	return warning{}, false
 }
 
 // lineOf is the line number a reader warning about file starts with.

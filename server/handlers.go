@@ -430,6 +430,7 @@ type statusDoc struct {
 	Reload        string                 `json:"reload"`
 	ReloadRunning *engine.ReloadProgress `json:"reload_in_progress,omitempty"`
 	Bundles       any                    `json:"bundles,omitempty"`
+	Store         any                    `json:"store,omitempty"` // the decision store's account
 	Memory        any                    `json:"memory,omitempty"`
 	StartedAt     time.Time              `json:"started_at"`
 	UptimeSeconds float64                `json:"uptime_seconds"`
@@ -453,6 +454,9 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	}
 	if s.cfg.BundleStatus != nil {
 		doc.Bundles = s.cfg.BundleStatus()
+	}
+	if s.cfg.StoreStatus != nil {
+		doc.Store = s.cfg.StoreStatus()
 	}
 	doc.Memory = s.cfg.Memory
 	if s.cfg.Diffs != nil {

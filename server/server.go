@@ -103,6 +103,9 @@ type Config struct {
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any
+	// StoreStatus, when set, is the store member of /v1/status: how far
+	// behind the decision store is (nil: no store).
+	StoreStatus func() any
 	// BundleStuck, when set, says why the bundle's polls are stuck: then
 	// /health?bundles is not ready either.
 	BundleStuck func() error

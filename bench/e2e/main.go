@@ -7,6 +7,7 @@
 //	go run ./bench/e2e           # the full run (needs wrk: apt-get install -y wrk)
 //	go run ./bench/e2e -quick    # a smoke run: 1 s loads (skipped without wrk), small sizes, no file written
 //	go run ./bench/e2e -shadow   # live latency with and without a looping candidate in shadow (shadow.go)
+//	go run ./bench/e2e -store    # latency, throughput and records/s with and without --decision-store (store.go)
 //
 // All traffic stays on loopback; every run is bounded in time; the servers
 // are stopped on exit, on error and on Ctrl-C (and die with the driver if it
@@ -53,6 +54,8 @@ type config struct {
 	shadowCPU  float64 // its --shadow-cpu
 	shadowPace int     // requests a second of its paced load
 	pace       int     // requests a second of the fixed-rate latency runs
+	store      bool    // -store: the decision store benchmark alone (store.go)
+	storeURL   string  // its database; "" starts a throwaway cluster
 }
 
 type sizeSpec struct {
@@ -102,6 +105,8 @@ func main() {
 	flag.BoolVar(&c.shadow, "shadow", false, "measure the live latency with and without a looping candidate in shadow, alone (prints, writes nothing)")
 	flag.Float64Var(&c.shadowCPU, "shadow-cpu", shadow.DefaultCPU, "with -shadow: the server's --shadow-cpu")
 	flag.IntVar(&c.shadowPace, "shadow-pace", 200, "with -shadow: requests a second of the paced (light) load")
+	flag.BoolVar(&c.store, "store", false, "measure latency and throughput with and without --decision-store, and the records a second written to it, alone (prints, writes nothing)")
+	flag.StringVar(&c.storeURL, "store-url", "", "with -store: the PostgreSQL database to write to (default: a throwaway cluster started with initdb)")
 	flag.IntVar(&c.pace, "pace", 1000, "requests a second of the fixed-rate latency runs (open loop), a rate both servers sustain; 0 skips them")
 	flag.Parse()
 	c.sizes = fullSizes
@@ -113,9 +118,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, c.limit)
 	var err error
-	if c.shadow {
+	switch {
+	case c.shadow:
 		err = runShadow(ctx, c)
-	} else {
+	case c.store:
+		err = runStore(ctx, c)
+	default:
 		err = run(ctx, c)
 	}
 	cancel()

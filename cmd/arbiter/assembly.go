@@ -21,6 +21,7 @@ import (
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server"
+	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/arbiter-dev/arbiter/watch"
 )
 
@@ -41,6 +42,7 @@ type assembly struct {
 	eng       *engine.Engine
 	fl        *fleet
 	sh        *shadowing
+	ds        *store              // the decision store (store.go); its sink is nil without --decision-store
 	pg        *pages              // nil: --ui=false
 	dlog      *decisionlog.Logger // nil: no file and no sink
 	stopping  chan struct{}       // closed when a stop begins
@@ -81,6 +83,9 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	if a.sh, err = newShadowing(ctx, c, a.eng, a.ecfg, a.diffs, log); err != nil { // a candidate in shadow (shadow.go)
+		return err
+	}
+	if a.ds, err = newStore(c, a.eng, log); err != nil {
 		return err
 	}
 	sink, err := a.openRecords(stdout)
@@ -137,19 +142,26 @@ func (a *assembly) startEngine(ctx context.Context) error {
 	return nil
 }
 
-// openRecords opens the decision-record pipeline: the file, the upload and
-// the pages' ring are its sinks, each record masked once for all of them;
-// the file and the upload each have their own bounded queue, so that a
-// stalled disk costs the upload and the ring nothing. The sink it returns
-// is nil when nothing is logged.
+// openRecords opens the decision-record pipeline: the file, the upload,
+// the decision store and the pages' ring are its sinks, each record masked
+// once for all of them; the file, the upload and the store each have their
+// own bounded queue, so that a stalled disk or database costs the others
+// nothing. The sink it returns is nil when nothing is logged.
 func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 	c, log := a.c, a.log
 	var sinks []decisionlog.Sink
 	if a.fl.upload != nil {
 		sinks = append(sinks, a.fl.upload)
 	}
+	if a.ds.sink != nil {
+		sinks = append(sinks, a.ds.sink)
+	}
 	if c.ui {
-		a.pg = newPages(c, a.eng, shadowPages{a.sh.sh, a.sh.srv.Gate}, a.diffs, len(a.tokens) > 0, log)
+		var fleetPages ui.Store // every replica's decisions, when there is a store
+		if a.ds.sink != nil {
+			fleetPages = ui.FromStore(a.ds.sink.Reader())
+		}
+		a.pg = newPages(c, a.eng, shadowPages{a.sh.sh, a.sh.srv.Gate}, a.diffs, fleetPages, len(a.tokens) > 0, log)
 		sinks = append(sinks, a.pg.ring)
 	}
 	if c.decisionLog == "" {
@@ -205,6 +217,7 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		Registry:          reg,
 		ReloadCounts:      a.eng.ReloadCounts,
 		BundleStatus:      fl.bundleStatus,
+		StoreStatus:       a.ds.status,
 		BundleStuck:       fl.bundleStuck,
 		Memory:            c.memory,
 		Tracer:            a.tr.tracer(),
@@ -228,6 +241,7 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 	}
 	fl.register(reg)
 	a.sh.register(reg)
+	a.ds.register(reg)
 	if dlog != nil { // without a file too: a record the queue refused reaches no sink
 		reg.MustRegister(dlog.Collector())
 	}
@@ -380,6 +394,7 @@ func (a *assembly) stop() int {
 	if err := a.fl.stop(log); err != nil {
 		log.Error("decision-log upload not complete", "err", err)
 	}
+	a.ds.stop(log)
 	traceCtx, cancelTrace := context.WithTimeout(context.Background(), traceFlushTimeout)
 	defer cancelTrace()
 	if err := a.tr.shutdown(traceCtx); err != nil {

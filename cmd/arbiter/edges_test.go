@@ -585,9 +585,18 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 		"test":  append([]string{"test"}, quotaDirs...),
 		"build": append([]string{"build", "--output", "-", "--tests", ""}, folderArgs(quota)[:4]...),
 	}
-	// The commands for a running server wait for a server that accepts
-	// the connection and never answers.
-	awaitingAnswer := map[string][]string{"status": {"status"}, "reloads": {"reloads"}, "shadow": {"shadow", "status"}}
+	// The commands for a running server, and those reading a decision
+	// store, wait for a server that accepts the connection and never
+	// answers.
+	server := func(args ...string) func(addr string) []string {
+		return func(addr string) []string { return append(args, "--server", "http://"+addr) }
+	}
+	awaitingAnswer := map[string]func(addr string) []string{
+		"status": server("status"), "reloads": server("reloads"), "shadow": server("shadow", "status"),
+		"decisions": func(addr string) []string {
+			return []string{"decisions", "--store", "postgres://arbiter@" + addr + "/arbiter"}
+		},
+	}
 	cannotHold := map[string]string{
 		"version": "it prints one short line and exits: nothing it does can be held open for the signal",
 	}
@@ -622,7 +631,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 							accepted <- conn
 						}
 					}()
-					cmd = exec.Command(binPath, append(awaitingAnswer[c.name], "--server", "http://"+ln.Addr().String())...)
+					cmd = exec.Command(binPath, awaitingAnswer[c.name](ln.Addr().String())...)
 					held = func() {
 						select {
 						case conn := <-accepted: // the request is on its way; no answer comes

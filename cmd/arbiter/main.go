@@ -26,8 +26,14 @@ Usage:
   arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG] [--signing-key-id ID]]
                   [--claims-file FILE] [--no-gate] [--policies DIR] [--schemas DIR] [--tests DIR]
                   (an OPA bundle of one revision)
-  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] [--examples N] [--policies DIR] [--schemas DIR]
-                  [--format text|json]
+  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] | --store URL [--since D] [--until D] [filters]
+                  [--workers N] [--examples N] [--policies DIR] [--schemas DIR] [--format text|json]
+                  filters: [--decision NAME] [--outcome O] [--reason R] [--revision PREFIX] [--caller C]
+                  [--replica ID] [--path P] [--input "/run/runId = run-7f3a" ...]
+  arbiter decisions --store URL [--since D] [--until D] [filters] [--limit N] [--before CURSOR]
+                  [--format text|json]   (every replica's stored decisions, newest first)
+                  filters: [--decision NAME] [--outcome O] [--reason R] [--revision PREFIX] [--caller C]
+                  [--replica ID] [--path P] [--input "/run/runId = run-7f3a" ...]
   arbiter diff    OLD NEW [--format text|json] [--schemas DIR] [--tests DIR]
                   (does an edit open an allowance? proved absent, or an example)
   arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--max-input-values N]
@@ -93,6 +99,9 @@ var commands = []subcommand{
 	}, false},
 	{"replay", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return cmdReplay(ctx, args, stdout, stderr)
+	}, false},
+	{"decisions", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+		return cmdDecisions(ctx, args, stdout, stderr)
 	}, false},
 	{"diff", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return cmdDiff(ctx, args, stdout, stderr)

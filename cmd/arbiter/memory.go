@@ -13,6 +13,7 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -32,8 +33,8 @@ const (
 	admissionValuesShare = 3.0 / 8
 	bytesPerValue        = 190
 	// The queues of background work (the decision log's, shadow's and,
-	// when there is one, the upload's) share an eighth, each in proportion
-	// to its default.
+	// when there are, the upload's and the decision store's) share an
+	// eighth, each in proportion to its default.
 	queueShare = 1.0 / 8
 )
 
@@ -104,6 +105,9 @@ func planMemory(c *serveConfig, set map[string]bool, cgroup memlimit.Provider) *
 	if c.logService != "" {
 		queues += logship.DefaultQueueBytes
 	}
+	if c.storeURL != "" { // the decision store's queue shares the eighth only when there is one
+		queues += decisionstore.DefaultQueueBytes
+	}
 	type budget struct {
 		flag   string
 		v      *int64
@@ -118,6 +122,9 @@ func planMemory(c *serveConfig, set map[string]bool, cgroup memlimit.Provider) *
 	}
 	if c.logService != "" {
 		budgets = append(budgets, budget{"decision-log-upload-queue-bytes", &c.uploadQueueBytes, logship.DefaultQueueBytes, l * queueShare * logship.DefaultQueueBytes / queues})
+	}
+	if c.storeURL != "" {
+		budgets = append(budgets, budget{"decision-store-queue-bytes", &c.storeQueueBytes, decisionstore.DefaultQueueBytes, l * queueShare * decisionstore.DefaultQueueBytes / queues})
 	}
 	for _, b := range budgets {
 		switch {

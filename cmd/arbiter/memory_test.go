@@ -13,6 +13,7 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -89,6 +90,11 @@ func TestMemoryFromCgroup(t *testing.T) {
 			cgroup: 512 << 20, source: "cgroup", limit: share(512 << 20), scaled: true},
 		{name: "with an upload", files: map[string]string{"memory.max": "536870912"}, args: []string{"--decision-log-service", "http://127.0.0.1:1"},
 			cgroup: 512 << 20, source: "cgroup", limit: share(512 << 20), scaled: true},
+		// The store's queue shares the queues' eighth when there is a
+		// store (not reached here: the sink waits for it off the answer
+		// path), and its password is in no status.
+		{name: "a decision store", files: map[string]string{"memory.max": "536870912"}, args: []string{"--decision-store", "postgres://u:secret@127.0.0.1:1/none"},
+			cgroup: 512 << 20, source: "cgroup", limit: share(512 << 20), scaled: true},
 		{name: "unlimited", files: map[string]string{"memory.max": "max"}, source: "default", limit: defaultMemoryLimit},
 		{name: "GOMEMLIMIT wins", files: map[string]string{"memory.max": "536870912"}, env: "GOMEMLIMIT=300MiB", cgroup: 512 << 20, source: "GOMEMLIMIT", limit: 300 << 20, scaled: true},
 	} {
@@ -100,7 +106,13 @@ func TestMemoryFromCgroup(t *testing.T) {
 					c.Env = append(c.Env, tc.env)
 				}
 			}, append(args, tc.args...)...)
-			mem, _ := status(t, client, srv.url)["memory"].(map[string]any)
+			doc := status(t, client, srv.url)
+			storeDoc, _ := doc["store"].(map[string]any)
+			withStore := containsArg(tc.args, "--decision-store")
+			if withStore != (storeDoc != nil) || (withStore && storeDoc["url"] != "postgres://u:xxxxx@127.0.0.1:1/none") {
+				t.Errorf("/v1/status store %v; want one with the password redacted exactly when --decision-store is given", storeDoc)
+			}
+			mem, _ := doc["memory"].(map[string]any)
 			if mem == nil {
 				t.Fatal("/v1/status has no memory member")
 			}
@@ -119,6 +131,9 @@ func TestMemoryFromCgroup(t *testing.T) {
 			want := maps.Clone(defaults)
 			if containsArg(tc.args, "--decision-log-service") {
 				want["decision-log-upload-queue-bytes"] = logship.DefaultQueueBytes
+			}
+			if withStore {
+				want["decision-store-queue-bytes"] = decisionstore.DefaultQueueBytes
 			}
 			for flag, def := range want {
 				v, src := value(flag)
@@ -147,13 +162,14 @@ func TestMemoryFromCgroup(t *testing.T) {
 			dlog, _ := value("decision-log-queue-bytes")
 			shadowQ, _ := value("shadow-queue-bytes")
 			upload, _ := value("decision-log-upload-queue-bytes") // 0 without an upload
+			storeQ, _ := value("decision-store-queue-bytes")      // 0 without a store
 			if containsArg(tc.args, "--max-inflight-bytes") {
 				bytes = 0
 			}
 			if adm := bytes + values*bytesPerValue; adm > tc.limit/2 {
 				t.Errorf("admission may hold %d bytes, more than half the limit %d", adm, tc.limit)
 			}
-			if q := dlog + shadowQ + upload; q > tc.limit/8+1 {
+			if q := dlog + shadowQ + upload + storeQ; q > tc.limit/8+2 {
 				t.Errorf("the queues may hold %d bytes, more than an eighth of the limit %d", q, tc.limit)
 			}
 		})

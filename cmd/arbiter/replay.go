@@ -4,8 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"reflect"
 	"strings"
+	"time"
 
+	"golang.org/x/term"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/replay"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -13,13 +20,15 @@ import (
 
 // cmdReplay is the command line of package replay: the changed decisions
 // (refuse_to_allow first), then the impact report GET /v1/shadow shows for
-// a candidate in shadow, classified the same way. It exits 0 when nothing
+// a candidate in shadow, classified the same way. The records are read
+// from log files, or from a decision store (--store, with the filters of
+// arbiter decisions), streamed either way. It exits 0 when nothing
 // changed and every line was replayed, 1 when a decision changed, 3 when
 // nothing changed but records or lines were skipped (masked, cut off,
 // corrupt), and 2 on bad arguments, policies that do not load or a log that
 // cannot be read.
 func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("replay", "--log FILE|DIR [--log FILE|DIR ...] [FILE|DIR ...] [flags]")
+	c := newCommand("replay", "--log FILE|DIR [--log FILE|DIR ...] [FILE|DIR ...] | --store URL [filters] [flags]")
 	var f folders
 	f.register(c, false)
 	var logs []string
@@ -27,15 +36,31 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		logs = append(logs, s)
 		return nil
 	})
+	var q storeQuery
+	q.register(c, "records")
 	format := c.String("format", "text", "output format: text or json")
 	examples := c.Int("examples", shadow.DefaultExamples, "decision ids the impact report keeps per decision and class")
+	workers := c.Int("workers", 0, "records decided in parallel, 0: one per CPU (GOMAXPROCS); the report is the same for any number")
 	if done, code := c.parse(args, stdout, stderr, exitInput); done {
 		return code
 	}
 	logs = append(logs, c.Args()...)
+	filter, ferr := q.filter(time.Now())
 	switch {
-	case len(logs) == 0:
-		fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR is required")
+	case len(logs) == 0 && q.dsn == "":
+		fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR is required, or --store URL")
+		return exitInput
+	case len(logs) > 0 && q.dsn != "":
+		fmt.Fprintln(stderr, "arbiter replay: --log and --store are two sources: give one")
+		return exitInput
+	case ferr != nil:
+		fmt.Fprintf(stderr, "arbiter replay: %v\n", ferr)
+		return exitInput
+	case q.dsn == "" && !reflect.DeepEqual(filter, decisionstore.Filter{}):
+		fmt.Fprintln(stderr, "arbiter replay: the filters read a decision store: they need --store")
+		return exitInput
+	case *workers < 0:
+		fmt.Fprintln(stderr, "arbiter replay: --workers must not be negative")
 		return exitInput
 	case *format != "text" && *format != "json":
 		fmt.Fprintf(stderr, "arbiter replay: --format must be text or json, not %q\n", *format)
@@ -44,17 +69,40 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "arbiter replay: --examples must be positive")
 		return exitInput
 	}
-	files, err := replay.Files(logs)
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
-		return exitInput
+	var files []string
+	if len(logs) > 0 {
+		var err error
+		if files, err = replay.Files(logs); err != nil {
+			fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
+			return exitInput
+		}
 	}
 	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter replay: loading the policies: %v\n", err)
 		return exitInput
 	}
-	rep, err := replay.Run(ctx, snap, files, replay.Options{Examples: *examples})
+	opts := replay.Options{Examples: *examples, Workers: *workers}
+	progress := newProgress(stderr)
+	opts.Progress = progress.update
+	var rep *replay.Report
+	if q.dsn == "" {
+		rep, err = replay.Run(ctx, snap, files, opts)
+	} else {
+		var r *decisionstore.Reader
+		var closeStore func()
+		if r, closeStore, err = q.open(ctx); err != nil {
+			fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
+			return exitInput
+		}
+		defer closeStore()
+		// Promotions too, which replay counts as files show them.
+		filter.Kinds = []string{decisionstore.KindDecision, decisionstore.KindPromotion}
+		rep, err = replay.RunStream(ctx, snap, func(ctx context.Context, fn func(string, decisionlog.Record) error) error {
+			return r.Stream(ctx, filter, func(row decisionstore.Row) error { return fn(row.Replica, row.Record) })
+		}, opts)
+	}
+	progress.done()
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
 		return exitInput
@@ -67,8 +115,12 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stderr, "arbiter replay: warning: %s\n", w)
 		}
 		for _, ch := range rep.Changed { // the most dangerous class first
-			fmt.Fprintf(stdout, "changed %s %s (%s:%d): %s: revision %s -> %s: %s -> %s\n",
-				ch.DecisionID, ch.Decision, ch.File, ch.Line, ch.Class, orNone(ch.Old.Revision), ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
+			at := fmt.Sprintf("%s:%d", ch.File, ch.Line)
+			if ch.File == "" {
+				at = "replica " + ch.Replica
+			}
+			fmt.Fprintf(stdout, "changed %s %s (%s): %s: revision %s -> %s: %s -> %s\n",
+				ch.DecisionID, ch.Decision, at, ch.Class, orNone(ch.Old.Revision), ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
 		}
 		fmt.Fprintf(stdout, "impact of revision %s: ", rep.Summary.NewRevision)
 		rep.Impact.WriteText(stdout)
@@ -77,8 +129,12 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if len(s.OldRevisions) > 0 {
 			old = strings.Join(s.OldRevisions, ", ")
 		}
-		fmt.Fprintf(stdout, "replayed %d decisions from %d files: %d changed, %d unchanged, %d skipped (revision %s -> %s)\n",
-			s.Replayed, len(s.Files), s.Changed, s.Unchanged, s.Skipped, old, s.NewRevision)
+		from := fmt.Sprintf("%d files", len(s.Files))
+		if s.Store {
+			from = "the decision store"
+		}
+		fmt.Fprintf(stdout, "replayed %d decisions from %s: %d changed, %d unchanged, %d skipped (revision %s -> %s)\n",
+			s.Replayed, from, s.Changed, s.Unchanged, s.Skipped, old, s.NewRevision)
 	}
 	switch {
 	case rep.Summary.Changed > 0:
@@ -87,6 +143,37 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitSkipped
 	}
 	return exitOK
+}
+
+// progress shows on a terminal how many records replay took, on one line
+// of stderr that it rewrites; nothing when stderr is no terminal (a file,
+// a pipe, a test), whose reader wants the report only.
+type progress struct {
+	w io.Writer
+	n int
+}
+
+func newProgress(stderr io.Writer) *progress {
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return &progress{w: f}
+	}
+	return &progress{}
+}
+
+// update is replay.Options.Progress: the line every 1,000 records.
+func (p *progress) update(n int) {
+	p.n = n
+	if p.w != nil && n%1000 == 0 {
+		fmt.Fprintf(p.w, "\rarbiter replay: %d records replayed", n)
+	}
+}
+
+// done ends the progress line with the last count, so that what follows
+// starts on a line of its own.
+func (p *progress) done() {
+	if p.w != nil {
+		fmt.Fprintf(p.w, "\rarbiter replay: %d records replayed\n", p.n)
+	}
 }
 
 func orNone(s string) string {

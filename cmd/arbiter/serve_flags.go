@@ -23,6 +23,7 @@ type serveConfig struct {
 	folders
 	fleetConfig
 	shadowConfig
+	storeConfig       // the decision store (store.go)
 	addr              string
 	decisionLog       string
 	logMaxMB          int
@@ -82,6 +83,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	c.folders.register(fs, true)
 	c.fleetConfig.register(fs)
 	c.shadowConfig.register(fs)
+	c.storeConfig.register(fs)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8181", "listen address HOST:PORT")
 	fs.StringVar(&c.decisionLog, "decision-log", "var/decisions.log", "decision log file, - for stdout, '' to disable")
 	fs.IntVar(&c.logMaxMB, "decision-log-max-mb", decisionlog.DefaultMaxMegabytes, "rotate the decision log file at this many MiB; it must hold the largest record")
@@ -156,6 +158,9 @@ func (c *serveConfig) validate(fs *command) error {
 		return err
 	}
 	if err := c.shadowConfig.validate(); err != nil {
+		return err
+	}
+	if err := c.storeConfig.validate(); err != nil {
 		return err
 	}
 	switch {

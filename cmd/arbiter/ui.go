@@ -31,10 +31,11 @@ func (p *pages) endStreams() { p.closeOnce.Do(func() { close(p.closing) }) }
 // logged) and shadow (nil: none; issue 13 wires its candidate here), and
 // fills the ring from the tail of the decision log file. The ring is a sink
 // of the decision-record pipeline: it shows every decision the pipeline
-// took, masked as every sink receives it.
-func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.Runner, login bool, log *slog.Logger) *pages {
+// took, masked as every sink receives it. With a decision store (store not
+// nil) the list and a decision's page read every replica's from it.
+func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
 	p := &pages{closing: make(chan struct{})}
-	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng)})
+	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng), Replica: c.replicaID})
 	var archive ui.Archive
 	if c.decisionLog != "" && c.decisionLog != "-" {
 		lf := ui.LogFile{Path: c.decisionLog}
@@ -50,7 +51,7 @@ func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.
 		uiDiffs = diffs
 	}
 	p.handler = ui.New(ui.Config{Diffs: uiDiffs,
-		Recent: p.ring, Archive: archive, Decider: eng, Reloads: eng, Shadow: shadow, Logger: log,
+		Recent: p.ring, Archive: archive, Store: store, Decider: eng, Reloads: eng, Shadow: shadow, Logger: log,
 		MaxBodyBytes: c.maxBodyBytes, EvalTimeout: 2*c.evalTimeout + 5*time.Second, Login: login,
 		Closing: p.closing,
 	})

@@ -47,7 +47,7 @@ func TestPagesBesideTheLog(t *testing.T) {
 	if done {
 		t.Fatalf("parseServe: exit %d", code)
 	}
-	pg := newPages(c, eng, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pg := newPages(c, eng, nil, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pipe, err := decisionlog.Open(decisionlog.Options{Mask: []string{"/" + member}, Sinks: []decisionlog.Sink{pg.ring}})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestPagesShowTheShadowCandidate(t *testing.T) {
 	if done {
 		t.Fatalf("parseServe: exit %d", code)
 	}
-	pg := newPages(c, eng, sp, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pg := newPages(c, eng, sp, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pg.ring.Write([]decisionlog.Record{
 		{DecisionID: "promotion-1", Path: "/v1/shadow/promote", Promotion: json.RawMessage(`{"promoted":true}`)},
 		{DecisionID: "outcome-1", Decision: "d", Shadow: &decisionlog.Shadow{Class: "same"}},

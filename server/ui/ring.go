@@ -1,20 +1,21 @@
 package ui
 
 import (
-	"encoding/json"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 )
 
 // Entry is one decision as the pages show it: the decision-log record and
 // what is read from its result for filtering.
 type Entry struct {
-	Seq    uint64 // order of arrival in the ring, 1-based
+	Seq    uint64 // order of arrival in the ring, 1-based; 0 from a store
 	Record decisionlog.Record
+	// Replica is the id of the replica that made the decision.
+	Replica string
 	// Outcome is the result member that the decision's result schema names
 	// as its outcome (x-arbiter-outcome, default "outcome"), or "error".
 	Outcome string
@@ -42,7 +43,7 @@ func (e Entry) ErrorCode() string {
 }
 
 // OutcomeError is the outcome of every entry whose request ended in an error.
-const OutcomeError = "error"
+const OutcomeError = decisionlog.OutcomeError
 
 // Defaults of a Ring.
 const (
@@ -64,6 +65,8 @@ type RingConfig struct {
 	// OutcomeKey names, per decision, the result member that is its
 	// outcome; nil or "" means "outcome".
 	OutcomeKey func(decision string) string
+	// Replica is this replica's id, which every entry carries.
+	Replica string
 }
 
 // Ring holds the most recent decisions in memory, bounded in count and in
@@ -110,7 +113,7 @@ func (r *Ring) Write(recs []decisionlog.Record) {
 // Add records one decision. The record's byte slices must not change
 // afterwards (the decision log's records never do).
 func (r *Ring) Add(rec decisionlog.Record) {
-	e := Entry{Record: rec}
+	e := Entry{Record: rec, Replica: r.cfg.Replica}
 	if len(rec.Input) > r.cfg.MaxKeptInput {
 		e.Record.Input, e.InputDropped = nil, true
 	}
@@ -120,13 +123,11 @@ func (r *Ring) Add(rec decisionlog.Record) {
 	if len(rec.Result) > r.cfg.MaxKeptInput {
 		e.Record.Result = nil // a result schema keeps results small; never seen
 	}
-	key := "outcome"
+	key := ""
 	if r.cfg.OutcomeKey != nil {
-		if k := r.cfg.OutcomeKey(rec.Decision); k != "" {
-			key = k
-		}
+		key = r.cfg.OutcomeKey(rec.Decision)
 	}
-	e.Outcome, e.Reasons = summarize(rec, key)
+	e.Outcome, e.Reasons = rec.Summary(key)
 
 	r.mu.Lock()
 	r.seq++
@@ -168,32 +169,6 @@ func entrySize(e Entry) int {
 	return len(e.Record.Input) + len(e.Record.Result) + len(e.Record.BodyBase64) + 512
 }
 
-// summarize reads the outcome and reasons of a record's result, by the
-// conventions every decision follows; nothing here knows a decision.
-func summarize(rec decisionlog.Record, outcomeKey string) (string, []string) {
-	if rec.Error != nil {
-		return OutcomeError, nil
-	}
-	var res map[string]json.RawMessage
-	if json.Unmarshal(rec.Result, &res) != nil {
-		return "", nil
-	}
-	var reasons []string
-	_ = json.Unmarshal(res["reasons"], &reasons)
-	var outcome string
-	if raw, ok := res[outcomeKey]; ok {
-		var s string
-		var b bool
-		switch {
-		case json.Unmarshal(raw, &s) == nil:
-			outcome = s
-		case json.Unmarshal(raw, &b) == nil:
-			outcome = strconv.FormatBool(b)
-		}
-	}
-	return outcome, reasons
-}
-
 // Filter selects entries; an empty field matches everything.
 type Filter struct {
 	Decision string
@@ -201,8 +176,19 @@ type Filter struct {
 	Reason   string // among the entry's reasons, or its error code
 	Revision string // a prefix of the policy revision
 	Caller   string
+	Replica  string
+	Path     string    // the request path, exactly
 	Since    time.Time // at or after
 	Until    time.Time // before
+	// Input are input fields that must hold a value, all of them (the
+	// decision store's filter, matched the same way here).
+	Input []decisionstore.InputMatch
+}
+
+// Store is f as a decision store's filter.
+func (f Filter) Store() decisionstore.Filter {
+	return decisionstore.Filter{Decision: f.Decision, Outcome: f.Outcome, Reason: f.Reason, Revision: f.Revision,
+		Caller: f.Caller, Replica: f.Replica, Path: f.Path, Since: f.Since, Until: f.Until, Input: f.Input}
 }
 
 // Match reports whether e passes f.
@@ -213,9 +199,16 @@ func (f Filter) Match(e Entry) bool {
 		f.Outcome != "" && e.Outcome != f.Outcome,
 		f.Revision != "" && !strings.HasPrefix(rec.Revision, f.Revision),
 		f.Caller != "" && rec.Caller != f.Caller,
+		f.Replica != "" && e.Replica != f.Replica,
+		f.Path != "" && rec.Path != f.Path,
 		!f.Since.IsZero() && rec.Time.Before(f.Since),
 		!f.Until.IsZero() && !rec.Time.Before(f.Until):
 		return false
+	}
+	for _, m := range f.Input {
+		if !m.Match(rec.InputDocument()) { // the store's input column
+			return false
+		}
 	}
 	if f.Reason != "" {
 		if e.ErrorCode() == f.Reason {
@@ -305,6 +298,7 @@ func (r *Ring) Values(max int) map[string][]string {
 		add("outcome", e.Outcome)
 		add("revision", e.Record.Revision)
 		add("caller", e.Record.Caller)
+		add("replica", e.Replica)
 		add("reason", e.ErrorCode())
 		for _, rs := range e.Reasons {
 			add("reason", rs)

@@ -21,6 +21,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"html/template"
@@ -39,6 +40,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
@@ -132,6 +134,10 @@ type ShadowDecision struct {
 type Config struct {
 	Recent  Recent
 	Archive Archive // may be nil
+	// Store, when the server has a decision store, is every replica's
+	// decisions: the list and a decision's page read it (live rows stay
+	// Recent's). nil: the pages show this replica's ring.
+	Store   Store
 	Decider Decider
 	Reloads Reloads // may be nil
 	Shadow  Shadow  // may be nil: no shadow evaluation in this process
@@ -158,6 +164,10 @@ type Config struct {
 
 // DefaultPageSize is the number of decisions on one page.
 const DefaultPageSize = 50
+
+// storeTimeout bounds the reading of one page from a decision store: a
+// stopped database shows an error page, not a page that never loads.
+const storeTimeout = 10 * time.Second
 
 type handler struct {
 	cfg   Config
@@ -317,6 +327,8 @@ type listData struct {
 	Filter     Filter
 	Form       url.Values
 	Page       Page
+	Stored     bool // read from the decision store, every replica's
+	More       bool // more than Page.Matched match (a store's bound)
 	Choices    map[string][]string
 	Newest     bool
 	OlderURL   string
@@ -331,6 +343,9 @@ type listData struct {
 type row struct {
 	Entry
 	URL string
+	// Cursor is the row's place, for the "Older" link that follows it.
+	Cursor string
+	Fleet  bool // the rows are every replica's: a replica column
 	// Shown are the reasons shown in the row: the first, and the one the
 	// filter asked for when it is another; More counts the others.
 	Shown []string
@@ -339,6 +354,11 @@ type row struct {
 
 func (h *handler) rowOf(e Entry, f Filter) row {
 	r := row{Entry: e, URL: h.cfg.Prefix + "/decisions/" + url.PathEscape(e.Record.DecisionID)}
+	if h.cfg.Store != nil {
+		r.Cursor, r.Fleet = storeCursor(e), true
+	} else {
+		r.Cursor = strconv.FormatUint(e.Seq, 10)
+	}
 	if len(e.Reasons) > 0 {
 		r.Shown = []string{e.Reasons[0]}
 		if f.Reason != "" && f.Reason != e.Reasons[0] {
@@ -354,13 +374,27 @@ func (h *handler) rowOf(e Entry, f Filter) row {
 }
 
 // parseFilter reads the filter of a query string; times are UTC, as the
-// form's datetime-local fields or RFC 3339.
-func parseFilter(q url.Values) (Filter, string) {
-	f := Filter{
+// form's datetime-local fields or RFC 3339. A time that is not one is
+// left out, and said (the note); an input filter that is not one makes
+// the filter match nothing (refused), never everything.
+func parseFilter(q url.Values) (f Filter, note string, refused bool) {
+	f = Filter{
 		Decision: q.Get("decision"), Outcome: q.Get("outcome"), Reason: q.Get("reason"),
-		Revision: q.Get("revision"), Caller: q.Get("caller"),
+		Revision: q.Get("revision"), Caller: q.Get("caller"), Replica: q.Get("replica"),
+		Path: q.Get("path"),
 	}
 	var bad []string
+	for _, in := range q["input"] {
+		if strings.TrimSpace(in) == "" {
+			continue
+		}
+		m, err := decisionstore.ParseInputMatch(in)
+		if err != nil {
+			bad, refused = append(bad, err.Error()), true
+			continue
+		}
+		f.Input = append(f.Input, m)
+	}
 	for _, t := range []struct {
 		key string
 		dst *time.Time
@@ -376,7 +410,7 @@ func parseFilter(q url.Values) (Filter, string) {
 		}
 		*t.dst = tm
 	}
-	return f, strings.Join(bad, "; ")
+	return f, strings.Join(bad, "; "), refused
 }
 
 func parseTime(v string) (time.Time, bool) {
@@ -391,9 +425,14 @@ func parseTime(v string) (time.Time, bool) {
 // filterQuery is the query string of f's form fields (without the cursor).
 func filterQuery(q url.Values) url.Values {
 	out := url.Values{}
-	for _, k := range []string{"decision", "outcome", "reason", "revision", "caller", "since", "until"} {
+	for _, k := range []string{"decision", "outcome", "reason", "revision", "caller", "replica", "path", "since", "until"} {
 		if v := q.Get(k); v != "" {
 			out.Set(k, v)
+		}
+	}
+	for _, v := range q["input"] {
+		if v != "" {
+			out.Add("input", v)
 		}
 	}
 	return out
@@ -401,19 +440,49 @@ func filterQuery(q url.Values) url.Values {
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, bad := parseFilter(q)
-	before, _ := strconv.ParseUint(q.Get("before"), 10, 64)
-	pg := h.cfg.Recent.Query(f, before, h.cfg.PageSize)
+	f, bad, refused := parseFilter(q)
 	fq := filterQuery(q)
-	d := listData{Filter: f, Form: q, Page: pg, PageSize: h.cfg.PageSize, Newest: before == 0, FilterNote: bad}
-	d.Choices = h.choices()
-	for _, e := range pg.Entries {
-		d.Rows = append(d.Rows, h.rowOf(e, f))
+	d := listData{Filter: f, Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
+	var older string
+	var cursors []string // a store's rows' own
+	switch {
+	case refused: // no rows: a filter that could not be read matches nothing
+	case h.cfg.Store != nil:
+		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
+		defer cancel()
+		sp, err := h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize)
+		if errors.Is(err, ErrBadCursor) {
+			h.render(w, r, http.StatusBadRequest, "error", page{Title: "No such page", Nav: "decisions",
+				Message: "The link's page cursor is not one this page gave. Start again from the newest decisions."})
+			return
+		}
+		if err != nil {
+			h.log.Warn("ui: reading the decision store failed", "err", err)
+			h.render(w, r, http.StatusServiceUnavailable, "error", page{Title: "Decision store unavailable", Nav: "decisions",
+				Message: "The decision store could not be read, so this page cannot say which decisions match. The server's log says why."})
+			return
+		}
+		d.Page = Page{Entries: sp.Entries, Matched: sp.Matched}
+		d.More, older, cursors = sp.More, sp.Older, sp.Cursors
+	default:
+		before, _ := strconv.ParseUint(q.Get("before"), 10, 64)
+		d.Page = h.cfg.Recent.Query(f, before, h.cfg.PageSize)
+		if d.Page.Older != 0 {
+			older = strconv.FormatUint(d.Page.Older, 10)
+		}
+	}
+	d.Choices = h.choices(r.Context())
+	for i, e := range d.Page.Entries {
+		row := h.rowOf(e, f)
+		if i < len(cursors) {
+			row.Cursor = cursors[i]
+		}
+		d.Rows = append(d.Rows, row)
 	}
 	d.NewestURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
-	if pg.Older != 0 {
+	if older != "" {
 		oq := filterQuery(q)
-		oq.Set("before", strconv.FormatUint(pg.Older, 10))
+		oq.Set("before", older)
 		d.OlderURL = h.cfg.Prefix + "/decisions" + encodeQuery(oq)
 	}
 	d.EventsURL = h.cfg.Prefix + "/events" + encodeQuery(fq)
@@ -427,10 +496,22 @@ func encodeQuery(q url.Values) string {
 	return "?" + q.Encode()
 }
 
-// choices are the values the filter form offers: those in the ring, and the
-// decisions and reasons of the live revision.
-func (h *handler) choices() map[string][]string {
-	c := h.cfg.Recent.Values(200)
+// choices are the values the filter form offers: those in the store (or,
+// without one or when it cannot be read, the ring), and the decisions and
+// reasons of the live revision.
+func (h *handler) choices(ctx context.Context) map[string][]string {
+	var c map[string][]string
+	if h.cfg.Store != nil {
+		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		var err error
+		if c, err = h.cfg.Store.Values(ctx, 200); err != nil {
+			h.log.Warn("ui: reading the decision store's filter values failed", "err", err)
+		}
+	}
+	if c == nil {
+		c = h.cfg.Recent.Values(200)
+	}
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
 		for _, d := range snap.Decisions() {
 			c["decision"] = appendNew(c["decision"], d.Name)
@@ -458,7 +539,7 @@ func appendNew(list []string, v string) []string {
 // events streams rows of new decisions that match the page's filter, as
 // server-sent events, until the page goes away or the server shuts down.
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
-	f, _ := parseFilter(r.URL.Query())
+	f, _, refused := parseFilter(r.URL.Query())
 	rc := http.NewResponseController(w)
 	// The stream outlives the server's write timeout, by design.
 	_ = rc.SetWriteDeadline(time.Time{})
@@ -496,7 +577,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case e := <-ch:
-			if !f.Match(e) {
+			if refused || !f.Match(e) {
 				continue
 			}
 			if err := h.sendRow(w, e, f); err != nil || rc.Flush() != nil {
@@ -537,24 +618,49 @@ type decisionData struct {
 func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	e, ok := h.cfg.Recent.Get(id)
+	var storeErr error
+	if (!ok || e.InputDropped) && h.cfg.Store != nil {
+		// Another replica's decision, or this one's input that the ring
+		// gave up: the store has every replica's, whole.
+		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
+		se, found, err := h.cfg.Store.Get(ctx, id)
+		cancel()
+		if err != nil {
+			h.log.Warn("ui: reading the decision store failed", "err", err)
+			storeErr = err
+		}
+		if found {
+			se.Seq = e.Seq
+			e, ok = se, true
+		}
+	}
 	if (!ok || e.InputDropped) && h.cfg.Archive != nil {
 		rec, found, err := h.cfg.Archive.Lookup(id)
 		if err != nil {
 			h.log.Warn("ui: reading the decision log failed", "err", err)
 		}
 		if found {
-			key := "outcome"
+			key := ""
 			if snap := h.cfg.Decider.Snapshot(); snap != nil {
 				key = outcomeKeyOf(snap, rec.Decision)
 			}
-			e = Entry{Seq: e.Seq, Record: rec}
-			e.Outcome, e.Reasons = summarize(rec, key)
+			e = Entry{Seq: e.Seq, Record: rec, Replica: e.Replica}
+			e.Outcome, e.Reasons = rec.Summary(key)
 			ok = true
 		}
 	}
+	if !ok && storeErr != nil {
+		h.render(w, r, http.StatusServiceUnavailable, "error", page{Title: "Decision store unavailable", Nav: "decisions",
+			Message: "Decision " + id + " is not in memory or in this replica's decision log, and the decision store could not be read. The server's log says why."})
+		return
+	}
 	if !ok {
+		where := "in memory or in the decision log"
+		if h.cfg.Store != nil {
+			where = "in memory, in the decision log or in the decision store"
+		}
 		h.render(w, r, http.StatusNotFound, "error", page{Title: "Decision not found", Nav: "decisions",
-			Message: "No decision " + id + " in memory or in the decision log."})
+			Message: "No decision " + id + " " + where + "."})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
@@ -593,7 +699,7 @@ func outcomeKeyOf(snap *engine.Snapshot, decision string) string {
 			}
 		}
 	}
-	return "outcome"
+	return decisionlog.DefaultOutcomeKey
 }
 
 // OutcomeKeys returns, for RingConfig.OutcomeKey, the outcome member of
@@ -635,11 +741,11 @@ func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, nam
 	ev.Decision = d
 	ev.Revision = d.Revision
 	ev.Result = indent(d.Result)
-	key := "outcome"
+	key := ""
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
 		key = outcomeKeyOf(snap, name)
 	}
-	ev.Outcome, ev.Reasons = summarize(decisionlog.Record{Result: d.Result}, key)
+	ev.Outcome, ev.Reasons = decisionlog.Record{Result: d.Result}.Summary(key)
 	for _, ro := range d.Explanation {
 		if ro.Fired {
 			ev.Fired = append(ev.Fired, ro)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
@@ -228,6 +230,11 @@ func TestFilters(t *testing.T) {
 		{"caller", "caller=" + url.QueryEscape(pick.Record.Caller), func(e Entry) bool { return e.Record.Caller == pick.Record.Caller }},
 		{"since", "since=" + url.QueryEscape(pick.Record.Time.Format(time.RFC3339Nano)), func(e Entry) bool { return !e.Record.Time.Before(pick.Record.Time) }},
 		{"until", "until=" + url.QueryEscape(pick.Record.Time.Format(time.RFC3339Nano)), func(e Entry) bool { return e.Record.Time.Before(pick.Record.Time) }},
+		{"path", "path=" + url.QueryEscape(pick.Record.Path), func(e Entry) bool { return e.Record.Path == pick.Record.Path }},
+		{"input", "input=" + url.QueryEscape(inputFilter(t, all)), func(e Entry) bool {
+			m, _ := decisionstore.ParseInputMatch(inputFilter(t, all))
+			return m.Match(e.Record.Input)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,6 +257,44 @@ func TestFilters(t *testing.T) {
 				t.Errorf("the filter %s keeps %d of %d: it tells nothing apart", tc.query, want, len(all))
 			}
 		})
+	}
+}
+
+// inputFilter is "POINTER = VALUE" for a string two members deep in the
+// first input that has one, found in the data.
+func inputFilter(t *testing.T, entries []Entry) string {
+	t.Helper()
+	for _, e := range entries {
+		var top map[string]json.RawMessage
+		if json.Unmarshal(e.Record.Input, &top) != nil {
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(top)) {
+			var inner map[string]json.RawMessage
+			if json.Unmarshal(top[k], &inner) != nil {
+				continue
+			}
+			for _, k2 := range slices.Sorted(maps.Keys(inner)) {
+				var v string
+				if json.Unmarshal(inner[k2], &v) == nil && v != "" && strings.TrimSpace(v) == v && !json.Valid([]byte(v)) {
+					return jsonptr.Join([]string{k, k2}) + " = " + v
+				}
+			}
+		}
+	}
+	t.Fatal("no input has a string two members deep")
+	return ""
+}
+
+// TestBadInputFilterMatchesNothing: an input filter the page cannot read
+// is said, and shows no rows, never every row.
+func TestBadInputFilterMatchesNothing(t *testing.T) {
+	h := newHarness(t, Config{PageSize: 1000})
+	for _, bad := range []string{"/a/0 = 1", "a = 1", "/a~2 = 1", "/a", `/a = {"b": 1}`} {
+		status, body := h.get(t, "/ui/decisions?input="+url.QueryEscape(bad))
+		if status != 200 || len(rowRE.FindAllStringSubmatch(body, -1)) != 0 || !strings.Contains(body, `class="problem" role="alert"`) {
+			t.Errorf("input filter %q: status %d, %d rows, problem said %v", bad, status, len(rowRE.FindAllStringSubmatch(body, -1)), strings.Contains(body, `class="problem"`))
+		}
 	}
 }
 

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/corpus"
+	"github.com/arbiter-dev/arbiter/internal/pgtest"
+)
+
+// runStore is `go run ./bench/e2e -store`: two Arbiters on the repository's
+// policies, started together with the same flags except that one also
+// writes to a decision store (--decision-store), measured in turns in the
+// same run: without the store, with it, and without it again (the
+// control: how far two runs of the same thing differ on this machine).
+// Each runs under wrk saturating it and under a paced open-loop load. For
+// the runs with the store it also measures the records written a second:
+// the records of the run over the time from its start until the store has
+// every one (or counted it dropped). The database is -store-url, or a
+// throwaway cluster (internal/pgtest: fsync off) on the same machine, so
+// that PostgreSQL's work shares the cores with the server's. It prints;
+// it writes nothing.
+func runStore(ctx context.Context, c config) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return errors.New("wrk not found; install it from the machine's packages (apt-get install -y wrk)")
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", "bin/arbiter", "./cmd/arbiter")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return err
+	}
+	snap, err := engine.Load(ctx, engine.Config{Policies: "policies", Schemas: "schemas"})
+	if err != nil {
+		return err
+	}
+	inputs, err := corpus.Generate(tests, c.corpusN, c.seed, func(decision string, body []byte) bool {
+		_, err := snap.Decide(ctx, decision, body, engine.Options{})
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "arbiter-store-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	script, index, err := writeLoad(tmp, inputs)
+	if err != nil {
+		return err
+	}
+	dbURL, where := c.storeURL, "-store-url"
+	if dbURL == "" {
+		cl, err := pgtest.New()
+		if err != nil {
+			return fmt.Errorf("a throwaway PostgreSQL (or pass -store-url): %w", err)
+		}
+		defer cl.Remove()
+		conn, err := pgx.Connect(ctx, cl.URL("postgres"))
+		if err != nil {
+			return err
+		}
+		_, err = conn.Exec(ctx, "CREATE DATABASE bench")
+		conn.Close(ctx)
+		if err != nil {
+			return err
+		}
+		dbURL, where = cl.URL("bench"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
+	}
+
+	start := func(name string, extra ...string) (*server, []string, error) {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, nil, err
+		}
+		argv := append([]string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas", "--tests", "",
+			"--decision-log", filepath.Join(tmp, name+".log"), "--log-level", "error"}, extra...)
+		s, err := startServer(name, addr, filepath.Join(tmp, name+".out"), argv...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, argv, s.waitReady(ctx, "/health", 2*time.Minute)
+	}
+	plain, plainArgv, err := start("plain")
+	if plain != nil {
+		defer plain.stop()
+	}
+	if err != nil {
+		return err
+	}
+	stored, storedArgv, err := start("stored", "--decision-store", dbURL, "--replica-id", "bench")
+	if stored != nil {
+		defer stored.stop()
+	}
+	if err != nil {
+		return err
+	}
+	storeStats := func() (storeAccount, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, stored.url("/v1/status"), nil)
+		resp, err := stored.client.Do(req)
+		if err != nil {
+			return storeAccount{}, err
+		}
+		defer resp.Body.Close()
+		var doc struct {
+			Store storeAccount `json:"store"`
+		}
+		return doc.Store, json.NewDecoder(resp.Body).Decode(&doc)
+	}
+
+	for _, s := range []*server{plain, stored} {
+		logf("warm-up of %s, %s", s.name, c.warmup)
+		if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, s.addr)); err != nil {
+			return err
+		}
+	}
+	type run struct {
+		load, mode string
+		rep        int
+		res        wrkResult
+		cpu        float64
+		written    uint64
+		dropped    uint64
+		drain      time.Duration // after the run, until the store had every record
+	}
+	modes := []string{"none", "store", "none (control)"}
+	loads := []string{"saturated", "paced"}
+	var runs []run
+	for _, load := range loads {
+		for rep := range c.reps {
+			for k := range modes {
+				mode := modes[(rep+k)%len(modes)]
+				s := plain
+				if mode == "store" {
+					s = stored
+				}
+				before, err := storeStats()
+				if err != nil {
+					return err
+				}
+				cpu0, _ := cpuSeconds(s.pid())
+				var res wrkResult
+				if load == "saturated" {
+					res, err = runWrk(ctx, wrkArgs(c, c.duration, script, index, s.addr))
+				} else {
+					res, err = paced(ctx, s, dataRequests(inputs), c.pace, c.duration)
+				}
+				cpu1, _ := cpuSeconds(s.pid())
+				if err != nil {
+					return err
+				}
+				// Errors (timeouts of an overloaded machine) are reported, not
+				// fatal: they are part of what a run shows.
+				r := run{load: load, mode: mode, rep: rep, res: res, cpu: cpu1 - cpu0}
+				ended := time.Now()
+				for mode == "store" {
+					after, err := storeStats()
+					if err != nil {
+						return err
+					}
+					if after.Queued == 0 {
+						r.drain = time.Since(ended)
+						r.written, r.dropped = after.Written-before.Written, after.dropped()-before.dropped()
+						break
+					}
+					if time.Since(ended) > 5*time.Minute {
+						return fmt.Errorf("the store still has %d records queued 5 minutes after the run", after.Queued)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				runs = append(runs, r)
+				logf("%s run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  written %d dropped %d drain %s",
+					load, rep+1, mode, res.rps(), ms(res.P50US), ms(res.P99US), r.written, r.dropped, r.drain.Round(time.Millisecond))
+			}
+		}
+	}
+
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("| load | run | decision store | req/s | errors | p50 ms | p99 ms | server CPU µs/req | records written | dropped | drain s | records/s into the store |")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	byRep := map[string]map[int]map[string]wrkResult{}
+	var sustained []float64
+	for _, r := range runs {
+		perSec := "-"
+		if r.mode == "store" {
+			v := float64(r.written) / (float64(r.res.DurationUS)/1e6 + r.drain.Seconds())
+			perSec = fmt.Sprintf("%.0f", v)
+			if r.load == "saturated" {
+				sustained = append(sustained, v)
+			}
+		}
+		w("| %s | %d | %s | %.0f | %d | %.2f | %.2f | %.0f | %d | %d | %.2f | %s |", r.load, r.rep+1, r.mode, r.res.rps(), r.res.errors(), ms(r.res.P50US), ms(r.res.P99US),
+			r.cpu/float64(r.res.Requests)*1e6, r.written, r.dropped, r.drain.Seconds(), perSec)
+		if byRep[r.load] == nil {
+			byRep[r.load] = map[int]map[string]wrkResult{}
+		}
+		if byRep[r.load][r.rep] == nil {
+			byRep[r.load][r.rep] = map[string]wrkResult{}
+		}
+		byRep[r.load][r.rep][r.mode] = r.res
+	}
+	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
+	w("")
+	w("| load | against no store, median of %d repetitions | p99 | p50 | throughput |", c.reps)
+	w("|---|---|---|---|---|")
+	for _, load := range loads {
+		for _, mode := range []string{"store", "none (control)"} {
+			var p99, p50, rps []float64
+			for rep := range c.reps {
+				on, off := byRep[load][rep][mode], byRep[load][rep]["none"]
+				p99 = append(p99, float64(on.P99US)/float64(off.P99US))
+				p50 = append(p50, float64(on.P50US)/float64(off.P50US))
+				rps = append(rps, on.rps()/off.rps())
+			}
+			w("| %s | %s | %.2fx | %.2fx | %.2fx |", load, mode, med(p99), med(p50), med(rps))
+		}
+	}
+	w("")
+	w("Records per second sustained into the store under the saturated load (median): %.0f.", med(sustained))
+	w("")
+	w("Servers: `%s` and `%s`; the database: %s.", shellQuote(plainArgv), shellQuote(storedArgv), where)
+	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, open loop, for %s.",
+		shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")), c.pace, c.duration)
+	fmt.Print(b.String())
+	return nil
+}
+
+// storeAccount is the part of /v1/status's store member the benchmark reads.
+type storeAccount struct {
+	Written uint64            `json:"written"`
+	Queued  int               `json:"queued"`
+	Dropped map[string]uint64 `json:"dropped"`
+}
+
+func (a storeAccount) dropped() uint64 {
+	var n uint64
+	for _, v := range a.Dropped {
+		n += v
+	}
+	return n
+}

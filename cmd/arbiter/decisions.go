@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
+)
+
+// storeQuery is the decision store and the filter of a command that reads
+// it (arbiter decisions, arbiter replay --store): the /ui pages' filters.
+type storeQuery struct {
+	dsn                                                     string
+	decision, outcome, reason, revision, caller, replica, p string
+	since, until                                            string
+	inputs                                                  []string
+}
+
+func (s *storeQuery) register(c *command, what string) {
+	c.StringVar(&s.dsn, "store", "", "the decision store to read "+what+" from: a PostgreSQL URL (postgres://user@host/db) or key=value string; its password is better in PGPASSWORD or ~/.pgpass than on a command line")
+	c.fromEnv("store")
+	c.StringVar(&s.decision, "decision", "", "only the decision of this name")
+	c.StringVar(&s.outcome, "outcome", "", "only this outcome (error: refused inputs)")
+	c.StringVar(&s.reason, "reason", "", "only decisions with this reason or error code")
+	c.StringVar(&s.revision, "revision", "", "only decisions of a policy revision starting with this")
+	c.StringVar(&s.caller, "caller", "", "only decisions of this caller")
+	c.StringVar(&s.replica, "replica", "", "only decisions of this replica (its --replica-id)")
+	c.StringVar(&s.p, "path", "", "only requests to this path")
+	c.Func("input", `only inputs holding a value: POINTER = VALUE, as "/run/runId = run-7f3a" (VALUE is JSON when it is a JSON number, true, false, null or "quoted string", else a string); repeatable, all must hold`, func(v string) error {
+		if _, err := decisionstore.ParseInputMatch(v); err != nil {
+			return err
+		}
+		s.inputs = append(s.inputs, v)
+		return nil
+	})
+	c.StringVar(&s.since, "since", "", "only decisions at or after this: a duration back from now (24h, 90m) or a UTC time (2026-12-04T09:00, RFC 3339)")
+	c.StringVar(&s.until, "until", "", "only decisions before this: a duration back from now or a UTC time, as --since")
+}
+
+// filter is the store's filter of the flags, times from now.
+func (s *storeQuery) filter(now time.Time) (decisionstore.Filter, error) {
+	f := decisionstore.Filter{Decision: s.decision, Outcome: s.outcome, Reason: s.reason, Revision: s.revision,
+		Caller: s.caller, Replica: s.replica, Path: s.p}
+	for _, in := range s.inputs {
+		m, err := decisionstore.ParseInputMatch(in)
+		if err != nil {
+			return f, err
+		}
+		f.Input = append(f.Input, m)
+	}
+	for _, t := range []struct {
+		name, v string
+		dst     *time.Time
+	}{{"since", s.since, &f.Since}, {"until", s.until, &f.Until}} {
+		if t.v == "" {
+			continue
+		}
+		tm, err := pastTime(t.v, now)
+		if err != nil {
+			return f, fmt.Errorf("--%s: %w", t.name, err)
+		}
+		*t.dst = tm
+	}
+	return f, nil
+}
+
+// pastTime reads a duration back from now, or a UTC time.
+func pastTime(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("%q: a duration back from now is positive", v)
+		}
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is neither a duration (24h) nor a time (2026-12-04T09:00, UTC)", v)
+}
+
+// open connects to the store, bounded by a timeout: a command that cannot
+// reach its database says so rather than waiting.
+func (s *storeQuery) open(ctx context.Context) (*decisionstore.Reader, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return decisionstore.Connect(ctx, s.dsn)
+}
+
+// cmdDecisions lists stored decisions, newest first: "what did it say
+// about run X" without a browser. It exits 0 when decisions were listed,
+// 1 when none matches, and 2 on bad arguments or a store it cannot read.
+func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCommand("decisions", "--store URL [filters] [flags]")
+	var q storeQuery
+	q.register(c, "decisions")
+	limit := c.Int("limit", 50, "decisions listed at most")
+	before := c.String("before", "", "list from this cursor on (the one a longer list ends with), not from the newest")
+	format := c.String("format", "text", "output format: text (one line per decision) or json (the stored records)")
+	if done, code := c.parse(args, stdout, stderr, exitInput); done {
+		return code
+	}
+	cur, err := decisionstore.ParseCursor(*before)
+	switch {
+	case q.dsn == "":
+		fmt.Fprintln(stderr, "arbiter decisions: --store URL is required")
+		return exitInput
+	case c.NArg() > 0:
+		fmt.Fprintf(stderr, "arbiter decisions: unexpected argument %q\n", c.Arg(0))
+		return exitInput
+	case *format != "text" && *format != "json":
+		fmt.Fprintf(stderr, "arbiter decisions: --format must be text or json, not %q\n", *format)
+		return exitInput
+	case *limit <= 0:
+		fmt.Fprintln(stderr, "arbiter decisions: --limit must be positive")
+		return exitInput
+	case err != nil:
+		fmt.Fprintf(stderr, "arbiter decisions: --before: %v\n", err)
+		return exitInput
+	}
+	f, err := q.filter(time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
+		return exitInput
+	}
+	r, closeStore, err := q.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
+		return exitInput
+	}
+	defer closeStore()
+	rows, next, err := r.List(ctx, f, cur, *limit)
+	if err != nil {
+		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
+		return exitInput
+	}
+	if *format == "json" {
+		type stored struct {
+			Replica string             `json:"replica"`
+			Outcome string             `json:"outcome"`
+			Reasons []string           `json:"reasons"`
+			Record  decisionlog.Record `json:"record"`
+		}
+		out := struct {
+			Decisions []stored `json:"decisions"`
+			Next      string   `json:"next,omitempty"`
+		}{Decisions: []stored{}, Next: next.String()}
+		for _, row := range rows {
+			reasons := row.Reasons
+			if reasons == nil {
+				reasons = []string{}
+			}
+			out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record})
+		}
+		writeJSON(stdout, out)
+	} else if len(rows) > 0 {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME (UTC)\tREPLICA\tDECISION\tOUTCOME\tREASONS\tCALLER\tREVISION\tID")
+		for _, row := range rows {
+			rec := row.Record
+			why := strings.Join(row.Reasons, ",")
+			if rec.Error != nil {
+				why = rec.Error.Code
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rec.Time.UTC().Format("2006-01-02 15:04:05.000"),
+				termCell(row.Replica), termCell(rec.Decision), termCell(row.Outcome), termCell(why), termCell(rec.Caller), termCell(shortRev(rec.Revision)), termCell(rec.DecisionID))
+		}
+		tw.Flush()
+		if !next.IsZero() {
+			fmt.Fprintf(stderr, "arbiter decisions: more decisions match; the next ones: --before %s\n", next)
+		}
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(stderr, "arbiter decisions: no stored decision matches")
+		return exitError
+	}
+	return exitOK
+}
+
+// termCell is a value as one column of a terminal line: "-" for none, and
+// quoted, with its escapes, when it holds anything but printable
+// characters (a control sequence, a line break, a bidirectional control,
+// a space that would shift the columns): the store's values came from
+// requests.
+func termCell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return r == ' ' || !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func shortRev(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}

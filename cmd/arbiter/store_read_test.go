@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
+	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/golden"
+	"github.com/arbiter-dev/arbiter/internal/pgtest"
+	"github.com/arbiter-dev/arbiter/replay"
+	"github.com/arbiter-dev/arbiter/server/ui"
+	"github.com/arbiter-dev/arbiter/shadow"
+)
+
+var storeReplicas = []string{"replica-a", "replica-b", "replica-c"}
+
+// fleetRecords are the quota traffic of the replay tests (and the
+// records replay cannot decide again) as three replicas logged them, at
+// fixed times, each replica's in a log file of its own and through its
+// sink into one store.
+func fleetRecords(t *testing.T, url string) (logs []string) {
+	t.Helper()
+	var recs []decisionlog.Record
+	_, err := decisionlog.ReadFile(writeQuotaLog(t, quotaTraffic, append(slices.Clone(notReplayable), forged)...), func(_ int, rec decisionlog.Record) error {
+		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 12, 3, 23, 59, 55, 0, time.UTC) // across midnight: two partitions
+	byReplica := map[string][]decisionlog.Record{}
+	for i, rec := range recs {
+		rec.Time = base.Add(time.Duration(i) * 700 * time.Millisecond)
+		byReplica[storeReplicas[i%3]] = append(byReplica[storeReplicas[i%3]], rec)
+	}
+	eng, err := engine.New(context.Background(), engine.Config{Policies: quotaPolicies, Schemas: quotaSchemas})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, replica := range storeReplicas {
+		path := filepath.Join(dir, replica+".jsonl")
+		l, err := decisionlog.Open(decisionlog.Options{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range byReplica[replica] {
+			l.Log(rec)
+		}
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, path)
+		sink, err := decisionstore.NewSink(url, decisionstore.SinkConfig{Replica: replica, OutcomeKey: ui.OutcomeKeys(eng)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink.Write(byReplica[replica])
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = sink.Close(ctx)
+		cancel()
+		if err != nil || sink.Stats().Written != uint64(len(byReplica[replica])) {
+			t.Fatalf("the sink of %s: %v, %+v", replica, err, sink.Stats())
+		}
+	}
+	return logs
+}
+
+// dupKey is the id of quotaTraffic's request with a duplicate key.
+const dupKey = "dup-key"
+
+// without is rep without the change of one decision, and its count.
+func without(rep replay.Report, id string) replay.Report {
+	i := slices.IndexFunc(rep.Changed, func(c replay.Change) bool { return c.DecisionID == id })
+	if i < 0 {
+		return rep
+	}
+	c := rep.Changed[i]
+	rep.Changed = slices.Delete(slices.Clone(rep.Changed), i, i+1)
+	rep.Summary.Changed--
+	rep.Summary.Unchanged++
+	classes := slices.Clone(rep.Impact.Classes)
+	for i := range classes {
+		switch classes[i].Class {
+		case c.Class:
+			classes[i].Count--
+		case shadow.Same:
+			classes[i].Count++
+		}
+	}
+	rep.Impact.Classes = classes
+	return rep
+}
+
+func runCommand(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// TestStoreCommands: over one store that three replicas wrote, and their
+// three log files, replay from the store finds the same changes, in the
+// same classes, with the same counts as replay from the files (and any
+// number of workers the same report); the filters narrow it; arbiter
+// decisions lists what the store holds (golden text and JSON). ~3 s, most
+// of it PostgreSQL's start.
+func TestStoreCommands(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.Start(t)
+	url := cluster.DB(t)
+	st, err := decisionstore.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	logs := fleetRecords(t, url)
+	limit5 := quotaCopy(t, `{"limit": 5}`)
+	pol := []string{"--policies", limit5, "--schemas", quotaSchemas, "--format", "json"}
+
+	replayJSON := func(t *testing.T, args ...string) (int, replay.Report) {
+		t.Helper()
+		code, stdout, stderr := runCommand(t, append(append([]string{"replay"}, args...), pol...)...)
+		var rep replay.Report
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("exit %d: %v\n%s\n%s", code, err, stdout, stderr)
+		}
+		return code, rep
+	}
+	var fileArgs []string
+	for _, l := range logs {
+		fileArgs = append(fileArgs, "--log", l)
+	}
+	fromFiles := func(t *testing.T, workers string) (int, replay.Report) {
+		return replayJSON(t, append(slices.Clone(fileArgs), "--workers", workers)...)
+	}
+	type judged struct{ id, class string }
+	changes := func(rep replay.Report) []judged {
+		var out []judged
+		for _, c := range rep.Changed {
+			out = append(out, judged{c.DecisionID, string(c.Class)})
+		}
+		slices.SortFunc(out, func(a, b judged) int { return strings.Compare(a.id, b.id) })
+		return out
+	}
+	impact := func(rep replay.Report) string {
+		var b strings.Builder
+		rep.Impact.WriteText(&b)
+		return b.String()
+	}
+
+	t.Run("replay from the store finds what replay from the files finds", func(t *testing.T) {
+		codeF, files := fromFiles(t, "1")
+		codeS, store := replayJSON(t, "--store", url, "--since", "2026-12-01", "--workers", "3")
+		// But for one record: see the next subtest.
+		files, store = without(files, dupKey), without(store, dupKey)
+		if codeF != exitError || codeS != codeF {
+			t.Fatalf("exit %d from files, %d from the store; want %d", codeF, codeS, exitError)
+		}
+		if got, want := changes(store), changes(files); len(want) == 0 || !slices.Equal(got, want) {
+			t.Errorf("changes from the store %v\nfrom the files %v", got, want)
+		}
+		fs, ss := files.Summary, store.Summary
+		if fs.Replayed != ss.Replayed || fs.Changed != ss.Changed || fs.Unchanged != ss.Unchanged || fs.Skipped != ss.Skipped || fs.Promotions != ss.Promotions || !ss.Store {
+			t.Errorf("summary from the store %+v\nfrom the files %+v", ss, fs)
+		}
+		var fc, sc []string
+		for _, c := range files.Impact.Classes {
+			fc = append(fc, fmt.Sprintf("%s %d", c.Class, c.Count))
+		}
+		for _, c := range store.Impact.Classes {
+			sc = append(sc, fmt.Sprintf("%s %d", c.Class, c.Count))
+		}
+		if !slices.Equal(fc, sc) {
+			t.Errorf("impact from the store %v, from the files %v", sc, fc)
+		}
+		for _, c := range store.Changed {
+			if c.Replica == "" || c.File != "" {
+				t.Errorf("a change from the store names no replica: %+v", c)
+			}
+		}
+		if len(store.Warnings) != len(files.Warnings) {
+			t.Errorf("%d warnings from the store, %d from the files:\n%q\n%q", len(store.Warnings), len(files.Warnings), store.Warnings, files.Warnings)
+		}
+	})
+
+	// A known loss of the store, which the lead has to decide on: the
+	// record column is jsonb, which keeps the last of duplicate keys, so a
+	// body the engine refused for them ({"used": 1, "used": 99}) is stored
+	// as one it accepts, and replay from the store decides it. When the
+	// store keeps the record's line as written, this fails: then drop it
+	// and the without() above.
+	t.Run("jsonb loses a duplicate key", func(t *testing.T) {
+		_, files := fromFiles(t, "1")
+		_, store := replayJSON(t, "--store", url)
+		inFiles := slices.ContainsFunc(files.Changed, func(c replay.Change) bool { return c.DecisionID == dupKey })
+		inStore := slices.ContainsFunc(store.Changed, func(c replay.Change) bool { return c.DecisionID == dupKey })
+		if inFiles || !inStore {
+			t.Errorf("%s changed from the files %v, from the store %v: the store no longer loses duplicate keys?", dupKey, inFiles, inStore)
+		}
+	})
+
+	t.Run("any number of workers makes the same report", func(t *testing.T) {
+		_, one := fromFiles(t, "1")
+		_, four := fromFiles(t, "4")
+		a, _ := json.Marshal(one)
+		b, _ := json.Marshal(four)
+		if !bytes.Equal(a, b) || impact(one) != impact(four) {
+			t.Errorf("1 worker:\n%s\n4 workers:\n%s", a, b)
+		}
+	})
+
+	t.Run("filters narrow the replay", func(t *testing.T) {
+		_, all := replayJSON(t, "--store", url)
+		_, one := replayJSON(t, "--store", url, "--replica", storeReplicas[1])
+		_, none := replayJSON(t, "--store", url, "--until", "2026-12-01")
+		if one.Summary.Replayed == 0 || one.Summary.Replayed >= all.Summary.Replayed || none.Summary.Replayed != 0 {
+			t.Errorf("replayed %d of one replica, %d of all, %d before any", one.Summary.Replayed, all.Summary.Replayed, none.Summary.Replayed)
+		}
+		for _, c := range one.Changed {
+			if c.Replica != storeReplicas[1] {
+				t.Errorf("the replica filter replayed %s of %s", c.DecisionID, c.Replica)
+			}
+		}
+	})
+
+	t.Run("decisions", func(t *testing.T) {
+		var out bytes.Buffer
+		for _, args := range [][]string{
+			{"--store", url},
+			{"--store", url, "--limit", "4"},
+			{"--store", url, "--replica", storeReplicas[2], "--input", "/tenant = b"},
+			{"--store", url, "--outcome", decisionlog.OutcomeError, "--format", "json", "--limit", "2"},
+			{"--store", url, "--until", "2026-12-01"},
+			{"--store", url, "--input", "/tenant/0 = a"},
+			{"--store", url, "--since", "yesterday"},
+		} {
+			code, stdout, stderr := runCommand(t, append([]string{"decisions"}, args...)...)
+			shown := strings.ReplaceAll(strings.Join(args, " "), url, "URL")
+			stderr = strings.ReplaceAll(stderr, url, "URL")
+			if i := strings.Index(stderr, "\nUsage:"); i >= 0 {
+				stderr = stderr[:i+1] // the usage is the flags' (CLI.md)
+			}
+			fmt.Fprintf(&out, "$ arbiter decisions %s\n%s%s(exit %d)\n\n", shown, stdout, stderr, code)
+		}
+		golden.Check(t, "testdata/golden/decisions.golden", out.Bytes())
+	})
+}
+
+// TestReplayProgressOnlyOnATerminal: the real binary shows its progress
+// line on a terminal (script(1) gives it one) and not when stderr is a
+// pipe, whose reader wants the report only.
+func TestReplayProgressOnlyOnATerminal(t *testing.T) {
+	t.Parallel()
+	log := writeQuotaLog(t, quotaTraffic)
+	args := []string{binPath, "replay", "--log", log, "--policies", quotaPolicies, "--schemas", quotaSchemas}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	tty, err := exec.Command("script", "-qec", strings.Join(quoted, " "), "/dev/null").CombinedOutput()
+	if !strings.Contains(string(tty), "records replayed") {
+		t.Errorf("on a terminal (%v), no progress line:\n%s", err, tty)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stderr = &stderr
+	_ = cmd.Run()
+	if strings.Contains(stderr.String(), "records replayed") {
+		t.Errorf("stderr a pipe, a progress line:\n%s", stderr.String())
+	}
+}

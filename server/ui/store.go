@@ -1,0 +1,91 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionstore"
+)
+
+// Store is every replica's decisions (a decision store), which the list
+// and a decision's page read instead of the ring when there is one. Live
+// rows stay the ring's: this replica's decisions as they are made.
+type Store interface {
+	// List returns up to limit entries that match f and come before the
+	// cursor before ("": from the newest), newest first.
+	List(ctx context.Context, f Filter, before string, limit int) (StorePage, error)
+	Get(ctx context.Context, id string) (Entry, bool, error)
+	Values(ctx context.Context, max int) (map[string][]string, error)
+}
+
+// StorePage is one page of a store's entries, newest first.
+type StorePage struct {
+	Entries []Entry
+	// Cursors are the entries' places, for the next page's link.
+	Cursors []string
+	// Older is the cursor of the next page, "" when there is none.
+	Older string
+	// Matched counts the entries that match, exactly up to the store's
+	// bound; More says that there are more than that.
+	Matched int
+	More    bool
+}
+
+// ErrBadCursor is a Store's answer to a page cursor it never gave: a
+// link edited by hand, not a store that cannot be read.
+var ErrBadCursor = errors.New("not a page cursor")
+
+// DefaultCountBound is how far the list of a store counts matches
+// exactly: counting a broad filter over a million rows would read them
+// all, so past it the page says "1000+".
+const DefaultCountBound = 1_000
+
+// FromStore is the Store of a decision store's reader.
+func FromStore(r *decisionstore.Reader) Store { return storeReader{r} }
+
+type storeReader struct{ r *decisionstore.Reader }
+
+func entryOf(row decisionstore.Row) Entry {
+	return Entry{Record: row.Record, Replica: row.Replica, Outcome: row.Outcome, Reasons: row.Reasons}
+}
+
+func (s storeReader) List(ctx context.Context, f Filter, before string, limit int) (StorePage, error) {
+	cur, err := decisionstore.ParseCursor(before)
+	if err != nil {
+		return StorePage{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
+	}
+	sf := f.Store()
+	rows, next, err := s.r.List(ctx, sf, cur, limit)
+	if err != nil {
+		return StorePage{}, err
+	}
+	p := StorePage{Older: next.String()}
+	for _, row := range rows {
+		p.Entries = append(p.Entries, entryOf(row))
+		p.Cursors = append(p.Cursors, row.Cursor.String())
+	}
+	if p.Matched, p.More, err = s.r.Count(ctx, sf, DefaultCountBound); err != nil {
+		return StorePage{}, err
+	}
+	return p, nil
+}
+
+func (s storeReader) Get(ctx context.Context, id string) (Entry, bool, error) {
+	row, ok, err := s.r.Get(ctx, id)
+	if !ok || err != nil {
+		return Entry{}, false, err
+	}
+	return entryOf(row), true, nil
+}
+
+func (s storeReader) Values(ctx context.Context, max int) (map[string][]string, error) {
+	return s.r.Values(ctx, max)
+}
+
+// storeCursor is where a live row of the ring stands among the store's
+// rows: the store keeps its time to the microsecond (pgx truncates).
+func storeCursor(e Entry) string {
+	return decisionstore.Cursor{Time: e.Record.Time.UTC().Truncate(time.Microsecond), ID: e.Record.DecisionID, Kind: decisionstore.KindDecision}.String()
+}
