@@ -3,7 +3,6 @@ package ui
 import (
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
@@ -165,34 +164,15 @@ func (r *Ring) Add(rec decisionlog.Record) {
 	r.mu.Unlock()
 }
 
-func entrySize(e Entry) int {
-	return len(e.Record.Input) + len(e.Record.Result) + len(e.Record.BodyBase64) + 512
-}
+func entrySize(e Entry) int { return int(e.Record.QueueSize()) }
 
-// Filter selects entries; an empty field matches everything.
-type Filter struct {
-	Decision string
-	Outcome  string
-	Reason   string // among the entry's reasons, or its error code
-	Revision string // a prefix of the policy revision
-	Caller   string
-	Replica  string
-	Path     string    // the request path, exactly
-	Since    time.Time // at or after
-	Until    time.Time // before
-	// Input are input fields that must hold a value, all of them (the
-	// decision store's filter, matched the same way here).
-	Input []decisionstore.InputMatch
-}
+// Filter selects entries: the decision store's filter, so that the pages
+// filter the ring and the store alike (Kinds is not used here: the ring
+// holds decisions only).
+type Filter = decisionstore.Filter
 
-// Store is f as a decision store's filter.
-func (f Filter) Store() decisionstore.Filter {
-	return decisionstore.Filter{Decision: f.Decision, Outcome: f.Outcome, Reason: f.Reason, Revision: f.Revision,
-		Caller: f.Caller, Replica: f.Replica, Path: f.Path, Since: f.Since, Until: f.Until, Input: f.Input}
-}
-
-// Match reports whether e passes f.
-func (f Filter) Match(e Entry) bool {
+// match reports whether e passes f, as the store's query would.
+func match(f Filter, e Entry) bool {
 	rec := e.Record
 	switch {
 	case f.Decision != "" && rec.Decision != f.Decision,
@@ -243,7 +223,7 @@ func (r *Ring) Query(f Filter, before uint64, limit int) Page {
 	p := Page{Total: r.n}
 	for i := r.n - 1; i >= 0; i-- {
 		e := r.entries[(r.start+i)%len(r.entries)]
-		if !f.Match(e) {
+		if !match(f, e) {
 			continue
 		}
 		p.Matched++

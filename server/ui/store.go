@@ -56,7 +56,7 @@ func (s storeReader) List(ctx context.Context, f Filter, before string, limit in
 	if err != nil {
 		return StorePage{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
 	}
-	sf := f.Store()
+	sf := f
 	rows, next, err := s.r.List(ctx, sf, cur, limit)
 	if err != nil {
 		return StorePage{}, err

@@ -37,7 +37,7 @@ func (s *fakeStore) List(_ context.Context, f Filter, before string, limit int) 
 	}
 	var p StorePage
 	for i, e := range s.entries {
-		if !f.Match(e) {
+		if !match(f, e) {
 			continue
 		}
 		p.Matched++

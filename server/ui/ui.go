@@ -577,7 +577,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case e := <-ch:
-			if refused || !f.Match(e) {
+			if refused || !match(f, e) {
 				continue
 			}
 			if err := h.sendRow(w, e, f); err != nil || rc.Flush() != nil {
