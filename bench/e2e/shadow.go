@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,41 +43,12 @@ const loopingRule = `decision := "shadow benchmark: never" if {
 // idle time to run in. It prints the live latency of each run and the
 // ratios; it writes nothing.
 func runShadow(ctx context.Context, c config) error {
-	root, err := repoRoot()
+	l, err := prepareLoad(ctx, c, "shadow")
 	if err != nil {
 		return err
 	}
-	if err := os.Chdir(root); err != nil {
-		return err
-	}
-	if _, err := exec.LookPath("wrk"); err != nil {
-		return fmt.Errorf("wrk not found; install it from the machine's packages (apt-get install -y wrk)")
-	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", "bin/arbiter", "./cmd/arbiter")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return err
-	}
-	snap, err := engine.Load(ctx, engine.Config{Policies: "policies", Schemas: "schemas"})
-	if err != nil {
-		return err
-	}
-	inputs, err := corpus.Generate(tests, c.corpusN, c.seed, func(decision string, body []byte) bool {
-		_, err := snap.Decide(ctx, decision, body, engine.Options{})
-		return err == nil
-	})
-	if err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "arbiter-shadow-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	script, index, err := writeLoad(tmp, inputs)
-	if err != nil {
-		return err
-	}
+	defer os.RemoveAll(l.tmp)
+	snap, inputs, tmp, script, index := l.snap, l.inputs, l.tmp, l.script, l.index
 	cand := filepath.Join(tmp, "candidate")
 	for _, dir := range []string{"policies", "schemas"} {
 		if err := os.CopyFS(filepath.Join(cand, dir), os.DirFS(dir)); err != nil {
@@ -310,4 +282,52 @@ func paced(ctx context.Context, s *server, reqs []pacedRequest, rate int, d time
 	slices.Sort(lat)
 	res.P50US, res.P90US, res.P99US, res.MaxUS = lat[n/2].Microseconds(), lat[n*9/10].Microseconds(), lat[n*99/100].Microseconds(), lat[n-1].Microseconds()
 	return res, nil
+}
+
+// load is what a load-comparing run (-shadow, -store) starts from: the
+// repository's policies loaded, a freshly built bin/arbiter, the corpus
+// and wrk's script over it in a temporary folder (the caller removes tmp).
+type load struct {
+	snap          *engine.Snapshot
+	inputs        []corpus.Input
+	tmp           string
+	script, index string
+}
+
+// prepareLoad builds it, from the repository's root (it changes to it).
+func prepareLoad(ctx context.Context, c config, name string) (*load, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chdir(root); err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return nil, errors.New("wrk not found; install it from the machine's packages (apt-get install -y wrk)")
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", "bin/arbiter", "./cmd/arbiter")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, err
+	}
+	l := &load{}
+	if l.snap, err = engine.Load(ctx, engine.Config{Policies: "policies", Schemas: "schemas"}); err != nil {
+		return nil, err
+	}
+	l.inputs, err = corpus.Generate(tests, c.corpusN, c.seed, func(decision string, body []byte) bool {
+		_, err := l.snap.Decide(ctx, decision, body, engine.Options{})
+		return err == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if l.tmp, err = os.MkdirTemp("", "arbiter-"+name+"-bench-"); err != nil {
+		return nil, err
+	}
+	if l.script, l.index, err = writeLoad(l.tmp, l.inputs); err != nil {
+		os.RemoveAll(l.tmp)
+		return nil, err
+	}
+	return l, nil
 }

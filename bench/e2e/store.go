@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,8 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/arbiter-dev/arbiter/engine"
-	"github.com/arbiter-dev/arbiter/internal/corpus"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
 )
 
@@ -33,41 +29,12 @@ import (
 // that PostgreSQL's work shares the cores with the server's. It prints;
 // it writes nothing.
 func runStore(ctx context.Context, c config) error {
-	root, err := repoRoot()
+	l, err := prepareLoad(ctx, c, "store")
 	if err != nil {
 		return err
 	}
-	if err := os.Chdir(root); err != nil {
-		return err
-	}
-	if _, err := exec.LookPath("wrk"); err != nil {
-		return errors.New("wrk not found; install it from the machine's packages (apt-get install -y wrk)")
-	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", "bin/arbiter", "./cmd/arbiter")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return err
-	}
-	snap, err := engine.Load(ctx, engine.Config{Policies: "policies", Schemas: "schemas"})
-	if err != nil {
-		return err
-	}
-	inputs, err := corpus.Generate(tests, c.corpusN, c.seed, func(decision string, body []byte) bool {
-		_, err := snap.Decide(ctx, decision, body, engine.Options{})
-		return err == nil
-	})
-	if err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "arbiter-store-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	script, index, err := writeLoad(tmp, inputs)
-	if err != nil {
-		return err
-	}
+	defer os.RemoveAll(l.tmp)
+	inputs, tmp, script, index := l.inputs, l.tmp, l.script, l.index
 	dbURL, where := c.storeURL, "-store-url"
 	if dbURL == "" {
 		cl, err := pgtest.New()
