@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -200,6 +201,25 @@ func TestStoreCommands(t *testing.T) {
 		for _, c := range one.Changed {
 			if c.Replica != storeReplicas[1] {
 				t.Errorf("the replica filter replayed %s of %s", c.DecisionID, c.Replica)
+			}
+		}
+	})
+
+	// The tools read serve's variable: one names the store for the fleet
+	// and for them.
+	t.Run("ARBITER_DECISION_STORE names the store", func(t *testing.T) {
+		for _, args := range [][]string{{"decisions", "--limit", "1"}, append([]string{"replay"}, pol...)} {
+			cmd := exec.Command(binPath, args...)
+			cmd.Env = append(os.Environ(), "ARBITER_DECISION_STORE="+url)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			_ = cmd.Run()
+			want := exitOK
+			if args[0] == "replay" {
+				want = exitError // changes found
+			}
+			if code := cmd.ProcessState.ExitCode(); code != want || stdout.Len() == 0 {
+				t.Errorf("ARBITER_DECISION_STORE=URL arbiter %s: exit %d, want %d\n%s%s", args[0], code, want, stdout.String(), strings.ReplaceAll(stderr.String(), url, "URL"))
 			}
 		}
 	})
