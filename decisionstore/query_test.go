@@ -58,9 +58,6 @@ func fixtureRecords(t *testing.T) []stored {
 		} else {
 			rec.Revision, rec.Result = d.Revision, d.Result
 		}
-		if bytes.Contains(fx.Input, []byte(`\u0000`)) {
-			continue // jsonb cannot hold it: the sink drops it as rejected
-		}
 		out = append(out, stored{replica: testReplicas[len(out)%len(testReplicas)], rec: rec})
 	}
 	if len(out) < 30 {
@@ -114,7 +111,9 @@ func matches(f Filter, s stored) bool {
 		return false
 	}
 	for _, m := range f.Input {
-		if !m.Match(rec.InputDocument()) {
+		// jsonb holds no \u0000: such an input has no input column
+		// (TestSinkKeepsTheLineExactly), and no input filter finds it.
+		if !m.Match(rec.InputDocument()) || bytes.Contains(rec.InputDocument(), []byte(`\u0000`)) {
 			return false
 		}
 	}
@@ -294,7 +293,7 @@ func TestGetAndValues(t *testing.T) {
 		}
 		o, rs := want.rec.Summary("")
 		if row.Replica != want.replica || row.Outcome != o || !slices.Equal(row.Reasons, rs) && len(rs)+len(row.Reasons) > 0 ||
-			!engine.SameJSON(row.Record.Input, want.rec.Input) && len(want.rec.Input) > 0 || !row.Record.Time.Equal(want.rec.Time) {
+			!bytes.Equal(row.Record.AppendLine(nil), want.rec.AppendLine(nil)) || !row.Record.Time.Equal(want.rec.Time) {
 			t.Errorf("Get(%s) = %+v, want %+v of %s", want.rec.DecisionID, row, want.rec, want.replica)
 		}
 	}

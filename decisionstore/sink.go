@@ -3,7 +3,6 @@ package decisionstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,8 +42,9 @@ const (
 // Reasons a record is not written, beside the queue's own (full, closed).
 const (
 	// DropRejected: the database refused the record itself (a data
-	// exception, such as a JSON string holding \u0000, which jsonb cannot
-	// store), alone in its batch: retrying it would never succeed.
+	// exception, such as invalid UTF-8 in a refused body's string, which a
+	// text column cannot hold), alone in its batch: retrying it would never
+	// succeed.
 	DropRejected = "rejected"
 	// DropShutdown: still waiting when a stop ran out of time.
 	DropShutdown = "shutdown"
@@ -423,7 +423,7 @@ func (s *Sink) row(rec decisionlog.Record) []any {
 		reasons[i] = text(reasons[i])
 	}
 	return []any{rec.Time, text(rec.DecisionID), kind, text(s.cfg.Replica), text(rec.Decision), text(rec.Path), text(revision),
-		text(rec.Caller), text(outcome), reasons, text(code), duration, json.RawMessage(bytes.TrimSuffix(rec.AppendLine(nil), []byte{'\n'}))}
+		text(rec.Caller), text(outcome), reasons, text(code), duration, bytes.TrimSuffix(rec.AppendLine(nil), []byte{'\n'})}
 }
 
 // text makes s storable in a text column, which holds neither NUL nor

@@ -117,13 +117,64 @@ func TestSinkWritesEveryKind(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// The record column is the file's line, as jsonb: equal as JSON.
+	// The record column is the file's line, byte for byte.
 	for i, rec := range []decisionlog.Record{answered, shadowed, promoted, refused} {
-		var a, b any
-		json.Unmarshal(bytes.TrimSpace(rec.AppendLine(nil)), &a)
-		json.Unmarshal([]byte(records[i]), &b)
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Errorf("record %d:\n%s\nwant the file's line:\n%s", i, records[i], rec.AppendLine(nil))
+		if want := strings.TrimSuffix(string(rec.AppendLine(nil)), "\n"); records[i] != want {
+			t.Errorf("record %d:\n%s\nwant the file's line:\n%s", i, records[i], want)
+		}
+	}
+}
+
+// TestSinkKeepsTheLineExactly: what jsonb would rewrite (duplicate keys,
+// numbers past float64 or written long, spaces, key order, escapes) is kept
+// as the file's line has it, and read back so by the reader; a line jsonb
+// cannot hold at all (a string holding \u0000, a number past numeric's
+// range) is kept too, with no input column: only the input filter misses
+// it.
+func TestSinkKeepsTheLineExactly(t *testing.T) {
+	t.Parallel()
+	url := cluster.DB(t)
+	inputs := []struct {
+		input    string
+		hasInput bool // the input column is set: jsonb holds the input
+	}{
+		{`{"used": 1, "used": 99}`, true},
+		{`{"n":1e400,"m":123456789012345678901234567890,"f":1.50000000000000000001,"z":-0.0}`, true},
+		{`{ "b" :[ 1 , 2 ],"a":"\u00e9\/"}`, true},
+		{`{"run":{"id":"\u0000"}}`, false},
+		{`{"n":1e1000000}`, false},
+		{`{"input": {"used": 1, "used": 99}}`, true}, // on the Data API's path: its input member
+	}
+	var recs []decisionlog.Record
+	for i, in := range inputs {
+		rec := decision(i)
+		rec.Input = json.RawMessage(in.input)
+		if i == len(inputs)-1 {
+			rec.Path = "/v1/data/d1"
+		}
+		recs = append(recs, rec)
+	}
+	s := newSink(t, url, SinkConfig{})
+	s.Write(recs)
+	st := waitFor(t, s, "every record written", func(st SinkStats) bool { return st.Written == uint64(len(recs)) })
+	if st.DroppedTotal() != 0 {
+		t.Errorf("dropped: %+v", st.Dropped)
+	}
+	r := NewReader(open(t, url).Pool())
+	for i, rec := range recs {
+		row, ok, err := r.Get(ctxT(t), rec.DecisionID)
+		if err != nil || !ok {
+			t.Fatalf("Get(%s) = %v, %v", rec.DecisionID, ok, err)
+		}
+		if got, want := row.Record.AppendLine(nil), rec.AppendLine(nil); !bytes.Equal(got, want) {
+			t.Errorf("%s read back as\n%s\nwant the file's line\n%s", inputs[i].input, got, want)
+		}
+		var has bool
+		if err := open(t, url).Pool().QueryRow(ctxT(t), `SELECT input IS NOT NULL FROM arbiter_store.records WHERE decision_id = $1`, rec.DecisionID).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		if has != inputs[i].hasInput {
+			t.Errorf("%s: an input column %v, want %v", inputs[i].input, has, inputs[i].hasInput)
 		}
 	}
 }
@@ -151,8 +202,9 @@ func TestSinkWritesEachRecordOnce(t *testing.T) {
 }
 
 // TestSinkRejectedRecordCostsOnlyItself: a record the database refuses for
-// its content (jsonb holds no \u0000) is dropped and counted; the rest of
-// its batch is written.
+// its content (invalid UTF-8 in a refused body's string, which json.Valid
+// lets through and a text column cannot hold) is dropped and counted; the
+// rest of its batch is written.
 func TestSinkRejectedRecordCostsOnlyItself(t *testing.T) {
 	t.Parallel()
 	url := cluster.DB(t)
@@ -161,7 +213,8 @@ func TestSinkRejectedRecordCostsOnlyItself(t *testing.T) {
 	for i := range 10 {
 		recs = append(recs, decision(i))
 	}
-	recs[6].Input = json.RawMessage(`{"run":{"id":"\u0000"}}`)
+	recs[6].Input = json.RawMessage("{\"run\":{\"id\":\"\xff\"}}")
+	recs[6].Error, recs[6].Result = &decisionlog.RecordError{Code: "e1", Message: "m"}, nil
 	recs[3].Caller = "c\xff" // invalid UTF-8 in a text column: replaced, kept
 	s.Write(recs)
 	st := waitFor(t, s, "9 written and 1 rejected", func(st SinkStats) bool { return st.Written == 9 && st.Dropped[DropRejected] == 1 })

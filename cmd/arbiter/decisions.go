@@ -25,7 +25,7 @@ type storeQuery struct {
 
 func (s *storeQuery) register(c *command, what string) {
 	c.StringVar(&s.dsn, "store", "", "the decision store to read "+what+" from: a PostgreSQL URL (postgres://user@host/db) or key=value string; its password is better in PGPASSWORD or ~/.pgpass than on a command line")
-	c.fromEnv("store")
+	c.fromEnvAs("store", "ARBITER_DECISION_STORE") // the variable of serve's --decision-store: one for the fleet and the tools
 	c.StringVar(&s.decision, "decision", "", "only the decision of this name")
 	c.StringVar(&s.outcome, "outcome", "", "only this outcome (error: refused inputs)")
 	c.StringVar(&s.reason, "reason", "", "only decisions with this reason or error code")

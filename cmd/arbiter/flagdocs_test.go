@@ -78,7 +78,7 @@ func renderFlagDocs(t *testing.T) []byte {
 		seen.VisitAll(func(f *flag.Flag) {
 			env := ""
 			if slices.Contains(seen.env, f.Name) {
-				env = "`" + envName(f.Name) + "`"
+				env = "`" + seen.envKey(f.Name) + "`"
 			}
 			def := flagDefault(f)
 			if host != "" && f.DefValue == host {

@@ -10,11 +10,13 @@ import (
 )
 
 // command is one subcommand's flag set, with the flags that an environment
-// variable may set (ARBITER_ + the flag name in upper case, - as _).
+// variable may set (ARBITER_ + the flag name in upper case, - as _, unless
+// the flag names its variable: fromEnvAs).
 type command struct {
 	*flag.FlagSet
 	synopsis string
 	env      []string
+	envKeys  map[string]string // flag name -> its variable, where fromEnvAs named it
 }
 
 func newCommand(name, synopsis string) *command {
@@ -30,7 +32,7 @@ func newCommand(name, synopsis string) *command {
 		if len(c.env) > 0 {
 			fmt.Fprintf(c.Output(), "\nEnvironment (the flag wins):\n")
 			for _, n := range c.env {
-				fmt.Fprintf(c.Output(), "  %s\tfor -%s\n", envName(n), n)
+				fmt.Fprintf(c.Output(), "  %s\tfor -%s\n", c.envKey(n), n)
 			}
 		}
 	}
@@ -45,6 +47,26 @@ type flagSetWatcher interface{ sawFlags(*command) }
 
 // fromEnv marks flags that their environment variable sets.
 func (c *command) fromEnv(names ...string) { c.env = append(c.env, names...) }
+
+// fromEnvAs marks a flag that the variable key sets, when the flag's own
+// name would make another: one variable for one setting across commands
+// (--store of the tools reads ARBITER_DECISION_STORE, as serve's
+// --decision-store does).
+func (c *command) fromEnvAs(name, key string) {
+	c.fromEnv(name)
+	if c.envKeys == nil {
+		c.envKeys = map[string]string{}
+	}
+	c.envKeys[name] = key
+}
+
+// envKey is the variable that sets the flag name.
+func (c *command) envKey(name string) string {
+	if k, ok := c.envKeys[name]; ok {
+		return k
+	}
+	return envName(name)
+}
 
 func envName(flagName string) string {
 	return "ARBITER_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
@@ -61,7 +83,7 @@ func (c *command) parse(args []string, stdout, stderr io.Writer, bad int) (done 
 	}
 	c.SetOutput(io.Discard) // errors are printed once, below
 	for _, name := range c.env {
-		key := envName(name)
+		key := c.envKey(name)
 		if v, ok := os.LookupEnv(key); ok {
 			if err := c.Set(name, v); err != nil {
 				fmt.Fprintf(stderr, "arbiter %s: %s=%q: %v\n", c.Name(), key, v, err)

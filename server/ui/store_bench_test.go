@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -47,6 +48,9 @@ func BenchmarkStorePages(b *testing.B) {
 	eng := mustEngine(b, repo)
 	var templates []decisionlog.Record
 	for _, d := range decideFixtures(b, eng) {
+		if bytes.Contains(d.rec.Input, []byte(`\u0000`)) {
+			continue // the fill below edits records as jsonb, which holds no \u0000
+		}
 		templates = append(templates, d.rec)
 	}
 	sink, err := decisionstore.NewSink(dbURL, decisionstore.SinkConfig{Replica: "template", OutcomeKey: OutcomeKeys(eng)})
@@ -71,7 +75,7 @@ func BenchmarkStorePages(b *testing.B) {
 INSERT INTO arbiter_store.records (time, decision_id, kind, replica, decision, path, revision, caller, outcome, reasons, error_code, duration_ns, record)
 SELECT tm, 'd-' || g, 'decision', 'replica-' || (g % 3), t.decision, t.path, t.revision, 'caller-' || (g % 7),
   t.outcome, t.reasons, t.error_code, t.duration_ns,
-  t.record || jsonb_build_object('decision_id', 'd-' || g, 'time', to_jsonb(tm)) || CASE WHEN inp IS NULL THEN '{}' ELSE jsonb_build_object('input', inp) END
+  (t.record::jsonb || jsonb_build_object('decision_id', 'd-' || g, 'time', to_jsonb(tm)) || CASE WHEN inp IS NULL THEN '{}' ELSE jsonb_build_object('input', inp) END)::text
 FROM generate_series(1, $3::int) AS g
 CROSS JOIN LATERAL (SELECT $1::timestamptz - g * $2::interval AS tm) AS at
 JOIN (SELECT (row_number() OVER (ORDER BY decision_id)) - 1 AS i, * FROM arbiter_store.records WHERE replica = 'template') AS t ON t.i = g % $4
