@@ -88,7 +88,7 @@ func TestSinkWritesEveryKind(t *testing.T) {
 	waitFor(t, s, "4 records written", func(st SinkStats) bool { return st.Written == 4 })
 
 	rows, err := open(t, url).Pool().Query(ctxT(t), `SELECT decision_id, kind, replica, decision, path, revision, caller, outcome,
-		array_to_string(reasons, '|'), error_code, duration_ns, coalesce(input::text, 'NULL'), record::text
+		array_to_string(reasons, '|'), error_code, duration_ns, coalesce(input::text, 'NULL'), coalesce(result::text, 'NULL'), record::text
 		FROM arbiter_store.records ORDER BY decision_id, kind`)
 	if err != nil {
 		t.Fatal(err)
@@ -96,12 +96,12 @@ func TestSinkWritesEveryKind(t *testing.T) {
 	var got []string
 	var records []string
 	for rows.Next() {
-		var id, kind, replica, dec, path, rev, caller, outcome, reasons, code, input, record string
+		var id, kind, replica, dec, path, rev, caller, outcome, reasons, code, input, result, record string
 		var dur int64
-		if err := rows.Scan(&id, &kind, &replica, &dec, &path, &rev, &caller, &outcome, &reasons, &code, &dur, &input, &record); err != nil {
+		if err := rows.Scan(&id, &kind, &replica, &dec, &path, &rev, &caller, &outcome, &reasons, &code, &dur, &input, &result, &record); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, strings.Join([]string{id, kind, replica, dec, path, rev, caller, outcome, reasons, code, fmt.Sprint(dur), input}, " "))
+		got = append(got, strings.Join([]string{id, kind, replica, dec, path, rev, caller, outcome, reasons, code, fmt.Sprint(dur), input, result}, " "))
 		records = append(records, record)
 	}
 	if rows.Err() != nil {
@@ -109,10 +109,10 @@ func TestSinkWritesEveryKind(t *testing.T) {
 	}
 	// answered's outcome is "" with the key "v": its result has only "outcome".
 	want := []string{
-		`id-00001 decision replica-7 d1 /v1/decisions/d1 rev1 c1  r1|r2  1001 {"run": {"id": "run-1"}}`,
-		`id-00001 shadow replica-7 d1 /v1/decisions/d1 rev2  o2 r3  9 NULL`,
-		`id-p promotion replica-7        0 NULL`,
-		`id-r decision replica-7 d1 /v1/data/decisions/d1/decision   error  e1 5 {"run": {"id": "run-r"}}`,
+		`id-00001 decision replica-7 d1 /v1/decisions/d1 rev1 c1  r1|r2  1001 {"run": {"id": "run-1"}} {"outcome": "o1", "reasons": ["r1", "r2"]}`,
+		`id-00001 shadow replica-7 d1 /v1/decisions/d1 rev2  o2 r3  9 NULL {"v": "o2", "reasons": ["r3"]}`,
+		`id-p promotion replica-7        0 NULL NULL`,
+		`id-r decision replica-7 d1 /v1/data/decisions/d1/decision   error  e1 5 {"run": {"id": "run-r"}} NULL`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

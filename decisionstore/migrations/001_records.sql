@@ -16,6 +16,17 @@ EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
 END
 $$;
 
+-- The result column's: the record's result (a shadow outcome's: the
+-- candidate's), NULL when there is none or jsonb cannot hold it.
+CREATE FUNCTION arbiter_store.record_result(line text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+  RETURN COALESCE(line::jsonb->'result', line::jsonb->'shadow'->'result');
+EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+  RETURN NULL;
+END
+$$;
+
 -- The decision store's records: one row per record of the decision-record
 -- pipeline (decisions answered or refused, shadow outcomes, promotions),
 -- partitioned by UTC day so that retention drops whole partitions. The
@@ -43,6 +54,8 @@ CREATE TABLE arbiter_store.records (
   -- input, or its input member on the Data API's path. Computed here from
   -- the record, so that the writer neither parses nor sends it twice.
   input       jsonb GENERATED ALWAYS AS (arbiter_store.record_input(record, path)) STORED,
+  -- The result as answered, for queries by its members.
+  result      jsonb GENERATED ALWAYS AS (arbiter_store.record_result(record)) STORED,
   -- The key makes a retried batch write each record once. Its first column
   -- also serves lookups by decision id.
   PRIMARY KEY (decision_id, kind, revision, time)
