@@ -53,13 +53,16 @@ run: build
 	$(ARBITER) serve --addr $(ADDR)
 
 # test: vet, race-enabled Go tests (engine, server, fixtures, the real binary),
-# then the evaluator's two single-goroutine differential suites (OPA's
-# conformance cases and the hand-written semantics), which skip under -race,
-# where they cost five times as much and the detector has nothing to find;
-# stock `opa check/fmt/test` on the same files, and `arbiter check`.
+# then the single-goroutine differential suites (NORACE_TESTS: OPA's
+# conformance cases and the hand-written semantics of the compiled evaluator,
+# the compiled evaluator, the projection and the evidence over the corpus),
+# which skip under -race (internal/race), where they cost five to ten times as
+# much and the detector has nothing to find (RACE= runs them in the first go
+# test); stock `opa check/fmt/test` on the same files, and `arbiter check`.
+NORACE_TESTS := TestSemantics|TestOPAConformanceCases|TestCompiledAgreesOnCorpus|TestProjectionAgreesOnCorpus|TestEvidenceIsComplete
 test: vet build $(OPA)
 	OPA_BIN=$(abspath $(OPA)) $(GOTEST) ./...
-	$(GO) test -count=1 $(TESTFLAGS) -run '^(TestSemantics|TestOPAConformanceCases)$$' ./engine/ireval/
+	$(if $(RACE),$(GO) test -count=1 $(TESTFLAGS) -run '^($(NORACE_TESTS))$$' ./engine/ ./engine/ireval/)
 	$(MAKE) --no-print-directory opa-check
 	$(ARBITER) check
 	$(ARBITER) test --coverage --threshold 95

@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
+	"github.com/arbiter-dev/arbiter/internal/race"
 )
 
 // The differential tests of the compiled evaluator (engine/ireval) against
@@ -138,6 +139,9 @@ func TestCompiledAgreesOnFixtures(t *testing.T) {
 
 // TestCompiledAgreesOnCorpus decides the benchmark corpus both ways.
 func TestCompiledAgreesOnCorpus(t *testing.T) {
+	if race.Enabled {
+		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
+	}
 	s := mustLoad(t, patient(repo))
 	inputs := mustCorpus(t, s)
 	for _, in := range inputs {

@@ -14,6 +14,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
 	"github.com/arbiter-dev/arbiter/internal/golden"
+	"github.com/arbiter-dev/arbiter/internal/race"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
@@ -88,6 +89,9 @@ func keepOnly(doc any, reads []inputRead) any {
 // an else branch, a function, an alias) makes some rule fire differently
 // on the cut input, unless no input of the corpus tells them apart.
 func TestEvidenceIsComplete(t *testing.T) {
+	if race.Enabled {
+		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
+	}
 	s := mustLoad(t, repo)
 	fired := topdownRules(t, repo.Policies)
 	fixtures, err := LoadFixtures(repoTests)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
+	"github.com/arbiter-dev/arbiter/internal/race"
 )
 
 // The projection's differential tests: each input is built whole and
@@ -93,6 +94,9 @@ func TestProjectionAgreesOnFixtures(t *testing.T) {
 }
 
 func TestProjectionAgreesOnCorpus(t *testing.T) {
+	if race.Enabled {
+		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
+	}
 	s := mustLoad(t, patient(repo))
 	for _, in := range mustCorpus(t, s) {
 		projectionAgrees(t, s, s.decisions[in.Decision], in.Body, in.Name)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/test/cases"
+
+	"github.com/arbiter-dev/arbiter/internal/race"
 )
 
 // TestOPAConformanceCases decides every case of OPA's own evaluation test
@@ -27,7 +29,7 @@ func TestOPAConformanceCases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("OPA's own suite, which no rule edit changes (.ci/rule-edit runs -short)")
 	}
-	if raceDetector {
+	if race.Enabled {
 		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
 	}
 	dir := opaCasesDir(t)

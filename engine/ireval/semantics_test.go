@@ -12,6 +12,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
+
+	"github.com/arbiter-dev/arbiter/internal/race"
 )
 
 // semanticsDir holds hand-written Rego that makes the planner emit every
@@ -105,7 +107,7 @@ func TestSemantics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("hand-written Rego of its own, which no rule edit changes (.ci/rule-edit runs -short)")
 	}
-	if raceDetector {
+	if race.Enabled {
 		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
 	}
 	modules, data, inputs := loadSemantics(t)

@@ -1,5 +1,0 @@
-//go:build !race
-
-package ireval
-
-const raceDetector = false
