@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
-
-	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/internal/passes"
@@ -27,8 +24,8 @@ const dropFailed = "failed"
 // files.
 const batchBytes = 64 << 10
 
-// fileSink writes records as JSON lines to the log file (rotated by
-// lumberjack) or Stdout, on a goroutine of its own (run) fed by its own
+// fileSink writes records as JSON lines to the log file (rotatingFile) or
+// Stdout, on a goroutine of its own (run) fed by its own
 // bounded queue, so that a stalled disk or reader costs the other sinks
 // nothing; it counts records in the Logger's written, and in its queue's
 // drops (failed writes, and what Log could not queue).
@@ -36,7 +33,7 @@ type fileSink struct {
 	l        *Logger
 	queue    *queue.Queue[queued] // room reserved by Log, records put by the pipeline
 	path     string               // "" when writing to Stdout
-	rotating *lumberjack.Logger   // nil when writing to Stdout
+	rotating *rotatingFile        // nil when writing to Stdout
 	dest     io.Writer
 	maxWrite int64     // the largest write dest takes
 	torn     bool      // a failed write may have left a partial line
@@ -66,20 +63,6 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 }
 
 func (l *fileSink) open(opts Options) error {
-	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o750); err != nil {
-		return err
-	}
-	// Created here with the mode lumberjack then keeps for every new file,
-	// and opened once so that a path that cannot be written fails at start.
-	f, err := os.OpenFile(opts.Path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		return err
-	}
-	st, err := f.Stat()
-	_ = f.Close()
-	if err != nil {
-		return err
-	}
 	mb := opts.MaxMegabytes
 	if mb <= 0 {
 		mb = DefaultMaxMegabytes
@@ -89,21 +72,19 @@ func (l *fileSink) open(opts Options) error {
 	case backups == 0:
 		backups = DefaultMaxBackups
 	case backups < 0:
-		backups = 0 // lumberjack keeps every backup
+		backups = 0 // keep every backup
 	}
-	l.path = opts.Path
-	l.rotating = &lumberjack.Logger{Filename: opts.Path, MaxSize: mb, MaxBackups: backups}
-	l.dest = l.rotating
 	l.maxWrite = MaxLineBytes(mb)
-	if st.Size() > 0 && !endsWithNewline(opts.Path, st.Size()) {
-		if err := l.rotating.Rotate(); err != nil {
+	rf, err := openRotating(opts.Path, l.maxWrite, backups, l.l.now)
+	if err != nil {
+		return err
+	}
+	l.path, l.rotating, l.dest = opts.Path, rf, rf
+	if rf.size > 0 && !endsWithNewline(opts.Path, rf.size) {
+		if err := rf.Rotate(); err != nil {
+			_ = rf.Close()
 			return fmt.Errorf("rotating away a torn last line: %w", err)
 		}
-	}
-	// lumberjack opens its file on the first write; an empty one opens it
-	// now, so that a process short of descriptors later still logs.
-	if _, err := l.rotating.Write(nil); err != nil {
-		return err
 	}
 	return nil
 }
@@ -267,15 +248,7 @@ func (l *fileSink) close() error {
 		}
 		return nil
 	}
-	err := l.rotating.Close()
-	// lumberjack does not sync; any descriptor of the file can.
-	if f, oerr := os.Open(l.path); oerr == nil {
-		if serr := f.Sync(); err == nil {
-			err = serr
-		}
-		_ = f.Close()
-	}
-	if err != nil {
+	if err := l.rotating.Close(); err != nil {
 		return fmt.Errorf("decision log: %w", err)
 	}
 	return nil

@@ -66,7 +66,7 @@ type Options struct {
 	// sinks.
 	Refuse bool
 	// MaxMegabytes rotates the file before a write would take it past this
-	// many MiB (lumberjack's unit); 0 means 100. It must hold the largest
+	// many MiB; 0 means 100. It must hold the largest
 	// record: a record larger than the file may be is not written, and
 	// counted.
 	MaxMegabytes int

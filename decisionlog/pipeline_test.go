@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -354,64 +353,84 @@ func TestLargeRecordsKeepTheirPlace(t *testing.T) {
 	}
 }
 
-// TestRotationWithLumberjack: files rotate at the configured size, each
-// file holds whole records only and never starts with a blank line, the
-// configured number of backups is kept, and every record is written once.
-func TestRotationWithLumberjack(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "decisions.log")
-	l, err := Open(Options{Path: path, MaxMegabytes: 1, MaxBackups: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 40 // 100 KiB each: four files' worth
-	for i := range n {
-		if !l.Log(bigRec(fmt.Sprintf("%02d", i), 100<<10)) {
-			t.Fatal("record refused")
-		}
-		if i%5 == 4 {
-			waitWritten(t, l, uint64(i+1))
-			nextMillisecond()
-		}
-	}
-	closeLog(t, l)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(data) > 1<<20 || len(data) == 0 || data[0] == '\n' {
-			t.Errorf("%s: %d bytes, starting %q", e.Name(), len(data), data[:min(len(data), 1)])
-		}
-		_, recs := readLines(t, p)
-		for _, r := range recs {
-			ids = append(ids, r.DecisionID)
-		}
-	}
-	if len(entries) != 3 {
-		t.Errorf("%d files, want the log and 2 backups", len(entries))
-	}
-	slices.Sort(ids)
-	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
-		t.Errorf("a record was written twice: %v", ids)
-	}
-	for i, id := range ids { // the newest records, none missing among them
-		if want := fmt.Sprintf("%02d", n-len(ids)+i); id != want {
-			t.Errorf("records kept %v: want the newest %d in a row", ids, len(ids))
-			break
-		}
-	}
-	if len(ids) < 20 {
-		t.Errorf("only %d records kept in three files of 1 MiB", len(ids))
-	}
-	if l.Written() != n {
-		t.Errorf("Written = %d, want %d", l.Written(), n)
+// TestRotation: files rotate at the configured size, each file holds whole
+// records only and never starts with a blank line, the configured number of
+// backups is kept, and every record is written once. The clock stands
+// still, so every rotation falls in one millisecond, the time in a backup's
+// name: lumberjack renamed each backup over the last one there and kept
+// only the newest file's records (natefinch/lumberjack#34). A file already
+// holding that name is kept too.
+func TestRotation(t *testing.T) {
+	frozen := time.Date(2026, 12, 4, 16, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		backups   int
+		wantFiles int // the log, the backups kept, and the older file
+	}{
+		{backups: 2, wantFiles: 3},
+		{backups: -1, wantFiles: 5},
+	} {
+		t.Run(fmt.Sprint("backups=", tc.backups), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "decisions.log")
+			older := filepath.Join(dir, "decisions-"+frozen.Format(backupTimeFormat)+".log")
+			if err := os.WriteFile(older, []byte(`{"decision_id":"older"}`+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l, err := Open(Options{Path: path, MaxMegabytes: 1, MaxBackups: tc.backups, now: func() time.Time { return frozen }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 40 // 100 KiB each: four files' worth
+			for i := range n {
+				if !l.Log(bigRec(fmt.Sprintf("%02d", i), 100<<10)) {
+					t.Fatal("record refused")
+				}
+			}
+			closeLog(t, l)
+			files, err := Files(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, p := range files {
+				data, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(data) > 1<<20 || len(data) == 0 || data[0] == '\n' {
+					t.Errorf("%s: %d bytes, starting %q", p, len(data), data[:min(len(data), 1)])
+				}
+				_, recs := readLines(t, p)
+				for _, r := range recs {
+					ids = append(ids, r.DecisionID)
+				}
+			}
+			if len(files) != tc.wantFiles {
+				t.Errorf("%d files %v, want %d", len(files), files, tc.wantFiles)
+			}
+			slices.Sort(ids)
+			if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+				t.Errorf("a record was written twice: %v", ids)
+			}
+			if tc.backups < 0 {
+				if len(ids) != n+1 || ids[n] != "older" {
+					t.Errorf("every backup kept, yet %d records of %d and the older file's: %v", len(ids), n, ids)
+				}
+				return
+			}
+			for i, id := range ids { // the newest records, none missing among them
+				if want := fmt.Sprintf("%02d", n-len(ids)+i); id != want {
+					t.Errorf("records kept %v: want the newest %d in a row", ids, len(ids))
+					break
+				}
+			}
+			if len(ids) < 20 {
+				t.Errorf("only %d records kept in three files of 1 MiB", len(ids))
+			}
+			if l.Written() != n {
+				t.Errorf("Written = %d, want %d", l.Written(), n)
+			}
+		})
 	}
 }
 
@@ -423,17 +442,6 @@ func waitWritten(t *testing.T, l *Logger, n uint64) {
 			t.Fatalf("Written %d, want %d", l.Written(), n)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// nextMillisecond returns once the wall clock has reached a later
-// millisecond than when it was called. lumberjack names a backup after the
-// UTC millisecond of its rotation, and a second rotation within the same
-// millisecond would rename over the first backup; every rotation so far
-// happened before this call, so the next one gets a later name.
-func nextMillisecond() {
-	for now := time.Now().UnixMilli(); time.Now().UnixMilli() <= now; {
-		runtime.Gosched()
 	}
 }
 

@@ -9,40 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
-	"strings"
-	"time"
 )
-
-// backupTimeFormat is the time in the name of a file the writer rotated
-// away: lumberjack's PATH-without-ext-TIMESTAMP.ext.
-const backupTimeFormat = "2006-01-02T15-04-05.000"
-
-// Files returns the log file at path, then the backups the writer rotated
-// it into, newest first.
-func Files(path string) ([]string, error) {
-	dir, name := filepath.Split(path)
-	ext := filepath.Ext(name)
-	prefix := strings.TrimSuffix(name, ext) + "-"
-	entries, err := os.ReadDir(filepath.Clean(dir + "."))
-	if err != nil {
-		return nil, err
-	}
-	var backups []string
-	for _, e := range entries {
-		n := e.Name()
-		if !e.Type().IsRegular() || !strings.HasPrefix(n, prefix) || !strings.HasSuffix(n, ext) || len(n) < len(prefix)+len(ext) {
-			continue
-		}
-		if _, err := time.Parse(backupTimeFormat, n[len(prefix):len(n)-len(ext)]); err == nil {
-			backups = append(backups, filepath.Join(dir, n))
-		}
-	}
-	slices.Sort(backups)
-	slices.Reverse(backups)
-	return append([]string{path}, backups...), nil
-}
 
 // ReadLog calls fn for every record of the log a Logger keeps at path: the
 // file, then the backups it rotated it into, newest file first (Files),

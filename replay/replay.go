@@ -96,7 +96,7 @@ type Options struct {
 // Files expands paths into the log files to replay: a file is itself, a
 // folder is every regular file in it (rotated backups included) whose name
 // does not start with a dot. Within a folder files are ordered by name,
-// which puts lumberjack's timestamped backups (NAME-2026-12-02T17-41-42.300.log)
+// which puts the log's timestamped backups (NAME-2026-12-02T17-41-42.300.log)
 // before the file being written (NAME.log), oldest first.
 func Files(paths []string) ([]string, error) {
 	var out []string

@@ -309,7 +309,7 @@ func TestReplayBadInput(t *testing.T) {
 }
 
 // TestReplayReadsRotatedFiles: a folder is every log file in it, rotated
-// backups (lumberjack's timestamped names, oldest first) before the file
+// backups (timestamped names, oldest first) before the file
 // being written; several files or folders may be given.
 func TestReplayReadsRotatedFiles(t *testing.T) {
 	t.Parallel()

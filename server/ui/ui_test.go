@@ -634,7 +634,7 @@ func TestLogFile(t *testing.T) {
 }
 
 // TestLogFileFindsRotatedRecords: a decision whose record the writer has
-// rotated into a backup (lumberjack's PATH-TIMESTAMP.ext) is still found by
+// rotated into a backup (PATH-TIMESTAMP.ext) is still found by
 // its page. The pages once looked for PATH.1 ... PATH.N, names the writer
 // never uses, and answered 404.
 func TestLogFileFindsRotatedRecords(t *testing.T) {
