@@ -52,17 +52,33 @@ FORCE:
 run: build
 	$(ARBITER) serve --addr $(ADDR)
 
-# test: vet, race-enabled Go tests (engine, server, fixtures, the real binary),
-# then the single-goroutine differential suites (NORACE_TESTS: OPA's
-# conformance cases and the hand-written semantics of the compiled evaluator,
-# the compiled evaluator, the projection and the evidence over the corpus),
-# which skip under -race (internal/race), where they cost five to ten times as
-# much and the detector has nothing to find (RACE= runs them in the first go
-# test); stock `opa check/fmt/test` on the same files, and `arbiter check`.
+# test: vet; the Go tests, with the race detector where goroutines meet in
+# the test process (RACE_PKGS); without it for NORACE_PKGS, whose tests run
+# one goroutine or drive the built binary in child processes, out of the
+# detector's sight (cmd/arbiter), and for the single-goroutine differential
+# suites of engine and engine/ireval (NORACE_TESTS: OPA's conformance cases,
+# the compiled evaluator's semantics, the compiled evaluator, the
+# projection and the evidence over the corpus), which skip under -race
+# (internal/race), where they cost five to ten times as much. So every test
+# runs once, and the race build leaves out cmd/arbiter's own dependencies
+# (OpenTelemetry's exporters, gRPC); the two sets run at once. Then stock `opa check/fmt/test` on the
+# same files, and `arbiter check`. RACE= runs everything in one go test.
+NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
 NORACE_TESTS := TestSemantics|TestOPAConformanceCases|TestCompiledAgreesOnCorpus|TestProjectionAgreesOnCorpus|TestEvidenceIsComplete
+RACE_PKGS     = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list ./...))
+MODULE       := github.com/arbiter-dev/arbiter
 test: vet build $(OPA)
+ifeq ($(RACE),)
 	OPA_BIN=$(abspath $(OPA)) $(GOTEST) ./...
-	$(if $(RACE),$(GO) test -count=1 $(TESTFLAGS) -run '^($(NORACE_TESTS))$$' ./engine/ ./engine/ireval/)
+else
+	@# The two sets at once (cmd/arbiter's tests mostly wait on processes);
+	@# the output of the set without -race follows the other's.
+	@out=$$(mktemp); export OPA_BIN=$(abspath $(OPA)); \
+	( set -x; $(GO) test -count=1 -parallel 4 $(TESTFLAGS) $(NORACE_PKGS) && \
+	  $(GO) test -count=1 $(TESTFLAGS) -run '^($(NORACE_TESTS))$$' ./engine/ ./engine/ireval/ ) >$$out 2>&1 & pid=$$!; \
+	( set -x; $(GOTEST) $(RACE_PKGS) ); status=$$?; \
+	wait $$pid || status=1; cat $$out; rm -f $$out; exit $$status
+endif
 	$(MAKE) --no-print-directory opa-check
 	$(ARBITER) check
 	$(ARBITER) test --coverage --threshold 95
@@ -155,10 +171,16 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
 	done
 
-# CI: the targets share one budget of FUZZBUDGET seconds, in equal parts.
+# CI fuzzes the input boundary's targets (FUZZ_QUICK_TARGETS), which share
+# one budget of FUZZBUDGET seconds in equal parts. The engine's targets
+# evaluate through OPA, and fuzzing instruments every package it builds:
+# their few seconds would cost CI a second build of OPA's graph (90 s of
+# two cores). Their seeds run in make test like every target's; make fuzz
+# runs them all.
 FUZZBUDGET ?= 60
+FUZZ_QUICK_TARGETS := $(filter engine/input:%,$(FUZZ_TARGETS))
 fuzz-quick:
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_TARGETS)) ))s
+	$(MAKE) --no-print-directory fuzz FUZZ_TARGETS='$(FUZZ_QUICK_TARGETS)' FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_QUICK_TARGETS)) ))s
 
 # diff-corpus: arbiter diff against every edit of diff/testdata/edits, each
 # verdict checked, every found confirmed and every none checked against
