@@ -15,15 +15,16 @@ SCHEMAS   := schemas
 TESTS     := policy_test
 ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
+FUZZFLAGS ?=
 # TESTFLAGS adds flags to the Go tests: .ci/rule-edit passes -short, which
 # skips only the suites that read no file a rule edit can change, and
 # RACE= (a rule edit changes no Go, so there is no new race to find, and
 # the tests run at three times the speed).
 TESTFLAGS ?=
 RACE      ?= -race
-# -parallel 4: the real-binary tests of cmd/arbiter wait on processes more than
+# -parallel 8: the real-binary tests of cmd/arbiter wait on processes more than
 # they compute, so more of them run at once than the machine has cores.
-GOTEST    := $(GO) test $(RACE) -count=1 -parallel 4 $(TESTFLAGS)
+GOTEST    := $(GO) test $(RACE) -count=1 -parallel 8 $(TESTFLAGS)
 
 .PHONY: all build run test ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick diff-corpus fleet clean
 
@@ -74,7 +75,7 @@ else
 	@# The two sets at once (cmd/arbiter's tests mostly wait on processes);
 	@# the output of the set without -race follows the other's.
 	@out=$$(mktemp); export OPA_BIN=$(abspath $(OPA)); \
-	( set -x; $(GO) test -count=1 -parallel 4 $(TESTFLAGS) $(NORACE_PKGS) && \
+	( set -x; $(GO) test -count=1 -parallel 8 $(TESTFLAGS) $(NORACE_PKGS) && \
 	  $(GO) test -count=1 $(TESTFLAGS) -run '^($(NORACE_TESTS))$$' ./engine/ ./engine/ireval/ ) >$$out 2>&1 & pid=$$!; \
 	( set -x; $(GOTEST) $(RACE_PKGS) ); status=$$?; \
 	wait $$pid || status=1; cat $$out; rm -f $$out; exit $$status
@@ -168,7 +169,7 @@ FUZZ_TARGETS := engine/input:FuzzDecode engine/input:FuzzRepositorySchemas engin
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t#*:} for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) ./$${t%%:*}/; \
 	done
 
 # CI fuzzes the input boundary's targets (FUZZ_QUICK_TARGETS), which share
@@ -176,11 +177,11 @@ fuzz:
 # evaluate through OPA, and fuzzing instruments every package it builds:
 # their few seconds would cost CI a second build of OPA's graph (90 s of
 # two cores). Their seeds run in make test like every target's; make fuzz
-# runs them all.
+# runs them all. One fuzzing worker: CI's other stages share the cores.
 FUZZBUDGET ?= 60
 FUZZ_QUICK_TARGETS := $(filter engine/input:%,$(FUZZ_TARGETS))
 fuzz-quick:
-	$(MAKE) --no-print-directory fuzz FUZZ_TARGETS='$(FUZZ_QUICK_TARGETS)' FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_QUICK_TARGETS)) ))s
+	$(MAKE) --no-print-directory fuzz FUZZ_TARGETS='$(FUZZ_QUICK_TARGETS)' FUZZFLAGS=-parallel=1 FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_QUICK_TARGETS)) ))s
 
 # diff-corpus: arbiter diff against every edit of diff/testdata/edits, each
 # verdict checked, every found confirmed and every none checked against

@@ -434,16 +434,6 @@ func TestRotation(t *testing.T) {
 	}
 }
 
-func waitWritten(t *testing.T, l *Logger, n uint64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for l.Written() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("Written %d, want %d", l.Written(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestRecordTooLargeForTheFile: a record larger than the rotation size is
 // not written, and counted.

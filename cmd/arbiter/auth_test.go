@@ -470,6 +470,7 @@ var servingMetrics = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
 // --metrics-addr listener serves the same metrics without a token: what
 // Prometheus scrapes (docs/OPERATING.md).
 func TestMetricsListenerWithoutAuth(t *testing.T) {
+	t.Parallel()
 	args, _ := quickArgs(t)
 	tokenFile := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokenFile, []byte("scraper-is-not-a-caller s3cret-metrics-5e1d\n"), 0o600); err != nil {

@@ -80,6 +80,7 @@ func activations(stderr string) [][2]string {
 // polls and one `bundle activated` line is logged; a new bundle is judged
 // and logged once, naming the revision it replaced.
 func TestUnchangedBundleIsNotGatedAgain(t *testing.T) {
+	t.Parallel()
 	keys := t.TempDir()
 	writeKeyPair(t, keys)
 	root := copyRepo(t)
@@ -115,6 +116,7 @@ func TestUnchangedBundleIsNotGatedAgain(t *testing.T) {
 // and the log), and the refusal is polled again at the poll delay, not at
 // the downloader's 100 ms retry backoff, without an ERROR line per poll.
 func TestStockOPABundleIsRefusedWithAHint(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv("OPA_BIN")
 	if bin == "" {
 		if os.Getenv("CI") != "" {

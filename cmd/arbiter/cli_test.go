@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,48 +64,49 @@ func TestEvalExitCodes(t *testing.T) {
 		fixtures = append(fixtures, ex.Fixture)
 	}
 	args := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
-	checked := 0
-	for i, fx := range fixtures {
-		// Every example and every eighth fixture: each eval is a process.
-		if i%8 != 0 && !strings.HasSuffix(fx.Name, ".json") {
-			continue
+	var checked atomic.Int64
+	t.Run("fixtures", func(t *testing.T) { // each eval is a process: they run at once
+		for i, fx := range fixtures {
+			// Every example and every eighth fixture.
+			if i%8 != 0 && !strings.HasSuffix(fx.Name, ".json") {
+				continue
+			}
+			t.Run(fx.Name, func(t *testing.T) {
+				t.Parallel()
+				out, stderr, code := runCLI(t, fx.RequestBody(), append([]string{"eval", "--decision", fx.Decision, "--input", "-"}, args...)...)
+				var d *engine.Decision
+				var derr error
+				if fx.WantError != nil {
+					want := 1
+					if fx.WantError.Code == engine.CodeMalformedJSON || fx.WantError.Code == engine.CodeInputSchemaInvalid {
+						want = 2
+					}
+					if code != want {
+						t.Fatalf("exit %d, want %d (%s)", code, want, stderr)
+					}
+					var doc engine.Document
+					if err := json.Unmarshal([]byte(out), &doc); err != nil {
+						t.Fatalf("stdout is not an error document: %s", out)
+					}
+					derr = &engine.Error{Code: doc.Error.Code, Violations: doc.Error.Violations}
+				} else {
+					if code != 0 {
+						t.Fatalf("exit %d, want 0 (%s)", code, stderr)
+					}
+					d = &engine.Decision{}
+					if err := json.Unmarshal([]byte(out), d); err != nil || d.ID == "" || d.Name != fx.Decision || d.Revision == "" {
+						t.Fatalf("envelope %s (%v)", out, err)
+					}
+				}
+				if msg := engine.CheckOutcome(fx, d, derr); msg != "" {
+					t.Fatal(msg)
+				}
+				checked.Add(1)
+			})
 		}
-		out, stderr, code := runCLI(t, fx.RequestBody(), append([]string{"eval", "--decision", fx.Decision, "--input", "-"}, args...)...)
-		var d *engine.Decision
-		var derr error
-		if fx.WantError != nil {
-			want := 1
-			if fx.WantError.Code == engine.CodeMalformedJSON || fx.WantError.Code == engine.CodeInputSchemaInvalid {
-				want = 2
-			}
-			if code != want {
-				t.Errorf("%s: exit %d, want %d (%s)", fx.Name, code, want, stderr)
-				continue
-			}
-			var doc engine.Document
-			if err := json.Unmarshal([]byte(out), &doc); err != nil {
-				t.Errorf("%s: stdout is not an error document: %s", fx.Name, out)
-				continue
-			}
-			derr = &engine.Error{Code: doc.Error.Code, Violations: doc.Error.Violations}
-		} else {
-			if code != 0 {
-				t.Errorf("%s: exit %d, want 0 (%s)", fx.Name, code, stderr)
-				continue
-			}
-			d = &engine.Decision{}
-			if err := json.Unmarshal([]byte(out), d); err != nil || d.ID == "" || d.Name != fx.Decision || d.Revision == "" {
-				t.Errorf("%s: envelope %s (%v)", fx.Name, out, err)
-				continue
-			}
-		}
-		if msg := engine.CheckOutcome(fx, d, derr); msg != "" {
-			t.Errorf("%s: %s", fx.Name, msg)
-		}
-		checked++
-	}
-	if checked < 30 {
-		t.Errorf("only %d fixtures went through arbiter eval", checked)
+	})
+	if checked.Load() < 30 {
+		t.Errorf("only %d fixtures went through arbiter eval", checked.Load())
 	}
 
 	// Anything else is exit 1 (explanations: golden_test.go).
@@ -201,6 +203,7 @@ func TestBenchCommand(t *testing.T) {
 // -ldflags "-X main.version=...", names that version in `arbiter version`,
 // in /v1/status and in arbiter_build_info.
 func TestStampedVersion(t *testing.T) {
+	t.Parallel()
 	const stamp = "v0.0.0-stamped-by-test-3f2a"
 	bin := filepath.Join(t.TempDir(), "arbiter")
 	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+stamp, "-o", bin, ".").CombinedOutput(); err != nil {

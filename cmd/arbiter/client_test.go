@@ -32,6 +32,7 @@ var (
 // decision ids, revisions and the temporary folders masked). After an
 // intended change: go test ./cmd/arbiter/ -run TestClientCommandsGolden -update
 func TestClientCommandsGolden(t *testing.T) {
+	t.Parallel()
 	live, cand := copyAccess(t), mixedCandidate(t)
 	broken := copyAccess(t)
 	replaceAll(t, broken, "policies/decisions/access_check/policy.rego", "reasons := [", "reasons := [[")
@@ -96,6 +97,7 @@ func TestClientCommandsGolden(t *testing.T) {
 // token; a wrong one is answered unauthorized, printed as its code and
 // message, exit 2.
 func TestClientCommandsToken(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-ops-cli-5e1d"
 	args, _ := quickArgs(t)
 	tokenFile := filepath.Join(t.TempDir(), "tokens")

@@ -67,6 +67,7 @@ func TestDiffCommand(t *testing.T) {
 // revision against the one it replaced, with the example, and the log
 // warns of it.
 func TestServeDiffsEachReload(t *testing.T) {
+	t.Parallel()
 	root := copyQuota(t)
 	testfiles.Edit(t, filepath.Join(root, "schemas", quotaDecision, "result.json"), `"x-arbiter-outcome": "allow",`, `"x-arbiter-outcome": "allow", "x-arbiter-allow": [true],`)
 	srv := startServer(t, append(folderArgs(root), "--decision-log", "", "--diff-timeout", "1m", "--reload-debounce", "1h")...)

@@ -109,6 +109,7 @@ func TestReadmeLayout(t *testing.T) {
 // test policies` passes too, silently, having run none: the tests live in
 // policy_test/.)
 func TestReadmeStockOPATest(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv("OPA_BIN")
 	if bin == "" {
 		if os.Getenv("CI") != "" {

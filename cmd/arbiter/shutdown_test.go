@@ -167,6 +167,7 @@ func assertLogged(t *testing.T, logPath string, ids []string) {
 // Synchronised on the readiness flip and the exit; the delay is a generous
 // window for the requests made inside it.
 func TestShutdownDelayKeepsAnsweringWhileNotReady(t *testing.T) {
+	t.Parallel()
 	args, logPath := quickArgs(t)
 	s := startServer(t, append(args, "--shutdown-delay", "10s")...)
 	fx := decidedFixture(t)

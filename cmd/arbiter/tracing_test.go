@@ -101,6 +101,7 @@ func attr(s *tracepb.Span, key string) string {
 // span carries OPA's opa.decision_id and the decision, revision and
 // outcome, and the decision record names the same trace and span.
 func TestTracesReachAnOTLPReceiver(t *testing.T) {
+	t.Parallel()
 	recv := &otlpReceiver{}
 	hs := httptest.NewServer(recv)
 	defer hs.Close()
@@ -147,6 +148,7 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 
 // Without an OTEL_ endpoint nothing is traced: no ids in the records.
 func TestNoTracingWithoutEndpoint(t *testing.T) {
+	t.Parallel()
 	args, logPath := quickArgs(t)
 	srv := startServerWith(t, func(c *exec.Cmd) {
 		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_TRACES_EXPORTER=")

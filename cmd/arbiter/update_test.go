@@ -18,6 +18,7 @@ import (
 // every other fixture file, stays byte for byte. Then `arbiter test`
 // passes, and a second --update changes nothing.
 func TestTestUpdate(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	if err := os.CopyFS(root, os.DirFS("../../diff/testdata/base")); err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ var recoveredLine = regexp.MustCompile(`msg="decision-log uploads recovered" ret
 // its violations in OPA's error shape (code, message, errors), the one
 // under a masked pointer masked.
 func TestUploadOutageIsVisibleAndRecoveryLogged(t *testing.T) {
+	t.Parallel()
 	root := copyRepo(t)
 	fixtures, err := engine.LoadFixtures(filepath.Join(root, "policy_test"))
 	if err != nil {
