@@ -434,7 +434,6 @@ func TestRotation(t *testing.T) {
 	}
 }
 
-
 // TestRecordTooLargeForTheFile: a record larger than the rotation size is
 // not written, and counted.
 func TestRecordTooLargeForTheFile(t *testing.T) {
