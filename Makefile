@@ -172,16 +172,11 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) ./$${t%%:*}/; \
 	done
 
-# CI fuzzes the input boundary's targets (FUZZ_QUICK_TARGETS), which share
-# one budget of FUZZBUDGET seconds in equal parts. The engine's targets
-# evaluate through OPA, and fuzzing instruments every package it builds:
-# their few seconds would cost CI a second build of OPA's graph (90 s of
-# two cores). Their seeds run in make test like every target's; make fuzz
-# runs them all. One fuzzing worker: CI's other stages share the cores.
+# CI: the targets share one budget of FUZZBUDGET seconds, in equal parts,
+# on one fuzzing worker each, as CI's other stages share the cores.
 FUZZBUDGET ?= 60
-FUZZ_QUICK_TARGETS := $(filter engine/input:%,$(FUZZ_TARGETS))
 fuzz-quick:
-	$(MAKE) --no-print-directory fuzz FUZZ_TARGETS='$(FUZZ_QUICK_TARGETS)' FUZZFLAGS=-parallel=1 FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_QUICK_TARGETS)) ))s
+	$(MAKE) --no-print-directory fuzz FUZZFLAGS=-parallel=1 FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_TARGETS)) ))s
 
 # diff-corpus: arbiter diff against every edit of diff/testdata/edits, each
 # verdict checked, every found confirmed and every none checked against
