@@ -22,8 +22,8 @@ const backupTimeFormat = "2006-01-02T15-04-05.000"
 // over an existing one: two rotations in one millisecond (records near the
 // rotation size, which the sandbox chooses) lost the first backup's records
 // (natefinch/lumberjack#34, left as is there). Here a backup's name is later
-// than every other backup's (backupName). One
-// process writes a path; it is not safe for concurrent use.
+// than every other backup's (backupName). One process writes a path; it is
+// not safe for concurrent use.
 type rotatingFile struct {
 	path    string
 	max     int64
