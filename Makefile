@@ -62,8 +62,9 @@ run: build
 # projection and the evidence over the corpus), which skip under -race
 # (internal/race), where they cost five to ten times as much. So every test
 # runs once, and the race build leaves out cmd/arbiter's own dependencies
-# (OpenTelemetry's exporters, gRPC); the two sets run at once. Then stock `opa check/fmt/test` on the
-# same files, and `arbiter check`. RACE= runs everything in one go test.
+# (OpenTelemetry's exporters, gRPC); the two sets run at once. Then stock
+# `opa check/fmt/test` on the same files, `arbiter check` and `arbiter
+# test`. RACE= runs everything in one go test.
 NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
 NORACE_TESTS := TestSemantics|TestOPAConformanceCases|TestCompiledAgreesOnCorpus|TestProjectionAgreesOnCorpus|TestEvidenceIsComplete
 RACE_PKGS     = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list ./...))

@@ -3,8 +3,8 @@
 // Package race says whether the race detector is on, for the tests that
 // skip under it: the deterministic, single-goroutine differential suites,
 // which cost five to ten times as much under -race while the detector has
-// nothing to find in them. make test runs them again without it (the
-// Makefile's second go test line), so every one runs once.
+// nothing to find in them. make test runs them without it (the
+// Makefile's NORACE_TESTS), so every one runs once.
 package race
 
 // Enabled is true in a -race build.
