@@ -110,53 +110,39 @@ func runShadow(ctx context.Context, c config) error {
 	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, addr)); err != nil {
 		return err
 	}
-	// Each repetition runs three loads in a rotating order: no candidate,
-	// the looping candidate, and no candidate again (the control: how far
-	// two runs of the same thing differ on this machine).
+	// The modes: no candidate, the looping candidate, and no candidate
+	// again (abEach's control).
 	type run struct {
-		load          string
-		rep           int
-		mode          string
-		res           wrkResult
-		cpu           float64
+		abRun
 		before, after shadow.Stats
 	}
-	modes := []string{"none", "looping", "none (control)"}
-	loads := []string{"saturated", "paced"}
 	var runs []run
-	for _, load := range loads {
-		for rep := range c.reps {
-			for k := range modes {
-				mode := modes[(rep+k)%len(modes)]
-				if err := set(mode == "looping"); err != nil {
-					return err
-				}
-				before, err := stats()
-				if err != nil {
-					return err
-				}
-				cpu0, _ := cpuSeconds(s.pid())
-				var res wrkResult
-				if load == "saturated" {
-					res, err = runWrk(ctx, wrkArgs(c, c.duration, script, index, addr))
-				} else {
-					res, err = paced(ctx, s, decisionRequests(inputs), c.shadowPace, c.duration)
-				}
-				cpu1, _ := cpuSeconds(s.pid())
-				if err != nil {
-					return err
-				}
-				after, err := stats()
-				if err != nil {
-					return err
-				}
-				if res.errors() > 0 {
-					return fmt.Errorf("%s load saw %d errors", load, res.errors())
-				}
-				runs = append(runs, run{load, rep, mode, res, cpu1 - cpu0, before, after})
-				logf("%s run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms", load, rep+1, mode, res.rps(), ms(res.P50US), ms(res.P99US))
-			}
+	modes := []string{"none", "looping", "none (control)"}
+	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (abRun, error) {
+		if err := set(mode == "looping"); err != nil {
+			return abRun{}, err
 		}
+		before, err := stats()
+		if err != nil {
+			return abRun{}, err
+		}
+		r, err := abMeasure(ctx, c, s, load, mode, rep, script, index, decisionRequests(inputs), c.shadowPace)
+		if err != nil {
+			return r, err
+		}
+		after, err := stats()
+		if err != nil {
+			return r, err
+		}
+		if r.res.errors() > 0 {
+			return r, fmt.Errorf("%s load saw %d errors", load, r.res.errors())
+		}
+		runs = append(runs, run{r, before, after})
+		logf("%s run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms", load, rep+1, mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US))
+		return r, nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := set(false); err != nil {
 		return err
@@ -166,7 +152,6 @@ func runShadow(ctx context.Context, c config) error {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("| load | run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | sampled | judged | dropped (queue full) | expired | candidate evaluating s | paused s |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	byRep := map[string]map[int]map[string]wrkResult{}
 	for _, r := range runs {
 		d := func(f func(shadow.Stats) float64) float64 { return f(r.after) - f(r.before) }
 		w("| %s | %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.load, r.rep+1, r.mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
@@ -177,33 +162,9 @@ func runShadow(ctx context.Context, c config) error {
 			d(func(s shadow.Stats) float64 { return float64(s.Expired) }),
 			d(func(s shadow.Stats) float64 { return s.EvaluationSeconds }),
 			d(func(s shadow.Stats) float64 { return s.PausedSeconds }))
-		if byRep[r.load] == nil {
-			byRep[r.load] = map[int]map[string]wrkResult{}
-		}
-		if byRep[r.load][r.rep] == nil {
-			byRep[r.load][r.rep] = map[string]wrkResult{}
-		}
-		byRep[r.load][r.rep][r.mode] = r.res
 	}
-	ratios := func(load, mode string) (p99, p50, rps []float64) {
-		for rep := range c.reps {
-			on, off := byRep[load][rep][mode], byRep[load][rep]["none"]
-			p99 = append(p99, float64(on.P99US)/float64(off.P99US))
-			p50 = append(p50, float64(on.P50US)/float64(off.P50US))
-			rps = append(rps, on.rps()/off.rps())
-		}
-		return
-	}
-	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
 	w("")
-	w("| load | against no candidate, median of %d repetitions | p99 | p50 | throughput |", c.reps)
-	w("|---|---|---|---|---|")
-	for _, load := range loads {
-		for _, mode := range []string{"looping", "none (control)"} {
-			p99, p50, rps := ratios(load, mode)
-			w("| %s | %s | %.2fx | %.2fx | %.2fx |", load, mode, med(p99), med(p50), med(rps))
-		}
-	}
+	abRatios(w, abs, modes, c.reps, "no candidate")
 	w("")
 	w("Server: `%s`", shellQuote(argv))
 	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, each sent on time whatever the answers before it (open loop), for %s.",

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -101,71 +100,57 @@ func runStore(ctx context.Context, c config) error {
 		}
 	}
 	type run struct {
-		load, mode string
-		rep        int
-		res        wrkResult
-		cpu        float64
-		written    uint64
-		dropped    uint64
-		drain      time.Duration // after the run, until the store had every record
+		abRun
+		written, dropped uint64
+		drain            time.Duration // after the run, until the store had every record
 	}
-	modes := []string{"none", "store", "none (control)"}
-	loads := []string{"saturated", "paced"}
 	var runs []run
-	for _, load := range loads {
-		for rep := range c.reps {
-			for k := range modes {
-				mode := modes[(rep+k)%len(modes)]
-				s := plain
-				if mode == "store" {
-					s = stored
-				}
-				before, err := storeStats()
-				if err != nil {
-					return err
-				}
-				cpu0, _ := cpuSeconds(s.pid())
-				var res wrkResult
-				if load == "saturated" {
-					res, err = runWrk(ctx, wrkArgs(c, c.duration, script, index, s.addr))
-				} else {
-					res, err = paced(ctx, s, dataRequests(inputs), c.pace, c.duration)
-				}
-				cpu1, _ := cpuSeconds(s.pid())
-				if err != nil {
-					return err
-				}
-				// Errors (timeouts of an overloaded machine) are reported, not
-				// fatal: they are part of what a run shows.
-				r := run{load: load, mode: mode, rep: rep, res: res, cpu: cpu1 - cpu0}
-				ended := time.Now()
-				for mode == "store" {
-					after, err := storeStats()
-					if err != nil {
-						return err
-					}
-					if after.Queued == 0 {
-						r.drain = time.Since(ended)
-						r.written, r.dropped = after.Written-before.Written, after.dropped()-before.dropped()
-						break
-					}
-					if time.Since(ended) > 5*time.Minute {
-						return fmt.Errorf("the store still has %d records queued 5 minutes after the run", after.Queued)
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-				runs = append(runs, r)
-				logf("%s run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  written %d dropped %d drain %s",
-					load, rep+1, mode, res.rps(), ms(res.P50US), ms(res.P99US), r.written, r.dropped, r.drain.Round(time.Millisecond))
-			}
+	modes := []string{"none", "store", "none (control)"}
+	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (abRun, error) {
+		s := plain
+		if mode == "store" {
+			s = stored
 		}
+		before, err := storeStats()
+		if err != nil {
+			return abRun{}, err
+		}
+		// Errors (timeouts of an overloaded machine) are reported, not
+		// fatal: they are part of what a run shows.
+		ab, err := abMeasure(ctx, c, s, load, mode, rep, script, index, dataRequests(inputs), c.pace)
+		if err != nil {
+			return ab, err
+		}
+		r := run{abRun: ab}
+		ended := time.Now()
+		for mode == "store" {
+			after, err := storeStats()
+			if err != nil {
+				return ab, err
+			}
+			if after.Queued == 0 {
+				r.drain = time.Since(ended)
+				r.written, r.dropped = after.Written-before.Written, after.dropped()-before.dropped()
+				break
+			}
+			if time.Since(ended) > 5*time.Minute {
+				return ab, fmt.Errorf("the store still has %d records queued 5 minutes after the run", after.Queued)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		runs = append(runs, r)
+		logf("%s run %d %-15s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  written %d dropped %d drain %s",
+			load, rep+1, mode, ab.res.rps(), ms(ab.res.P50US), ms(ab.res.P99US), r.written, r.dropped, r.drain.Round(time.Millisecond))
+		return ab, nil
+	})
+	if err != nil {
+		return err
 	}
 
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("| load | run | decision store | req/s | errors | p50 ms | p99 ms | server CPU µs/req | records written | dropped | drain s | records/s into the store |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|")
-	byRep := map[string]map[int]map[string]wrkResult{}
 	var sustained []float64
 	for _, r := range runs {
 		perSec := "-"
@@ -178,32 +163,11 @@ func runStore(ctx context.Context, c config) error {
 		}
 		w("| %s | %d | %s | %.0f | %d | %.2f | %.2f | %.0f | %d | %d | %.2f | %s |", r.load, r.rep+1, r.mode, r.res.rps(), r.res.errors(), ms(r.res.P50US), ms(r.res.P99US),
 			r.cpu/float64(r.res.Requests)*1e6, r.written, r.dropped, r.drain.Seconds(), perSec)
-		if byRep[r.load] == nil {
-			byRep[r.load] = map[int]map[string]wrkResult{}
-		}
-		if byRep[r.load][r.rep] == nil {
-			byRep[r.load][r.rep] = map[string]wrkResult{}
-		}
-		byRep[r.load][r.rep][r.mode] = r.res
-	}
-	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
-	w("")
-	w("| load | against no store, median of %d repetitions | p99 | p50 | throughput |", c.reps)
-	w("|---|---|---|---|---|")
-	for _, load := range loads {
-		for _, mode := range []string{"store", "none (control)"} {
-			var p99, p50, rps []float64
-			for rep := range c.reps {
-				on, off := byRep[load][rep][mode], byRep[load][rep]["none"]
-				p99 = append(p99, float64(on.P99US)/float64(off.P99US))
-				p50 = append(p50, float64(on.P50US)/float64(off.P50US))
-				rps = append(rps, on.rps()/off.rps())
-			}
-			w("| %s | %s | %.2fx | %.2fx | %.2fx |", load, mode, med(p99), med(p50), med(rps))
-		}
 	}
 	w("")
-	w("Records per second sustained into the store under the saturated load (median): %.0f.", med(sustained))
+	abRatios(w, abs, modes, c.reps, "no store")
+	w("")
+	w("Records per second sustained into the store under the saturated load (median): %.0f.", median(sustained))
 	w("")
 	w("Servers: `%s` and `%s`; the database: %s.", shellQuote(plainArgv), shellQuote(storedArgv), where)
 	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, open loop, for %s.",
