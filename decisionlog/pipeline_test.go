@@ -356,7 +356,8 @@ func TestLargeRecordsKeepTheirPlace(t *testing.T) {
 // TestRotation: files rotate at the configured size, each file holds whole
 // records only and never starts with a blank line, the configured number of
 // backups is kept, and every record is written once. The clock stands
-// still, so every rotation falls in one millisecond, the time in a backup's
+// still or steps back, so every rotation falls in one millisecond or before
+// the last, the time in a backup's
 // name: lumberjack renamed each backup over the last one there and kept
 // only the newest file's records (natefinch/lumberjack#34). A file already
 // holding that name is kept too.
@@ -364,19 +365,29 @@ func TestRotation(t *testing.T) {
 	frozen := time.Date(2026, 12, 4, 16, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		backups   int
-		wantFiles int // the log, the backups kept, and the older file
+		step      time.Duration // how the clock moves at each reading: not at all, or back
+		wantFiles int           // the log, the backups kept, and the older file
 	}{
 		{backups: 2, wantFiles: 3},
 		{backups: -1, wantFiles: 5},
+		{backups: 2, step: -time.Hour, wantFiles: 3},
 	} {
-		t.Run(fmt.Sprint("backups=", tc.backups), func(t *testing.T) {
+		t.Run(fmt.Sprint("backups=", tc.backups, ",step=", tc.step), func(t *testing.T) {
+			var mu sync.Mutex
+			clock := frozen
+			now := func() time.Time {
+				mu.Lock()
+				defer mu.Unlock()
+				clock = clock.Add(tc.step)
+				return clock
+			}
 			dir := t.TempDir()
 			path := filepath.Join(dir, "decisions.log")
 			older := filepath.Join(dir, "decisions-"+frozen.Format(backupTimeFormat)+".log")
 			if err := os.WriteFile(older, []byte(`{"decision_id":"older"}`+"\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			l, err := Open(Options{Path: path, MaxMegabytes: 1, MaxBackups: tc.backups, now: func() time.Time { return frozen }})
+			l, err := Open(Options{Path: path, MaxMegabytes: 1, MaxBackups: tc.backups, now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
