@@ -68,7 +68,7 @@ run: build
 NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
 NORACE_TESTS := TestSemantics|TestOPAConformanceCases|TestCompiledAgreesOnCorpus|TestProjectionAgreesOnCorpus|TestEvidenceIsComplete
 RACE_PKGS     = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list ./...))
-MODULE       := github.com/arbiter-dev/arbiter
+MODULE        = $(shell $(GO) list -m)
 test: vet build $(OPA)
 ifeq ($(RACE),)
 	OPA_BIN=$(abspath $(OPA)) $(GOTEST) ./...
