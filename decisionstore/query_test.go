@@ -66,6 +66,17 @@ func fixtureRecords(t *testing.T) []stored {
 	return out
 }
 
+// storedFixtures stores fixtureRecords in a database of its own and
+// returns a Reader of it.
+func storedFixtures(t *testing.T) (*Reader, []stored) {
+	t.Helper()
+	url := cluster.DB(t)
+	s := open(t, url)
+	recs := fixtureRecords(t)
+	storeRecords(t, url, recs)
+	return NewReader(s.Pool()), recs
+}
+
 // storeRecords writes records through each replica's sink, and waits for
 // them: Close writes what is queued.
 func storeRecords(t *testing.T, url string, recs []stored) {
@@ -173,11 +184,7 @@ func leaf(t *testing.T, recs []stored, kind func(any) bool) InputMatch {
 // count agrees, and keyset pages of any size walk the same rows.
 func TestQueryFilters(t *testing.T) {
 	t.Parallel()
-	url := cluster.DB(t)
-	s := open(t, url)
-	recs := fixtureRecords(t)
-	storeRecords(t, url, recs)
-	r := NewReader(s.Pool())
+	r, recs := storedFixtures(t)
 
 	// Values from the data.
 	first := recs[0].rec
@@ -281,11 +288,7 @@ func TestQueryFilters(t *testing.T) {
 // it, whole; the form's values list every replica and decision.
 func TestGetAndValues(t *testing.T) {
 	t.Parallel()
-	url := cluster.DB(t)
-	s := open(t, url)
-	recs := fixtureRecords(t)
-	storeRecords(t, url, recs)
-	r := NewReader(s.Pool())
+	r, recs := storedFixtures(t)
 	for _, want := range []stored{recs[0], recs[1], recs[len(recs)-1]} {
 		row, ok, err := r.Get(ctxT(t), want.rec.DecisionID)
 		if err != nil || !ok {
@@ -330,11 +333,7 @@ func TestGetAndValues(t *testing.T) {
 // asked; an error of the callback stops it and is returned.
 func TestStream(t *testing.T) {
 	t.Parallel()
-	url := cluster.DB(t)
-	s := open(t, url)
-	recs := fixtureRecords(t)
-	storeRecords(t, url, recs)
-	r := NewReader(s.Pool())
+	r, recs := storedFixtures(t)
 	r.batch = 7
 	for _, f := range []Filter{{}, {Replica: testReplicas[0]}} {
 		var want, got []string
