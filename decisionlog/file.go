@@ -25,14 +25,13 @@ const dropFailed = "failed"
 const batchBytes = 64 << 10
 
 // fileSink writes records as JSON lines to the log file (rotatingFile) or
-// Stdout, on a goroutine of its own (run) fed by its own
-// bounded queue, so that a stalled disk or reader costs the other sinks
-// nothing; it counts records in the Logger's written, and in its queue's
-// drops (failed writes, and what Log could not queue).
+// Stdout, on a goroutine of its own (run) fed by its own bounded queue, so
+// that a stalled disk or reader costs the other sinks nothing; it counts
+// records in the Logger's written, and in its queue's drops (failed writes,
+// and what Log could not queue).
 type fileSink struct {
 	l        *Logger
 	queue    *queue.Queue[queued] // room reserved by Log, records put by the pipeline
-	path     string               // "" when writing to Stdout
 	rotating *rotatingFile        // nil when writing to Stdout
 	dest     io.Writer
 	maxWrite int64     // the largest write dest takes
@@ -79,7 +78,7 @@ func (l *fileSink) open(opts Options) error {
 	if err != nil {
 		return err
 	}
-	l.path, l.rotating, l.dest = opts.Path, rf, rf
+	l.rotating, l.dest = rf, rf
 	if rf.size > 0 && !endsWithNewline(opts.Path, rf.size) {
 		if err := rf.Rotate(); err != nil {
 			_ = rf.Close()
