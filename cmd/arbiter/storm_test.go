@@ -57,7 +57,8 @@ type stormAnswer struct {
 }
 
 // TestReloadStormUnderLoad: while clients keep deciding, the policy files
-// are rewritten many times a second for about 8 s: valid data edits that
+// are rewritten many times a second, for one round of the steps and at
+// least 8 s: valid data edits that
 // flip an answer, a syntax error, a policy and a data edit that break
 // tests, a write-then-rename, an in-place write, a delete and restore, a
 // symlink flip between two copies, and SIGHUP. No request may fail; every
@@ -135,8 +136,10 @@ func TestReloadStormUnderLoad(t *testing.T) {
 		}
 	}
 	good := map[string]stormState{}
+	revOf := map[stormState]string{}
 	for i, s := range states {
 		good[snaps[i].Revision] = s
+		revOf[s] = snaps[i].Revision
 	}
 	if len(good) != len(states) {
 		t.Fatalf("the good states share revisions: %v", good)
@@ -199,6 +202,16 @@ func TestReloadStormUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var answers []stormAnswer
 	var failures []string
+	servedBy := map[string]bool{} // revisions some answer came from
+	// answered waits for an answer from state s: each state the storm
+	// must cover is seen served, not hoped to be.
+	answered := func(s stormState) {
+		waitFor(t, 60*time.Second, "an answer from the state "+s.String(), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return servedBy[revOf[s]]
+		})
+	}
 	terminated := make(chan struct{})
 	fail := func(format string, args ...any) {
 		mu.Lock()
@@ -246,6 +259,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 				}
 				mu.Lock()
 				answers = append(answers, stormAnswer{id: env.ID, revision: env.Revision, body: i, result: env.Result})
+				servedBy[env.Revision] = true
 				mu.Unlock()
 			}
 		}()
@@ -293,9 +307,10 @@ func TestReloadStormUnderLoad(t *testing.T) {
 		name string
 		do   func()
 	}{
-		{"toggle the flip code, write then rename", func() {
+		{"toggle the flip code, write then rename, and see it served", func() {
 			cur.flip = !cur.flip
 			write(filepath.Join(active(), rel), stormData(cur), true)
+			answered(cur)
 		}},
 		{"syntax error, then fixed", func() {
 			breakFile(policy(), quotaAllow, quotaAllowBroken, false)
@@ -307,7 +322,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 		{"data edit that breaks a test, then undone", func() {
 			breakFile(filepath.Join(active(), rel), `{"limit": `, `{"limit": 9, "was": `, true)
 		}},
-		{"flip the symlink to the other copy", func() {
+		{"flip the symlink to the other copy, and see it served", func() {
 			cur.b = !cur.b
 			tmp := filepath.Join(root, ".policies.tmp")
 			if err := os.Symlink(active(), tmp); err != nil {
@@ -319,6 +334,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 			// The copy now served keeps its own flip state.
 			b, _ := os.ReadFile(filepath.Join(active(), rel))
 			cur.flip = bytes.Equal(b, stormData(stormState{b: cur.b, flip: true}))
+			answered(cur)
 		}},
 		{"policy edit that breaks tests, then undone", func() {
 			breakFile(policy(), quotaAllow, `{"allow": count(reasons) >= 0,`, true)
@@ -342,9 +358,13 @@ func TestReloadStormUnderLoad(t *testing.T) {
 			}
 		}},
 	}
+	// Every step runs at least once, however slow the machine, so the storm
+	// covers at least three states, each seen served: the start, the toggled
+	// flip and the other copy.
+	answered(cur)
 	start := time.Now()
 	var stepCount int
-	for time.Since(start) < duration {
+	for stepCount < len(steps) || time.Since(start) < duration {
 		steps[stepCount%len(steps)].do()
 		stepCount++
 		time.Sleep(time.Duration(60+40*(stepCount%3)) * time.Millisecond)
@@ -359,6 +379,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 	waitFor(t, 15*time.Second, "the final state "+cur.String()+" to be served", func() bool {
 		return status(t, client, srv.url)["policy_revision"] == final.Revision
 	})
+	answered(cur)
 
 	// SIGTERM under load: requests in flight are answered, and logged.
 	metrics := stormMetrics(t, client, srv.url)
