@@ -199,22 +199,22 @@ func TestBenchCommand(t *testing.T) {
 	}
 }
 
+// testStamp is the version TestMain stamps the binary under test with.
+const testStamp = "v0.0.0-stamped-by-test-3f2a"
+
 // A binary built as the Makefile and the Dockerfile build it, with
-// -ldflags "-X main.version=...", names that version in `arbiter version`,
-// in /v1/status and in arbiter_build_info.
+// -ldflags "-X main.version=..." (TestMain builds the binary under test
+// so), names that version in `arbiter version`, in /v1/status and in
+// arbiter_build_info.
 func TestStampedVersion(t *testing.T) {
 	t.Parallel()
-	const stamp = "v0.0.0-stamped-by-test-3f2a"
-	bin := filepath.Join(t.TempDir(), "arbiter")
-	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+stamp, "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "version").Output()
+	const stamp = testStamp
+	out, err := exec.Command(binPath, "version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "arbiter "+stamp+" (opa ") {
 		t.Fatalf("arbiter version: %q %v, want the stamped %s", out, err, stamp)
 	}
 	args, _ := quickArgs(t)
-	srv := startServerWith(t, func(c *exec.Cmd) { c.Path, c.Args[0] = bin, bin }, args...)
+	srv := startServer(t, args...)
 	client := &http.Client{Timeout: 10 * time.Second}
 	if v := status(t, client, srv.url)["version"]; v != stamp {
 		t.Errorf("/v1/status version %v, want %s", v, stamp)

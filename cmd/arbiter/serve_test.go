@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binPath = filepath.Join(dir, "arbiter")
-	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	// Stamped as the Makefile and the Dockerfile stamp it (TestStampedVersion).
+	out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testStamp, "-o", binPath, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building arbiter: %v\n%s", err, out)
 		os.Exit(1)
