@@ -58,15 +58,20 @@ run: build
 # one goroutine or drive the built binary in child processes, out of the
 # detector's sight (cmd/arbiter), and for the single-goroutine differential
 # suites of engine and engine/ireval (NORACE_TESTS: OPA's conformance cases,
-# the compiled evaluator's semantics, the compiled evaluator, the
-# projection and the evidence over the corpus), which skip under -race
+# the compiled evaluator's semantics, the compiled evaluator and the
+# projection over the corpus, the fixtures and their fuzz seeds, the
+# evidence over the corpus), which skip under -race
 # (internal/race), where they cost five to ten times as much. So every test
 # runs once, and the race build leaves out cmd/arbiter's own dependencies
 # (OpenTelemetry's exporters, gRPC); the two sets run at once. Then stock
 # `opa check/fmt/test` on the same files, `arbiter check` and `arbiter
 # test`. RACE= runs everything in one go test.
 NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
-NORACE_TESTS := TestSemantics|TestOPAConformanceCases|TestCompiledAgreesOnCorpus|TestProjectionAgreesOnCorpus|TestEvidenceIsComplete
+NORACE_TESTS := TestSemantics TestOPAConformanceCases TestCompiledAgreesOnCorpus TestProjectionAgreesOnCorpus \
+                TestEvidenceIsComplete TestCompiledAgreesOnFixtures TestProjectionAgreesOnFixtures \
+                TestProjectionLeavesOutWhatNoRuleReads FuzzCompiledAgrees FuzzProjectionAgrees
+empty        :=
+NORACE_RUN   := ^($(subst $(empty) $(empty),|,$(strip $(NORACE_TESTS))))$$
 RACE_PKGS     = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list ./...))
 MODULE        = $(shell $(GO) list -m)
 test: vet build $(OPA)
@@ -77,7 +82,7 @@ else
 	@# the output of the set without -race follows the other's.
 	@out=$$(mktemp); export OPA_BIN=$(abspath $(OPA)); \
 	( set -x; $(GO) test -count=1 -parallel 8 $(TESTFLAGS) $(NORACE_PKGS) && \
-	  $(GO) test -count=1 $(TESTFLAGS) -run '^($(NORACE_TESTS))$$' ./engine/ ./engine/ireval/ ) >$$out 2>&1 & pid=$$!; \
+	  $(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/ ) >$$out 2>&1 & pid=$$!; \
 	( set -x; $(GOTEST) $(RACE_PKGS) ); status=$$?; \
 	wait $$pid || status=1; cat $$out; rm -f $$out; exit $$status
 endif

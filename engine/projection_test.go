@@ -82,6 +82,9 @@ func valueOrNil(v ast.Value) string {
 }
 
 func TestProjectionAgreesOnFixtures(t *testing.T) {
+	if race.Enabled {
+		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
+	}
 	for name, set := range snapshots(t) {
 		fixtures, err := LoadFixtures(set.fixtures)
 		if err != nil {
@@ -107,6 +110,9 @@ func TestProjectionAgreesOnCorpus(t *testing.T) {
 // repository's decisions are much narrower than the corpus inputs (a
 // projection of everything would pass the differential tests trivially).
 func TestProjectionLeavesOutWhatNoRuleReads(t *testing.T) {
+	if race.Enabled {
+		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
+	}
 	s := mustLoad(t, repo)
 	var whole, projected int
 	for _, in := range mustCorpus(t, s)[:100] {
@@ -130,6 +136,9 @@ func TestProjectionLeavesOutWhatNoRuleReads(t *testing.T) {
 
 // FuzzProjectionAgrees: generated inputs, whole and projected.
 func FuzzProjectionAgrees(f *testing.F) {
+	if race.Enabled {
+		f.Skip("one goroutine, nothing for -race to find: make test runs it without")
+	}
 	s := patientSnapshot(f)
 	names := s.Names()
 	for i, b := range fuzzSeeds(f) {
