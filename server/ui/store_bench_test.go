@@ -45,9 +45,9 @@ func BenchmarkStorePages(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	eng := mustEngine(b, repo)
+	eng, all := repoDecided(b)
 	var templates []decisionlog.Record
-	for _, d := range decideFixtures(b, eng) {
+	for _, d := range all {
 		if bytes.Contains(d.rec.Input, []byte(`\u0000`)) {
 			continue // the fill below edits records as jsonb, which holds no \u0000
 		}

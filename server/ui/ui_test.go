@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,11 +50,11 @@ type decided struct {
 	d   *engine.Decision
 }
 
-func decideFixtures(t testing.TB, eng *engine.Engine) []decided {
-	t.Helper()
+// decideAll decides every fixture with an input and no expected error.
+func decideAll(eng *engine.Engine) ([]decided, error) {
 	fixtures, err := engine.LoadFixtures(repoTests)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var out []decided
 	for _, fx := range fixtures {
@@ -62,7 +63,7 @@ func decideFixtures(t testing.TB, eng *engine.Engine) []decided {
 		}
 		d, err := eng.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
 		if err != nil {
-			t.Fatalf("%s/%s: %v", fx.Decision, fx.Name, err)
+			return nil, fmt.Errorf("%s/%s: %v", fx.Decision, fx.Name, err)
 		}
 		out = append(out, decided{fx: fx, d: d, rec: decisionlog.Record{
 			DecisionID: d.ID, Time: time.Now().UTC(), Decision: d.Name, Revision: d.Revision,
@@ -70,10 +71,38 @@ func decideFixtures(t testing.TB, eng *engine.Engine) []decided {
 		}})
 	}
 	if len(out) < 20 {
-		t.Fatalf("only %d fixtures decided", len(out))
+		return nil, fmt.Errorf("only %d fixtures decided", len(out))
 	}
-	return out
+	return out, nil
 }
+
+// repoDecided is the repository's engine and its fixtures decided, loaded
+// once for the tests that only read them (none reloads it): under -race a
+// load and the fixtures' decisions cost a second or more each time.
+func repoDecided(t testing.TB) (*engine.Engine, []decided) {
+	t.Helper()
+	r, err := loadRepo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.eng, slices.Clone(r.all)
+}
+
+var loadRepo = sync.OnceValues(func() (struct {
+	eng *engine.Engine
+	all []decided
+}, error) {
+	var r struct {
+		eng *engine.Engine
+		all []decided
+	}
+	var err error
+	if r.eng, err = engine.New(context.Background(), repo); err != nil {
+		return r, err
+	}
+	r.all, err = decideAll(r.eng)
+	return r, err
+})
 
 // countingDecider counts the decisions made for the pages, which must never
 // reach the ring or the log.
@@ -97,10 +126,9 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	eng := mustEngine(t, repo)
-	h := &harness{eng: eng, dec: &countingDecider{Engine: eng}}
+	eng, all := repoDecided(t)
+	h := &harness{eng: eng, dec: &countingDecider{Engine: eng}, all: all}
 	h.ring = NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
-	h.all = decideFixtures(t, eng)
 	for _, d := range h.all {
 		h.ring.Add(d.rec)
 	}
@@ -560,8 +588,7 @@ func TestEventsCarryNoLineEnd(t *testing.T) {
 // TestRingBounds: the ring holds at most Size entries and Bytes bytes,
 // dropping the oldest, and keeps no input larger than MaxKeptInput.
 func TestRingBounds(t *testing.T) {
-	eng := mustEngine(t, repo)
-	all := decideFixtures(t, eng)
+	_, all := repoDecided(t)
 	r := NewRing(RingConfig{Size: 10, Bytes: 20 << 10, MaxKeptInput: 2 << 10})
 	big := 0
 	for i := 0; i < 200; i++ {
@@ -595,8 +622,7 @@ func TestRingBounds(t *testing.T) {
 // TestLogFile: the ring is filled from the decision log's tail, and a
 // decision it no longer holds is found in the log.
 func TestLogFile(t *testing.T) {
-	eng := mustEngine(t, repo)
-	all := decideFixtures(t, eng)
+	eng, all := repoDecided(t)
 	path := filepath.Join(t.TempDir(), "decisions.log")
 	l, err := decisionlog.Open(decisionlog.Options{Path: path})
 	if err != nil {
@@ -638,8 +664,7 @@ func TestLogFile(t *testing.T) {
 // its page. The pages once looked for PATH.1 ... PATH.N, names the writer
 // never uses, and answered 404.
 func TestLogFileFindsRotatedRecords(t *testing.T) {
-	eng := mustEngine(t, repo)
-	all := decideFixtures(t, eng)
+	eng, all := repoDecided(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "decisions.log")
 	l, err := decisionlog.Open(decisionlog.Options{Path: path, MaxMegabytes: 1})
@@ -680,8 +705,7 @@ func TestLogFileFindsRotatedRecords(t *testing.T) {
 // BenchmarkListPage10k measures the newest page of decisions with 10,000
 // decisions in the ring (docs/PAGES.md quotes it).
 func BenchmarkListPage10k(b *testing.B) {
-	eng := mustEngine(b, repo)
-	all := decideFixtures(b, eng)
+	eng, all := repoDecided(b)
 	ring := NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
 	for i := 0; ring.Len() < DefaultRingSize; i++ {
 		rec := all[i%len(all)].rec
@@ -820,8 +844,7 @@ func short(s string) string { return s[:8] }
 // every entry (up to Size) and gives up the inputs of the oldest, whose
 // pages read them from the decision log; the newest keep theirs.
 func TestRingShedsInputsBeforeEntries(t *testing.T) {
-	eng := mustEngine(t, repo)
-	all := decideFixtures(t, eng)
+	_, all := repoDecided(t)
 	r := NewRing(RingConfig{Size: 100, Bytes: 100 << 10})
 	for i := 0; i < 100; i++ {
 		rec := all[i%len(all)].rec
