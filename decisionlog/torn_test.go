@@ -100,7 +100,7 @@ func (g *lineGenerator) Read(p []byte) (int, error) {
 // records after it are read. Before, a 300 MB line without a newline was
 // held whole (636 MiB peak).
 func TestLineLongerThanTheWriterWritesIsTorn(t *testing.T) {
-	const bound, huge = 1 << 20, 64 << 20
+	const bound, huge = 1 << 20, 24 << 20 // held whole, the line alone would pass the 8 MiB below
 	good := func(id string) string { return fmt.Sprintf(`{"decision_id":%q,"decision":"d"}`, id) + "\n" }
 	for _, tc := range []struct{ name, tail, wantIDs string }{
 		{"records after it", `"}}` + "\n" + good("after-1") + good("after-2"), "before,after-1,after-2"},
