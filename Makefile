@@ -17,9 +17,10 @@ ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
 FUZZFLAGS ?=
 # TESTFLAGS adds flags to the Go tests: .ci/rule-edit passes -short, which
-# skips only the suites that read no file a rule edit can change, and
-# RACE= (a rule edit changes no Go, so there is no new race to find, and
-# the tests run at three times the speed).
+# runs what a rule edit can change (it skips the suites that read no rule
+# file and the real-binary tests not about the rules), and RACE= (a rule
+# edit changes no Go, so there is no new race to find, and the tests run at
+# three times the speed).
 TESTFLAGS ?=
 RACE      ?= -race
 # -parallel 8: the real-binary tests of cmd/arbiter wait on processes more than

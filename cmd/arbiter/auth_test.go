@@ -261,6 +261,7 @@ func tlsClient(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *http.Client {
 }
 
 func TestMutualTLS(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, "arbiter test CA")

@@ -251,6 +251,7 @@ func servingGood(t *testing.T, keys, scheme string, env []string) (string, *orig
 // signed by another key, at its signature, before the first zero; and any
 // bundle over --bundle-max-bytes as it arrives.
 func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	const budget = 512 << 20 // peak RSS; the bomb is 1.5 GiB unpacked
 	keys, other := t.TempDir(), t.TempDir()
@@ -305,6 +306,7 @@ func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
 // stalled for longer than three polls may take, the replica keeps serving
 // its revision, and the next bundle published is fetched and served.
 func TestStalledBundleServerIsCutOff(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	keys := t.TempDir()
 	writeKeyPair(t, keys)

@@ -63,6 +63,7 @@ func crashReplay(t *testing.T, root, logPath string) (int, string, string) {
 // answered or in flight, and a restart on the same files and log that
 // serves the same answers and appends cleanly even after a torn last line.
 func TestCrashKill9(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	const clients = 4
 	root := copyRepo(t)

@@ -55,6 +55,7 @@ var closedLine = regexp.MustCompile(`msg="decision log closed" written=(\d+) unw
 // status 3), in the default drop mode and in refuse mode (where no decision
 // is answered without its record queued).
 func TestStalledDecisionLogIsAccounted(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	const n = 150
 	fx := decidedFixture(t)
@@ -194,6 +195,7 @@ func TestServeSkipsWhatIsNotARegularFile(t *testing.T) {
 // TestTLSCertificateReloaded: replacing the certificate and key files (as a
 // rotation does) changes the certificate served, without a restart.
 func TestTLSCertificateReloaded(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, "arbiter test CA")
@@ -240,6 +242,7 @@ func TestTLSCertificateReloaded(t *testing.T) {
 // descriptors and 117 idle keep-alive connections still answers a new
 // caller, reloads its policies (which opens files) and stops cleanly.
 func TestIdleConnectionsCannotExhaustDescriptors(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	args, _ := quickArgs(t)
 	srv := startServerWith(t, func(c *exec.Cmd) {
@@ -549,6 +552,7 @@ func TestFolderDefaults(t *testing.T) {
 // A command the test does not know how to hold fails it, so a new command
 // needs a way here, or a reason in cannotHold.
 func TestSignalStopsEveryCommand(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	root := copyRepo(t)
 	dirs := []string{"--policies", filepath.Join(root, "policies"), "--schemas", filepath.Join(root, "schemas")}
@@ -721,6 +725,7 @@ func TestInputReadAtMostMaxBody(t *testing.T) {
 // told otherwise (or in a cgroup with a limit: TestMemoryFromCgroup);
 // GOMEMLIMIT in the environment wins over the flag.
 func TestMemoryLimitByDefault(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	args, _ := quickArgs(t)
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -68,6 +68,7 @@ func TestCgroupFiles(t *testing.T) {
 // given as a flag stands, and /v1/status says what each came to and where
 // from. Without a cgroup limit the defaults stand; GOMEMLIMIT wins.
 func TestMemoryFromCgroup(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	args, _ := quickArgs(t)
 	client := &http.Client{Timeout: 10 * time.Second}

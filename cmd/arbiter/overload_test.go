@@ -142,6 +142,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 // a second and 300 MiB, so it runs in `make test`; with admission control
 // and the value cap turned off the same flood peaks near 6 GiB.
 func TestOverloadAcceptance(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	const size = 16 << 20
 	args, _ := quickArgs(t)

@@ -67,6 +67,7 @@ type stormAnswer struct {
 // SIGTERM, sent while the clients still run, the decision log holds each
 // answer exactly once.
 func TestReloadStormUnderLoad(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	const (
 		clients = 4

@@ -101,6 +101,7 @@ func attr(s *tracepb.Span, key string) string {
 // span carries OPA's opa.decision_id and the decision, revision and
 // outcome, and the decision record names the same trace and span.
 func TestTracesReachAnOTLPReceiver(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	recv := &otlpReceiver{}
 	hs := httptest.NewServer(recv)
@@ -148,6 +149,7 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 
 // Without an OTEL_ endpoint nothing is traced: no ids in the records.
 func TestNoTracingWithoutEndpoint(t *testing.T) {
+	notAboutRules(t)
 	t.Parallel()
 	args, logPath := quickArgs(t)
 	srv := startServerWith(t, func(c *exec.Cmd) {
