@@ -112,9 +112,7 @@ func TestEveryDecisionRunsCompiled(t *testing.T) {
 // engine's parser builds it) both ways. Every valid fixture must be
 // answered by the compiled program itself.
 func TestCompiledAgreesOnFixtures(t *testing.T) {
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	for name, set := range snapshots(t) {
 		fixtures, err := LoadFixtures(set.fixtures)
 		if err != nil {
@@ -142,9 +140,7 @@ func TestCompiledAgreesOnFixtures(t *testing.T) {
 
 // TestCompiledAgreesOnCorpus decides the benchmark corpus both ways.
 func TestCompiledAgreesOnCorpus(t *testing.T) {
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	s := mustLoad(t, patient(repo))
 	inputs := mustCorpus(t, s)
 	for _, in := range inputs {
@@ -256,9 +252,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 // for the schema or not (the evaluators must agree on every value, not
 // only on those the schema lets through).
 func FuzzCompiledAgrees(f *testing.F) {
-	if race.Enabled {
-		f.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(f)
 	s := patientSnapshot(f)
 	names := s.Names()
 	for i, b := range fuzzSeeds(f) {

@@ -89,9 +89,7 @@ func keepOnly(doc any, reads []inputRead) any {
 // an else branch, a function, an alias) makes some rule fire differently
 // on the cut input, unless no input of the corpus tells them apart.
 func TestEvidenceIsComplete(t *testing.T) {
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	s := mustLoad(t, repo)
 	fired := topdownRules(t, repo.Policies)
 	fixtures, err := LoadFixtures(repoTests)

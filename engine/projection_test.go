@@ -82,9 +82,7 @@ func valueOrNil(v ast.Value) string {
 }
 
 func TestProjectionAgreesOnFixtures(t *testing.T) {
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	for name, set := range snapshots(t) {
 		fixtures, err := LoadFixtures(set.fixtures)
 		if err != nil {
@@ -97,9 +95,7 @@ func TestProjectionAgreesOnFixtures(t *testing.T) {
 }
 
 func TestProjectionAgreesOnCorpus(t *testing.T) {
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	s := mustLoad(t, patient(repo))
 	for _, in := range mustCorpus(t, s) {
 		projectionAgrees(t, s, s.decisions[in.Decision], in.Body, in.Name)
@@ -110,9 +106,7 @@ func TestProjectionAgreesOnCorpus(t *testing.T) {
 // repository's decisions are much narrower than the corpus inputs (a
 // projection of everything would pass the differential tests trivially).
 func TestProjectionLeavesOutWhatNoRuleReads(t *testing.T) {
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	s := mustLoad(t, repo)
 	var whole, projected int
 	for _, in := range mustCorpus(t, s)[:100] {
@@ -136,9 +130,7 @@ func TestProjectionLeavesOutWhatNoRuleReads(t *testing.T) {
 
 // FuzzProjectionAgrees: generated inputs, whole and projected.
 func FuzzProjectionAgrees(f *testing.F) {
-	if race.Enabled {
-		f.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(f)
 	s := patientSnapshot(f)
 	names := s.Names()
 	for i, b := range fuzzSeeds(f) {

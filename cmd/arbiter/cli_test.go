@@ -208,16 +208,15 @@ const testStamp = "v0.0.0-stamped-by-test-3f2a"
 // arbiter_build_info.
 func TestStampedVersion(t *testing.T) {
 	t.Parallel()
-	const stamp = testStamp
 	out, err := exec.Command(binPath, "version").Output()
-	if err != nil || !strings.HasPrefix(string(out), "arbiter "+stamp+" (opa ") {
-		t.Fatalf("arbiter version: %q %v, want the stamped %s", out, err, stamp)
+	if err != nil || !strings.HasPrefix(string(out), "arbiter "+testStamp+" (opa ") {
+		t.Fatalf("arbiter version: %q %v, want the stamped %s", out, err, testStamp)
 	}
 	args, _ := quickArgs(t)
 	srv := startServer(t, args...)
 	client := &http.Client{Timeout: 10 * time.Second}
-	if v := status(t, client, srv.url)["version"]; v != stamp {
-		t.Errorf("/v1/status version %v, want %s", v, stamp)
+	if v := status(t, client, srv.url)["version"]; v != testStamp {
+		t.Errorf("/v1/status version %v, want %s", v, testStamp)
 	}
 	resp, err := client.Get(srv.url + "/metrics")
 	if err != nil {
@@ -225,7 +224,7 @@ func TestStampedVersion(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `arbiter_build_info{version="` + stamp + `"} 1`; !strings.Contains(string(b), want) {
+	if want := `arbiter_build_info{version="` + testStamp + `"} 1`; !strings.Contains(string(b), want) {
 		t.Errorf("/metrics lacks %s", want)
 	}
 	srv.stop(t)

@@ -98,8 +98,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 	}
 
 	// Every good state passes its tests (`arbiter test`, the reload gate's
-	// suite, run by the binary: the race-enabled engine takes 2 s a state)
-	// and loads in process, where its snapshot gives the revision and the
+	// suite, run by the binary) and loads in process, where its snapshot gives the revision and the
 	// answers the server must give under it.
 	states := []stormState{{false, false}, {false, true}, {true, false}, {true, true}}
 	snaps := make([]*engine.Snapshot, len(states))

@@ -29,9 +29,7 @@ func TestOPAConformanceCases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("OPA's own suite, which no rule edit changes (.ci/rule-edit runs -short)")
 	}
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	dir := opaCasesDir(t)
 	set, err := cases.Load(dir)
 	if err != nil {

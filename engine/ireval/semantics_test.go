@@ -107,9 +107,7 @@ func TestSemantics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("hand-written Rego of its own, which no rule edit changes (.ci/rule-edit runs -short)")
 	}
-	if race.Enabled {
-		t.Skip("one goroutine, nothing for -race to find: make test runs it without")
-	}
+	race.Skip(t)
 	modules, data, inputs := loadSemantics(t)
 	refs := ruleRefs(t, modules)
 	kinds := map[string]int{}

@@ -15,7 +15,7 @@ import (
 
 // A test that skips under -race runs only through the Makefile's
 // NORACE_TESTS, in the run without it. One missing from that list would
-// run nowhere: every test function that reads Enabled must be named there,
+// run nowhere: every test function that calls Skip must be named there,
 // and every name there must be such a test.
 func TestEverySkippedTestRunsWithout(t *testing.T) {
 	const root = "../.."
@@ -46,7 +46,7 @@ func TestEverySkippedTestRunsWithout(t *testing.T) {
 				continue
 			}
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Enabled" {
+				if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Skip" {
 					if id, ok := sel.X.(*ast.Ident); ok && id.Name == "race" {
 						skipping = append(skipping, fn.Name.Name)
 						return false
@@ -63,7 +63,7 @@ func TestEverySkippedTestRunsWithout(t *testing.T) {
 	slices.Sort(skipping)
 	skipping = slices.Compact(skipping)
 	if len(skipping) == 0 {
-		t.Fatal("no test reads race.Enabled: is the walk looking in the right place?")
+		t.Fatal("no test calls race.Skip: is the walk looking in the right place?")
 	}
 	if !slices.Equal(skipping, listed) {
 		t.Errorf("tests that skip under -race: %v\nMakefile's NORACE_TESTS: %v", skipping, listed)

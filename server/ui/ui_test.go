@@ -81,28 +81,27 @@ func decideAll(eng *engine.Engine) ([]decided, error) {
 // load and the fixtures' decisions cost a second or more each time.
 func repoDecided(t testing.TB) (*engine.Engine, []decided) {
 	t.Helper()
-	r, err := loadRepo()
+	eng, err := loadRepo()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.eng, slices.Clone(r.all)
+	all, err := decideRepo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng, slices.Clone(all)
 }
 
-var loadRepo = sync.OnceValues(func() (struct {
-	eng *engine.Engine
-	all []decided
-}, error) {
-	var r struct {
-		eng *engine.Engine
-		all []decided
-	}
-	var err error
-	if r.eng, err = engine.New(context.Background(), repo); err != nil {
-		return r, err
-	}
-	r.all, err = decideAll(r.eng)
-	return r, err
-})
+var (
+	loadRepo   = sync.OnceValues(func() (*engine.Engine, error) { return engine.New(context.Background(), repo) })
+	decideRepo = sync.OnceValues(func() ([]decided, error) {
+		eng, err := loadRepo()
+		if err != nil {
+			return nil, err
+		}
+		return decideAll(eng)
+	})
+)
 
 // countingDecider counts the decisions made for the pages, which must never
 // reach the ring or the log.
