@@ -17,8 +17,8 @@ ADDR      ?= 127.0.0.1:8181
 FUZZTIME  ?= 30s
 FUZZFLAGS ?=
 # TESTFLAGS adds flags to the Go tests: .ci/rule-edit passes -short, which
-# runs what a rule edit can change (it skips the suites that read no rule
-# file and the real-binary tests not about the rules), and RACE= (a rule
+# runs what a rule edit can change (internal/ruleedit: it skips the suites
+# that read no rule file and the tests not about the rules), and RACE= (a rule
 # edit changes no Go, so there is no new race to find, and the tests run at
 # three times the speed).
 TESTFLAGS ?=

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 )
 
 var (
@@ -29,9 +31,7 @@ var (
 // this package's cost, so -short (.ci/rule-edit) skips what needs it.
 func serveHelp(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("reads no file a rule edit changes")
-	}
+	ruleedit.Skip(t)
 	helpOnce.Do(func() {
 		var out []byte
 		out, helpErr = exec.Command("go", "run", "../cmd/arbiter", "serve", "-h").Output()

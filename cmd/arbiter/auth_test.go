@@ -24,6 +24,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 )
 
 // Authentication against the real binary: bearer tokens, mTLS with a
@@ -57,6 +58,7 @@ func noSecrets(t *testing.T, texts map[string]string, secrets ...string) {
 }
 
 func TestBearerTokens(t *testing.T) {
+	ruleedit.Skip(t)
 	t.Parallel()
 	const (
 		secret     = "s3cret-host-prep-7c1f0e"
@@ -261,7 +263,7 @@ func tlsClient(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *http.Client {
 }
 
 func TestMutualTLS(t *testing.T) {
-	notAboutRules(t)
+	ruleedit.Skip(t)
 	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, "arbiter test CA")
@@ -407,6 +409,7 @@ func loopbackURL(t *testing.T, logged string) string {
 }
 
 func TestNonLoopbackNeedsAuthentication(t *testing.T) {
+	ruleedit.Skip(t)
 	t.Parallel()
 	root := copyRepo(t)
 	folders := append(folderArgs(root), "--tests", "", "--decision-log", "")
@@ -471,6 +474,7 @@ var servingMetrics = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
 // --metrics-addr listener serves the same metrics without a token: what
 // Prometheus scrapes (docs/OPERATING.md).
 func TestMetricsListenerWithoutAuth(t *testing.T) {
+	ruleedit.Skip(t)
 	t.Parallel()
 	args, _ := quickArgs(t)
 	tokenFile := filepath.Join(t.TempDir(), "tokens")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 )
 
 // runCLI runs the built binary and returns stdout, stderr and exit code.
@@ -207,6 +208,7 @@ const testStamp = "v0.0.0-stamped-by-test-3f2a"
 // so), names that version in `arbiter version`, in /v1/status and in
 // arbiter_build_info.
 func TestStampedVersion(t *testing.T) {
+	ruleedit.Skip(t)
 	t.Parallel()
 	out, err := exec.Command(binPath, "version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "arbiter "+testStamp+" (opa ") {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/arbiter-dev/arbiter/replay"
 )
 
@@ -63,7 +64,7 @@ func crashReplay(t *testing.T, root, logPath string) (int, string, string) {
 // answered or in flight, and a restart on the same files and log that
 // serves the same answers and appends cleanly even after a torn last line.
 func TestCrashKill9(t *testing.T) {
-	notAboutRules(t)
+	ruleedit.Skip(t)
 	t.Parallel()
 	const clients = 4
 	root := copyRepo(t)

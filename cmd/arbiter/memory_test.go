@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -68,7 +69,7 @@ func TestCgroupFiles(t *testing.T) {
 // given as a flag stands, and /v1/status says what each came to and where
 // from. Without a cgroup limit the defaults stand; GOMEMLIMIT wins.
 func TestMemoryFromCgroup(t *testing.T) {
-	notAboutRules(t)
+	ruleedit.Skip(t)
 	t.Parallel()
 	args, _ := quickArgs(t)
 	client := &http.Client{Timeout: 10 * time.Second}

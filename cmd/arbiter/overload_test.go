@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 )
 
 // amplifying returns the decision and a valid input of size bytes that
@@ -142,7 +143,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 // a second and 300 MiB, so it runs in `make test`; with admission control
 // and the value cap turned off the same flood peaks near 6 GiB.
 func TestOverloadAcceptance(t *testing.T) {
-	notAboutRules(t)
+	ruleedit.Skip(t)
 	t.Parallel()
 	const size = 16 << 20
 	args, _ := quickArgs(t)

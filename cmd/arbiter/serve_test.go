@@ -44,19 +44,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// notAboutRules marks a test whose subject is the process, its transport,
-// its bundle downloads or its decision log, not the rules: the
-// repository's policies reach it only as a revision that passes its gate
-// and as fixtures to send. A rule edit that passes `arbiter test` cannot
-// change its outcome, so -short skips it: .ci/rule-edit runs what a rule
-// edit can change, and make test runs everything.
-func notAboutRules(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("not about the rules: -short runs what a rule edit can change")
-	}
-}
-
 // syncBuffer collects a process's stderr while tests read it.
 type syncBuffer struct {
 	mu sync.Mutex

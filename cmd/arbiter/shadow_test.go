@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/replay"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -221,6 +222,7 @@ func metricLine(t *testing.T, url, prefix string) bool {
 // tries to loosen the gate is refused, and a forced promotion makes it
 // live under its manifest revision.
 func TestShadowFromBundle(t *testing.T) {
+	ruleedit.Skip(t)
 	t.Parallel()
 	live := copyAccess(t)
 	cand := copyAccess(t)
@@ -290,6 +292,7 @@ func TestShadowFromBundle(t *testing.T) {
 // names --shadow-admins; the impact report stays readable. (With client
 // certificates: TestMutualTLS.)
 func TestShadowAdminsDefaultIsClosedWithTokens(t *testing.T) {
+	ruleedit.Skip(t)
 	t.Parallel()
 	live := copyAccess(t)
 	cand := copyAccess(t)

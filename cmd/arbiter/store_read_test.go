@@ -18,6 +18,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/arbiter-dev/arbiter/replay"
 	"github.com/arbiter-dev/arbiter/server/ui"
 )
@@ -251,6 +252,7 @@ func TestStoreCommands(t *testing.T) {
 // line on a terminal (script(1) gives it one) and not when stderr is a
 // pipe, whose reader wants the report only.
 func TestReplayProgressOnlyOnATerminal(t *testing.T) {
+	ruleedit.Skip(t)
 	t.Parallel()
 	log := writeQuotaLog(t, quotaTraffic)
 	args := []string{binPath, "replay", "--log", log, "--policies", quotaPolicies, "--schemas", quotaSchemas}

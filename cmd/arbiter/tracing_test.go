@@ -16,6 +16,8 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 )
 
 // otlpReceiver is an OTLP/HTTP trace receiver written with the official
@@ -101,7 +103,7 @@ func attr(s *tracepb.Span, key string) string {
 // span carries OPA's opa.decision_id and the decision, revision and
 // outcome, and the decision record names the same trace and span.
 func TestTracesReachAnOTLPReceiver(t *testing.T) {
-	notAboutRules(t)
+	ruleedit.Skip(t)
 	t.Parallel()
 	recv := &otlpReceiver{}
 	hs := httptest.NewServer(recv)
@@ -149,7 +151,7 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 
 // Without an OTEL_ endpoint nothing is traced: no ids in the records.
 func TestNoTracingWithoutEndpoint(t *testing.T) {
-	notAboutRules(t)
+	ruleedit.Skip(t)
 	t.Parallel()
 	args, logPath := quickArgs(t)
 	srv := startServerWith(t, func(c *exec.Cmd) {

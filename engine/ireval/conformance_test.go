@@ -16,6 +16,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/test/cases"
 
 	"github.com/arbiter-dev/arbiter/internal/race"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 )
 
 // TestOPAConformanceCases decides every case of OPA's own evaluation test
@@ -26,9 +27,7 @@ import (
 // a failure. The expected results recorded in the cases are not used: the
 // reference is topdown.
 func TestOPAConformanceCases(t *testing.T) {
-	if testing.Short() {
-		t.Skip("OPA's own suite, which no rule edit changes (.ci/rule-edit runs -short)")
-	}
+	ruleedit.Skip(t)
 	race.Skip(t)
 	dir := opaCasesDir(t)
 	set, err := cases.Load(dir)

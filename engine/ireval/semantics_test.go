@@ -14,6 +14,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ir"
 
 	"github.com/arbiter-dev/arbiter/internal/race"
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 )
 
 // semanticsDir holds hand-written Rego that makes the planner emit every
@@ -104,9 +105,7 @@ func ruleRefs(t *testing.T, modules map[string]string) []string {
 // every input through topdown and the compiled plan, and checks that the
 // plans together use every statement kind of the IR.
 func TestSemantics(t *testing.T) {
-	if testing.Short() {
-		t.Skip("hand-written Rego of its own, which no rule edit changes (.ci/rule-edit runs -short)")
-	}
+	ruleedit.Skip(t)
 	race.Skip(t)
 	modules, data, inputs := loadSemantics(t)
 	refs := ruleRefs(t, modules)

@@ -11,6 +11,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -70,9 +72,12 @@ func Skip(t testing.TB, why error) {
 }
 
 // Start initialises and starts a cluster of t's own, stopped and removed
-// when t ends; it skips t when PostgreSQL is missing (fails under CI).
+// when t ends; it skips t when PostgreSQL is missing (fails under CI), and
+// under -short: a test of the decision store is not about the rules
+// (ruleedit).
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	ruleedit.Skip(t)
 	c, err := New()
 	if err != nil {
 		var missing *missingError
@@ -255,9 +260,11 @@ func (c *Cluster) URL(db string) string {
 }
 
 // DB creates a fresh database for t and returns its URL. A nil Cluster (Main
-// found no PostgreSQL) skips t, or fails it under CI.
+// found no PostgreSQL) skips t, or fails it under CI; -short skips it, as
+// Start.
 func (c *Cluster) DB(t testing.TB) string {
 	t.Helper()
+	ruleedit.Skip(t)
 	if c == nil {
 		var missing *missingError
 		if errors.As(errMain, &missing) {
@@ -281,10 +288,15 @@ func (c *Cluster) DB(t testing.TB) string {
 
 // Main runs a package's tests with one cluster shared by them in *c (nil
 // when PostgreSQL is missing or did not start: DB then skips, or fails
-// under CI), and removes it afterwards. Use it in TestMain:
+// under CI), and removes it afterwards; under -short, where DB skips, it
+// starts none. Use it in TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &cluster)) }
 func Main(m *testing.M, c **Cluster) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
 	cl, err := New()
 	errMain = err
 	if err != nil {
