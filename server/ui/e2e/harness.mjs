@@ -2,12 +2,13 @@
 // for the browser tests of the /ui pages. Nothing here names a decision, a
 // rule, a field or an outcome: they come from the fixtures and the API.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync, readdirSync, existsSync, cpSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, readFileSync, readdirSync, existsSync, cpSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
+import http from 'node:http';
 import { chromium } from 'playwright-core';
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -45,11 +46,14 @@ export async function startArbiter(extraArgs = []) {
     if (Date.now() > deadline) throw new Error('arbiter did not answer /health within 60s');
     await new Promise(r => setTimeout(r, 50));
   }
+  // stop ends the process and removes its folder.
   const stop = async () => {
-    if (proc.exitCode !== null) return;
-    const done = new Promise(r => proc.once('exit', r));
-    proc.kill('SIGTERM');
-    await done;
+    if (proc.exitCode === null) {
+      const done = new Promise(r => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      await done;
+    }
+    rmSync(dir, { recursive: true, force: true });
   };
   return { base, token, log, dir, proc, stop };
 }
@@ -62,6 +66,33 @@ export async function api(srv, method, path, body) {
   });
   const text = await res.text();
   return { status: res.status, json: text ? JSON.parse(text) : null };
+}
+
+// post sends many decisions as api does, over a few kept-alive connections
+// (node:http: fetch costs several times its CPU a request), and resolves
+// with each answer's status.
+export async function post(srv, requests, connections = 8) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: connections });
+  const statuses = new Array(requests.length);
+  let next = 0;
+  const one = ({ path, body }) => new Promise((res, rej) => {
+    const data = Buffer.from(JSON.stringify(body));
+    const req = http.request(srv.base + path, {
+      method: 'POST', agent,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': data.length, Authorization: `Bearer ${srv.token}-host` },
+    }, r => { r.resume(); r.on('end', () => res(r.statusCode)); });
+    req.on('error', rej);
+    req.end(data);
+  });
+  const worker = async () => {
+    for (let i = next++; i < requests.length; i = next++) statuses[i] = await one(requests[i]);
+  };
+  try {
+    await Promise.all(Array.from({ length: connections }, worker));
+  } finally {
+    agent.destroy();
+  }
+  return statuses;
 }
 
 // exact is whether JSON.parse kept every number of a document (a u64
@@ -113,13 +144,20 @@ export function setPointer(doc, ptr, found, value) {
 // passes it as --user-data-dir) and no network but loopback.
 export async function launch() {
   const profile = mkdtempSync(join(tmpdir(), 'chromium-profile-'));
-  return chromium.launchPersistentContext(profile, {
+  const ctx = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     headless: true,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     viewport: { width: 1280, height: 800 },
   });
+  // close also removes the profile, once the browser has exited.
+  const close = ctx.close.bind(ctx);
+  ctx.close = async (...args) => {
+    await close(...args);
+    rmSync(profile, { recursive: true, force: true });
+  };
+  return ctx;
 }
 
 // logLines counts the records of the decision log.

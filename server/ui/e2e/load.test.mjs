@@ -5,7 +5,7 @@
 // reported, not tested.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startArbiter, api, fixtures, launch } from './harness.mjs';
+import { startArbiter, post, fixtures, launch } from './harness.mjs';
 
 const N = 10_000;
 let srv, browser;
@@ -13,15 +13,11 @@ let srv, browser;
 before(async () => {
   srv = await startArbiter(['--ui-recent', String(N)]);
   const all = fixtures();
-  let next = 0;
-  const worker = async () => {
-    for (let i = next++; i < N; i = next++) {
-      const fx = all[i % all.length];
-      const r = await api(srv, 'POST', `/v1/decisions/${fx.decision}`, fx.input);
-      assert.equal(r.status, 200);
-    }
-  };
-  await Promise.all(Array.from({ length: 8 }, worker));
+  const statuses = await post(srv, Array.from({ length: N }, (_, i) => {
+    const fx = all[i % all.length];
+    return { path: `/v1/decisions/${fx.decision}`, body: fx.input };
+  }));
+  assert.deepEqual(statuses.filter(s => s !== 200), [], 'every decision answered 200');
   browser = await launch();
 });
 
