@@ -75,13 +75,17 @@ empty        :=
 NORACE_RUN   := ^($(subst $(empty) $(empty),|,$(strip $(NORACE_TESTS))))$$
 RACE_PKGS     = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list ./...))
 MODULE        = $(shell $(GO) list -m)
+# The binary make build stamped is the one cmd/arbiter's and the fleet's
+# tests boot (ARBITER_BIN, ARBITER_VERSION); outside a git checkout
+# (no VERSION) cmd/arbiter's TestMain builds one stamped for the test.
+TEST_ENV  = OPA_BIN=$(abspath $(OPA)) $(if $(VERSION),ARBITER_BIN=$(abspath $(ARBITER)) ARBITER_VERSION=$(VERSION))
 test: vet build $(OPA)
 ifeq ($(RACE),)
-	OPA_BIN=$(abspath $(OPA)) $(GOTEST) ./...
+	$(TEST_ENV) $(GOTEST) ./...
 else
 	@# The two sets at once (cmd/arbiter's tests mostly wait on processes);
 	@# the output of the set without -race follows the other's.
-	@out=$$(mktemp); export OPA_BIN=$(abspath $(OPA)); \
+	@out=$$(mktemp); export $(TEST_ENV); \
 	( set -x; $(GO) test -count=1 -parallel 8 $(TESTFLAGS) $(NORACE_PKGS) && \
 	  $(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/ ) >$$out 2>&1 & pid=$$!; \
 	( set -x; $(GOTEST) $(RACE_PKGS) ); status=$$?; \
@@ -176,17 +180,29 @@ bench-quick:
 FUZZ_TARGETS := engine/input:FuzzDecode engine/input:FuzzRepositorySchemas engine/input:FuzzGeneratedSchemas \
 	engine:FuzzDecide engine:FuzzCompiledAgrees engine:FuzzProjectionAgrees
 
+#
+# Each package's targets run from one test binary, built once with the
+# fuzzing instrumentation (go test -c -fuzz), in the package's folder as
+# go test -fuzz runs it: new crashers go to its testdata/fuzz/<Target>/ and
+# the generated corpus to the Go cache, where go test -fuzz keeps it.
+# FUZZFLAGS are the binary's flags (-test.parallel=1).
+FUZZ_PKGS  = $(sort $(foreach t,$(FUZZ_TARGETS),$(firstword $(subst :, ,$(t)))))
+FUZZ_CACHE = $(shell $(GO) env GOCACHE)/fuzz/$(MODULE)
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  echo "fuzz $${t#*:} for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) ./$${t%%:*}/; \
+	@set -e; for p in $(FUZZ_PKGS); do \
+	  $(GO) test -c -fuzz . -o $(BIN)/fuzz/$$p.test ./$$p/; \
+	done; \
+	for t in $(FUZZ_TARGETS); do \
+	  p=$${t%%:*}; echo "fuzz $${t#*:} for $(FUZZTIME)"; \
+	  (cd $$p && $(abspath $(BIN))/fuzz/$$p.test -test.run '^$$' -test.fuzz "^$${t#*:}$$" \
+	    -test.fuzztime $(FUZZTIME) -test.fuzzcachedir $(FUZZ_CACHE)/$$p $(FUZZFLAGS)); \
 	done
 
 # CI: the targets share one budget of FUZZBUDGET seconds, in equal parts,
 # on one fuzzing worker each, as CI's other stages share the cores.
 FUZZBUDGET ?= 60
 fuzz-quick:
-	$(MAKE) --no-print-directory fuzz FUZZFLAGS=-parallel=1 FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_TARGETS)) ))s
+	$(MAKE) --no-print-directory fuzz FUZZFLAGS=-test.parallel=1 FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_TARGETS)) ))s
 
 # diff-corpus: arbiter diff against every edit of diff/testdata/edits, each
 # verdict checked, every found confirmed and every none checked against
@@ -201,8 +217,8 @@ diff-corpus:
 # (fleet/fleet_test.go). Needs: apt-get install -y nginx docker-registry;
 # go install oras.land/oras/cmd/oras@v1.3.6 (.ci/run does both). FLEET_REPORT=FILE
 # writes the measured figures as JSON.
-fleet:
-	FLEET=1 $(GO) test -count=1 -v -timeout 15m -run '^TestFleet$$' ./fleet/
+fleet: build
+	FLEET=1 ARBITER_BIN=$(abspath $(ARBITER)) $(GO) test -count=1 -v -timeout 15m -run '^TestFleet$$' ./fleet/
 
 clean:
 	rm -rf $(BIN)

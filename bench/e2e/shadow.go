@@ -267,7 +267,7 @@ func prepareLoad(ctx context.Context, c config, name string) (*load, error) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return nil, errors.New("wrk not found; install it from the machine's packages (apt-get install -y wrk)")
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", "bin/arbiter", "./cmd/arbiter")
+	build := exec.CommandContext(ctx, "make", "--no-print-directory", "build")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return nil, err

@@ -200,25 +200,28 @@ func TestBenchCommand(t *testing.T) {
 	}
 }
 
-// testStamp is the version TestMain stamps the binary under test with.
+// testStamp is the version TestMain stamps the binary it builds with.
 const testStamp = "v0.0.0-stamped-by-test-3f2a"
 
 // A binary built as the Makefile and the Dockerfile build it, with
-// -ldflags "-X main.version=..." (TestMain builds the binary under test
-// so), names that version in `arbiter version`, in /v1/status and in
+// -ldflags "-X main.version=..." (make build's, or the one TestMain
+// builds), names that version in `arbiter version`, in /v1/status and in
 // arbiter_build_info.
 func TestStampedVersion(t *testing.T) {
 	ruleedit.Skip(t)
 	t.Parallel()
+	if stamp == "" {
+		t.Fatal("ARBITER_BIN is set without ARBITER_VERSION, the version it was stamped with")
+	}
 	out, err := exec.Command(binPath, "version").Output()
-	if err != nil || !strings.HasPrefix(string(out), "arbiter "+testStamp+" (opa ") {
-		t.Fatalf("arbiter version: %q %v, want the stamped %s", out, err, testStamp)
+	if err != nil || !strings.HasPrefix(string(out), "arbiter "+stamp+" (opa ") {
+		t.Fatalf("arbiter version: %q %v, want the stamped %s", out, err, stamp)
 	}
 	args, _ := quickArgs(t)
 	srv := startServer(t, args...)
 	client := &http.Client{Timeout: 10 * time.Second}
-	if v := status(t, client, srv.url)["version"]; v != testStamp {
-		t.Errorf("/v1/status version %v, want %s", v, testStamp)
+	if v := status(t, client, srv.url)["version"]; v != stamp {
+		t.Errorf("/v1/status version %v, want %s", v, stamp)
 	}
 	resp, err := client.Get(srv.url + "/metrics")
 	if err != nil {
@@ -226,7 +229,7 @@ func TestStampedVersion(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `arbiter_build_info{version="` + testStamp + `"} 1`; !strings.Contains(string(b), want) {
+	if want := `arbiter_build_info{version="` + stamp + `"} 1`; !strings.Contains(string(b), want) {
 		t.Errorf("/metrics lacks %s", want)
 	}
 	srv.stop(t)

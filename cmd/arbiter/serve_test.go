@@ -24,17 +24,23 @@ import (
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
-// binPath is the arbiter binary built once for the tests that boot it.
-var binPath string
+// binPath is the arbiter binary under test, and stamp the version it was
+// built with (TestStampedVersion): make test passes the one make build
+// built (ARBITER_BIN, stamped ARBITER_VERSION), so the tests boot the
+// artifact itself; without it TestMain builds one, stamped testStamp.
+var binPath, stamp = os.Getenv("ARBITER_BIN"), os.Getenv("ARBITER_VERSION")
 
 func TestMain(m *testing.M) {
+	if binPath != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "arbiter-bin-")
 	if err != nil {
 		panic(err)
 	}
-	binPath = filepath.Join(dir, "arbiter")
-	// Stamped as the Makefile and the Dockerfile stamp it (TestStampedVersion).
-	out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testStamp, "-o", binPath, ".").CombinedOutput()
+	binPath, stamp = filepath.Join(dir, "arbiter"), testStamp
+	// Stamped as the Makefile and the Dockerfile stamp it.
+	out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+stamp, "-o", binPath, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building arbiter: %v\n%s", err, out)
 		os.Exit(1)
