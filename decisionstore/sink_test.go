@@ -12,23 +12,18 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
 	"github.com/arbiter-dev/arbiter/internal/queue"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // waitFor polls cond until it holds, or fails t after a deadline saying
 // what did not happen and the sink's account.
 func waitFor(t *testing.T, s *Sink, what string, cond func(SinkStats) bool) SinkStats {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := s.Stats()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s, %s has not happened: %+v", what, st)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var st SinkStats
+	if _, ok := wait.For(30*time.Second, func() bool { st = s.Stats(); return cond(st) }); !ok {
+		t.Fatalf("after 30s, %s has not happened: %+v", what, st)
 	}
+	return st
 }
 
 func newSink(t *testing.T, url string, cfg SinkConfig) *Sink {

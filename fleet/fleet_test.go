@@ -36,6 +36,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/logsink"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
@@ -169,18 +170,6 @@ func (p *process) stop(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s did not stop within 30s of SIGTERM", p.name)
 	}
-}
-
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	begin := time.Now()
-	for !cond() {
-		if time.Since(begin) > limit {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(begin)
 }
 
 func httpOK(url string) bool {
@@ -454,7 +443,7 @@ func TestFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, "docker-registry", tl.registry, "serve", regCfg)
-	waitUntil(t, 30*time.Second, "the registry", func() bool { return httpOK("http://" + regAddr + "/v2/") })
+	wait.Until(t, 30*time.Second, "the registry", func() bool { return httpOK("http://" + regAddr + "/v2/") })
 
 	pubr := &publisher{t: t, oras: tl.oras, www: www, work: work, registry: regAddr}
 	pubr.publish("r1", r1)
@@ -515,7 +504,7 @@ http {
 	}
 	start(t, "nginx", tl.nginx, "-c", nginxConf, "-p", dir, "-g", "daemon off;")
 	lb := fmt.Sprintf("http://127.0.0.1:%d", lbPort)
-	waitUntil(t, 30*time.Second, "nginx", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/arbiter.tar.gz", staticPort)) })
+	wait.Until(t, 30*time.Second, "nginx", func() bool { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/arbiter.tar.gz", staticPort)) })
 
 	for i := range replicas {
 		source := fmt.Sprintf("http://127.0.0.1:%d/arbiter.tar.gz", staticPort)
@@ -530,7 +519,7 @@ http {
 			"--replica-id", fmt.Sprintf("replica-%d", i))
 	}
 	for _, r := range replicas {
-		waitUntil(t, 60*time.Second, r.name+" ready on r1", func() bool { return httpOK(r.url+"/health?bundles") && r.revision(t) == "r1" })
+		wait.Until(t, 60*time.Second, r.name+" ready on r1", func() bool { return httpOK(r.url+"/health?bundles") && r.revision(t) == "r1" })
 	}
 
 	fixtures, err := engine.LoadFixtures(repoRoot + "policy_test")
@@ -551,7 +540,7 @@ http {
 		t.Helper()
 		begin := time.Now()
 		for _, r := range replicas {
-			waitUntil(t, 60*time.Second, r.name+" on "+rev, func() bool {
+			wait.Until(t, 60*time.Second, r.name+" on "+rev, func() bool {
 				ld.mustNotHaveFailed(t)
 				return r.revision(t) == rev
 			})
@@ -581,7 +570,7 @@ http {
 		}
 		pubr.publish(step.name, step.raw)
 		for i, r := range replicas {
-			waitUntil(t, 60*time.Second, r.name+" refusing the bundle "+step.name, func() bool {
+			wait.Until(t, 60*time.Second, r.name+" refusing the bundle "+step.name, func() bool {
 				ld.mustNotHaveFailed(t)
 				return r.metric(t, step.counter, step.labels...) > before[i]
 			})
@@ -594,7 +583,7 @@ http {
 
 	// The log sink goes away for a while under load, then comes back.
 	lk.stop()
-	waitUntil(t, 30*time.Second, "failed uploads on every replica", func() bool {
+	wait.Until(t, 30*time.Second, "failed uploads on every replica", func() bool {
 		for _, r := range replicas {
 			if r.metric(t, "arbiter_decision_log_uploads_total", `result="failed"`) == 0 {
 				return false
@@ -614,7 +603,7 @@ http {
 
 	// Every decision the replicas made reached the sink or is counted.
 	var decided, dropped float64
-	waitUntil(t, 60*time.Second, "every decision uploaded or counted", func() bool {
+	wait.Until(t, 60*time.Second, "every decision uploaded or counted", func() bool {
 		decided, dropped = 0, 0
 		sent := 0.0
 		for _, r := range replicas {

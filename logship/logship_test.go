@@ -19,6 +19,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/logsink"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // masked is rec as the decision-record pipeline hands it to its sinks
@@ -41,17 +42,6 @@ func masked(t *testing.T, mask []string, rec decisionlog.Record) decisionlog.Rec
 type sinkRecords struct{ recs []decisionlog.Record }
 
 func (s *sinkRecords) Write(recs []decisionlog.Record) { s.recs = append(s.recs, recs...) }
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func record(i int) decisionlog.Record {
 	return decisionlog.Record{
@@ -92,7 +82,7 @@ func TestEventsAreOPAEvents(t *testing.T) {
 	nothingMasked.Input = []byte(`{"n": 1}`)
 	nothingMasked.TraceID, nothingMasked.SpanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7" // traced: the event carries them, as OPA's
 	u.Write([]decisionlog.Record{masked(t, mask, nothingMasked)})
-	waitUntil(t, "four events", func() bool { return sink.Stats().Unique == 4 })
+	wait.Until(t, 30*time.Second, "four events", func() bool { return sink.Stats().Unique == 4 })
 	if got := encodings.Load().(string); got != "gzip application/json /logs" {
 		t.Fatalf("upload headers and path: %q", got)
 	}
@@ -136,9 +126,9 @@ func TestServiceDownEveryEventArrivesOrIsCounted(t *testing.T) {
 	for i := range total {
 		u.Write([]decisionlog.Record{record(i)})
 	}
-	waitUntil(t, "a failed upload", func() bool { return u.Stats().UploadsFailed > 2 })
+	wait.Until(t, 30*time.Second, "a failed upload", func() bool { return u.Stats().UploadsFailed > 2 })
 	down.Store(false)
-	waitUntil(t, "every kept event delivered", func() bool {
+	wait.Until(t, 30*time.Second, "every kept event delivered", func() bool {
 		s := u.Stats()
 		return s.Queued == 0 && int(s.Sent+s.Dropped()) == total
 	})
@@ -183,7 +173,7 @@ func TestStalledServiceHoldsAtMostMaxBytes(t *testing.T) {
 	for i := range total {
 		u.Write([]decisionlog.Record{record(i)})
 		if i == kept {
-			waitUntil(t, "a failed upload of the first batch", func() bool { return u.Stats().UploadsFailed > 0 })
+			wait.Until(t, 30*time.Second, "a failed upload of the first batch", func() bool { return u.Stats().UploadsFailed > 0 })
 		}
 		most = max(most, u.Stats().QueuedBytes)
 	}
@@ -193,7 +183,7 @@ func TestStalledServiceHoldsAtMostMaxBytes(t *testing.T) {
 			maxBytes, kept, most, s.QueuedBytes, s.Queued, s.DroppedFull, kept, total-kept)
 	}
 	down.Store(false)
-	waitUntil(t, "the kept events delivered", func() bool { return u.Stats().Sent == kept })
+	wait.Until(t, 30*time.Second, "the kept events delivered", func() bool { return u.Stats().Sent == kept })
 	if s := u.Stats(); s.QueuedBytes != 0 || sink.Stats().Unique != kept || s.Dropped() != total-kept {
 		t.Fatalf("after the service came back: %+v, the service has %d events; want %d sent and the bytes released", s, sink.Stats().Unique, kept)
 	}
@@ -374,7 +364,7 @@ func TestCollectorAnswering413LosesNothing(t *testing.T) {
 	for i := range total {
 		u.Write([]decisionlog.Record{record(i)})
 	}
-	waitUntil(t, "every event sent or dropped", func() bool {
+	wait.Until(t, 30*time.Second, "every event sent or dropped", func() bool {
 		s := u.Stats()
 		return s.Queued == 0 && s.Sent+s.Dropped() == total
 	})
@@ -462,7 +452,7 @@ func TestSplitBatchAtShutdownIsCounted(t *testing.T) {
 	for i := range total {
 		u.Write([]decisionlog.Record{record(i)})
 	}
-	waitUntil(t, "the single event retried", func() bool { return posts.Load() > 5 })
+	wait.Until(t, 30*time.Second, "the single event retried", func() bool { return posts.Load() > 5 })
 	if s := u.Stats(); s.Queued != total {
 		t.Fatalf("while the split batch is retried: %+v, want all %d queued", s, total)
 	}

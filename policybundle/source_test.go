@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // bundleServer serves one bundle at a time with an ETag, answering 304 to a
@@ -51,17 +52,6 @@ func (b *bundleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/gzip")
 	_, _ = w.Write(b.raw)
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // failingBundle is the repository's revision plus a Rego test that fails,
@@ -111,12 +101,12 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 		}
 		return ""
 	}
-	waitUntil(t, "r1 active", func() bool { return revision() == "r1" })
+	wait.Until(t, 30*time.Second, "r1 active", func() bool { return revision() == "r1" })
 	st := src.Status()
 	if st.ActiveRevision != "r1" || st.ETag == "" || st.ContentHash == "" || !st.Signed || st.LastSuccessfulActivation.IsZero() {
 		t.Fatalf("status after activation: %+v", st)
 	}
-	waitUntil(t, "a conditional poll answered 304", func() bool {
+	wait.Until(t, 30*time.Second, "a conditional poll answered 304", func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return srv.notModded > 0
@@ -143,7 +133,7 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 	for _, step := range steps {
 		before := step.count(src.Counts())
 		srv.publish(step.raw)
-		waitUntil(t, step.name+" refused", func() bool { return step.count(src.Counts()) > before })
+		wait.Until(t, 30*time.Second, step.name+" refused", func() bool { return step.count(src.Counts()) > before })
 		if got := counterValue(t, reg, step.metric); got < 1 {
 			t.Errorf("%s: %s is %v", step.name, step.metric, got)
 		}
@@ -160,7 +150,7 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 		t.Logf("%s: %s", step.name, st.Message)
 	}
 	srv.publish(buildSigned(t, "r5", "a"))
-	waitUntil(t, "r5 active", func() bool { return revision() == "r5" })
+	wait.Until(t, 30*time.Second, "r5 active", func() bool { return revision() == "r5" })
 	if st := src.Status(); st.Code != "" || st.ActiveRevision != "r5" {
 		t.Fatalf("status after recovery: %+v", st)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // rawRequest writes a request head (and any body bytes) on a new connection
@@ -145,17 +146,6 @@ func inflight(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestAdmissionBudgets: past the budget of bytes or of JSON values in flight
 // a request is answered overloaded (503, Retry-After) at once; once the
 // request holding the budget is answered, the next one is decided.
@@ -176,14 +166,14 @@ func TestAdmissionBudgets(t *testing.T) {
 			tc.cfg.Registry = prometheus.NewRegistry()
 			h := serveQuota(t, tc.cfg)
 			conn := rawRequest(t, h, plainPath, tc.holdLen, tc.hold)
-			waitUntil(t, "the first request holds its budget", func() bool { return inflight(t, tc.cfg.Registry, tc.metric) >= tc.atLeast })
+			wait.Until(t, 30*time.Second, "the first request holds its budget", func() bool { return inflight(t, tc.cfg.Registry, tc.metric) >= tc.atLeast })
 
 			r := h.do(t, "POST", plainPath, values)
 			if r.status != http.StatusServiceUnavailable || r.errorDoc(t).Code != CodeOverloaded || r.header.Get("Retry-After") != "1" {
 				t.Fatalf("second request: %d %s Retry-After %q, want 503 overloaded with Retry-After 1", r.status, r.body, r.header.Get("Retry-After"))
 			}
 			conn.Close() // the first request ends (request_timeout) and gives its budget back
-			waitUntil(t, "the budget is given back", func() bool { return inflight(t, tc.cfg.Registry, tc.metric) == 0 })
+			wait.Until(t, 30*time.Second, "the budget is given back", func() bool { return inflight(t, tc.cfg.Registry, tc.metric) == 0 })
 			if r := h.do(t, "POST", plainPath, values); r.status != http.StatusBadRequest || r.errorDoc(t).Code != engine.CodeInputSchemaInvalid {
 				t.Errorf("after the first request: %d %s, want the input decided (and refused by its schema)", r.status, r.body)
 			}
@@ -357,7 +347,7 @@ func TestConnLimiterEvictsIdle(t *testing.T) {
 		resp.Body.Close()
 		idle = append(idle, c)
 	}
-	waitUntil(t, "both connections idle", func() bool {
+	wait.Until(t, 30*time.Second, "both connections idle", func() bool {
 		lim.mu.Lock()
 		defer lim.mu.Unlock()
 		return len(lim.idle) == 2

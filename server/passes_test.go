@@ -18,6 +18,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/passes"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -147,7 +148,9 @@ func countPasses(t *testing.T, body string, n int, all, explain bool) passCount 
 	defer cancel()
 	if all {
 		waitJudged(t, h, uint64(n))
-		waitFor(t, func() bool { return sc.Counts().Checked == uint64(n) }, func() string { return fmt.Sprintf("the self-check of every decision: %+v", sc.Counts()) })
+		if _, ok := wait.For(10*time.Second, func() bool { return sc.Counts().Checked == uint64(n) }); !ok {
+			t.Fatalf("waited 10 s for the self-check of every decision: %+v", sc.Counts())
+		}
 	}
 	if err := dlog.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -177,15 +180,4 @@ func countPasses(t *testing.T, body string, n int, all, explain bool) passCount 
 		t.Fatalf("the log holds %d records, the first with input %.60q", len(recs), recs[0].Input)
 	}
 	return passCount{scanned, copied}
-}
-
-// waitFor polls cond until it holds, failing after 10 s.
-func waitFor(t *testing.T, cond func() bool, what func() string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

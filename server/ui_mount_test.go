@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -86,12 +88,12 @@ func TestWhatIfFormsTakeTheAdmissionBudget(t *testing.T) {
 	}
 
 	conn := rawRequest(t, h, plainPath, 8<<10, `{"tenant":"t",`)
-	waitUntil(t, "the request holds its budget", func() bool { return inflight(t, reg, "arbiter_inflight_bytes") >= 8<<10 })
+	wait.Until(t, 30*time.Second, "the request holds its budget", func() bool { return inflight(t, reg, "arbiter_inflight_bytes") >= 8<<10 })
 	if resp := post(); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
 		t.Fatalf("what-if while the budget is held: %d Retry-After %q, want 503 with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	conn.Close()
-	waitUntil(t, "the budget is given back", func() bool { return inflight(t, reg, "arbiter_inflight_bytes") == 0 })
+	wait.Until(t, 30*time.Second, "the budget is given back", func() bool { return inflight(t, reg, "arbiter_inflight_bytes") == 0 })
 	if resp := post(); resp.StatusCode != http.StatusOK {
 		t.Fatalf("what-if after the budget is back: %d, want 200", resp.StatusCode)
 	}

@@ -11,20 +11,9 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-)
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
+	"github.com/arbiter-dev/arbiter/internal/wait"
+)
 
 func write(t *testing.T, path, data string) {
 	t.Helper()
@@ -81,7 +70,7 @@ func TestWatchSeesEveryKindOfReplacement(t *testing.T) {
 	for _, s := range steps {
 		before := n.Load()
 		s.do()
-		waitFor(t, s.name, func() bool { return n.Load() > before })
+		wait.Until(t, 5*time.Second, s.name, func() bool { return n.Load() > before })
 	}
 }
 
@@ -117,5 +106,5 @@ func TestWatchIgnoresSiblings(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(dir, "p.rego"), "2")
-	waitFor(t, "own change", func() bool { return n.Load() >= 1 })
+	wait.Until(t, 5*time.Second, "own change", func() bool { return n.Load() >= 1 })
 }

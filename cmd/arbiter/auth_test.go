@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // Authentication against the real binary: bearer tokens, mTLS with a
@@ -321,7 +322,7 @@ func TestMutualTLS(t *testing.T) {
 			// Refused at the handshake: the server reports a failed TLS
 			// handshake, and no request reached the handler (checked in the
 			// decision log below).
-			waitFor(t, 5*time.Second, "the server to log the failed handshake with "+tc.reason, func() bool {
+			wait.Until(t, 5*time.Second, "the server to log the failed handshake with "+tc.reason, func() bool {
 				return strings.Count(srv.stderr.String(), tc.reason) > before
 			})
 			// With TLS 1.2 the handshake itself fails on the client too.

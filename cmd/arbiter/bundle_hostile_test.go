@@ -25,6 +25,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
@@ -241,7 +242,7 @@ func servingGood(t *testing.T, keys, scheme string, env []string) (string, *orig
 	}
 	o.publish(buildBundle(t, root, keys, "good-1"), "")
 	r := startReplica(t, root, keys, src, env...)
-	waitFor(t, 60*time.Second, "the good revision", func() bool { return r.bundleStatus(t)["active_revision"] == "good-1" })
+	wait.Until(t, 60*time.Second, "the good revision", func() bool { return r.bundleStatus(t)["active_revision"] == "good-1" })
 	return root, o, r
 }
 
@@ -283,7 +284,7 @@ func TestBundleBombIsRefusedWhileItDownloads(t *testing.T) {
 			_, o, r := servingGood(t, keys, c.scheme, c.env)
 
 			o.publish(c.bomb, "")
-			waitFor(t, 60*time.Second, "the bomb's poll to end", func() bool { return r.bundleStatus(t)["message"] != nil })
+			wait.Until(t, 60*time.Second, "the bomb's poll to end", func() bool { return r.bundleStatus(t)["message"] != nil })
 			peak := peakRSS(t, r.cmd.Process.Pid)
 			if peak > budget {
 				t.Fatalf("peak RSS %d MiB, budget %d MiB", peak>>20, budget>>20)
@@ -330,7 +331,7 @@ func TestStalledBundleServerIsCutOff(t *testing.T) {
 
 			fix := buildBundle(t, root, keys, "fix-2")
 			o.publish(fix, c.hold)
-			waitFor(t, 60*time.Second, "the stall in status", func() bool {
+			wait.Until(t, 60*time.Second, "the stall in status", func() bool {
 				msg, _ := r.bundleStatus(t)["message"].(string)
 				return strings.Contains(msg, "bundle download stalled") && strings.Contains(msg, c.want)
 			})
@@ -341,7 +342,7 @@ func TestStalledBundleServerIsCutOff(t *testing.T) {
 			if !strings.Contains(r.stderr.String(), "bundle download stalled and was cut off") {
 				t.Fatal("no log line for the stall")
 			}
-			waitFor(t, 60*time.Second, "/health?bundles not ready", func() bool {
+			wait.Until(t, 60*time.Second, "/health?bundles not ready", func() bool {
 				code, doc := getJSON(t, r.url+"/health?bundles")
 				e, _ := doc["error"].(map[string]any)
 				msg, _ := e["message"].(string)
@@ -356,8 +357,8 @@ func TestStalledBundleServerIsCutOff(t *testing.T) {
 			r.serves(t, "good-1")
 
 			o.publish(fix, "")
-			waitFor(t, 60*time.Second, "the fix", func() bool { return r.bundleStatus(t)["active_revision"] == "fix-2" })
-			waitFor(t, 60*time.Second, "/health?bundles ready", func() bool { code, _ := getJSON(t, r.url+"/health?bundles"); return code == http.StatusOK })
+			wait.Until(t, 60*time.Second, "the fix", func() bool { return r.bundleStatus(t)["active_revision"] == "fix-2" })
+			wait.Until(t, 60*time.Second, "/health?bundles ready", func() bool { code, _ := getJSON(t, r.url+"/health?bundles"); return code == http.StatusOK })
 			if code, doc := getJSON(t, r.url+"/health/ready"); code != http.StatusOK {
 				t.Errorf("/health/ready once the polls complete again: %d %v", code, doc)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
@@ -61,7 +62,7 @@ func (p *plainFiles) requests() []time.Time {
 // waitPolls waits until n more requests than after have reached p.
 func (p *plainFiles) waitPolls(t *testing.T, after, n int) {
 	t.Helper()
-	waitFor(t, time.Minute, "bundle polls", func() bool { return len(p.requests()) >= after+n })
+	wait.Until(t, time.Minute, "bundle polls", func() bool { return len(p.requests()) >= after+n })
 }
 
 var activatedLine = regexp.MustCompile(`msg="bundle activated" .*revision=(\S+) replaced=(\S+)`)
@@ -89,7 +90,7 @@ func TestUnchangedBundleIsNotGatedAgain(t *testing.T) {
 	files, base := newPlainFiles(t)
 	files.publish(t, "arbiter.tar.gz", buildBundle(t, root, keys, "plain-1"))
 	r := startReplica(t, root, keys, base+"/arbiter.tar.gz")
-	waitFor(t, time.Minute, "plain-1 active", func() bool { return r.bundleStatus(t)["active_revision"] == "plain-1" })
+	wait.Until(t, time.Minute, "plain-1 active", func() bool { return r.bundleStatus(t)["active_revision"] == "plain-1" })
 
 	files.waitPolls(t, len(files.requests()), 4)
 	gated := metricValue(t, http.DefaultClient, r.url, `arbiter_reloads_total{result="ok"}`)
@@ -102,7 +103,7 @@ func TestUnchangedBundleIsNotGatedAgain(t *testing.T) {
 	}
 
 	files.publish(t, "arbiter.tar.gz", buildBundle(t, root, keys, "plain-2"))
-	waitFor(t, time.Minute, "plain-2 active", func() bool { return r.bundleStatus(t)["active_revision"] == "plain-2" })
+	wait.Until(t, time.Minute, "plain-2 active", func() bool { return r.bundleStatus(t)["active_revision"] == "plain-2" })
 	files.waitPolls(t, len(files.requests()), 3)
 	if got := metricValue(t, http.DefaultClient, r.url, `arbiter_reloads_total{result="ok"}`); got != 2 {
 		t.Errorf("gate runs after a second bundle and more polls: %v, want 2", got)
@@ -145,7 +146,7 @@ func TestStockOPABundleIsRefusedWithAHint(t *testing.T) {
 		"--bundle-poll-min-delay", minDelay.String(), "--bundle-poll-max-delay", minDelay.String())...)
 
 	var msg string
-	waitFor(t, time.Minute, "the refusal in status", func() bool {
+	wait.Until(t, time.Minute, "the refusal in status", func() bool {
 		_, st := getJSON(t, s.url+"/v1/status")
 		b, _ := st["bundles"].(map[string]any)["arbiter"].(map[string]any)
 		msg, _ = b["message"].(string)

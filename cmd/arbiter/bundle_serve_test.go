@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/logsink"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
@@ -139,7 +140,7 @@ func TestServeFromBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	bundles.set(raw)
-	waitFor(t, 30*time.Second, "readiness", func() bool { code, _ := getJSON(t, s.url+"/health?bundles"); return code == http.StatusOK })
+	wait.Until(t, 30*time.Second, "readiness", func() bool { code, _ := getJSON(t, s.url+"/health?bundles"); return code == http.StatusOK })
 
 	a := post(t, http.DefaultClient, s.url+"/v1/decisions/"+fx.Decision, fx.RequestBody())
 	var env struct {
@@ -176,7 +177,7 @@ func TestServeFromBundle(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 30*time.Second, "the uploaded event", func() bool { _, ok := sink.Event(a.id); return ok })
+	wait.Until(t, 30*time.Second, "the uploaded event", func() bool { _, ok := sink.Event(a.id); return ok })
 	ev, _ := sink.Event(a.id)
 	var event struct {
 		Labels  map[string]string            `json:"labels"`
@@ -215,7 +216,7 @@ func TestServeUnsignedBundleWithoutKey(t *testing.T) {
 	bundles.set(raw)
 	s := startServer(t, append(folderArgs(root), "--bundle-url", bs.URL+"/bundles/arbiter.tar.gz",
 		"--bundle-poll-min-delay", "1s", "--bundle-poll-max-delay", "1s")...)
-	waitFor(t, 30*time.Second, "readiness", func() bool { code, _ := getJSON(t, s.url+"/health?bundles"); return code == http.StatusOK })
+	wait.Until(t, 30*time.Second, "readiness", func() bool { code, _ := getJSON(t, s.url+"/health?bundles"); return code == http.StatusOK })
 	if _, st := getJSON(t, s.url+"/v1/status"); st["policy_revision"] != "unsigned-1" {
 		t.Fatalf("status: %v", st)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
@@ -72,7 +73,7 @@ func TestClientCommandsGolden(t *testing.T) {
 	for _, b := range bodies {
 		post(t, http.DefaultClient, s.url+"/v1/decisions/access_check", []byte(b))
 	}
-	waitFor(t, time.Minute, "every decision judged", func() bool {
+	wait.Until(t, time.Minute, "every decision judged", func() bool {
 		_, raw := getJSON(t, s.url+"/v1/shadow")
 		st, _ := raw["stats"].(map[string]any)
 		return st != nil && st["judged"] == float64(len(bodies)) && st["queued"] == float64(0)

@@ -18,6 +18,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/replay"
 )
 
@@ -116,7 +117,7 @@ func TestCrashKill9(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 20*time.Second, "load to build up", func() bool {
+	wait.Until(t, 20*time.Second, "load to build up", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(answered) >= 500
@@ -293,7 +294,7 @@ func TestServeFallsBackToLastGoodAtStart(t *testing.T) {
 
 	// Fixing the configured folders activates them.
 	editFile(t, policy, quotaAllowBroken, `{"allow": 0 == count(reasons),`) // fixed, and another revision
-	waitFor(t, 10*time.Second, "the fixed folders to load", func() bool {
+	wait.Until(t, 10*time.Second, "the fixed folders to load", func() bool {
 		st := status(t, client, second.url)
 		return st["last_reload"].(map[string]any)["ok"] == true && st["policy_revision"] != good
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // quotaSide copies the quota test decision (engine/testdata/quota) to
@@ -89,7 +90,7 @@ func TestServeDiffsEachReload(t *testing.T) {
 		t.Fatalf("reload: %+v, want the raised limit live, from %v", st, first)
 	}
 	var d *diff.Status
-	waitFor(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
+	wait.Until(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
 		b, _ := json.Marshal(status(t, client, srv.url)["diff"])
 		d = nil
 		_ = json.Unmarshal(b, &d)
@@ -98,7 +99,7 @@ func TestServeDiffsEachReload(t *testing.T) {
 	if d.Old != first || d.New != st.Revision || d.Report.Decisions[quotaDecision].RefuseToAllow.Verdict != diff.Found || len(d.Report.Decisions[quotaDecision].RefuseToAllow.Example) == 0 {
 		t.Errorf("/v1/status diff %+v, want %v against %s with a found refuse_to_allow example", d, first, st.Revision)
 	}
-	waitFor(t, 10*time.Second, "the warning in the log", func() bool {
+	wait.Until(t, 10*time.Second, "the warning in the log", func() bool {
 		return strings.Contains(srv.stderr.String(), "diff: the new revision allows an input the old one refuses")
 	})
 }

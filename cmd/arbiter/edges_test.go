@@ -25,6 +25,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/server"
 )
 
@@ -228,10 +229,10 @@ func TestTLSCertificateReloaded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "the new certificate to be served", func() bool { return served() == "second" })
+	wait.Until(t, 30*time.Second, "the new certificate to be served", func() bool { return served() == "second" })
 	// A broken pair keeps the last good one serving.
 	writeFile(t, dir, "server.key", keyA)
-	waitFor(t, 30*time.Second, "the mismatch to be logged", func() bool {
+	wait.Until(t, 30*time.Second, "the mismatch to be logged", func() bool {
 		served()
 		return strings.Contains(srv.stderr.String(), "TLS key pair changed but does not load")
 	})

@@ -101,9 +101,9 @@ func (s idSink) Write(recs []decisionlog.Record) {
 	}
 }
 
-// wait returns when ch is closed or receives, and fails the test after 10
+// receive returns when ch is closed or receives, and fails the test after 10
 // seconds (a hang, never a threshold).
-func wait[T any](t *testing.T, ch <-chan T, what string) {
+func receive[T any](t *testing.T, ch <-chan T, what string) {
 	t.Helper()
 	select {
 	case <-ch:
@@ -161,14 +161,14 @@ func uploadWhatWasAnswered(t *testing.T, mode string) {
 			t.Fatalf("file writes failed, stats %+v", st)
 		}
 	} else {
-		wait(t, file.started, "the file's first write") // the disk stops in it
-		wait(t, handed, "the first record handed to the sinks")
+		receive(t, file.started, "the file's first write") // the disk stops in it
+		receive(t, handed, "the first record handed to the sinks")
 		second := decide("b") // the file's queue, empty, takes it
 		if second.status != http.StatusOK {
 			t.Fatalf("with the file's queue empty: %d %s", second.status, second.body)
 		}
 		want = append(want, second.id)
-		wait(t, handed, "the second record handed to the sinks with the file stalled")
+		receive(t, handed, "the second record handed to the sinks with the file stalled")
 		third := decide("c") // the file's queue is full
 		switch {
 		case refuse:

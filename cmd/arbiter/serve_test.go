@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // binPath is the arbiter binary under test, and stamp the version it was
@@ -190,20 +191,6 @@ func post(t testing.TB, client *http.Client, url string, body []byte) answer {
 	return answer{status: resp.StatusCode, id: resp.Header.Get("X-Arbiter-Decision-Id"), body: b}
 }
 
-// waitFor polls cond until it holds; it returns how long that took.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for time.Since(start) < limit {
-		if cond() {
-			return time.Since(start)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s", limit, what)
-	return 0
-}
-
 func status(t *testing.T, client *http.Client, url string) map[string]any {
 	resp, err := client.Get(url + "/v1/status")
 	if err != nil {
@@ -307,7 +294,7 @@ func TestServeEndToEnd(t *testing.T) {
 	editFile(t, data, `"limit": 10`, `"limit": 100`)
 	// Debounce, rebuild and the test gate take about 0.3 s on an idle
 	// machine; the generous deadline only ends a test that would hang.
-	took := waitFor(t, 30*time.Second, "the data edit to go live", isAllowed)
+	took := wait.Until(t, 30*time.Second, "the data edit to go live", isAllowed)
 	t.Logf("data edit live after %s", took)
 	rev1 := status(t, client, srv.url)["policy_revision"].(string)
 	if rev1 == rev0 {
@@ -317,7 +304,7 @@ func TestServeEndToEnd(t *testing.T) {
 	// A policy that does not compile is refused; the last good one answers.
 	policy := filepath.Join(root, "policies", "decisions", quotaDecision, "policy.rego")
 	editFile(t, policy, quotaAllow, quotaAllowBroken)
-	waitFor(t, 5*time.Second, "the broken policy to be refused", func() bool {
+	wait.Until(t, 5*time.Second, "the broken policy to be refused", func() bool {
 		lr := status(t, client, srv.url)["last_reload"].(map[string]any)
 		return lr["ok"] == false && strings.Contains(fmt.Sprint(lr["problems"]), "policy.rego")
 	})
@@ -325,13 +312,13 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("revision after a refused reload = %v, want %s", got, rev1)
 	}
 	editFile(t, policy, quotaAllowBroken, quotaAllow)
-	waitFor(t, 5*time.Second, "the fixed policy to load", func() bool {
+	wait.Until(t, 5*time.Second, "the fixed policy to load", func() bool {
 		return status(t, client, srv.url)["last_reload"].(map[string]any)["ok"] == true
 	})
 
 	// A change that a policy test contradicts is refused, naming the test.
 	editFile(t, data, `"limit": 100`, `"limit": 9`)
-	waitFor(t, 10*time.Second, "the test-breaking edit to be refused", func() bool {
+	wait.Until(t, 10*time.Second, "the test-breaking edit to be refused", func() bool {
 		lr := status(t, client, srv.url)["last_reload"].(map[string]any)
 		return lr["ok"] == false && strings.Contains(fmt.Sprint(lr["problems"]), "failed")
 	})
@@ -339,7 +326,7 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("revision after a refused reload = %v, want %s", got, rev1)
 	}
 	editFile(t, data, `"limit": 9`, `"limit": 100`)
-	waitFor(t, 10*time.Second, "the fix to load", func() bool {
+	wait.Until(t, 10*time.Second, "the fix to load", func() bool {
 		return status(t, client, srv.url)["last_reload"].(map[string]any)["ok"] == true
 	})
 

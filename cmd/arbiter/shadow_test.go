@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/replay"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -109,7 +110,7 @@ func TestReplayClassifiesAsLiveShadow(t *testing.T) {
 		Stats  shadow.Stats   `json:"stats"`
 		Report *shadow.Report `json:"report"`
 	}
-	waitFor(t, 2*time.Minute, "the candidate to judge every sampled decision", func() bool {
+	wait.Until(t, 2*time.Minute, "the candidate to judge every sampled decision", func() bool {
 		resp, err := client.Get(s.url + "/v1/shadow")
 		if err != nil {
 			t.Fatal(err)
@@ -245,14 +246,14 @@ func TestShadowFromBundle(t *testing.T) {
 		return raw
 	}
 	bundles.set(build(""))
-	waitFor(t, time.Minute, "the unsigned bundle to be refused", func() bool {
+	wait.Until(t, time.Minute, "the unsigned bundle to be refused", func() bool {
 		return metricLine(t, s.url, `arbiter_bundle_requests_total{bundle="shadow",result="failed"} `)
 	})
 	if _, doc := getJSON(t, s.url+"/v1/shadow"); doc["candidate"] != nil {
 		t.Fatalf("an unsigned bundle became the candidate: %v", doc)
 	}
 	bundles.set(build(private))
-	waitFor(t, time.Minute, "the signed bundle in shadow", func() bool {
+	wait.Until(t, time.Minute, "the signed bundle in shadow", func() bool {
 		_, doc := getJSON(t, s.url+"/v1/shadow")
 		c, _ := doc["candidate"].(map[string]any)
 		return c != nil && c["policy_revision"] == "candidate-1" && strings.HasPrefix(c["origin"].(string), "bundle ")
@@ -263,7 +264,7 @@ func TestShadowFromBundle(t *testing.T) {
 	var doc struct {
 		Report *shadow.Report `json:"report"`
 	}
-	waitFor(t, time.Minute, "both decisions judged", func() bool {
+	wait.Until(t, time.Minute, "both decisions judged", func() bool {
 		resp, err := http.Get(s.url + "/v1/shadow")
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // An open /ui live stream (server-sent events) does not hold a graceful
@@ -183,7 +184,7 @@ func TestShutdownDelayKeepsAnsweringWhileNotReady(t *testing.T) {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "/health/ready not ready after SIGTERM", func() bool {
+	wait.Until(t, 10*time.Second, "/health/ready not ready after SIGTERM", func() bool {
 		code, doc := getJSON(t, s.url+"/health/ready")
 		e, _ := doc["error"].(map[string]any)
 		msg, _ := e["message"].(string)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // storeFleet is three replicas of the real binary writing to one decision
@@ -97,7 +98,7 @@ func (f *storeFleet) storeStatus(t *testing.T, r int) map[string]any {
 func (f *storeFleet) settled(t *testing.T) (dropped int) {
 	t.Helper()
 	for r := range f.replicas {
-		waitFor(t, time.Minute, f.names[r]+"'s records all written or dropped", func() bool {
+		wait.Until(t, time.Minute, f.names[r]+"'s records all written or dropped", func() bool {
 			return num(f.storeStatus(t, r)["queued"]) == 0
 		})
 		for _, v := range f.storeStatus(t, r)["dropped"].(map[string]any) {
@@ -182,7 +183,7 @@ func TestDecisionStoreFleet(t *testing.T) {
 	}
 	f.send(t, 30) // each answered as before: send fails the test otherwise
 	for r := range f.replicas {
-		waitFor(t, time.Minute, f.names[r]+"'s store status showing the outage", func() bool {
+		wait.Until(t, time.Minute, f.names[r]+"'s store status showing the outage", func() bool {
 			st := f.storeStatus(t, r)
 			return num(st["queued"]) > 0 && num(st["writes_failed"]) > 0 && st["last_error"] != nil
 		})

@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // The storm edits the quota test decision added to a copy of the
@@ -207,7 +208,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 	// answered waits for an answer from state s: each state the storm
 	// must cover is seen served, not hoped to be.
 	answered := func(s stormState) {
-		waitFor(t, 60*time.Second, "an answer from the state "+s.String(), func() bool {
+		wait.Until(t, 60*time.Second, "an answer from the state "+s.String(), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return servedBy[revOf[s]]
@@ -288,7 +289,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 	// hold keeps a broken state until the server has refused it: the
 	// refused reloads counter passes refused, its value before the break.
 	hold := func(refused int) {
-		waitFor(t, 60*time.Second, "the broken state to be refused", func() bool {
+		wait.Until(t, 60*time.Second, "the broken state to be refused", func() bool {
 			return reloadsRefused(t, client, srv.url) > refused
 		})
 	}
@@ -376,7 +377,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 		}
 	}
 	// The service ends on the final state: no file event was lost.
-	waitFor(t, 15*time.Second, "the final state "+cur.String()+" to be served", func() bool {
+	wait.Until(t, 15*time.Second, "the final state "+cur.String()+" to be served", func() bool {
 		return status(t, client, srv.url)["policy_revision"] == final.Revision
 	})
 	answered(cur)

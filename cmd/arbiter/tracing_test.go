@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // otlpReceiver is an OTLP/HTTP trace receiver written with the official
@@ -118,7 +119,7 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	a := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-"+parentID+"-01")
 
 	var span *tracepb.Span
-	waitFor(t, 30*time.Second, "the decision's span at the receiver", func() bool {
+	wait.Until(t, 30*time.Second, "the decision's span at the receiver", func() bool {
 		span = recv.span("opa.decision_id", a.id)
 		return span != nil
 	})
@@ -129,7 +130,7 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 		t.Errorf("the decision's span lacks its decision, revision or outcome: %v", span.Attributes)
 	}
 	var http *tracepb.Span
-	waitFor(t, 30*time.Second, "the HTTP server span at the receiver", func() bool {
+	wait.Until(t, 30*time.Second, "the HTTP server span at the receiver", func() bool {
 		http = recv.byID(span.ParentSpanId)
 		return http != nil
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/logsink"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
 // flakyCollector is a decision-log service that answers 503 while down,
@@ -81,7 +82,7 @@ func TestUploadOutageIsVisibleAndRecoveryLogged(t *testing.T) {
 	queued := func() float64 {
 		return metricValue(t, http.DefaultClient, s.url, "arbiter_decision_log_upload_queued_events")
 	}
-	waitFor(t, time.Minute, "the three events waiting while uploads fail", func() bool {
+	wait.Until(t, time.Minute, "the three events waiting while uploads fail", func() bool {
 		return collector.refused.Load() >= 2 && queued() == 3
 	})
 	if recoveredLine.MatchString(s.stderr.String()) {
@@ -89,7 +90,7 @@ func TestUploadOutageIsVisibleAndRecoveryLogged(t *testing.T) {
 	}
 
 	collector.down.Store(false)
-	waitFor(t, time.Minute, "every event at the collector", func() bool {
+	wait.Until(t, time.Minute, "every event at the collector", func() bool {
 		for _, id := range ids {
 			if _, ok := collector.sink.Event(id); !ok {
 				return false
@@ -97,7 +98,7 @@ func TestUploadOutageIsVisibleAndRecoveryLogged(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, time.Minute, "nothing waiting", func() bool { return queued() == 0 })
+	wait.Until(t, time.Minute, "nothing waiting", func() bool { return queued() == 0 })
 	m := recoveredLine.FindAllStringSubmatch(s.stderr.String(), -1)
 	if len(m) != 1 || m[0][1] == "0" || m[0][2] == "0s" {
 		t.Fatalf("want one recovery line with the events retried and the outage, got %q", m)
