@@ -5,7 +5,6 @@ GO        ?= go
 BIN       := bin
 ARBITER   := $(BIN)/arbiter
 OPA       := $(BIN)/opa
-REGAL     := $(BIN)/regal
 # opa-check runs the `opa` on PATH when there is one (an OPA user's own),
 # else the stock one built from go.mod.
 PATH_OPA  := $(shell command -v opa 2>/dev/null)
@@ -40,14 +39,16 @@ $(ARBITER): FORCE
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/arbiter
 
 # The stock OPA binary of the version in go.mod (a go.mod tool), our
-# yardstick and compatibility target.
+# yardstick and compatibility target: go tool -n builds it once into the
+# Go cache and names the executable there, which is copied, not linked again.
 $(OPA): go.mod go.sum
-	$(GO) build -o $@ github.com/open-policy-agent/opa
+	@mkdir -p $(BIN)
+	cp "$$($(GO) tool -n opa)" $@
 
-# Regal, the Rego linter, from its own module (tools/regal): it pins an
-# older OPA than ours, so it cannot be a tool of the main module.
-$(REGAL): tools/regal/go.mod tools/regal/go.sum
-	cd tools/regal && $(GO) build -o ../../$@ github.com/open-policy-agent/regal
+# Regal, the Rego linter, a tool of its own module (tools/regal/go.mod): it
+# pins an older OPA than ours, so it cannot be a tool of the main module.
+# go tool builds it once and keeps the executable in the Go cache.
+REGAL     := $(GO) tool -modfile=tools/regal/go.mod regal
 
 FORCE:
 
@@ -136,7 +137,7 @@ lint: vet regal
 
 # regal: Regal lints the Rego (configuration and the reason for each rule
 # turned off: .regal/config.yaml); any finding fails.
-regal: $(REGAL)
+regal:
 	$(REGAL) lint $(POLICIES) $(TESTS)
 
 # bench: the report of docs/BENCHMARKS.md, printed and written: the engine's

@@ -73,11 +73,10 @@ func Skip(t testing.TB, why error) {
 
 // Start initialises and starts a cluster of t's own, stopped and removed
 // when t ends; it skips t when PostgreSQL is missing (fails under CI), and
-// under -short: a test of the decision store is not about the rules
-// (ruleedit).
+// under -short (notAboutRules).
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	ruleedit.Skip(t)
+	notAboutRules(t)
 	c, err := New()
 	if err != nil {
 		var missing *missingError
@@ -264,7 +263,7 @@ func (c *Cluster) URL(db string) string {
 // Start.
 func (c *Cluster) DB(t testing.TB) string {
 	t.Helper()
-	ruleedit.Skip(t)
+	notAboutRules(t)
 	if c == nil {
 		var missing *missingError
 		if errors.As(errMain, &missing) {
@@ -286,15 +285,25 @@ func (c *Cluster) DB(t testing.TB) string {
 	return c.URL(name)
 }
 
+// notAboutRules skips a test of the decision store under -short: it is not
+// about the rules (ruleedit). A benchmark is not skipped: make bench-quick
+// runs each once with -short.
+func notAboutRules(t testing.TB) {
+	t.Helper()
+	if _, bench := t.(*testing.B); !bench {
+		ruleedit.Skip(t)
+	}
+}
+
 // Main runs a package's tests with one cluster shared by them in *c (nil
 // when PostgreSQL is missing or did not start: DB then skips, or fails
 // under CI), and removes it afterwards; under -short, where DB skips, it
-// starts none. Use it in TestMain:
+// starts none unless benchmarks run. Use it in TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &cluster)) }
 func Main(m *testing.M, c **Cluster) int {
 	flag.Parse()
-	if testing.Short() {
+	if testing.Short() && flag.Lookup("test.bench").Value.String() == "" {
 		return m.Run()
 	}
 	cl, err := New()

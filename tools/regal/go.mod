@@ -2,7 +2,8 @@ module github.com/arbiter-dev/arbiter/tools/regal
 
 // Regal, the Rego linter of make lint, in a module of its own: it does not
 // build inside the main module, which pins a newer OPA than Regal v0.42.0
-// supports. Build it with: cd tools/regal && go build -o ../../bin/regal github.com/open-policy-agent/regal
+// supports. make regal runs it from the repository root with:
+// go tool -modfile=tools/regal/go.mod regal lint policies policy_test
 
 go 1.26
 
