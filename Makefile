@@ -22,6 +22,9 @@ FUZZFLAGS ?=
 # three times the speed).
 TESTFLAGS ?=
 RACE      ?= -race
+# TEST_PKGS: the packages of the Go tests with RACE= (.ci/rule-edit passes
+# those whose tests name a rule folder).
+TEST_PKGS ?= ./...
 # -parallel 8: the real-binary tests of cmd/arbiter wait on processes more than
 # they compute, so more of them run at once than the machine has cores.
 GOTEST    := $(GO) test $(RACE) -count=1 -parallel 8 $(TESTFLAGS)
@@ -82,7 +85,7 @@ MODULE        = $(shell $(GO) list -m)
 TEST_ENV  = OPA_BIN=$(abspath $(OPA)) $(if $(VERSION),ARBITER_BIN=$(abspath $(ARBITER)) ARBITER_VERSION=$(VERSION))
 test: vet build $(OPA)
 ifeq ($(RACE),)
-	$(TEST_ENV) $(GOTEST) ./...
+	$(TEST_ENV) $(GOTEST) $(TEST_PKGS)
 else
 	@# The two sets at once (cmd/arbiter's tests mostly wait on processes);
 	@# the output of the set without -race follows the other's.
