@@ -99,6 +99,9 @@ func TestUploadOutageIsVisibleAndRecoveryLogged(t *testing.T) {
 		return true
 	})
 	wait.Until(t, time.Minute, "nothing waiting", func() bool { return queued() == 0 })
+	// The line follows the upload that succeeded, which the collector may
+	// have answered before it is written.
+	wait.Until(t, time.Minute, "the recovery line", func() bool { return recoveredLine.MatchString(s.stderr.String()) })
 	m := recoveredLine.FindAllStringSubmatch(s.stderr.String(), -1)
 	if len(m) != 1 || m[0][1] == "0" || m[0][2] == "0s" {
 		t.Fatalf("want one recovery line with the events retried and the outage, got %q", m)
