@@ -29,7 +29,7 @@ TEST_PKGS ?= ./...
 # they compute, so more of them run at once than the machine has cores.
 GOTEST    := $(GO) test $(RACE) -count=1 -parallel 8 $(TESTFLAGS)
 
-.PHONY: all build run test ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick diff-corpus fleet clean
+.PHONY: all build run test test-all test-race test-norace test-norace-suites test-policies ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick diff-corpus fleet clean
 
 all: build
 
@@ -68,9 +68,11 @@ run: build
 # evidence over the corpus), which skip under -race
 # (internal/race), where they cost five to ten times as much. So every test
 # runs once, and the race build leaves out cmd/arbiter's own dependencies
-# (OpenTelemetry's exporters, gRPC); the two sets run at once. Then stock
-# `opa check/fmt/test` on the same files, `arbiter check` and `arbiter
-# test`. RACE= runs everything in one go test.
+# (OpenTelemetry's exporters, gRPC). Beside them, stock `opa
+# check/fmt/test` on the same files, `arbiter check` and `arbiter test`
+# (test-policies). The sets run at once, each one's output printed whole
+# when it ends (make -O): cmd/arbiter's tests mostly wait on processes, and
+# no set waits for another. RACE= runs every Go test in one go test.
 NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
 NORACE_TESTS := TestSemantics TestOPAConformanceCases TestCompiledAgreesOnCorpus TestProjectionAgreesOnCorpus \
                 TestEvidenceIsComplete TestCompiledAgreesOnFixtures TestProjectionAgreesOnFixtures \
@@ -83,19 +85,27 @@ MODULE        = $(shell $(GO) list -m)
 # tests boot (ARBITER_BIN, ARBITER_VERSION); outside a git checkout
 # (no VERSION) cmd/arbiter's TestMain builds one stamped for the test.
 TEST_ENV  = OPA_BIN=$(abspath $(OPA)) $(if $(VERSION),ARBITER_BIN=$(abspath $(ARBITER)) ARBITER_VERSION=$(VERSION))
-test: vet build $(OPA)
 ifeq ($(RACE),)
-	$(TEST_ENV) $(GOTEST) $(TEST_PKGS)
+TEST_SETS = test-all
 else
-	@# The two sets at once (cmd/arbiter's tests mostly wait on processes);
-	@# the output of the set without -race follows the other's.
-	@out=$$(mktemp); export $(TEST_ENV); \
-	( set -x; $(GO) test -count=1 -parallel 8 $(TESTFLAGS) $(NORACE_PKGS) && \
-	  $(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/ ) >$$out 2>&1 & pid=$$!; \
-	( set -x; $(GOTEST) $(RACE_PKGS) ); status=$$?; \
-	wait $$pid || status=1; cat $$out; rm -f $$out; exit $$status
+TEST_SETS = test-race test-norace test-norace-suites
 endif
-	$(MAKE) --no-print-directory opa-check
+test: vet build $(OPA)
+	$(MAKE) --no-print-directory -j -O $(TEST_SETS) test-policies
+
+test-all:
+	$(TEST_ENV) $(GOTEST) $(TEST_PKGS)
+
+test-race:
+	$(TEST_ENV) $(GOTEST) $(RACE_PKGS)
+
+test-norace:
+	$(TEST_ENV) $(GO) test -count=1 -parallel 8 $(TESTFLAGS) $(NORACE_PKGS)
+
+test-norace-suites:
+	$(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/
+
+test-policies: opa-check
 	$(ARBITER) check
 	$(ARBITER) test --coverage --threshold 95
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,7 +141,8 @@ func peakRSS(t *testing.T, pid int) int64 {
 // (valid states of millions of empty objects under an unknown member) and
 // 16 garbage requests of 16 MiB in flight at once, the real server stays
 // up with a peak RSS under 1.5 GiB and answers every request with 200, 4xx
-// or 503; afterwards it decides as usual. With the defaults it takes about
+// or 503 (a garbage one may see its connection reset instead, refused
+// before it was read whole); afterwards it decides as usual. With the defaults it takes about
 // a second and 300 MiB, so it runs in `make test`; with admission control
 // and the value cap turned off the same flood peaks near 6 GiB.
 func TestOverloadAcceptance(t *testing.T) {
@@ -190,6 +193,11 @@ func TestOverloadAcceptance(t *testing.T) {
 	counts := map[string]int{}
 	for r := range results {
 		switch {
+		case r.kind == "garbage" && (errors.Is(r.err, syscall.ECONNRESET) || errors.Is(r.err, syscall.EPIPE)):
+			// Refused before it was read whole: Go's server answers 400 and
+			// closes a connection whose body it did not read, and a client
+			// still writing 16 MiB may see the reset before the answer.
+			counts["garbage reset while writing"]++
 		case r.err != nil:
 			t.Errorf("%s request not answered: %v", r.kind, r.err)
 		case r.status == 200 || r.status == 503 || r.status >= 400 && r.status < 500:
