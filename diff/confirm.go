@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 
-	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -20,22 +19,16 @@ type confirmed struct {
 // and on topdown, and classifies the change as shadow evaluation does.
 func confirm(ctx context.Context, old, new *engine.Snapshot, name string, doc []byte) confirmed {
 	side := func(s *engine.Snapshot) (shadow.Outcome, bool) {
-		o1 := outcome(s.Decide(ctx, name, doc, engine.Options{}))
-		o2 := outcome(s.DecideTopdown(ctx, name, doc, engine.Options{}))
+		d, err := s.Decide(ctx, name, doc, engine.Options{})
+		o1 := shadow.OutcomeOf("", d, err)
+		d, err = s.DecideTopdown(ctx, name, doc, engine.Options{})
+		o2 := shadow.OutcomeOf("", d, err)
 		return o1, sameOutcome(o1, o2)
 	}
 	o, okOld := side(old)
 	n, okNew := side(new)
 	v, _ := new.Verdict(name)
 	return confirmed{class: shadow.Classify(v, o, n), agree: okOld && okNew, old: o, new: n}
-}
-
-func outcome(d *engine.Decision, err error) shadow.Outcome {
-	if err != nil {
-		e := engine.AsError(err)
-		return shadow.Outcome{Error: &decisionlog.RecordError{Code: string(e.Code), Message: e.Message}}
-	}
-	return shadow.Outcome{Result: d.Result}
 }
 
 func sameOutcome(a, b shadow.Outcome) bool {

@@ -83,6 +83,15 @@ type Outcome struct {
 
 func (o Outcome) failed() bool { return o.Error != nil }
 
+// OutcomeOf is what a revision made of a request, from what Decide returned.
+func OutcomeOf(revision string, d *engine.Decision, err error) Outcome {
+	if err != nil {
+		e := engine.AsError(err)
+		return Outcome{Revision: revision, Error: &decisionlog.RecordError{Code: string(e.Code), Message: e.Message}}
+	}
+	return Outcome{Revision: revision, Result: d.Result}
+}
+
 // Request is one logged decision request, ready to be decided again.
 type Request struct {
 	DecisionID string
@@ -104,14 +113,8 @@ type Judgement struct {
 // Judge decides req with the candidate and classifies the change. It is
 // the one judgement of both live shadow evaluation and replay.
 func Judge(ctx context.Context, candidate *engine.Snapshot, req Request) Judgement {
-	cand := Outcome{Revision: candidate.Revision}
 	d, err := candidate.Decide(ctx, req.Decision, req.Body, req.Options)
-	if err != nil {
-		e := engine.AsError(err)
-		cand.Error = &decisionlog.RecordError{Code: string(e.Code), Message: e.Message}
-	} else {
-		cand.Result = d.Result
-	}
+	cand := OutcomeOf(candidate.Revision, d, err)
 	v, _ := candidate.Verdict(req.Decision) // none: nothing allows, as for an unknown decision
 	return Judgement{DecisionID: req.DecisionID, Decision: req.Decision, Class: Classify(v, req.Live, cand), Live: req.Live, Candidate: cand}
 }
