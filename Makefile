@@ -68,12 +68,13 @@ run: build
 # evidence over the corpus), which skip under -race
 # (internal/race), where they cost five to ten times as much. So every test
 # runs once, and the race build leaves out cmd/arbiter's own dependencies
-# (OpenTelemetry's exporters, gRPC). The two sets run at once, each one's
-# output printed whole when it ends (make -O): cmd/arbiter's tests mostly
-# wait on processes. (All three sets and the checks below at once cost more
-# CPU than they saved time: CI took 280 and 305 s against 263.) Then stock
-# `opa check/fmt/test` on the same files, `arbiter check` and `arbiter
-# test` (test-policies). RACE= runs every Go test in one go test.
+# (OpenTelemetry's exporters, gRPC). The two sets run at once, and beside
+# them stock `opa check/fmt/test` on the same files, `arbiter check` and
+# `arbiter test` (test-policies), each one's output printed whole when it
+# ends (make -O): cmd/arbiter's tests mostly wait on processes. (Running the
+# differential suites as a third set at once cost more CPU than it saved
+# time: CI took 280 and 305 s against 263.) RACE= runs every Go test in one
+# go test.
 NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
 NORACE_TESTS := TestSemantics TestOPAConformanceCases TestCompiledAgreesOnCorpus TestProjectionAgreesOnCorpus \
                 TestEvidenceIsComplete TestCompiledAgreesOnFixtures TestProjectionAgreesOnFixtures \
@@ -92,8 +93,7 @@ else
 TEST_SETS = test-race test-norace
 endif
 test: vet build $(OPA)
-	$(MAKE) --no-print-directory -j -O $(TEST_SETS)
-	$(MAKE) --no-print-directory test-policies
+	$(MAKE) --no-print-directory -j -O $(TEST_SETS) test-policies
 
 test-all:
 	$(TEST_ENV) $(GOTEST) $(TEST_PKGS)
