@@ -26,12 +26,24 @@ const slowEval = 30 * time.Second
 
 var repo = BuildOptions{Policies: "../policies", Schemas: "../schemas", Tests: "../policy_test"}
 
+// keysDir is the folder testKeys wrote, removed by TestMain.
+var keysDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if keysDir != "" {
+		os.RemoveAll(keysDir)
+	}
+	os.Exit(code)
+}
+
 // testKeys writes an RSA key pair once per process: private.pem, public.pem.
 var testKeys = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "policybundle-keys-")
 	if err != nil {
 		return "", err
 	}
+	keysDir = dir
 	for _, name := range []string{"a", "b"} {
 		k, err := rsa.GenerateKey(rand.Reader, 2048)
 		if err != nil {

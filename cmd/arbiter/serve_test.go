@@ -103,6 +103,12 @@ func startServerWith(t *testing.T, setup func(*exec.Cmd), args ...string) *proc 
 	s.cmd.Stderr = s.stderr
 	s.cmd.Stdout = io.Discard
 	setup(s.cmd)
+	// Its temporary files (OPA's OCI store among them) go in the test's
+	// folder, removed after the test even when the process was killed.
+	if s.cmd.Env == nil {
+		s.cmd.Env = os.Environ()
+	}
+	s.cmd.Env = append(s.cmd.Env, "TMPDIR="+t.TempDir())
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
