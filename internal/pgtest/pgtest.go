@@ -73,10 +73,10 @@ func Skip(t testing.TB, why error) {
 
 // Start initialises and starts a cluster of t's own, stopped and removed
 // when t ends; it skips t when PostgreSQL is missing (fails under CI), and
-// under -short (notAboutRules).
+// under -short (ruleedit).
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	notAboutRules(t)
+	ruleedit.Skip(t) // the decision store is not about the rules
 	c, err := New()
 	if err != nil {
 		var missing *missingError
@@ -263,7 +263,7 @@ func (c *Cluster) URL(db string) string {
 // Start.
 func (c *Cluster) DB(t testing.TB) string {
 	t.Helper()
-	notAboutRules(t)
+	ruleedit.Skip(t) // the decision store is not about the rules
 	if c == nil {
 		var missing *missingError
 		if errors.As(errMain, &missing) {
@@ -283,16 +283,6 @@ func (c *Cluster) DB(t testing.TB) string {
 		t.Fatalf("pgtest: %v", err)
 	}
 	return c.URL(name)
-}
-
-// notAboutRules skips a test of the decision store under -short: it is not
-// about the rules (ruleedit). A benchmark is not skipped: make bench-quick
-// runs each once with -short.
-func notAboutRules(t testing.TB) {
-	t.Helper()
-	if _, bench := t.(*testing.B); !bench {
-		ruleedit.Skip(t)
-	}
 }
 
 // Main runs a package's tests with one cluster shared by them in *c (nil

@@ -14,10 +14,12 @@ package ruleedit
 
 import "testing"
 
-// Skip skips t under -short: t is not about the rules.
+// Skip skips t under -short: t is not about the rules. A benchmark is
+// never skipped: make test runs none, and make bench-quick runs each once
+// with -short, as a short run.
 func Skip(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
+	if _, bench := t.(*testing.B); testing.Short() && !bench {
 		t.Skip("not about the rules: -short runs what a rule edit can change (.ci/rule-edit)")
 	}
 }
