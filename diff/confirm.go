@@ -1,9 +1,13 @@
 package diff
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -38,73 +42,153 @@ func sameOutcome(a, b shadow.Outcome) bool {
 	return engine.SameJSON(a.Result, b.Result)
 }
 
-// found reports a confirmed example, made small: each field that differs
-// from the base document goes back to the base's value while the example
-// still confirms.
-func found(ctx context.Context, old, new *engine.Snapshot, name string, q shadow.Class, d *domain, doc []byte) *Answer {
-	var cur map[string]any
-	_ = decodeJSON(doc, &cur)
-	differs := func(n *node) bool {
-		bv, inBase := lookup(d.base, n.path)
-		cv, inCur := lookup(cur, n.path)
-		return inBase != inCur || (inBase && string(encodeJSON(bv)) != string(encodeJSON(cv)))
+// found reports a confirmed example, made close to a fixture input: the
+// leaves where it differs from one go back to the fixture's values, each
+// while the example still confirms, and the fixture that leaves the
+// fewest differences is the one reported against.
+func found(ctx context.Context, old, new *engine.Snapshot, name string, q shadow.Class, doc []byte, inputs [][]byte) *Answer {
+	var ex any
+	if decodeJSON(doc, &ex) != nil {
+		return &Answer{Verdict: Found, Example: doc}
 	}
-	// revert puts the fields of ns back to the base's values, if the
-	// example still confirms without them.
-	revert := func(ns []*node) {
-		try := deepCopy(cur).(map[string]any)
-		for _, n := range ns {
-			parent, ok := lookup(try, n.path[:len(n.path)-1])
-			m, isObj := parent.(map[string]any)
-			if !ok || !isObj {
-				return
+	best, bestFields, haveBase := ex, []string{""}, false
+	for i, in := range inputs {
+		if i == 8 {
+			break
+		}
+		var base any
+		if decodeJSON(in, &base) != nil {
+			continue
+		}
+		cur := ex
+		for _, p := range leafDiff(base, ex, "") {
+			try := setAt(deepCopy(cur), base, p)
+			if c := confirm(ctx, old, new, name, encodeJSON(try)); c.class == q && c.agree {
+				cur = try
 			}
-			if bv, inBase := lookup(d.base, n.path); inBase {
-				m[n.path[len(n.path)-1]] = deepCopy(bv)
+		}
+		if f := leafDiff(base, cur, ""); !haveBase || len(f) < len(bestFields) {
+			best, bestFields, haveBase = cur, f, true
+		}
+	}
+	doc = encodeJSON(best)
+	slices.Sort(bestFields)
+	return &Answer{Verdict: Found, Example: doc, Fields: bestFields, Old: explain(ctx, old, name, doc), New: explain(ctx, new, name, doc)}
+}
+
+// leafDiff lists the JSON pointers where b differs from a: members of
+// objects one by one, elements of arrays of one length one by one, any
+// other difference whole.
+func leafDiff(a, b any, at string) []string {
+	ao, aObj := a.(map[string]any)
+	bo, bObj := b.(map[string]any)
+	if aObj && bObj {
+		var out []string
+		for _, k := range sortedKeys(bo) {
+			p := at + "/" + strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
+			if av, ok := ao[k]; ok {
+				out = append(out, leafDiff(av, bo[k], p)...)
 			} else {
-				delete(m, n.path[len(n.path)-1])
+				out = append(out, p)
 			}
 		}
-		if c := confirm(ctx, old, new, name, encodeJSON(try)); c.class == q && c.agree {
-			cur = try
+		for _, k := range sortedKeys(ao) {
+			if _, ok := bo[k]; !ok {
+				out = append(out, at+"/"+strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1"))
+			}
 		}
+		return out
 	}
-	// Fields compared with each other took the same value together: they
-	// go back together first, then one by one.
-	groups := map[string][]*node{}
-	var keys []string
-	for _, n := range d.nodes {
-		if len(n.children) == 0 && differs(n) {
-			if v, ok := lookup(cur, n.path); ok {
-				k := string(encodeJSON(v))
-				if groups[k] == nil {
-					keys = append(keys, k)
+	aa, aArr := a.([]any)
+	ba, bArr := b.([]any)
+	if aArr && bArr && len(aa) == len(ba) {
+		var out []string
+		for i := range ba {
+			out = append(out, leafDiff(aa[i], ba[i], fmt.Sprintf("%s/%d", at, i))...)
+		}
+		return out
+	}
+	if string(encodeJSON(a)) == string(encodeJSON(b)) {
+		return nil
+	}
+	if at == "" {
+		return []string{""}
+	}
+	return []string{at}
+}
+
+// setAt is doc with the value base holds at pointer p (or without it,
+// where base has none).
+func setAt(doc, base any, p string) any {
+	if p == "" {
+		return deepCopy(base)
+	}
+	parts := strings.Split(p[1:], "/")
+	for i := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(parts[i], "~1", "/"), "~0", "~")
+	}
+	var walk func(d, b any, parts []string) any
+	walk = func(d, b any, parts []string) any {
+		k := parts[0]
+		switch dv := d.(type) {
+		case map[string]any:
+			bm, _ := b.(map[string]any)
+			bv, inBase := bm[k]
+			if len(parts) == 1 {
+				if inBase {
+					dv[k] = deepCopy(bv)
+				} else {
+					delete(dv, k)
 				}
-				groups[k] = append(groups[k], n)
+				return dv
 			}
+			dv[k] = walk(dv[k], bv, parts[1:])
+			return dv
+		case []any:
+			ba, _ := b.([]any)
+			i, err := strconv.Atoi(k)
+			if err != nil || i >= len(dv) || i >= len(ba) {
+				return dv
+			}
+			if len(parts) == 1 {
+				dv[i] = deepCopy(ba[i])
+				return dv
+			}
+			dv[i] = walk(dv[i], ba[i], parts[1:])
+			return dv
 		}
+		return d
 	}
-	for _, k := range keys {
-		if len(groups[k]) > 1 {
-			revert(groups[k])
+	return walk(doc, base, parts)
+}
+
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+func encodeJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = deepCopy(e)
 		}
-	}
-	for _, n := range d.nodes {
-		if differs(n) {
-			revert([]*node{n})
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = deepCopy(e)
 		}
+		return out
 	}
-	doc = encodeJSON(cur)
-	var fields []string
-	for _, n := range d.nodes {
-		bv, inBase := lookup(d.base, n.path)
-		cv, inCur := lookup(cur, n.path)
-		if inBase != inCur || (inBase && string(encodeJSON(bv)) != string(encodeJSON(cv)) && len(n.children) == 0) {
-			fields = append(fields, n.pointer())
-		}
-	}
-	slices.Sort(fields)
-	return &Answer{Verdict: Found, Example: doc, Fields: fields, Old: explain(ctx, old, name, doc), New: explain(ctx, new, name, doc)}
+	return v
 }
 
 // explain decides doc with explanations and keeps the rules that fired.

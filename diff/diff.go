@@ -2,31 +2,37 @@
 // direction, or finds an input that it changes: the semantic diff of two
 // revisions (`arbiter diff OLD NEW`).
 //
-// For each decision it asks three questions about the inputs both input
+// For each decision it asks four questions about the inputs the input
 // schemas admit: is there one that OLD refuses and NEW allows
-// (refuse_to_allow), one that OLD allows and NEW refuses
-// (allow_to_refuse), one whose allowance stays and whose reasons or
-// outcome change (reasons_changed)? The revisions' Rego runs symbolically
-// (interp.go) over a finite domain of candidate values per input field
-// (domain.go); each question is a formula that a SAT solver answers
-// (formula.go). The solver only proposes: every example is decided by
-// both revisions on both evaluators (the compiled program and topdown) and
-// classified as shadow evaluation classifies live traffic before it is
-// reported. A verdict none is an Unsat answer over a model without gaps,
-// within the domain's bounds; anything the evaluator does not model makes
-// it unknown, with the reason.
+// (refuse_to_allow), one that OLD decides and NEW fails on
+// (allow_to_error), one that OLD allows and NEW refuses (allow_to_refuse),
+// one whose allowance stays and whose reasons or outcome change
+// (reasons_changed)? Both revisions' plans (the IR engine/ireval compiles)
+// run symbolically over one model of the input (exec.go, input.go), the
+// schemas become constraints on it (schema.go), and each question is a
+// formula that an SMT solver, cvc5 or z3, answers over unbounded integers
+// and the theory of strings (package smt). The solver only proposes: an
+// example is decided by both revisions on both evaluators (the compiled
+// program and topdown) and classified as shadow evaluation classifies live
+// traffic before it is reported. A verdict none is the solver's unsat:
+// it holds for every input the schemas admit. What the encoding does not
+// model is a free variable (a gap), so none stays sound, and an example
+// that relies on a gap is unknown with the gap's file and line.
 package diff
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"reflect"
-	"slices"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
+	"strings"
+	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
-
+	"github.com/arbiter-dev/arbiter/diff/smt"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -38,14 +44,24 @@ const (
 	Unknown = "unknown"
 )
 
-// Questions are the three questions, in report order.
-var Questions = []shadow.Class{shadow.RefuseToAllow, shadow.AllowToRefuse, shadow.ReasonsChanged}
+// Questions are the four questions, in report order: each is the class of
+// shadow evaluation an example of it falls in (allow_to_error is shadow's
+// candidate_error).
+var Questions = []shadow.Class{shadow.RefuseToAllow, shadow.CandidateError, shadow.AllowToRefuse, shadow.ReasonsChanged}
+
+// QuestionName is how a report names question q.
+func QuestionName(q shadow.Class) string {
+	if q == shadow.CandidateError {
+		return "allow_to_error"
+	}
+	return string(q)
+}
 
 // Answer is the verdict on one question.
 type Answer struct {
 	Verdict string `json:"verdict"`
 	// Example (found) is the input, and Fields the JSON pointers at which
-	// it differs from the fixture input it started from.
+	// it differs from the fixture input it was made closest to.
 	Example json.RawMessage `json:"example,omitempty"`
 	Fields  []string        `json:"fields,omitempty"`
 	Old     *Outcome        `json:"old,omitempty"`
@@ -63,11 +79,14 @@ type Outcome struct {
 	Fired  []engine.RuleOutcome `json:"fired,omitempty"`
 }
 
-// DecisionDiff answers the three questions for one decision.
+// DecisionDiff answers the four questions for one decision.
 type DecisionDiff struct {
 	RefuseToAllow  *Answer `json:"refuse_to_allow"`
+	AllowToError   *Answer `json:"allow_to_error"`
 	AllowToRefuse  *Answer `json:"allow_to_refuse"`
 	ReasonsChanged *Answer `json:"reasons_changed"`
+	// Seconds is how long the analysis of the decision took.
+	Seconds float64 `json:"seconds"`
 }
 
 // Get returns the answer to question q.
@@ -75,6 +94,8 @@ func (d *DecisionDiff) Get(q shadow.Class) *Answer {
 	switch q {
 	case shadow.RefuseToAllow:
 		return d.RefuseToAllow
+	case shadow.CandidateError:
+		return d.AllowToError
 	case shadow.AllowToRefuse:
 		return d.AllowToRefuse
 	}
@@ -85,6 +106,8 @@ func (d *DecisionDiff) set(q shadow.Class, a *Answer) {
 	switch q {
 	case shadow.RefuseToAllow:
 		d.RefuseToAllow = a
+	case shadow.CandidateError:
+		d.AllowToError = a
 	case shadow.AllowToRefuse:
 		d.AllowToRefuse = a
 	default:
@@ -94,6 +117,9 @@ func (d *DecisionDiff) set(q shadow.Class, a *Answer) {
 
 // Report is the diff of two revisions.
 type Report struct {
+	Old       string                   `json:"old_revision,omitempty"`
+	New       string                   `json:"new_revision,omitempty"`
+	Solvers   []string                 `json:"solvers,omitempty"`
 	Decisions map[string]*DecisionDiff `json:"decisions"`
 }
 
@@ -107,274 +133,282 @@ func (r *Report) Names() []string {
 	return out
 }
 
-// maxProposals bounds the examples the solver proposes per question that
-// do not confirm before the answer is unknown.
-const maxProposals = 16
+// Options bound an analysis.
+type Options struct {
+	// Solvers are the SMT solvers to run side by side (z3, cvc5: names on
+	// PATH or paths); none: every one of them found on PATH.
+	Solvers []string
+	// CheckTimeout bounds each question the solver is asked (default 60s).
+	CheckTimeout time.Duration
+	// MaxTerms bounds the size of the encoding of one decision (default
+	// 2,000,000 terms): past it, the decision's answers are unknown.
+	MaxTerms int
+}
+
+// Bounds is what a none covers.
+const Bounds = "every input the input schemas admit (strings over the code points up to U+2FFFF)"
+
+// FindSolvers returns the solvers a diff runs: those named, or z3 and
+// cvc5, those found on PATH.
+func FindSolvers(names []string) ([]string, error) {
+	if len(names) > 0 {
+		var out []string
+		for _, n := range names {
+			p, err := exec.LookPath(n)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	}
+	var out []string
+	for _, name := range []string{"z3", "cvc5"} {
+		if p, err := exec.LookPath(name); err == nil {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no SMT solver: install z3 or cvc5 (Debian packages z3, cvc5), or name one with --solver")
+	}
+	return out, nil
+}
 
 // Run diffs every decision of old and new. fixtures are the inputs each
-// example starts from (the fixtures of a test folder).
-func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixture) (*Report, error) {
-	rep := &Report{Decisions: map[string]*DecisionDiff{}}
+// example is made close to (the fixtures of a test folder); without them
+// the examples are the solver's own.
+func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixture, opts Options) (*Report, error) {
+	rep := &Report{Old: old.Revision, New: new.Revision, Decisions: map[string]*DecisionDiff{}}
+	solvers, serr := FindSolvers(opts.Solvers)
+	for _, p := range solvers {
+		rep.Solvers = append(rep.Solvers, filepath.Base(p))
+	}
 	names := map[string]bool{}
 	for _, n := range append(old.Names(), new.Names()...) {
 		names[n] = true
 	}
 	for name := range names {
-		dd, err := decision(ctx, old, new, name, fixtures)
-		if err == nil {
-			err = ctx.Err() // cancelled or past its deadline: what it built is incomplete
+		start := time.Now()
+		var dd *DecisionDiff
+		if serr != nil {
+			dd = unknownAll(serr.Error())
+		} else {
+			dd = decision(ctx, old, new, name, fixtures, solvers, opts)
 		}
-		if err != nil {
+		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("decision %s: %w", name, err)
 		}
+		dd.Seconds = time.Since(start).Seconds()
 		rep.Decisions[name] = dd
 	}
 	return rep, nil
 }
 
 func unknownAll(reason string) *DecisionDiff {
-	return &DecisionDiff{&Answer{Verdict: Unknown, Reason: reason}, &Answer{Verdict: Unknown, Reason: reason}, &Answer{Verdict: Unknown, Reason: reason}}
+	dd := &DecisionDiff{}
+	for _, q := range Questions {
+		dd.set(q, &Answer{Verdict: Unknown, Reason: reason})
+	}
+	return dd
 }
 
-func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtures []engine.Fixture) (*DecisionDiff, error) {
+func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtures []engine.Fixture, solvers []string, opts Options) (dd *DecisionDiff) {
 	ao, ok1 := old.Analysis(name)
 	an, ok2 := new.Analysis(name)
 	if !ok1 || !ok2 {
-		return unknownAll("the decision exists in one revision only"), nil
+		return unknownAll("the decision exists in one revision only")
 	}
-	vOld, _ := old.Verdict(name)
 	vNew, _ := new.Verdict(name)
+	limit := opts.MaxTerms
+	if limit == 0 {
+		limit = 2_000_000
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if r == smt.ErrTooLarge {
+				dd = unknownAll(fmt.Sprintf("the encoding exceeds %d terms (the analysis bounds its own size)", limit))
+				return
+			}
+			if e, ok := r.(error); ok && ctx.Err() != nil && errors.Is(e, ctx.Err()) {
+				dd = unknownAll(e.Error())
+				return
+			}
+			panic(r)
+		}
+	}()
+	a, enc, err := encode(ctx, ao, an, vNew, limit)
+	if err != nil {
+		return unknownAll(err.Error())
+	}
+	timeout := opts.CheckTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	sol, err := smt.Start(ctx, solvers, timeout, a.vs.b)
+	if err != nil {
+		return unknownAll(err.Error())
+	}
+	defer sol.Close()
+	for _, t := range enc.background {
+		sol.Script().Assert(t)
+	}
+	a.resultLemmas(sol, enc, name)
+	a.enc = enc
+	qs := enc.questions(a.vs.b)
+	background := enc.background
 	var inputs [][]byte
 	for _, f := range fixtures {
 		if f.Decision == name && f.Input != nil && f.WantError == nil {
 			inputs = append(inputs, f.Input)
 		}
 	}
-	// When the input schemas differ, a field no policy reads may still be
-	// accepted by one and refused by the other: every field the schemas
-	// name joins the domain.
-	var extra [][]string
-	so, sn := inputSchema(old, name), inputSchema(new, name)
-	if !reflect.DeepEqual(so, sn) {
-		extra = append(schemaPaths(so), schemaPaths(sn)...)
+	dd = &DecisionDiff{}
+	for _, q := range qs {
+		dd.set(q.class, a.answer(ctx, sol, old, new, name, q, background, inputs))
 	}
-	b := newBuilder()
-	dom, err := newDomain(b, ast.MustParseRef("data.decisions."+name), []*ast.Compiler{ao.Compiler, an.Compiler}, []ast.Value{ao.Data, an.Data}, extra, inputs,
-		func(doc []byte) bool { return ao.Valid(doc) || an.Valid(doc) })
-	if err != nil {
-		return unknownAll(err.Error()), nil
-	}
-	gaps := map[string]bool{}
-	ref := ast.MustParseRef("data.decisions." + name + ".decision")
-	sides := make([]struct {
-		alts  []alt
-		valid F
-		v     engine.Verdict
-	}, 2)
-	for i, a := range []engine.Analysis{ao, an} {
-		in := &interp{ctx: ctx, c: a.Compiler, data: a.Data, b: b, dom: dom, memo: map[string][]alt{}, gaps: gaps}
-		sides[i].alts = in.rule(ref, nil)
-		sides[i].valid = dom.validity(b, a.Valid)
-	}
-	sides[0].v, sides[1].v = vOld, vNew
-	allow := func(i int) F {
-		v := sides[i].v
-		if !v.Declared {
-			return False
-		}
-		g := False
-		for _, m := range member(sides[i].alts, v.OutcomeKey, b) {
-			if m.v.t == nil {
-				gaps[fmt.Sprintf("the %s member is not a concrete value", v.OutcomeKey)] = true
-				continue
-			}
-			for _, a := range v.Allow {
-				if t, err := ast.InterfaceToValue(a); err == nil && m.v.t.Value.Compare(t) == 0 {
-					g = b.or(g, m.g)
-				}
-			}
-		}
-		return b.and(sides[i].valid, g)
-	}
-	aOld, aNew := allow(0), allow(1)
-	same := b.and(b.and(sides[0].valid, sides[1].valid), b.not(b.and(aOld, b.not(aNew))))
-	same = b.and(same, b.not(b.and(aNew, b.not(aOld))))
-	changed := b.or(b.not(equalMembers(b, sides[0].alts, sides[1].alts, "reasons", gaps)),
-		b.not(equalMembers(b, sides[0].alts, sides[1].alts, vNew.OutcomeKey, gaps)))
-	formulas := map[shadow.Class]F{
-		shadow.RefuseToAllow:  b.and(b.not(aOld), aNew),
-		shadow.AllowToRefuse:  b.and(aOld, b.not(aNew)),
-		shadow.ReasonsChanged: b.and(same, changed),
-	}
-	base := dom.constraints(b)
-	dd := &DecisionDiff{}
-	for _, q := range Questions {
-		dd.set(q, answer(ctx, old, new, name, q, b, dom, base, formulas[q], gaps))
-	}
-	return dd, nil
+	return dd
 }
 
-func answer(ctx context.Context, old, new *engine.Snapshot, name string, q shadow.Class, b *builder, dom *domain, base []F, f F, gaps map[string]bool) *Answer {
-	all := append(append([]F(nil), base...), f)
-	unconfirmed := 0
-	for unconfirmed < maxProposals && ctx.Err() == nil {
-		model := b.solve(all)
-		if model == nil {
+// resultLemmas proves, per side, that wherever its plan does not fail, its
+// result is there and satisfies its result schema (a property of one
+// revision, true of any revision that passed its gate's fixtures, mostly):
+// the questions then need not say it again, which keeps them small.
+func (a *analysis) resultLemmas(sol *smt.Solver, e *encoding, name string) {
+	b := a.vs.b
+	for s := range 2 {
+		if s == 1 && e.resultOK[1] == e.resultOK[0] && e.err[1] == e.err[0] && e.valid[1] == e.valid[0] {
+			e.resultOK[1] = e.resultOK[0]
 			break
 		}
-		doc := dom.assemble(b, model)
-		if c := confirm(ctx, old, new, name, doc); c.class == q && c.agree {
-			return found(ctx, old, new, name, q, dom, doc)
+		sol.Push()
+		sol.Script().Assert(b.And(e.valid[s], b.Not(e.err[s]), b.Not(e.resultOK[s])))
+		t0 := time.Now()
+		res, err := sol.Check()
+		trace("%s: result lemma of side %d: %s by %s in %v", name, s, res, sol.Name(), time.Since(t0))
+		sol.Pop()
+		if err == nil && res == smt.Unsat {
+			e.resultOK[s] = b.True()
 		}
-		unconfirmed++
-		all = append(all, b.not(dom.chosen(b, model)))
 	}
-	switch {
-	case len(gaps) > 0:
-		var gs []string
-		for g := range gaps {
-			gs = append(gs, g)
-		}
-		sort.Strings(gs)
-		return &Answer{Verdict: Unknown, Reason: "not modelled: " + joinShort(gs)}
-	case unconfirmed >= maxProposals:
-		return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("the analysis proposed %d examples that deciding did not confirm", unconfirmed)}
-	case unconfirmed > 0:
-		return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("the analysis proposed %d examples that deciding did not confirm, and then none", unconfirmed)}
-	}
-	return &Answer{Verdict: None, Bounds: dom.Bounds()}
 }
 
-func inputSchema(s *engine.Snapshot, name string) any {
-	for _, d := range s.Decisions() {
-		if d.Name == name {
-			return d.InputSchema
+// answer asks the solver one question and confirms its example.
+func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, background []*smt.Term, inputs [][]byte) *Answer {
+	if q.f.IsFalse() {
+		return &Answer{Verdict: None, Bounds: Bounds}
+	}
+	sc := sol.Script()
+	sol.Push()
+	sc.Assert(q.f)
+	t0 := time.Now()
+	res, err := sol.Check()
+	trace("%s %s: %s by %s in %v", name, q.class, res, sol.Name(), time.Since(t0))
+	if err != nil {
+		return &Answer{Verdict: Unknown, Reason: err.Error()}
+	}
+	defer sol.Pop()
+	switch res {
+	case smt.Unsat:
+		return &Answer{Verdict: None, Bounds: Bounds}
+	case smt.Unknown:
+		return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("%s could not decide it within its limits", sol.Name())}
+	}
+	// An example: small and complete first, as the solver has it if not.
+	sol.Push()
+	for _, t := range a.tidy() {
+		sc.Assert(t)
+	}
+	t0 = time.Now()
+	tidy, err := sol.Check()
+	trace("%s %s: tidy %s by %s in %v", name, q.class, tidy, sol.Name(), time.Since(t0))
+	if err != nil {
+		return &Answer{Verdict: Unknown, Reason: err.Error()}
+	}
+	if tidy != smt.Sat {
+		sol.Pop()
+		again, err := sol.Check()
+		if err != nil {
+			return &Answer{Verdict: Unknown, Reason: err.Error()}
+		}
+		if again != smt.Sat {
+			return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("%s found an example, then could not find it again (%s)", sol.Name(), again)}
 		}
 	}
-	return nil
+	doc, derr := a.document(sol)
+	if traceOn {
+		a.traceModel(sol)
+	}
+	if tidy == smt.Sat {
+		sol.Pop()
+	}
+	blame := func(what string) *Answer {
+		gaps := a.gapsIn(append([]*smt.Term{q.f}, background...)...)
+		if len(gaps) > 0 {
+			return &Answer{Verdict: Unknown, Reason: "not modelled: " + joinShort(gaps)}
+		}
+		return &Answer{Verdict: Unknown, Reason: what}
+	}
+	if derr != nil {
+		return blame("the solver's example cannot be written as JSON: " + derr.Error())
+	}
+	if c := confirm(ctx, old, new, name, doc); c.class != q.class || !c.agree {
+		return blame(fmt.Sprintf("the solver's example %s did not confirm (decided: %s); the encoding is wrong there, please report it", truncate(doc, 400), c.class))
+	}
+	t0 = time.Now()
+	defer func() { trace("%s %s: confirmed and minimized in %v", name, q.class, time.Since(t0)) }()
+	return found(ctx, old, new, name, q.class, doc, inputs)
+}
+
+var traceOn = os.Getenv("ARBITER_DIFF_TRACE") != ""
+
+func init() {
+	if os.Getenv("ARBITER_DIFF_TRACE") == "values" {
+		smt.Debug = func(solver string, asked []string, answer *smt.SExpr) {
+			trace("get-value %s %v -> %s", solver, asked, answer)
+		}
+	}
+}
+
+func trace(format string, args ...any) {
+	if traceOn {
+		fmt.Fprintf(os.Stderr, "diff: "+format+"\n", args...)
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "..."
 }
 
 func joinShort(gs []string) string {
-	s := ""
-	for i, g := range gs {
-		if i == 5 {
-			return s + fmt.Sprintf("; and %d more", len(gs)-5)
-		}
-		if i > 0 {
-			s += "; "
-		}
-		s += g
+	if len(gs) > 5 {
+		return strings.Join(gs[:5], "; ") + fmt.Sprintf("; and %d more", len(gs)-5)
 	}
-	return s
+	return strings.Join(gs, "; ")
 }
 
-// member returns the alternatives of member key of a decision's result.
-func member(alts []alt, key string, b *builder) []alt {
-	var out []alt
-	for _, a := range alts {
-		switch {
-		case a.v.obj != nil:
-			for i, k := range a.v.obj.keys {
-				if k.Value.Compare(ast.String(key)) == 0 {
-					for _, m := range a.v.obj.vals[i] {
-						out = append(out, alt{g: b.and(a.g, m.g), v: m.v})
-					}
-				}
-			}
-		case a.v.t != nil:
-			if obj, ok := a.v.t.Value.(ast.Object); ok {
-				if m := obj.Get(ast.StringTerm(key)); m != nil {
-					out = append(out, alt{g: a.g, v: val{t: m}})
-				}
-			}
+// traceModel prints the model's values of the input's templates.
+func (a *analysis) traceModel(sol *smt.Solver) {
+	if e := a.enc; e != nil {
+		vals, err := sol.Values([]*smt.Term{e.allowed[0], e.allowed[1], e.resultOK[0], e.resultOK[1], e.err[0], e.err[1], e.differ, e.valid[0], e.valid[1]})
+		if err != nil {
+			trace("model: %v", err)
+			return
 		}
+		trace("model: allowed %v %v resultOK %v %v err %v %v differ %v valid %v %v (%v)", vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], err)
 	}
-	// One alternative per value: the result's other members split it.
-	var merged []alt
-	for _, a := range merge(b, out) {
-		if a.v.coll != nil {
-			if i := slices.IndexFunc(merged, func(m alt) bool { return m.v.coll == a.v.coll }); i >= 0 {
-				merged[i].g = b.or(merged[i].g, a.g)
-				continue
-			}
+	for _, t := range a.m.all {
+		if t.arity > 0 {
+			continue
 		}
-		merged = append(merged, a)
-	}
-	return merged
-}
-
-// equalMembers is the formula "both results hold the same value at key"
-// (or neither holds one).
-func equalMembers(b *builder, x, y []alt, key string, gaps map[string]bool) F {
-	mx, my := member(x, key, b), member(y, key, b)
-	hx, hy := False, False
-	for _, a := range mx {
-		hx = b.or(hx, a.g)
-	}
-	for _, a := range my {
-		hy = b.or(hy, a.g)
-	}
-	eq := b.and(b.not(hx), b.not(hy))
-	for _, a := range mx {
-		for _, c := range my {
-			eq = b.or(eq, b.and(b.and(a.g, c.g), equalVal(b, a.v, c.v, gaps)))
+		n := &node{t: t}
+		vals, err := sol.Values([]*smt.Term{a.m.d(n), a.m.x(n)})
+		if err != nil {
+			trace("model: %v", err)
+			return
 		}
+		trace("model: %s d=%v x=%v", t.pointer(), vals[0], vals[1])
 	}
-	return eq
-}
-
-// equalVal compares two values, concrete arrays and guarded collections
-// position by position.
-func equalVal(b *builder, x, y val, gaps map[string]bool) F {
-	if x.t != nil && y.t != nil {
-		if x.t.Equal(y.t) {
-			return True
-		}
-		return False
-	}
-	ex, okx := elems(x)
-	ey, oky := elems(y)
-	if !okx || !oky {
-		gaps["comparing results whose members are not concrete"] = true
-		return False
-	}
-	cx, cy := prefixCounts(b, ex), prefixCounts(b, ey)
-	// same[j]: both hold the same element at position j.
-	n := max(len(ex), len(ey))
-	same := make([]F, n)
-	for j := range same {
-		same[j] = False
-		for ix, a := range ex {
-			for iy, c := range ey {
-				if a.t.Equal(c.t) {
-					same[j] = b.or(same[j], b.and(b.and(a.g, at(cx, ix, j)), b.and(c.g, at(cy, iy, j))))
-				}
-			}
-		}
-	}
-	eq := False
-	prefix := True
-	for k := 0; k <= n; k++ {
-		eq = b.or(eq, b.and(prefix, b.and(at(cx, len(ex), k), at(cy, len(ey), k))))
-		if k < n {
-			prefix = b.and(prefix, same[k])
-		}
-	}
-	return eq
-}
-
-func elems(v val) ([]gelem, bool) {
-	if v.coll != nil && !v.coll.set {
-		return v.coll.elems, true
-	}
-	if v.t != nil {
-		if arr, ok := v.t.Value.(*ast.Array); ok {
-			out := make([]gelem, arr.Len())
-			for i := range out {
-				out[i] = gelem{g: True, t: arr.Elem(i)}
-			}
-			return out, true
-		}
-	}
-	return nil, false
 }

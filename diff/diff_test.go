@@ -80,7 +80,7 @@ func TestEdits(t *testing.T) {
 				testfiles.Edit(t, filepath.Join(root, x.File), x.Old, x.New)
 			}
 			newSnap := load(t, root)
-			rep, err := Run(ctx, oldSnap, newSnap, fixtures)
+			rep, err := Run(ctx, oldSnap, newSnap, fixtures, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +210,7 @@ func generate(t *testing.T, name string, n int, a, b *stock) [][]byte {
 			}
 		})
 	}
-	strs = append(strs, freshStrings...)
+	strs = append(strs, "f", "fx", "g", "h0")
 	rng := rand.New(rand.NewPCG(20, uint64(len(name))))
 	var out [][]byte
 	for tries := 0; len(out) < n; tries++ {

@@ -219,7 +219,7 @@ func (r *Runner) runNext() bool {
 	if len(fixtures) == 0 {
 		fixtures = old.Fixtures()
 	}
-	rep, err := Run(ctx, old, new, fixtures)
+	rep, err := Run(ctx, old, new, fixtures, Options{})
 
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -137,9 +137,11 @@ func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.S
 			var perr error
 			if p, perr = ireval.Plan(ctx, modules, c.Capabilities(), entry(n)); perr != nil {
 				cd.reason = perr.Error()
+				def.planErr = perr.Error()
 				continue
 			}
 		}
+		def.plan = p
 		def.reads = ruleReads(p, store, def.name, def.rules)
 		if dataErr != nil {
 			cd.reason = dataErr.Error()

@@ -160,7 +160,6 @@ func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*sourcedSnaps
 		maxValues:   cfg.MaxInputValues,
 		policySrc:   policyFiles,
 		schemaSrc:   schemaFiles,
-		compiler:    compiler,
 		data:        data,
 	}
 	probs = append(probs, snap.discover(compiler, store, modules, schemaDocs)...)

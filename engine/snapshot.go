@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/ir"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -34,9 +34,8 @@ type Snapshot struct {
 	maxValues   int
 	checker     *selfChecker // nil: no self-check (engine/compiled.go)
 
-	// The compiled modules and the data document, for Analysis.
-	compiler *ast.Compiler
-	data     map[string]any
+	// The data document, for Analysis.
+	data map[string]any
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
@@ -58,6 +57,10 @@ type decisionDef struct {
 	rules       []RuleInfo
 	reads       []ruleEvidence    // per rule, what it reads of the input (evidence.go)
 	compiled    *compiledDecision // engine/compiled.go
+	// plan is the decision's plan (OPA's IR), for Analysis; nil when the
+	// planner refused it, planErr says why.
+	plan    *ir.Policy
+	planErr string
 }
 
 // RuleInfo describes one reason rule of a decision, taken from its METADATA.

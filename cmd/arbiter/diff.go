@@ -30,6 +30,8 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c.StringVar(&f.tests, "tests", defaultFolder("policy_test"), "folder whose fixtures' inputs the examples start from ('' for none)")
 	c.fromEnv("schemas", "tests")
 	format := c.String("format", "text", "output format: text or json")
+	solver := c.String("solver", "", "the SMT solvers to run side by side, comma-separated: z3, cvc5 (names on PATH or paths; default: those on PATH)")
+	c.fromEnv("solver")
 	if done, code := c.parse(args, stdout, stderr, exitInput); done {
 		return code
 	}
@@ -59,7 +61,7 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fixtures = fx
 	}
-	rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures)
+	rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver)})
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
 		return exitInput
@@ -184,3 +186,14 @@ func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
 }
 
 func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
+
+// splitList reads a comma-separated list ("" is none).
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}

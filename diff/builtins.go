@@ -1,0 +1,704 @@
+package diff
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/ir"
+
+	"github.com/arbiter-dev/arbiter/diff/smt"
+)
+
+// The builtins the encoding models on values of the input, each as OPA's
+// implementation behaves: its result and where it fails (a type error is
+// an error under strict builtin errors). Any other builtin on such values
+// is an uninterpreted function (a gap); on constants, every builtin is
+// OPA's own (call.go).
+
+type bcall struct {
+	f    *frame
+	s    *ir.CallStmt
+	args []val
+}
+
+type bres struct {
+	alts []alt
+	err  *smt.Term
+	ok   bool
+}
+
+func (c *bcall) an() *analysis     { return c.f.sd.an }
+func (c *bcall) b() *smt.Builder   { return c.f.sd.an.vs.b }
+func (c *bcall) side() int         { return c.f.sd.s }
+func (c *bcall) at() string        { return c.f.loc(c.s) }
+func (c *bcall) vs() *vals         { return c.f.sd.an.vs }
+func (c *bcall) arg(i int) val     { return c.args[i] }
+func (c *bcall) gap(why string) *gap { return &gap{why: why, at: c.at()} }
+
+// value is a result that is always there.
+func (c *bcall) value(v val, err *smt.Term) bres {
+	return bres{alts: []alt{{g: c.b().True(), v: v}}, err: err, ok: true}
+}
+
+func (c *bcall) boolean(t *smt.Term) bres {
+	return c.value(sym{t: c.vs().boolV(t), m: mBool}, nil)
+}
+
+// scalar is an argument as a V term, when it is a scalar or a node.
+func (c *bcall) scalar(i int) (*smt.Term, mask, bool) {
+	return c.an().vterm(c.args[i], c.side())
+}
+
+// str is an argument that must be a string: its String term, and the
+// condition that it is not one.
+func (c *bcall) str(i int) (*smt.Term, *smt.Term, bool) {
+	t, m, ok := c.scalar(i)
+	if !ok {
+		return nil, nil, false
+	}
+	if !m.has(mStr) {
+		return c.vs().str(t), c.b().True(), true
+	}
+	return c.vs().str(t), c.b().Not(c.an().kindIs(c.args[i], mStr, c.side())), true
+}
+
+// integer is an argument that must be an integral number: its Int term, and
+// the condition that it is not a number; ok is false when it may have a
+// fraction (OPA then computes in floating point).
+func (c *bcall) integer(i int) (*smt.Term, *smt.Term, bool) {
+	t, m, ok := c.scalar(i)
+	if !ok || m.has(mFrac) {
+		return nil, nil, false
+	}
+	if !m.has(mNum) {
+		return c.b().IntLit(0), c.b().True(), true
+	}
+	return c.b().App("to_int", smt.Int, c.vs().num(t)), c.b().Not(c.an().kindIs(c.args[i], mNum, c.side())), true
+}
+
+func (c *bcall) num(n *smt.Term) val {
+	return sym{t: c.vs().numV(c.b().App("to_real", smt.Real, n)), m: mNum}
+}
+
+func (c *bcall) strVal(s *smt.Term) val { return sym{t: c.vs().strV(s), m: mStr} }
+
+type encoder func(c *bcall) bres
+
+var builtins map[string]encoder
+
+func init() {
+	builtins = map[string]encoder{
+		"equal": func(c *bcall) bres { return c.boolean(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())) },
+		"neq": func(c *bcall) bres {
+			return c.boolean(c.b().Not(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())))
+		},
+		"lt":                cmp("<"),
+		"lte":               cmp("<="),
+		"gt":                cmp(">"),
+		"gte":               cmp(">="),
+		"internal.member_2": member2,
+		"internal.member_3": member3,
+		"count":             count,
+		"plus":              arith("+"),
+		"minus":             arith("-"),
+		"mul":               arith("*"),
+		"rem":               rem,
+		"abs":               abs,
+		"is_number":         kind(mNum),
+		"is_string":         kind(mStr),
+		"is_boolean":        kind(mBool),
+		"is_null":           kind(mNull),
+		"is_array":          kind(mArr),
+		"is_object":         kind(mObj),
+		"is_set":            kind(mSet),
+		"type_name":         typeName,
+		"startswith":        strPred("str.prefixof", true),
+		"endswith":          strPred("str.suffixof", true),
+		"contains":          strPred("str.contains", false),
+		"indexof":           indexof,
+		"trim_prefix":       trimPrefix,
+		"trim_suffix":       trimSuffix,
+		"replace":           replace,
+		"concat":            concat,
+		"sprintf":           sprintf,
+		"format_int":        formatInt,
+		"regex.match":       regexMatch,
+		"object.get":        objectGet,
+		"sort":              sortColl,
+		"array.concat":      arrayConcat,
+		"and":               setOp("and"),
+		"or":                setOp("or"),
+	}
+}
+
+func cmp(op string) encoder {
+	return func(c *bcall) bres { return c.boolean(c.an().cmpVals(op, c.arg(0), c.arg(1), c.side(), c.at())) }
+}
+
+func kind(k mask) encoder {
+	return func(c *bcall) bres { return c.boolean(c.an().kindIs(c.arg(0), k, c.side())) }
+}
+
+func typeName(c *bcall) bres {
+	b := c.b()
+	names := []struct {
+		k    mask
+		name string
+	}{{mNull, "null"}, {mBool, "boolean"}, {mNum, "number"}, {mStr, "string"}, {mArr, "array"}, {mObj, "object"}, {mSet, "set"}}
+	var out []alt
+	for _, n := range names {
+		out = append(out, alt{g: c.an().kindIs(c.arg(0), n.k, c.side()), v: conc{ast.StringTerm(n.name)}})
+	}
+	return bres{alts: out, err: b.False(), ok: true}
+}
+
+// member2 is "x in coll": a member (an array's or set's, an object's
+// value) equal to x.
+func member2(c *bcall) bres {
+	an, b := c.an(), c.b()
+	x, col := c.arg(0), c.arg(1)
+	if k, ok := col.(conc); ok {
+		if cc, ok := an.vs.concColl(k.t); ok {
+			col = cc
+		} else {
+			return c.boolean(b.False())
+		}
+	}
+	switch v := col.(type) {
+	case *coll:
+		var out []*smt.Term
+		for _, e := range v.elems {
+			out = append(out, b.And(e.g, an.eqVals(e.v, x, c.side(), c.at())))
+		}
+		for _, q := range v.q {
+			out = append(out, an.qmember(q, x, c.side(), c.at()))
+		}
+		return c.boolean(b.Or(out...))
+	case *node:
+		v.touch()
+		xt := an.m.x(v)
+		var out []*smt.Term
+		if v.t.mask[c.side()].has(mArr) {
+			out = append(out, b.And(an.vs.is("varr", xt), an.elemExists(v, c.side(), func(e *node) *smt.Term {
+				return an.eqVals(e, x, c.side(), c.at())
+			})))
+		}
+		if v.t.mask[c.side()].has(mObj) {
+			out = append(out, b.And(an.vs.is("vobj", xt), an.uf("in", smt.Bool, c.gap("membership in an object of the input"), x, v)))
+		}
+		return c.boolean(b.Or(out...))
+	case sym:
+		return c.boolean(b.False())
+	}
+	return bres{}
+}
+
+// member3 is "k, x in coll".
+func member3(c *bcall) bres {
+	an, b := c.an(), c.b()
+	k, x, col := c.arg(0), c.arg(1), c.arg(2)
+	if cc, ok := col.(conc); ok {
+		if cv, ok := an.vs.concColl(cc.t); ok {
+			col = cv
+		} else {
+			return c.boolean(b.False())
+		}
+	}
+	v, ok := col.(*coll)
+	if !ok || len(v.q) > 0 {
+		return bres{}
+	}
+	var out []*smt.Term
+	switch v.kind {
+	case kArray:
+		kt, _, ok := an.vterm(k, c.side())
+		if !ok {
+			return c.boolean(b.False())
+		}
+		for i, pos := range positions(b, v) {
+			e := v.elems[i]
+			out = append(out, b.And(e.g, an.vs.is("vnum", kt), b.Eq(an.vs.num(kt), b.App("to_real", smt.Real, pos)), an.eqVals(e.v, x, c.side(), c.at())))
+		}
+	case kObject:
+		for _, e := range v.elems {
+			out = append(out, b.And(e.g, an.eqVals(e.key, k, c.side(), c.at()), an.eqVals(e.v, x, c.side(), c.at())))
+		}
+	case kSet:
+		for _, e := range v.elems {
+			out = append(out, b.And(e.g, an.eqVals(e.v, k, c.side(), c.at()), an.eqVals(e.v, x, c.side(), c.at())))
+		}
+	}
+	return c.boolean(b.Or(out...))
+}
+
+// count: a collection's members, a string's characters; anything else
+// fails.
+func count(c *bcall) bres {
+	an, b := c.an(), c.b()
+	x := c.arg(0)
+	var alts []alt
+	var ok []*smt.Term
+	if n, has := an.length(x, c.side()); has != nil {
+		alts = append(alts, alt{g: has, v: c.num(n)})
+		ok = append(ok, has)
+	}
+	if t, m, isScalar := an.vterm(x, c.side()); isScalar && m.has(mStr) {
+		isStr := an.kindIs(x, mStr, c.side())
+		alts = append(alts, alt{g: isStr, v: c.num(b.App("str.len", smt.Int, an.vs.str(t)))})
+		ok = append(ok, isStr)
+	}
+	return bres{alts: alts, err: b.Not(b.Or(ok...)), ok: true}
+}
+
+// arith is +, - or * on integers, exactly as OPA computes them (big
+// integers); numbers that may have a fraction are computed in floating
+// point by OPA, a gap here. Sets (minus) are setOp's.
+func arith(op string) encoder {
+	return func(c *bcall) bres {
+		b := c.b()
+		if op == "-" {
+			if _, ok := c.arg(0).(*coll); ok {
+				return setOp("minus")(c)
+			}
+		}
+		x, ex, ok1 := c.integer(0)
+		y, ey, ok2 := c.integer(1)
+		if !ok1 || !ok2 {
+			return bres{}
+		}
+		return c.value(c.num(b.App(op, smt.Int, x, y)), b.Or(ex, ey))
+	}
+}
+
+// rem is x % y on integers: Go's truncated remainder; y = 0 fails.
+func rem(c *bcall) bres {
+	b := c.b()
+	x, ex, ok1 := c.integer(0)
+	y, ey, ok2 := c.integer(1)
+	if !ok1 || !ok2 {
+		return bres{}
+	}
+	ax := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)
+	ay := b.Ite(b.Cmp("<", y, b.IntLit(0)), b.App("-", smt.Int, y), y)
+	m := b.App("mod", smt.Int, ax, ay) // both non-negative: truncated
+	r := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, m), m)
+	return c.value(c.num(r), b.Or(ex, ey, b.Eq(y, b.IntLit(0))))
+}
+
+func abs(c *bcall) bres {
+	b := c.b()
+	x, ex, ok := c.integer(0)
+	if !ok {
+		return bres{}
+	}
+	return c.value(c.num(b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)), ex)
+}
+
+// strPred is startswith, endswith or contains: both strings, else fails.
+func strPred(fn string, swap bool) encoder {
+	return func(c *bcall) bres {
+		b := c.b()
+		s, es, ok1 := c.str(0)
+		p, ep, ok2 := c.str(1)
+		if !ok1 || !ok2 {
+			return bres{}
+		}
+		var t *smt.Term
+		if swap {
+			t = b.App(fn, smt.Bool, p, s) // (str.prefixof prefix s)
+		} else {
+			t = b.App(fn, smt.Bool, s, p) // (str.contains s sub)
+		}
+		return c.value(sym{t: c.vs().boolV(t), m: mBool}, b.Or(es, ep))
+	}
+}
+
+// indexof counts characters (code points), as OPA does; -1 when absent.
+func indexof(c *bcall) bres {
+	b := c.b()
+	s, es, ok1 := c.str(0)
+	p, ep, ok2 := c.str(1)
+	if !ok1 || !ok2 {
+		return bres{}
+	}
+	return c.value(c.num(b.App("str.indexof", smt.Int, s, p, b.IntLit(0))), b.Or(es, ep))
+}
+
+func trimPrefix(c *bcall) bres {
+	b := c.b()
+	s, es, ok1 := c.str(0)
+	p, ep, ok2 := c.str(1)
+	if !ok1 || !ok2 {
+		return bres{}
+	}
+	ls, lp := b.App("str.len", smt.Int, s), b.App("str.len", smt.Int, p)
+	r := b.Ite(b.App("str.prefixof", smt.Bool, p, s), b.App("str.substr", smt.String, s, lp, b.App("-", smt.Int, ls, lp)), s)
+	return c.value(c.strVal(r), b.Or(es, ep))
+}
+
+func trimSuffix(c *bcall) bres {
+	b := c.b()
+	s, es, ok1 := c.str(0)
+	p, ep, ok2 := c.str(1)
+	if !ok1 || !ok2 {
+		return bres{}
+	}
+	ls, lp := b.App("str.len", smt.Int, s), b.App("str.len", smt.Int, p)
+	r := b.Ite(b.App("str.suffixof", smt.Bool, p, s), b.App("str.substr", smt.String, s, b.IntLit(0), b.App("-", smt.Int, ls, lp)), s)
+	return c.value(c.strVal(r), b.Or(es, ep))
+}
+
+// replace is Go's strings.ReplaceAll, which SMT-LIB's str.replace_all is
+// except for an empty old string.
+func replace(c *bcall) bres {
+	b := c.b()
+	s, es, ok1 := c.str(0)
+	o, eo, ok2 := c.str(1)
+	n, en, ok3 := c.str(2)
+	if !ok1 || !ok2 || !ok3 {
+		return bres{}
+	}
+	empty, _ := b.StrLit("")
+	g := c.gap("replace of an empty string")
+	r := b.Ite(b.Eq(o, empty), c.vs().str(c.an().uf("replace", sV, g, c.args...)), b.App("str.replace_all", smt.String, s, o, n))
+	return c.value(c.strVal(r), b.Or(es, eo, en))
+}
+
+// concat joins the strings of an array (or, sorted, of a set of
+// constants) with a separator.
+func concat(c *bcall) bres {
+	an, b := c.an(), c.b()
+	sep, esep, ok := c.str(0)
+	if !ok {
+		return bres{}
+	}
+	var col *coll
+	switch v := c.arg(1).(type) {
+	case *coll:
+		col = v
+	case conc:
+		col, _ = an.vs.concColl(v.t)
+	}
+	if col == nil || col.kind == kObject || len(col.q) > 0 {
+		return bres{}
+	}
+	elems := col.elems
+	if col.kind == kSet {
+		sorted, ok := sortedMembers(an, col)
+		if !ok {
+			return bres{}
+		}
+		elems = sorted
+	}
+	empty, _ := b.StrLit("")
+	acc, started := empty, b.False()
+	errs := []*smt.Term{esep}
+	for _, e := range elems {
+		t, m, ok := an.vterm(e.v, c.side())
+		if !ok {
+			return bres{}
+		}
+		s := an.vs.str(t)
+		if m != mStr {
+			errs = append(errs, b.And(e.g, b.Not(an.vs.is("vstr", t))))
+		}
+		joined := b.Ite(started, b.App("str.++", smt.String, acc, sep, s), s)
+		acc = b.Ite(e.g, joined, acc)
+		started = b.Or(started, e.g)
+	}
+	return c.value(c.strVal(acc), b.Or(errs...))
+}
+
+// sprintf with %s and %v of strings and %d and %v of integers (Go's fmt,
+// as OPA passes them), and %%.
+func sprintf(c *bcall) bres {
+	an, b := c.an(), c.b()
+	format, ok := c.arg(0).(conc)
+	if !ok {
+		return bres{}
+	}
+	fs, ok := format.t.Value.(ast.String)
+	if !ok {
+		return bres{}
+	}
+	var list *coll
+	switch v := c.arg(1).(type) {
+	case *coll:
+		list = v
+	case conc:
+		list, _ = an.vs.concColl(v.t)
+	}
+	if list == nil || list.kind != kArray || len(list.q) > 0 {
+		return bres{}
+	}
+	for _, e := range list.elems {
+		if !e.g.IsTrue() {
+			return bres{}
+		}
+	}
+	var parts []*smt.Term
+	var errs []*smt.Term
+	text := string(fs)
+	argi := 0
+	lit := func(s string) bool {
+		t, ok := b.StrLit(s)
+		if ok && s != "" {
+			parts = append(parts, t)
+		}
+		return ok
+	}
+	for {
+		i := strings.IndexByte(text, '%')
+		if i < 0 {
+			if !lit(text) {
+				return bres{}
+			}
+			break
+		}
+		if !lit(text[:i]) || i+1 >= len(text) {
+			return bres{}
+		}
+		verb := text[i+1]
+		text = text[i+2:]
+		if verb == '%' {
+			lit("%")
+			continue
+		}
+		if argi >= len(list.elems) {
+			return bres{}
+		}
+		t, m, ok := an.vterm(list.elems[argi].v, c.side())
+		argi++
+		if !ok {
+			return bres{}
+		}
+		switch {
+		case (verb == 's' || verb == 'v') && m == mStr:
+			parts = append(parts, an.vs.str(t))
+		case (verb == 'd' || verb == 'v') && m == mNum:
+			parts = append(parts, intString(b, b.App("to_int", smt.Int, an.vs.num(t))))
+		default:
+			return bres{}
+		}
+	}
+	if argi != len(list.elems) {
+		return bres{}
+	}
+	var s *smt.Term
+	switch len(parts) {
+	case 0:
+		s, _ = b.StrLit("")
+	case 1:
+		s = parts[0]
+	default:
+		s = b.App("str.++", smt.String, parts...)
+	}
+	return c.value(c.strVal(s), b.Or(errs...))
+}
+
+// intString is an integer in decimal, with its sign.
+func intString(b *smt.Builder, n *smt.Term) *smt.Term {
+	minus, _ := b.StrLit("-")
+	return b.Ite(b.Cmp("<", n, b.IntLit(0)), b.App("str.++", smt.String, minus, b.App("str.from_int", smt.String, b.App("-", smt.Int, n))), b.App("str.from_int", smt.String, n))
+}
+
+func formatInt(c *bcall) bres {
+	b := c.b()
+	base, ok := intOf(c.arg(1))
+	if !ok || base.Cmp(big.NewInt(10)) != 0 {
+		return bres{}
+	}
+	n, en, ok := c.integer(0)
+	if !ok {
+		return bres{}
+	}
+	return c.value(c.strVal(intString(b, n)), en)
+}
+
+func regexMatch(c *bcall) bres {
+	b := c.b()
+	p, ok := c.arg(0).(conc)
+	if !ok {
+		return bres{}
+	}
+	ps, ok := p.t.Value.(ast.String)
+	if !ok {
+		return bres{}
+	}
+	re, err := regexTerm(b, string(ps))
+	if err != nil {
+		return bres{}
+	}
+	s, es, ok := c.str(1)
+	if !ok {
+		return bres{}
+	}
+	return c.value(sym{t: c.vs().boolV(b.App("str.in_re", smt.Bool, s, re)), m: mBool}, es)
+}
+
+// objectGet is object.get(obj, key, default) with a constant key (or
+// path).
+func objectGet(c *bcall) bres {
+	b := c.b()
+	k, ok := c.arg(1).(conc)
+	if !ok {
+		return bres{}
+	}
+	path := []*ast.Term{k.t}
+	if arr, ok := k.t.Value.(*ast.Array); ok {
+		path = nil
+		for i := 0; i < arr.Len(); i++ {
+			path = append(path, arr.Elem(i))
+		}
+	}
+	cur := []alt{{g: b.True(), v: c.arg(0)}}
+	for _, key := range path {
+		var next []alt
+		for _, a := range cur {
+			if _, isObj := a.v.(*coll); !isObj {
+				if _, isNode := a.v.(*node); !isNode {
+					if _, isConc := a.v.(conc); !isConc {
+						return bres{}
+					}
+				}
+			}
+			for _, r := range c.f.dot(a.v, conc{key}, c.s) {
+				next = append(next, alt{g: b.And(a.g, r.g), v: r.v})
+			}
+		}
+		cur = next
+	}
+	found := c.an().joinAlts(cur)
+	out := append([]alt(nil), found.alts...)
+	out = append(out, alt{g: b.Not(c.an().def(found)), v: c.arg(2)})
+	return bres{alts: out, err: b.False(), ok: true}
+}
+
+// sortedMembers orders a set's or array's members when they are all
+// constants: equal values merge (a set's copies), present under any copy's
+// guard.
+func sortedMembers(an *analysis, col *coll) ([]*elem, bool) {
+	b := an.vs.b
+	var terms []*ast.Term
+	guards := map[string]*smt.Term{}
+	var out []*elem
+	for _, e := range col.elems {
+		x, ok := e.v.(conc)
+		if !ok {
+			return nil, false
+		}
+		k := x.t.String()
+		if g, seen := guards[k]; seen && col.kind == kSet {
+			guards[k] = b.Or(g, e.g)
+			continue
+		}
+		if col.kind == kSet {
+			guards[k] = e.g
+			terms = append(terms, x.t)
+			continue
+		}
+		out = append(out, e)
+	}
+	if col.kind != kSet {
+		ts := make([]*ast.Term, len(out))
+		idx := map[*ast.Term]*elem{}
+		for i, e := range out {
+			ts[i] = e.v.(conc).t
+			idx[ts[i]] = e
+		}
+		sortedConc(ts)
+		sorted := make([]*elem, len(ts))
+		for i, t := range ts {
+			sorted[i] = idx[t]
+		}
+		return sorted, true
+	}
+	sortedConc(terms)
+	for _, t := range terms {
+		out = append(out, &elem{g: guards[t.String()], v: conc{t}})
+	}
+	return out, true
+}
+
+// sortColl sorts a set or array whose members are constants.
+func sortColl(c *bcall) bres {
+	col, ok := c.arg(0).(*coll)
+	if !ok || col.kind == kObject || len(col.q) > 0 {
+		return bres{}
+	}
+	elems, ok := sortedMembers(c.an(), col)
+	if !ok {
+		return bres{}
+	}
+	out := c.an().newColl(kArray)
+	out.elems = elems
+	return c.value(out, nil)
+}
+
+func arrayConcat(c *bcall) bres {
+	var parts []*coll
+	for i := range 2 {
+		switch v := c.arg(i).(type) {
+		case *coll:
+			parts = append(parts, v)
+		case conc:
+			cc, ok := c.an().vs.concColl(v.t)
+			if !ok {
+				return bres{}
+			}
+			parts = append(parts, cc)
+		default:
+			return bres{}
+		}
+		if parts[i].kind != kArray || len(parts[i].q) > 0 {
+			return bres{}
+		}
+	}
+	out := c.an().newColl(kArray)
+	out.elems = append(append([]*elem(nil), parts[0].elems...), parts[1].elems...)
+	return c.value(out, nil)
+}
+
+// setOp is union (or), intersection (and) and difference (minus) of sets.
+func setOp(op string) encoder {
+	return func(c *bcall) bres {
+		an, b := c.an(), c.b()
+		var sets [2]*coll
+		for i := range 2 {
+			switch v := c.arg(i).(type) {
+			case *coll:
+				sets[i] = v
+			case conc:
+				sets[i], _ = an.vs.concColl(v.t)
+			}
+			if sets[i] == nil || sets[i].kind != kSet || len(sets[i].q) > 0 {
+				return bres{}
+			}
+		}
+		out := an.newColl(kSet)
+		in := func(e *elem, s *coll) *smt.Term {
+			var or []*smt.Term
+			for _, f := range s.elems {
+				or = append(or, b.And(f.g, an.eqVals(e.v, f.v, c.side(), c.at())))
+			}
+			return b.Or(or...)
+		}
+		switch op {
+		case "or":
+			out.elems = append(append([]*elem(nil), sets[0].elems...), sets[1].elems...)
+		case "and":
+			for _, e := range sets[0].elems {
+				out.elems = append(out.elems, &elem{g: b.And(e.g, in(e, sets[1])), v: e.v})
+			}
+		default:
+			for _, e := range sets[0].elems {
+				out.elems = append(out.elems, &elem{g: b.And(e.g, b.Not(in(e, sets[1]))), v: e.v})
+			}
+		}
+		return c.value(out, nil)
+	}
+}
+
+var _ = fmt.Sprint
