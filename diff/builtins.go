@@ -29,12 +29,12 @@ type bres struct {
 	ok   bool
 }
 
-func (c *bcall) an() *analysis     { return c.f.sd.an }
-func (c *bcall) b() *smt.Builder   { return c.f.sd.an.vs.b }
-func (c *bcall) side() int         { return c.f.sd.s }
-func (c *bcall) at() string        { return c.f.loc(c.s) }
-func (c *bcall) vs() *vals         { return c.f.sd.an.vs }
-func (c *bcall) arg(i int) val     { return c.args[i] }
+func (c *bcall) an() *analysis       { return c.f.sd.an }
+func (c *bcall) b() *smt.Builder     { return c.f.sd.an.vs.b }
+func (c *bcall) side() int           { return c.f.sd.s }
+func (c *bcall) at() string          { return c.f.loc(c.s) }
+func (c *bcall) vs() *vals           { return c.f.sd.an.vs }
+func (c *bcall) arg(i int) val       { return c.args[i] }
 func (c *bcall) gap(why string) *gap { return &gap{why: why, at: c.at()} }
 
 // value is a result that is always there.

@@ -25,7 +25,7 @@ type Solver struct {
 	paths    []string
 	perCheck time.Duration
 	script   *Script
-	procs    []*proc // nil: not running
+	procs    []*proc  // nil: not running
 	segs     []string // the commands sent, per open scope (0: the base)
 	last     *proc    // the one whose model Values reads
 	broken   error    // a protocol error: every later call fails with it

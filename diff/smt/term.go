@@ -87,13 +87,13 @@ var ErrTooLarge = errors.New("too many terms")
 type Builder struct {
 	groundMemo map[int]bool
 	terms      map[string]*Term
-	all    []*Term
-	vars   []*Term
-	funs   []fun
-	funIdx map[string]int
-	ctors  map[string]bool // datatype constructors, for folding equalities
-	limit  int
-	fresh  int
+	all        []*Term
+	vars       []*Term
+	funs       []fun
+	funIdx     map[string]int
+	ctors      map[string]bool // datatype constructors, for folding equalities
+	limit      int
+	fresh      int
 	// Preamble is SMT-LIB text declared before anything else (datatypes).
 	Preamble string
 }
