@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/KimMachineGun/automemlimit v1.0.2
-	github.com/crillab/gophersat v1.4.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/uuid v1.6.0
