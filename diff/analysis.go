@@ -27,7 +27,7 @@ type analysis struct {
 	axioms   []*smt.Term // facts about fresh terms (lengths of loops' collections)
 	elements []*node     // elements of input arrays read at indices no loop binds
 	errSites [2][]string
-	nbound   int
+	depth    int // quantifiers around what is being encoded
 	nalloc   int
 	sch      [2]*schemaCtx
 	exact    bool // the input schemas differ: validity is encoded exactly, per side
@@ -207,6 +207,33 @@ func encode(ctx context.Context, old, new engine.Analysis, vNew engine.Verdict, 
 	if !an.exact {
 		e.background = append(e.background, e.valid[0])
 		e.valid = [2]*smt.Term{b.True(), b.True()}
+	} else {
+		// What both schemas require holds of every input a question is
+		// about (each question needs one side's schema to hold): it is
+		// assumed once, and only where they differ is each side's exact.
+		// A quantified requirement both share is left out: assuming less
+		// only admits more.
+		var clauses [2][]*smt.Term
+		count := map[int]int{}
+		for s := range 2 {
+			clauses[s] = smt.Clauses(b, e.valid[s])
+			for _, c := range clauses[s] {
+				count[c.ID()] |= 1 << s
+			}
+		}
+		for s := range 2 {
+			var own []*smt.Term
+			for _, c := range clauses[s] {
+				switch {
+				case count[c.ID()] != 3:
+					own = append(own, c)
+				case s == 0 && !smt.Quantified(c):
+					e.background = append(e.background, c)
+				}
+			}
+			e.valid[s] = b.And(own...)
+			trace("validity of side %d: %d clauses of its own, %d in all", s, len(own), len(clauses[s]))
+		}
 	}
 	for s, a := range []engine.Analysis{old, new} {
 		o := outs[s]

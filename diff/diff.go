@@ -302,7 +302,7 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 	sc.Assert(q.f)
 	t0 := time.Now()
 	res, err := sol.Check()
-	trace("%s %s: %s by %s in %v", name, q.class, res, sol.Name(), time.Since(t0))
+	trace("%s %s: %s by %s in %v (%v)", name, q.class, res, sol.Name(), time.Since(t0), err)
 	if err != nil {
 		return &Answer{Verdict: Unknown, Reason: err.Error()}
 	}
@@ -370,6 +370,9 @@ func init() {
 }
 
 func trace(format string, args ...any) {
+	if !traceOn {
+		return
+	}
 	if traceOn {
 		fmt.Fprintf(os.Stderr, "diff: "+format+"\n", args...)
 	}
@@ -393,6 +396,11 @@ func joinShort(gs []string) string {
 func (a *analysis) traceModel(sol *smt.Solver) {
 	if e := a.enc; e != nil {
 		vals, err := sol.Values([]*smt.Term{e.allowed[0], e.allowed[1], e.resultOK[0], e.resultOK[1], e.err[0], e.err[1], e.differ, e.valid[0], e.valid[1]})
+		for i := range vals {
+			if vals[i] == nil {
+				vals[i] = &smt.SExpr{Atom: "?"}
+			}
+		}
 		if err != nil {
 			trace("model: %v", err)
 			return

@@ -31,7 +31,12 @@ func (q *qelem) guarded(b *smt.Builder, g *smt.Term) *qelem {
 	return &qelem{vars: q.vars, cond: b.And(g, q.cond), key: q.key, v: q.v}
 }
 
-func (an *analysis) nextBound() int { an.nbound++; return an.nbound }
+// boundFor is the variable a quantifier over the elements of array
+// template t binds: named by the template and the quantifiers around it,
+// so that the same quantifier in both revisions is the same term.
+func (an *analysis) boundFor(prefix string, t *tmpl) *smt.Term {
+	return an.vs.b.Bound(fmt.Sprintf("%s!%d!%d", prefix, t.id, an.depth), smt.Int)
+}
 
 // qmember is "x is a member of q".
 func (an *analysis) qmember(q *qelem, x val, s int, at string) *smt.Term {
@@ -77,7 +82,7 @@ func mentionsBound(t *smt.Term) bool { return t.IsBoundTerm() }
 // assumed valid against side s's items schema.
 func (an *analysis) elemExists(n *node, s int, p func(e *node) *smt.Term) *smt.Term {
 	b := an.vs.b
-	i := b.Bound(fmt.Sprintf("i!%d", an.nextBound()), smt.Int)
+	i := an.boundFor("m", an.m.element(n.t))
 	e := an.m.at(n, i)
 	e.touch()
 	return b.Exists([]*smt.Term{i}, b.And(an.m.d(e), an.assumeValid(e, s), p(e)))
@@ -161,7 +166,7 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			}
 			if m.has(mArr) {
 				arr := cur.with(cur.pc.and(b, an.vs.is("varr", xt)))
-				i := b.Bound(fmt.Sprintf("i!%d", an.nextBound()), smt.Int)
+				i := an.boundFor("i", an.m.element(x.t))
 				e := an.m.at(x, i)
 				e.touch()
 				cond := b.And(an.m.d(e), an.assumeValid(e, f.sd.s))
@@ -195,7 +200,9 @@ func (f *frame) qscan(s *ir.ScanStmt, cur *state, vars []*smt.Term, cond *smt.Te
 	root := &pc{}
 	entry := &state{pc: root.and(b, cond), locals: cur.locals}
 	entry = entry.set(s.Key, an.one(key)).set(s.Value, an.one(value))
+	an.depth++
 	body := sub.block(s.Block, entry)
+	an.depth--
 	if len(body.ret) > 0 {
 		panic("a return inside a loop")
 	}

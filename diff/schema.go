@@ -670,7 +670,7 @@ func (v *validity) items(o map[string]any, x val, depth int) *smt.Term {
 				// (assumeValid): no quantifier here.
 				return b.True()
 			}
-			i := b.Bound(fmt.Sprintf("e!%d", an.nextBound()), smt.Int)
+			i := an.boundFor("e", an.m.element(n.t))
 			inRange := b.And(b.Cmp("<=", b.IntLit(int64(from)), i), b.Cmp("<", i, length))
 			return b.Forall([]*smt.Term{i}, b.Implies(inRange, v.valid(s, an.m.at(n, i), depth+1)))
 		}
@@ -723,7 +723,7 @@ func (v *validity) contains(s any, x val, depth int) *smt.Term {
 	an, b := v.an, v.b()
 	switch n := x.(type) {
 	case *node:
-		i := b.Bound(fmt.Sprintf("c!%d", an.nextBound()), smt.Int)
+		i := an.boundFor("c", an.m.element(n.t))
 		e := an.m.at(n, i)
 		return b.Exists([]*smt.Term{i}, b.And(an.m.d(e), v.valid(s, e, depth+1)))
 	case conc:

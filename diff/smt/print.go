@@ -193,6 +193,9 @@ func (s *Script) inline(t *Term) string {
 // ok is false when t needs a variable or function not declared yet, which
 // nothing constrains.
 func (s *Script) Expr(t *Term) (string, bool) {
+	if t.quant {
+		return "", false // get-value takes no quantifier
+	}
 	memo := map[int]string{}
 	var walk func(t *Term) (string, bool)
 	walk = func(t *Term) (string, bool) {
@@ -237,4 +240,33 @@ func (s *Script) Expr(t *Term) (string, bool) {
 		return out, true
 	}
 	return walk(t)
+}
+
+// Debug writes t whole, for messages.
+func (s *Script) Debug(t *Term) string {
+	var sb strings.Builder
+	var walk func(t *Term, depth int)
+	walk = func(t *Term, depth int) {
+		if depth > 8 {
+			sb.WriteString("…")
+			return
+		}
+		switch t.kind {
+		case kLit, kVar, kBound:
+			sb.WriteString(t.lit)
+			return
+		}
+		if len(t.args) == 0 {
+			sb.WriteString(t.op)
+			return
+		}
+		sb.WriteString("(" + t.op)
+		for _, a := range t.args {
+			sb.WriteByte(' ')
+			walk(a, depth+1)
+		}
+		sb.WriteByte(')')
+	}
+	walk(t, 0)
+	return sb.String()
 }

@@ -37,6 +37,7 @@ type Term struct {
 	id    int
 	kind  termKind
 	bound bool // contains a variable bound by a quantifier
+	quant bool // contains a quantifier
 }
 
 type termKind uint8
@@ -140,7 +141,9 @@ func (b *Builder) intern(t *Term) *Term {
 	t.id = len(b.all)
 	for _, a := range t.args {
 		t.bound = t.bound || a.bound
+		t.quant = t.quant || a.quant
 	}
+	t.quant = t.quant || t.kind == kQuant
 	if t.kind == kBound {
 		t.bound = true
 	}
@@ -657,4 +660,59 @@ func (b *Builder) iteOfGround(t *Term) bool {
 		return b.ground(t)
 	}
 	return b.iteOfGround(t.args[1]) && b.iteOfGround(t.args[2])
+}
+
+// Quantified reports whether t contains a quantifier.
+func Quantified(t *Term) bool { return t.quant }
+
+// Clauses splits a formula into conjuncts, each "guards imply a formula"
+// with the implication's conclusion split too: (a => (b and c)) is
+// (a => b) and (a => c). Equal parts of two formulas become the same
+// terms, so what they share can be told apart from what they do not.
+func Clauses(b *Builder, t *Term) []*Term {
+	var out []*Term
+	var walk func(guards []*Term, t *Term)
+	walk = func(guards []*Term, t *Term) {
+		switch {
+		case t.IsTrue():
+			return
+		case t.op == "and":
+			for _, a := range t.args {
+				walk(guards, a)
+			}
+			return
+		case t.op == "or":
+			// (or (not g1) ... body): the negated disjuncts are guards,
+			// when exactly one disjunct is not a negation.
+			var body *Term
+			var gs []*Term
+			for _, a := range t.args {
+				if a.op == "not" {
+					gs = append(gs, a.args[0])
+					continue
+				}
+				if body != nil {
+					body = nil
+					gs = nil
+					break
+				}
+				body = a
+			}
+			if body != nil && body.op == "and" {
+				walk(append(append([]*Term(nil), guards...), gs...), body)
+				return
+			}
+		}
+		if len(guards) == 0 {
+			out = append(out, t)
+			return
+		}
+		neg := make([]*Term, len(guards))
+		for i, g := range guards {
+			neg[i] = b.Not(g)
+		}
+		out = append(out, b.Or(append(neg, t)...))
+	}
+	walk(nil, t)
+	return out
 }
