@@ -167,12 +167,7 @@ func (s *Script) inline(t *Term) string {
 	case kLit, kVar, kBound:
 		return t.lit
 	case kQuant:
-		vars := t.args[1:]
-		decls := make([]string, len(vars))
-		for i, v := range vars {
-			decls[i] = fmt.Sprintf("(%s %s)", v.lit, v.sort)
-		}
-		return fmt.Sprintf("(%s (%s) %s)", t.op, strings.Join(decls, " "), s.name(t.args[0]))
+		return s.quant(t, nil)
 	}
 	if len(t.args) == 0 {
 		return t.op
@@ -186,6 +181,67 @@ func (s *Script) inline(t *Term) string {
 	}
 	out.WriteByte(')')
 	return out.String()
+}
+
+// quant writes a quantified term, each subterm of its body that depends
+// on a bound variable once, named by a let (a quantifier's body is a DAG,
+// and written as a tree it can be exponentially larger). scope names the
+// terms the enclosing quantifiers' lets named.
+func (s *Script) quant(q *Term, scope map[int]string) string {
+	inner := map[int]string{}
+	for k, v := range scope {
+		inner[k] = v
+	}
+	var order []*Term
+	seen := map[int]bool{}
+	var collect func(t *Term)
+	collect = func(t *Term) {
+		if !t.bound || t.kind == kBound || seen[t.id] {
+			return
+		}
+		if _, ok := inner[t.id]; ok {
+			return
+		}
+		seen[t.id] = true
+		if t.kind != kQuant {
+			for _, a := range t.args {
+				collect(a)
+			}
+		}
+		order = append(order, t)
+	}
+	body := q.args[0]
+	collect(body)
+	ref := func(t *Term) string {
+		if n, ok := inner[t.id]; ok {
+			return n
+		}
+		return s.name(t)
+	}
+	var lets strings.Builder
+	closing := 0
+	for _, t := range order {
+		var e string
+		if t.kind == kQuant {
+			e = s.quant(t, inner)
+		} else {
+			parts := make([]string, len(t.args))
+			for i, a := range t.args {
+				parts[i] = ref(a)
+			}
+			e = "(" + t.op + " " + strings.Join(parts, " ") + ")"
+		}
+		name := fmt.Sprintf("l%d", t.id)
+		fmt.Fprintf(&lets, "(let ((%s %s)) ", name, e)
+		closing++
+		inner[t.id] = name
+	}
+	vars := q.args[1:]
+	decls := make([]string, len(vars))
+	for i, v := range vars {
+		decls[i] = fmt.Sprintf("(%s %s)", v.lit, v.sort)
+	}
+	return fmt.Sprintf("(%s (%s) %s%s%s)", q.op, strings.Join(decls, " "), lets.String(), ref(body), strings.Repeat(")", closing))
 }
 
 // Expr writes t as an expression over what is already declared, defining

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Solver asks one or more SMT solvers (cvc5, z3), each a child process
@@ -24,6 +26,7 @@ type Solver struct {
 	ctx      context.Context
 	paths    []string
 	perCheck time.Duration
+	memory   uint64 // each process's address space, in bytes (0: unbounded)
 	script   *Script
 	procs    []*proc  // nil: not running
 	segs     []string // the commands sent, per open scope (0: the base)
@@ -31,15 +34,120 @@ type Solver struct {
 	broken   error    // a protocol error: every later call fails with it
 }
 
-// proc is one solver process.
+// proc is one solver process. Neither side of its pipes ever blocks the
+// analysis: what is sent to it is queued and written by a goroutine of its
+// own (a solver can take long over a command that is not check-sat, as
+// cvc5 preprocessing at a push), and what it prints is read as it comes,
+// one S-expression at a time, into out (a solver printing an error for a
+// command while it is being written to never fills its pipe).
 type proc struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Reader
-	name   string
-	errMu  sync.Mutex
-	stderr strings.Builder
-	done   chan struct{}
+	cmd     *exec.Cmd
+	out     chan *SExpr // closed when the output ends; then readErr says why
+	name    string
+	errMu   sync.Mutex
+	stderr  strings.Builder
+	readErr error
+	done    chan struct{}
+
+	inMu    sync.Mutex
+	inCond  *sync.Cond
+	pending []string
+	closing bool
+}
+
+// write queues text for the solver's standard input.
+func (p *proc) write(text string) {
+	p.inMu.Lock()
+	p.pending = append(p.pending, text)
+	p.inMu.Unlock()
+	p.inCond.Signal()
+}
+
+// writeAll writes what is queued, in order, until the input is closed.
+func (p *proc) writeAll(in io.WriteCloser) {
+	defer in.Close()
+	for {
+		p.inMu.Lock()
+		for len(p.pending) == 0 && !p.closing {
+			p.inCond.Wait()
+		}
+		batch, closing := p.pending, p.closing
+		p.pending = nil
+		p.inMu.Unlock()
+		for _, text := range batch {
+			if _, err := io.WriteString(in, text); err != nil {
+				return // the process ended: its output says so
+			}
+		}
+		if closing && len(batch) == 0 {
+			return
+		}
+	}
+}
+
+// closeInput ends the input once what is queued is written.
+func (p *proc) closeInput() {
+	p.inMu.Lock()
+	p.closing = true
+	p.inMu.Unlock()
+	p.inCond.Signal()
+}
+
+// outBacklog is how many unread answers a solver may print before it is
+// stopped: this side reads one answer per check-sat or get-value, so more
+// are errors it printed for commands.
+const outBacklog = 64
+
+// read delivers what the solver prints to p.out.
+func (p *proc) read(r io.Reader) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	defer close(p.out)
+	for {
+		e, err := ReadSExpr(br)
+		if err != nil {
+			p.errMu.Lock()
+			p.readErr = err
+			p.errMu.Unlock()
+			return
+		}
+		select {
+		case p.out <- e:
+		default:
+			p.errMu.Lock()
+			p.readErr = fmt.Errorf("more than %d answers not asked for, the last %.300s", outBacklog, e)
+			p.errMu.Unlock()
+			_ = p.cmd.Process.Kill()
+			return
+		}
+	}
+}
+
+// within returns the next S-expression the solver prints within d.
+func (p *proc) within(d time.Duration) (*SExpr, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		p.kill()
+		return nil, fmt.Errorf("%s did not answer within %v", p.name, d)
+	case e, ok := <-p.out:
+		if ok {
+			return e, nil
+		}
+	}
+	return p.next()
+}
+
+// next returns the next S-expression the solver printed.
+func (p *proc) next() (*SExpr, error) {
+	e, ok := <-p.out
+	if ok {
+		return e, nil
+	}
+	p.errMu.Lock()
+	err := p.readErr
+	p.errMu.Unlock()
+	return nil, p.failed(err)
 }
 
 // Result is what check-sat answered.
@@ -66,9 +174,11 @@ func Args(path string, perCheck time.Duration) ([]string, error) {
 	return nil, fmt.Errorf("%s: not a solver this analysis drives (cvc5 or z3)", path)
 }
 
-// Start runs the solvers at paths for the terms of b. The processes end
-// with ctx, or with Close.
-func Start(ctx context.Context, paths []string, perCheck time.Duration, b *Builder) (*Solver, error) {
+// Start runs the solvers at paths for the terms of b, each process's
+// address space bounded by memory bytes (0: not bounded here): a solver
+// out of memory ends, and its check is unknown. The processes end with
+// ctx, or with Close.
+func Start(ctx context.Context, paths []string, perCheck time.Duration, memory uint64, b *Builder) (*Solver, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("no solver")
 	}
@@ -77,7 +187,7 @@ func Start(ctx context.Context, paths []string, perCheck time.Duration, b *Build
 			return nil, err
 		}
 	}
-	s := &Solver{ctx: ctx, paths: paths, perCheck: perCheck, script: NewScript(b), procs: make([]*proc, len(paths)), segs: []string{""}}
+	s := &Solver{ctx: ctx, paths: paths, perCheck: perCheck, memory: memory, script: NewScript(b), procs: make([]*proc, len(paths)), segs: []string{""}}
 	s.script.Option("(set-option :produce-models true)")
 	s.script.Option("(set-logic ALL)")
 	for i := range paths {
@@ -101,18 +211,38 @@ func (s *Solver) start(i int) error {
 	if err != nil {
 		return err
 	}
-	p := &proc{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16), name: filepath.Base(s.paths[i]), done: make(chan struct{})}
+	p := &proc{cmd: cmd, out: make(chan *SExpr, outBacklog), name: filepath.Base(s.paths[i]), done: make(chan struct{})}
+	p.inCond = sync.NewCond(&p.inMu)
 	cmd.Stderr = &lockedWriter{p}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", s.paths[i], err)
 	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	if s.memory > 0 {
+		// Before it is sent anything: until then it holds only itself. A
+		// process may only lower its children's bound below its own (which
+		// they inherit): the smaller one holds.
+		m := s.memory
+		var own unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_AS, &own) == nil && own.Max < m {
+			m = own.Max
+		}
+		lim := unix.Rlimit{Cur: m, Max: m}
+		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &lim, nil); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return fmt.Errorf("bounding the memory of %s: %w", s.paths[i], err)
+		}
+	}
+	reading := make(chan struct{})
+	go func() { defer close(reading); p.read(out) }()
+	// Wait reads no more of the output once the process ends: the reader
+	// does, and Wait closes the pipe only after it.
+	go func() { <-reading; _ = cmd.Wait(); close(p.done) }()
+	go p.writeAll(in)
 	s.procs[i] = p
 	// Everything said so far, in its scopes.
 	for _, seg := range s.segs {
-		if _, err := io.WriteString(p.in, seg); err != nil {
-			return p.failed(err)
-		}
+		p.write(seg)
 	}
 	return nil
 }
@@ -170,13 +300,12 @@ func (s *Solver) sync() {
 }
 
 func (s *Solver) send(text string) {
-	for i, p := range s.procs {
-		if p == nil {
-			continue
-		}
-		if _, err := io.WriteString(p.in, text); err != nil {
-			p.kill()
-			s.procs[i] = nil
+	if Tee != nil {
+		_, _ = io.WriteString(Tee, text)
+	}
+	for _, p := range s.procs {
+		if p != nil {
+			p.write(text)
 		}
 	}
 }
@@ -192,7 +321,7 @@ func (s *Solver) Close() {
 }
 
 func (p *proc) close() {
-	_ = p.in.Close()
+	p.closeInput()
 	select {
 	case <-p.done:
 	case <-time.After(100 * time.Millisecond):
@@ -202,6 +331,7 @@ func (p *proc) close() {
 
 func (p *proc) kill() {
 	_ = p.cmd.Process.Kill()
+	p.closeInput()
 	<-p.done
 }
 
@@ -233,7 +363,12 @@ type answer struct {
 // answer sat or unsat answers. Any error a solver reports (for any command
 // sent) stops that solver: an assertion it did not take must never pass
 // for a proof. unknown is the answer when no solver knows.
-func (s *Solver) Check() (Result, error) {
+func (s *Solver) Check() (Result, error) { return s.CheckWithin(s.perCheck) }
+
+// CheckWithin is Check with a shorter time: the solvers still running
+// when it is over are stopped, and started again at the next check.
+func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
+	limit = min(limit, s.perCheck)
 	if s.broken != nil {
 		return "", s.broken
 	}
@@ -256,9 +391,9 @@ func (s *Solver) Check() (Result, error) {
 		}
 		running++
 		go func(i int, p *proc) {
-			e, err := ReadSExpr(p.out)
+			e, err := p.next()
 			if err != nil {
-				answers <- answer{i: i, err: p.failed(err)}
+				answers <- answer{i: i, err: err}
 				return
 			}
 			switch r := Result(e.Atom); r {
@@ -272,8 +407,26 @@ func (s *Solver) Check() (Result, error) {
 	var errs []string
 	unknown := false
 	var win *answer
+	// A solver's own limit is not always kept (cvc5 can run past
+	// --tlimit-per): the clock here is the one that counts.
+	grace := 2 * time.Second
+	if limit < s.perCheck {
+		grace = 0
+	}
+	timer := time.NewTimer(limit + grace)
+	defer timer.Stop()
 	for range running {
-		a := <-answers
+		var a answer
+		select {
+		case a = <-answers:
+		case <-timer.C:
+			unknown = true
+		case <-s.ctx.Done():
+			unknown = true
+		}
+		if unknown && a.res == "" && a.err == nil {
+			break // out of time: what has not answered is stopped below
+		}
 		switch {
 		case a.err != nil:
 			errs = append(errs, a.err.Error())
@@ -330,22 +483,29 @@ func (s *Solver) Values(terms []*Term) ([]*SExpr, error) {
 		return out, nil
 	}
 	// get-value changes no assertion: it is not recorded for replay.
-	if _, err := io.WriteString(p.in, "(get-value ("+strings.Join(names, " ")+"))\n"); err != nil {
-		s.broken = p.failed(err)
-		return nil, s.broken
+	p.write("(get-value (" + strings.Join(names, " ") + "))\n")
+	// A solver that does not answer it, or not as asked, is stopped (and
+	// started again at the next check): the example is lost, not a proof.
+	stop := func(err error) ([]*SExpr, error) {
+		p.kill()
+		for i := range s.procs {
+			if s.procs[i] == p {
+				s.procs[i] = nil
+			}
+		}
+		s.last = nil
+		return nil, err
 	}
-	e, err := ReadSExpr(p.out)
+	e, err := p.within(s.perCheck)
 	if err != nil {
-		s.broken = p.failed(err)
-		return nil, s.broken
+		return stop(err)
 	}
 	if e.Atom != "" || len(e.List) != len(names) || (len(e.List) > 0 && e.List[0].Atom == "error") {
-		s.broken = fmt.Errorf("%s answered get-value with %.300s", p.name, e)
-		return nil, s.broken
+		return stop(fmt.Errorf("%s answered get-value with %.300s", p.name, e))
 	}
 	for i, pair := range e.List {
 		if len(pair.List) != 2 {
-			return nil, fmt.Errorf("%s answered get-value with %.200s", p.name, e)
+			return stop(fmt.Errorf("%s answered get-value with %.200s", p.name, e))
 		}
 		out[idx[i]] = pair.List[1]
 	}
@@ -492,6 +652,10 @@ func DecodeString(lit string) (string, error) {
 	}
 	return out.String(), nil
 }
+
+// Tee, when set, receives every command sent (to the running solvers;
+// a restarted one is sent the record again, not shown here).
+var Tee io.Writer
 
 // Debug, when set, sees every get-value exchange.
 var Debug func(solver string, asked []string, answer *SExpr)

@@ -165,29 +165,45 @@ func (b *Builder) intern(t *Term) *Term {
 	return t
 }
 
-// bindsAll is a conservative test that every bound variable of body is
-// bound by q: it holds when q binds at least one variable; nested binders
-// over an outer variable are marked bound by their own variables.
+// bindsAll reports whether every bound variable that occurs free in body
+// is one that q binds (a nested quantifier's own variables are not free).
 func bindsAll(q, body *Term) bool {
-	free := map[string]bool{}
-	var walk func(t *Term, seen map[int]bool)
-	walk = func(t *Term, seen map[int]bool) {
-		if !t.bound || seen[t.id] {
-			return
+	bound := map[string]int{}
+	for _, v := range strings.Fields(q.lit) {
+		bound[v]++
+	}
+	seen := map[int]bool{}
+	var free func(t *Term) bool
+	free = func(t *Term) bool {
+		if !t.bound {
+			return false
 		}
-		seen[t.id] = true
 		if t.kind == kBound {
-			free[t.lit] = true
+			return bound[t.lit] == 0
+		}
+		if t.kind == kQuant {
+			names := strings.Fields(t.lit)
+			for _, v := range names {
+				bound[v]++
+			}
+			r := free(t.args[0])
+			for _, v := range names {
+				bound[v]--
+			}
+			return r
+		}
+		if seen[t.id] {
+			return false
 		}
 		for _, a := range t.args {
-			walk(a, seen)
+			if free(a) {
+				return true
+			}
 		}
+		seen[t.id] = true
+		return false
 	}
-	walk(body, map[int]bool{})
-	for _, v := range strings.Fields(q.lit) {
-		delete(free, v)
-	}
-	return len(free) == 0
+	return !free(body)
 }
 
 // Var declares a free variable of sort s. Names are made unique by the
@@ -716,3 +732,7 @@ func Clauses(b *Builder, t *Term) []*Term {
 	walk(nil, t)
 	return out
 }
+
+// IsQuantifier reports whether t is forall or exists (its first argument
+// the body, the others the variables it binds).
+func IsQuantifier(t *Term) bool { return t.kind == kQuant }
