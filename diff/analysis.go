@@ -28,6 +28,7 @@ type analysis struct {
 	elements []*node     // elements of input arrays read at indices no loop binds
 	errSites [2][]string
 	depth    int // quantifiers around what is being encoded
+	binders  []*smt.Term
 	nalloc   int
 	sch      [2]*schemaCtx
 	exact    bool // the input schemas differ: validity is encoded exactly, per side

@@ -622,18 +622,32 @@ func sortedMembers(an *analysis, col *coll) ([]*elem, bool) {
 	return out, true
 }
 
-// sortColl sorts a set or array whose members are constants.
+// sortColl sorts a set or array: the members that are constants in
+// order; any other member (a value the input or a gap holds) somewhere
+// among them, a member whose place the analysis does not know.
 func sortColl(c *bcall) bres {
 	col, ok := c.arg(0).(*coll)
 	if !ok || col.kind == kObject || len(col.q) > 0 {
 		return bres{}
 	}
-	elems, ok := sortedMembers(c.an(), col)
+	consts := &coll{kind: col.kind}
+	var others []*elem
+	for _, e := range col.elems {
+		if _, isConc := e.v.(conc); isConc {
+			consts.elems = append(consts.elems, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	elems, ok := sortedMembers(c.an(), consts)
 	if !ok {
 		return bres{}
 	}
 	out := c.an().newColl(kArray)
 	out.elems = elems
+	for _, e := range others {
+		out.q = append(out.q, &qelem{cond: e.g, v: e.v})
+	}
 	return c.value(out, nil)
 }
 

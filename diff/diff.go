@@ -5,7 +5,7 @@
 // For each decision it asks four questions about the inputs the input
 // schemas admit: is there one that OLD refuses and NEW allows
 // (refuse_to_allow), one that OLD decides and NEW fails on
-// (allow_to_error), one that OLD allows and NEW refuses (allow_to_refuse),
+// (candidate_error), one that OLD allows and NEW refuses (allow_to_refuse),
 // one whose allowance stays and whose reasons or outcome change
 // (reasons_changed)? Both revisions' plans (the IR engine/ireval compiles)
 // run symbolically over one model of the input (exec.go, input.go), the
@@ -45,17 +45,8 @@ const (
 )
 
 // Questions are the four questions, in report order: each is the class of
-// shadow evaluation an example of it falls in (allow_to_error is shadow's
-// candidate_error).
-var Questions = []shadow.Class{shadow.RefuseToAllow, shadow.CandidateError, shadow.AllowToRefuse, shadow.ReasonsChanged}
-
-// QuestionName is how a report names question q.
-func QuestionName(q shadow.Class) string {
-	if q == shadow.CandidateError {
-		return "allow_to_error"
-	}
-	return string(q)
-}
+// shadow evaluation an example of it falls in (shadow.Proved).
+var Questions = shadow.Proved
 
 // Answer is the verdict on one question.
 type Answer struct {
@@ -82,7 +73,7 @@ type Outcome struct {
 // DecisionDiff answers the four questions for one decision.
 type DecisionDiff struct {
 	RefuseToAllow  *Answer `json:"refuse_to_allow"`
-	AllowToError   *Answer `json:"allow_to_error"`
+	CandidateError *Answer `json:"candidate_error"`
 	AllowToRefuse  *Answer `json:"allow_to_refuse"`
 	ReasonsChanged *Answer `json:"reasons_changed"`
 	// Seconds is how long the analysis of the decision took.
@@ -95,7 +86,7 @@ func (d *DecisionDiff) Get(q shadow.Class) *Answer {
 	case shadow.RefuseToAllow:
 		return d.RefuseToAllow
 	case shadow.CandidateError:
-		return d.AllowToError
+		return d.CandidateError
 	case shadow.AllowToRefuse:
 		return d.AllowToRefuse
 	}
@@ -107,7 +98,7 @@ func (d *DecisionDiff) set(q shadow.Class, a *Answer) {
 	case shadow.RefuseToAllow:
 		d.RefuseToAllow = a
 	case shadow.CandidateError:
-		d.AllowToError = a
+		d.CandidateError = a
 	case shadow.AllowToRefuse:
 		d.AllowToRefuse = a
 	default:
@@ -138,15 +129,18 @@ type Options struct {
 	// Solvers are the SMT solvers to run side by side (z3, cvc5: names on
 	// PATH or paths); none: every one of them found on PATH.
 	Solvers []string
-	// CheckTimeout bounds each question the solver is asked (default 60s).
+	// CheckTimeout bounds each question the solvers are asked (default 20s).
 	CheckTimeout time.Duration
 	// MaxTerms bounds the size of the encoding of one decision (default
 	// 2,000,000 terms): past it, the decision's answers are unknown.
 	MaxTerms int
+	// SolverMemory bounds each solver process's address space (default
+	// 2 GiB): a solver past it ends, and its question is unknown.
+	SolverMemory uint64
 }
 
 // Bounds is what a none covers.
-const Bounds = "every input the input schemas admit (strings over the code points up to U+2FFFF)"
+const Bounds = "every input the input schemas admit, its strings over the code points up to U+2FFFF"
 
 // FindSolvers returns the solvers a diff runs: those named, or z3 and
 // cvc5, those found on PATH.
@@ -233,7 +227,8 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 				dd = unknownAll(e.Error())
 				return
 			}
-			panic(r)
+			// A fault of the analysis is an answer it could not give.
+			dd = unknownAll(fmt.Sprintf("the analysis failed (please report it): %v", r))
 		}
 	}()
 	a, enc, err := encode(ctx, ao, an, vNew, limit)
@@ -242,9 +237,13 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	}
 	timeout := opts.CheckTimeout
 	if timeout == 0 {
-		timeout = 60 * time.Second
+		timeout = 20 * time.Second
 	}
-	sol, err := smt.Start(ctx, solvers, timeout, a.vs.b)
+	memory := opts.SolverMemory
+	if memory == 0 {
+		memory = 2 << 30
+	}
+	sol, err := smt.Start(ctx, solvers, timeout, memory, a.vs.b)
 	if err != nil {
 		return unknownAll(err.Error())
 	}
@@ -292,6 +291,10 @@ func (a *analysis) resultLemmas(sol *smt.Solver, e *encoding, name string) {
 	}
 }
 
+// tidyTimeout bounds the search for a small example where the solver
+// already has one.
+const tidyTimeout = 4 * time.Second
+
 // answer asks the solver one question and confirms its example.
 func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, background []*smt.Term, inputs [][]byte) *Answer {
 	if q.f.IsFalse() {
@@ -313,34 +316,24 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 	case smt.Unknown:
 		return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("%s could not decide it within its limits", sol.Name())}
 	}
-	// An example: small and complete first, as the solver has it if not.
+	// The solver's example, then a small and complete one if it has one.
+	doc, derr := a.document(sol)
 	sol.Push()
 	for _, t := range a.tidy() {
 		sc.Assert(t)
 	}
 	t0 = time.Now()
-	tidy, err := sol.Check()
-	trace("%s %s: tidy %s by %s in %v", name, q.class, tidy, sol.Name(), time.Since(t0))
-	if err != nil {
-		return &Answer{Verdict: Unknown, Reason: err.Error()}
-	}
-	if tidy != smt.Sat {
-		sol.Pop()
-		again, err := sol.Check()
-		if err != nil {
-			return &Answer{Verdict: Unknown, Reason: err.Error()}
-		}
-		if again != smt.Sat {
-			return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("%s found an example, then could not find it again (%s)", sol.Name(), again)}
+	tidy, err := sol.CheckWithin(tidyTimeout)
+	trace("%s %s: tidy %s by %s in %v (%v)", name, q.class, tidy, sol.Name(), time.Since(t0), err)
+	if err == nil && tidy == smt.Sat {
+		if d, e := a.document(sol); e == nil {
+			doc, derr = d, nil
 		}
 	}
-	doc, derr := a.document(sol)
-	if traceOn {
+	if traceOn && err == nil && tidy == smt.Sat {
 		a.traceModel(sol)
 	}
-	if tidy == smt.Sat {
-		sol.Pop()
-	}
+	sol.Pop()
 	blame := func(what string) *Answer {
 		gaps := a.gapsIn(append([]*smt.Term{q.f}, background...)...)
 		if len(gaps) > 0 {
@@ -362,6 +355,11 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 var traceOn = os.Getenv("ARBITER_DIFF_TRACE") != ""
 
 func init() {
+	if f := os.Getenv("ARBITER_DIFF_SCRIPT"); f != "" {
+		if w, err := os.Create(f); err == nil {
+			smt.Tee = w
+		}
+	}
 	if os.Getenv("ARBITER_DIFF_TRACE") == "values" {
 		smt.Debug = func(solver string, asked []string, answer *smt.SExpr) {
 			trace("get-value %s %v -> %s", solver, asked, answer)

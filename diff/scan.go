@@ -3,7 +3,6 @@ package diff
 import (
 	"fmt"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
@@ -162,7 +161,9 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			m := x.t.mask[f.sd.s]
 			if m.has(mObj) {
 				g := &gap{why: fmt.Sprintf("a loop over the members of input%s", x.t.pointer()), at: f.loc(s)}
-				outs = append(outs, f.havoc(s, cur.with(cur.pc.and(b, an.vs.is("vobj", xt))), g))
+				if r := f.opaqueScan(s, cur.with(cur.pc.and(b, an.vs.is("vobj", xt))), x, g); r != nil {
+					outs = append(outs, r)
+				}
 			}
 			if m.has(mArr) {
 				arr := cur.with(cur.pc.and(b, an.vs.is("varr", xt)))
@@ -179,7 +180,9 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			outs = append(outs, cur.with(cur.pc.and(b, b.Not(b.Or(an.vs.is("varr", xt), an.vs.is("vobj", xt))))))
 		default:
 			g := &gap{why: "a loop over " + describe(v), at: f.loc(s)}
-			outs = append(outs, f.havoc(s, cur, g))
+			if r := f.opaqueScan(s, cur, v, g); r != nil {
+				outs = append(outs, r)
+			}
 		}
 	}
 	return f.merge(outs, true).withPC(st.pc), fl
@@ -201,7 +204,9 @@ func (f *frame) qscan(s *ir.ScanStmt, cur *state, vars []*smt.Term, cond *smt.Te
 	entry := &state{pc: root.and(b, cond), locals: cur.locals}
 	entry = entry.set(s.Key, an.one(key)).set(s.Value, an.one(value))
 	an.depth++
+	an.binders = append(an.binders, vars...)
 	body := sub.block(s.Block, entry)
+	an.binders = an.binders[:len(an.binders)-len(vars)]
 	an.depth--
 	if len(body.ret) > 0 {
 		panic("a return inside a loop")
@@ -322,15 +327,20 @@ func altGuards(alts []alt) []*smt.Term {
 	return out
 }
 
-// havoc is a loop the analysis does not model: every local its body may
-// set holds an unmodelled value afterwards.
-func (f *frame) havoc(s *ir.ScanStmt, st *state, g *gap) *state {
-	an := f.sd.an
-	out := st
-	for _, l := range setLocals(s.Block) {
-		out = out.set(l, an.one(an.opaqueOf(g)))
-	}
-	return out
+// opaqueScan is a loop over members the analysis does not model: the body
+// runs once on a bound index whose member, key and value are
+// uninterpreted functions of the source (gaps), and its effects are lifted
+// as a loop over an input array's are. What the body does with them is
+// still the body's: a rule that adds a constant to a set adds that
+// constant, where some member makes it.
+func (f *frame) opaqueScan(s *ir.ScanStmt, st *state, src val, g *gap) *state {
+	an, b := f.sd.an, f.b()
+	i := b.Bound(fmt.Sprintf("o!%d!%d", an.token(src).ID(), an.depth), smt.Int)
+	idx := sym{t: an.vs.numV(b.App("to_real", smt.Real, i)), m: mNum}
+	cond := an.uf("member", smt.Bool, g, src, idx)
+	key := an.opaqueUF("key", g, src, idx)
+	value := an.opaqueUF("value", g, src, idx)
+	return f.qscan(s, st, []*smt.Term{i}, cond, key, value)
 }
 
 // setLocals lists the locals a block may set.
@@ -405,6 +415,8 @@ func (an *analysis) mentions(v val, vars []*smt.Term) bool {
 	return true
 }
 
+// termMentions reports whether one of vars occurs free in t (not under a
+// quantifier that binds it).
 func termMentions(t *smt.Term, vars []*smt.Term) bool {
 	if !t.IsBoundTerm() {
 		return false
@@ -421,7 +433,18 @@ func termMentions(t *smt.Term, vars []*smt.Term) bool {
 				return true
 			}
 		}
-		for _, a := range t.Args() {
+		args := t.Args()
+		if smt.IsQuantifier(t) {
+			for _, b := range args[1:] {
+				for _, v := range vars {
+					if b == v {
+						return false // bound here: what is below is another variable
+					}
+				}
+			}
+			args = args[:1]
+		}
+		for _, a := range args {
 			if walk(a) {
 				return true
 			}
@@ -431,4 +454,4 @@ func termMentions(t *smt.Term, vars []*smt.Term) bool {
 	return walk(t)
 }
 
-var _ = ast.Compare
+func isColl(v val) bool { _, ok := v.(*coll); return ok }

@@ -638,7 +638,7 @@ func TestPromotionOnTheDiffsEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner := diff.NewRunner(time.Minute, nil)
+	runner := diff.NewRunner(time.Minute, nil, nil)
 	t.Cleanup(runner.Close)
 	eng, err := engine.New(context.Background(), folderConfig(live), engine.OnActivate(runner.Activated))
 	if err != nil {
@@ -653,7 +653,7 @@ func TestPromotionOnTheDiffsEvidence(t *testing.T) {
 		t.Fatalf("loading: %d %s", r.status, r.body)
 	}
 	doc := waitDiff(t, h)
-	if got, want := evidenceOf(doc.Evidence), "refuse_to_allow=found(0 of 0) allow_to_refuse=proved(0 of 0) reasons_changed=found(0 of 0)"; got != want {
+	if got, want := evidenceOf(doc.Evidence), "refuse_to_allow=found(0 of 0) candidate_error=proved(0 of 0) allow_to_refuse=proved(0 of 0) reasons_changed=found(0 of 0)"; got != want {
 		t.Errorf("evidence with no decision judged: %s, want %s", got, want)
 	}
 	if doc.Diff.State != diff.StateDone || doc.Diff.Old != liveRev || doc.Diff.New != doc.Candidate.Revision || doc.Promotable {
@@ -674,7 +674,7 @@ func TestPromotionOnTheDiffsEvidence(t *testing.T) {
 		h.do(t, "POST", "/v1/decisions/quota_check", b)
 	}
 	doc = waitJudged(t, h, 2)
-	if got, want := evidenceOf(doc.Evidence), "refuse_to_allow=shadowed(1 of 2) allow_to_refuse=proved(0 of 2) reasons_changed=found(0 of 2)"; got != want {
+	if got, want := evidenceOf(doc.Evidence), "refuse_to_allow=shadowed(1 of 2) candidate_error=proved(0 of 2) allow_to_refuse=proved(0 of 2) reasons_changed=found(0 of 2)"; got != want {
 		t.Errorf("evidence with two decisions judged: %s, want %s", got, want)
 	}
 

@@ -7,8 +7,9 @@ import (
 )
 
 // Proved are the classes the semantic diff (package diff) answers, in
-// report order: for each, whether any input the schemas admit falls in it.
-var Proved = []Class{RefuseToAllow, AllowToRefuse, ReasonsChanged}
+// report order: for each, whether any input the schemas admit falls in it
+// (candidate_error: the live revision decides and the candidate fails).
+var Proved = []Class{RefuseToAllow, CandidateError, AllowToRefuse, ReasonsChanged}
 
 // The verdicts of a Proof: the diff's own three, and two for a diff that
 // has not answered.

@@ -63,7 +63,7 @@ func waitProved(t *testing.T, sh *shadow.Shadow) shadow.Proofs {
 // promoted on the proof. The evidence of both is golden.
 func TestPromotionGateStatesItsEvidence(t *testing.T) {
 	live := quota(t, nil)
-	runner := diff.NewRunner(time.Minute, nil)
+	runner := diff.NewRunner(time.Minute, nil, nil)
 	defer runner.Close()
 	runner.Activated(live)
 	sh := shadow.New(shadow.Config{Prover: runner})
@@ -117,13 +117,13 @@ func TestEvidenceAndProofRefusals(t *testing.T) {
 		evidence []string // per class of shadow.Proved
 		refuses  bool
 	}{
-		{"no diff, nothing judged", shadow.Report{}, nil, []string{"none", "none", "none"}, false},
-		{"no diff, judged", judged, nil, []string{"shadowed", "shadowed", "shadowed"}, false},
-		{"proved", judged, all(shadow.VerdictNone), []string{"proved", "shadowed", "proved"}, false},
-		{"found", shadow.Report{}, all(shadow.VerdictFound), []string{"found", "found", "found"}, true},
-		{"running", judged, all(shadow.VerdictRunning), []string{"shadowed", "shadowed", "shadowed"}, true},
-		{"unknown", judged, all(shadow.VerdictUnknown), []string{"shadowed", "shadowed", "shadowed"}, false},
-		{"found where allowed", judged, shadow.Proofs{shadow.RefuseToAllow: {Verdict: shadow.VerdictNone}, shadow.AllowToRefuse: {Verdict: shadow.VerdictFound}}, []string{"proved", "shadowed", "shadowed"}, false},
+		{"no diff, nothing judged", shadow.Report{}, nil, []string{"none", "none", "none", "none"}, false},
+		{"no diff, judged", judged, nil, []string{"shadowed", "shadowed", "shadowed", "shadowed"}, false},
+		{"proved", judged, all(shadow.VerdictNone), []string{"proved", "proved", "shadowed", "proved"}, false},
+		{"found", shadow.Report{}, all(shadow.VerdictFound), []string{"found", "found", "found", "found"}, true},
+		{"running", judged, all(shadow.VerdictRunning), []string{"shadowed", "shadowed", "shadowed", "shadowed"}, true},
+		{"unknown", judged, all(shadow.VerdictUnknown), []string{"shadowed", "shadowed", "shadowed", "shadowed"}, false},
+		{"found where allowed", judged, shadow.Proofs{shadow.RefuseToAllow: {Verdict: shadow.VerdictNone}, shadow.AllowToRefuse: {Verdict: shadow.VerdictFound}}, []string{"proved", "shadowed", "shadowed", "shadowed"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := tc.rep.Evidence(tc.proofs)
