@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ type Status struct {
 type Runner struct {
 	timeout time.Duration
 	log     *slog.Logger
+	child   *Child // nil: in this process
 
 	mu         sync.Mutex
 	live, cand *engine.Snapshot
@@ -80,19 +82,22 @@ func (j *job) of(old, new *engine.Snapshot) bool {
 	return j.st.Old == old.Revision && j.st.New == new.Revision && j.oldHash == old.Hash && j.newHash == new.Hash
 }
 
-// NewRunner starts a Runner whose diffs each stop at timeout.
-func NewRunner(timeout time.Duration, log *slog.Logger) *Runner {
+// NewRunner starts a Runner whose diffs each stop at timeout, each in a
+// child process when child is not nil (as arbiter serve runs them: its
+// end without a report, or its timeout, is every answer unknown), else in
+// this process.
+func NewRunner(timeout time.Duration, log *slog.Logger, child *Child) *Runner {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Runner{timeout: timeout, log: log, wake: make(chan struct{}, 1)}
+	r := &Runner{timeout: timeout, log: log, child: child, wake: make(chan struct{}, 1)}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	go r.work()
 	return r
 }
 
-// Close cancels the diff running and stops the Runner; it does not wait
-// for a diff inside the SAT solver, which stops only at its next check.
+// Close cancels the diff running and stops the Runner (a child process or
+// a solver is killed with it); it does not wait for it to end.
 func (r *Runner) Close() { r.stop() }
 
 // Activated is told of each revision made live (engine.OnActivate): it
@@ -215,11 +220,17 @@ func (r *Runner) runNext() bool {
 	old, new := j.old, j.new
 	r.mu.Unlock()
 
-	fixtures := new.Fixtures()
-	if len(fixtures) == 0 {
-		fixtures = old.Fixtures()
+	var rep *Report
+	var err error
+	if r.child != nil {
+		rep, err = r.child.Run(ctx, old, new)
+	} else {
+		fixtures := new.Fixtures()
+		if len(fixtures) == 0 {
+			fixtures = old.Fixtures()
+		}
+		rep, err = Run(ctx, old, new, fixtures, Options{})
 	}
-	rep, err := Run(ctx, old, new, fixtures, Options{})
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -326,12 +337,12 @@ func (st Status) Proofs() shadow.Proofs {
 // Proof is the report's answer to question q, all decisions together.
 func (rep *Report) Proof(q shadow.Class) shadow.Proof {
 	var unknown *shadow.Proof
-	var bounds []string
+	bounds := map[string][]string{}
 	for _, name := range rep.Names() {
 		a := rep.Decisions[name].Get(q)
 		switch a.Verdict {
 		case None:
-			bounds = append(bounds, name+": "+a.Bounds)
+			bounds[a.Bounds] = append(bounds[a.Bounds], name)
 		case Found:
 			return shadow.Proof{Verdict: shadow.VerdictFound, Decision: name, Reason: "the example differs at " + fieldList(a.Fields)}
 		case Unknown:
@@ -343,7 +354,11 @@ func (rep *Report) Proof(q shadow.Class) shadow.Proof {
 	if unknown != nil {
 		return *unknown
 	}
-	return shadow.Proof{Verdict: shadow.VerdictNone, Reason: "within the bounds " + strings.Join(bounds, "; ")}
+	var over []string
+	for _, b := range slices.Sorted(maps.Keys(bounds)) {
+		over = append(over, b+" (decisions "+strings.Join(bounds[b], ", ")+")")
+	}
+	return shadow.Proof{Verdict: shadow.VerdictNone, Reason: "over " + strings.Join(over, "; ")}
 }
 
 func fieldList(fields []string) string {

@@ -35,6 +35,27 @@ func readSavedInfo(dir string) (savedInfo, bool) {
 	return info, true
 }
 
+// WriteFolders writes the exact bytes this Snapshot was built from below
+// dir, as the folders engine.Load reads: dir/policies, dir/schemas and
+// dir/tests (its test files and fixtures).
+func (s *Snapshot) WriteFolders(dir string) error {
+	for folder, files := range map[string][]sourceFile{"policies": s.policySrc, "schemas": s.schemaSrc, "tests": s.testSrc} {
+		if err := os.MkdirAll(filepath.Join(dir, folder), 0o750); err != nil {
+			return err
+		}
+		for _, f := range files {
+			p := filepath.Join(dir, folder, filepath.FromSlash(f.rel))
+			if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+				return err
+			}
+			if err := os.WriteFile(p, f.data, 0o640); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // SaveTo writes the exact bytes this Snapshot was built from below dir,
 // with whether it passed the test gate, and points dir/current at them, so
 // that a process restarted while the configured folders are broken can
@@ -51,19 +72,8 @@ func (s *Snapshot) SaveTo(dir string) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		for folder, files := range map[string][]sourceFile{"policies": s.policySrc, "schemas": s.schemaSrc, "tests": s.testSrc} {
-			if err := os.MkdirAll(filepath.Join(tmp, folder), 0o750); err != nil {
-				return err
-			}
-			for _, f := range files {
-				p := filepath.Join(tmp, folder, filepath.FromSlash(f.rel))
-				if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
-					return err
-				}
-				if err := os.WriteFile(p, f.data, 0o640); err != nil {
-					return err
-				}
-			}
+		if err := s.WriteFolders(tmp); err != nil {
+			return err
 		}
 		meta, _ := json.Marshal(savedInfo{Revision: s.Revision, Gated: s.Gated, SavedAt: time.Now().UTC()})
 		if err := os.WriteFile(filepath.Join(tmp, savedMeta), meta, 0o640); err != nil {

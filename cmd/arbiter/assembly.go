@@ -119,7 +119,13 @@ func (a *assembly) startEngine(ctx context.Context) error {
 	// background, one at a time, never holding up an activation.
 	var opts []engine.Option
 	if c.diffTimeout > 0 {
-		a.diffs = diff.NewRunner(c.diffTimeout, log)
+		// Each diff in a child process of this binary: its fault, memory
+		// or time is its answer (unknown), never this server's.
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("the diff's child process: %w", err)
+		}
+		a.diffs = diff.NewRunner(c.diffTimeout, log, &diff.Child{Path: exe, Memory: uint64(c.diffMemory)})
 		opts = append(opts, engine.OnActivate(a.diffs.Activated))
 	}
 	eng, err := newEngine(ctx, c, a.ecfg, log, opts...)

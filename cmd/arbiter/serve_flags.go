@@ -40,6 +40,7 @@ type serveConfig struct {
 	evalTimeout       time.Duration
 	requestTimeout    time.Duration
 	diffTimeout       time.Duration
+	diffMemory        byteSize
 	readTimeout       time.Duration
 	headerTimeout     time.Duration
 	minBodyRate       int64
@@ -75,6 +76,10 @@ const (
 	// defaultDiffTimeout bounds one background diff: the shipped policies
 	// take 8-19 s on a quiet 2-core machine (docs/DIFF.md).
 	defaultDiffTimeout = 5 * time.Minute
+	// defaultDiffMemory bounds the diff's child process and each solver
+	// it starts: the shipped policies need tens of MiB, a solver on a hard
+	// question can take gigabytes before its time is up.
+	defaultDiffMemory = 2 << 30
 )
 
 func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, int) {
@@ -109,6 +114,8 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.DurationVar(&c.reloadTimeout, "reload-timeout", engine.DefaultReloadTimeout, "deadline of a whole reload: reading, compiling and the test gate")
 	fs.DurationVar(&c.testTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
 	fs.DurationVar(&c.diffTimeout, "diff-timeout", defaultDiffTimeout, "deadline of one semantic diff (arbiter diff), run in the background after a revision goes live (against the one it replaced) and after a shadow candidate is gated (against the live one); 0 runs none")
+	c.diffMemory = defaultDiffMemory
+	fs.Var(&c.diffMemory, "diff-memory", "address space of the semantic diff's child process and of each SMT solver it starts (2GiB, 1500MiB; 0 for no bound; the child's Go runtime alone needs about 1GiB): past it the process ends and the diff's answers are unknown")
 	fs.StringVar(&c.tokenFile, "auth-token-file", "", "file of bearer tokens, one per line (CALLER TOKEN or TOKEN)")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "TLS certificate (PEM), reloaded when it changes")
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "TLS private key (PEM), reloaded when it changes")
@@ -126,7 +133,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
 		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
-		"reload-timeout", "test-timeout", "diff-timeout", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
+		"reload-timeout", "test-timeout", "diff-timeout", "diff-memory", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
 		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return nil, true, code

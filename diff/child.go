@@ -1,0 +1,145 @@
+package diff
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/arbiter-dev/arbiter/engine"
+)
+
+// Child runs each diff in a child process, `arbiter diff --format json`
+// of the same binary over the two revisions' files: what the analysis or
+// its solvers do (a fault, memory without end, time without end) ends that
+// process, and the diff's answers are unknown, never the server.
+type Child struct {
+	// Path is the arbiter binary (os.Executable()).
+	Path string
+	// Memory bounds the address space of the child and of each solver it
+	// starts (RLIMIT_AS, which they inherit); 0: not bounded here.
+	Memory uint64
+}
+
+// maxReport bounds what a child may print: a report is kilobytes.
+const maxReport = 16 << 20
+
+// Run diffs old against new in a child process. A child that ends without
+// a report, or runs past ctx's deadline, answers unknown with why; only a
+// cancelled ctx, or no place for the files, is an error.
+func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, error) {
+	dir, err := os.MkdirTemp("", "arbiter-diff-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	oldDir, newDir := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	if err := old.WriteFolders(oldDir); err != nil {
+		return nil, err
+	}
+	if err := new.WriteFolders(newDir); err != nil {
+		return nil, err
+	}
+	// The examples start from the fixtures of the new revision, or else the
+	// old one's, as an in-process Run does.
+	tests := ""
+	switch {
+	case len(new.Fixtures()) > 0:
+		tests = filepath.Join(newDir, "tests")
+	case len(old.Fixtures()) > 0:
+		tests = filepath.Join(oldDir, "tests")
+	}
+	cmd := exec.CommandContext(ctx, c.Path, "diff", "--format", "json", "--tests", tests, oldDir, newDir)
+	cmd.WaitDelay = time.Second
+	var stdout, stderr limitedBuffer
+	stdout.max, stderr.max = maxReport, 4096
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return unknownReport(old, new, fmt.Sprintf("the analysis process did not start: %v", err)), nil
+	}
+	if c.Memory > 0 {
+		// Set at once, before the child has loaded anything: it inherits
+		// to the solvers the child starts.
+		lim := unix.Rlimit{Cur: c.Memory, Max: c.Memory}
+		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &lim, nil); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return unknownReport(old, new, fmt.Sprintf("bounding the analysis process's memory: %v", err)), nil
+		}
+	}
+	werr := cmd.Wait()
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return nil, ctx.Err()
+	case ctx.Err() != nil:
+		return unknownReport(old, new, fmt.Sprintf("the analysis did not finish within %s (--diff-timeout)", time.Since(start).Round(time.Second))), nil
+	}
+	var rep Report
+	if jerr := json.Unmarshal(stdout.Bytes(), &rep); jerr != nil || len(rep.Decisions) == 0 || stdout.over {
+		why := fmt.Sprintf("the analysis process ended without a report (%v)", werr)
+		if c.Memory > 0 {
+			why += fmt.Sprintf(", its memory bounded at %d MiB (--diff-memory)", c.Memory>>20)
+		}
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			why += ": " + msg
+		}
+		return unknownReport(old, new, why), nil
+	}
+	// The child named the revisions by the folders' content; the caller
+	// knows them by theirs.
+	rep.Old, rep.New = old.Revision, new.Revision
+	for name := range rep.Decisions {
+		if rep.Decisions[name] == nil || rep.Decisions[name].missing() {
+			rep.Decisions[name] = unknownAll("the analysis process's report lacks an answer")
+		}
+	}
+	return &rep, nil
+}
+
+// missing reports whether a question has no answer.
+func (d *DecisionDiff) missing() bool {
+	for _, q := range Questions {
+		if a := d.Get(q); a == nil || (a.Verdict != None && a.Verdict != Found && a.Verdict != Unknown) {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownReport answers unknown, for why, to every question of every
+// decision of either revision.
+func unknownReport(old, new *engine.Snapshot, why string) *Report {
+	rep := &Report{Old: old.Revision, New: new.Revision, Decisions: map[string]*DecisionDiff{}}
+	for _, n := range append(old.Names(), new.Names()...) {
+		rep.Decisions[n] = unknownAll(why)
+	}
+	return rep
+}
+
+// limitedBuffer keeps the first max bytes written to it, and whether more
+// came.
+type limitedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); len(p) > room {
+		b.over = true
+		if room > 0 {
+			b.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
+}
