@@ -14,6 +14,7 @@ import (
 // the flag names its variable: fromEnvAs).
 type command struct {
 	*flag.FlagSet
+	operands []string // the arguments that are not flags, in order
 	synopsis string
 	env      []string
 	envKeys  map[string]string // flag name -> its variable, where fromEnvAs named it
@@ -72,6 +73,43 @@ func envName(flagName string) string {
 	return "ARBITER_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// parseInterspersed parses flags wherever they stand among the operands
+// (arbiter diff OLD NEW --format json), as OPA's and most CLIs do; "--"
+// ends the flags, and what follows it is operands only.
+func (c *command) parseInterspersed(args []string) error {
+	c.operands = nil
+	for {
+		if err := c.Parse(args); err != nil {
+			return err
+		}
+		rest := c.FlagSet.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		// Parse stops at the first operand, or after "--" (which it drops).
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			c.operands = append(c.operands, rest...)
+			return nil
+		}
+		c.operands = append(c.operands, rest[0])
+		args = rest[1:]
+	}
+}
+
+// Args are the operands: the arguments that are not flags.
+func (c *command) Args() []string { return c.operands }
+
+// NArg is how many operands there are.
+func (c *command) NArg() int { return len(c.operands) }
+
+// Arg is the i-th operand, "" past the end.
+func (c *command) Arg(i int) string {
+	if i < 0 || i >= len(c.operands) {
+		return ""
+	}
+	return c.operands[i]
+}
+
 // parse applies the environment, then the arguments (which win). A value
 // the flag does not accept is an error, from the environment as from the
 // command line: ARBITER_MAX_BODY_BYTES=32MiB must not silently mean the
@@ -91,7 +129,7 @@ func (c *command) parse(args []string, stdout, stderr io.Writer, bad int) (done 
 			}
 		}
 	}
-	err := c.Parse(args)
+	err := c.parseInterspersed(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		c.SetOutput(stdout)

@@ -146,7 +146,8 @@ func TestReplayClassifiesAsLiveShadow(t *testing.T) {
 		t.Fatalf("%d records carry a shadow outcome, the live report counts %d", len(liveClass), doc.Report.Total)
 	}
 
-	cmd := exec.Command(binPath, "replay", "--log", logDir, "--format", "json", "--examples", "1000",
+	// The log as an operand, the flags after it (the documented form).
+	cmd := exec.Command(binPath, "replay", logDir, "--format", "json", "--examples", "1000",
 		"--policies", filepath.Join(cand, "policies"), "--schemas", filepath.Join(cand, "schemas"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
