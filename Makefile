@@ -78,7 +78,7 @@ run: build
 NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
 NORACE_TESTS := TestSemantics TestOPAConformanceCases TestCompiledAgreesOnCorpus TestProjectionAgreesOnCorpus \
                 TestEvidenceIsComplete TestCompiledAgreesOnFixtures TestProjectionAgreesOnFixtures \
-                TestProjectionLeavesOutWhatNoRuleReads FuzzCompiledAgrees FuzzProjectionAgrees
+                TestProjectionLeavesOutWhatNoRuleReads FuzzCompiledAgrees FuzzProjectionAgrees TestEdits
 empty        :=
 NORACE_RUN   := ^($(subst $(empty) $(empty),|,$(strip $(NORACE_TESTS))))$$
 RACE_PKGS     = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list ./...))
@@ -103,7 +103,7 @@ test-race:
 
 test-norace:
 	$(TEST_ENV) $(GO) test -count=1 -parallel 8 $(TESTFLAGS) $(NORACE_PKGS)
-	$(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/
+	$(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/ ./diff/
 
 test-policies: opa-check
 	$(ARBITER) check
@@ -219,9 +219,9 @@ fuzz-quick:
 	$(MAKE) --no-print-directory fuzz FUZZFLAGS=-test.parallel=1 FUZZTIME=$$(( $(FUZZBUDGET) / $(words $(FUZZ_TARGETS)) ))s
 
 # diff-corpus: arbiter diff against every edit of diff/testdata/edits, each
-# verdict checked, every found confirmed and every none checked against
-# 20,000 generated inputs under stock OPA (DIFF_FLAGS=-short: 2,000). Tens
-# of minutes, so not in CI yet (docs/DIFF.md).
+# verdict golden, every found confirmed and every none checked against
+# 20,000 generated inputs under stock OPA (DIFF_FLAGS=-short: 2,000). Some
+# minutes; make test runs the edits marked "ci" (docs/DIFF.md).
 DIFF_FLAGS ?=
 diff-corpus:
 	DIFF_CORPUS=1 $(GO) test -count=1 -timeout 90m $(DIFF_FLAGS) -run '^TestEdits$$' ./diff/
