@@ -143,3 +143,63 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	return b.Buffer.Write(p)
 }
+
+// Carried returns the report new's bundle carried (arbiter build
+// --diff-against) when it is of old against new and answers every question
+// of every decision of both; false otherwise (none, another revision, or
+// not a report), and the diff must then be run.
+func Carried(old, new *engine.Snapshot) (*Report, bool) {
+	raw := new.CarriedDiff()
+	if len(raw) == 0 {
+		return nil, false
+	}
+	var rep Report
+	if json.Unmarshal(raw, &rep) != nil || rep.Old != old.Revision || rep.New != new.Revision {
+		return nil, false
+	}
+	for _, n := range append(old.Names(), new.Names()...) {
+		if d := rep.Decisions[n]; d == nil || d.missing() {
+			return nil, false
+		}
+	}
+	return &rep, true
+}
+
+// GateCheck refuses a candidate unless the diff against the live revision
+// proves, for every decision, that no input is refuse_to_allow (a found or
+// an unknown refuses): arbiter serve --diff-gate. The report its bundle
+// carried serves when it is of the live revision; otherwise the diff runs
+// now, in child (in this process when nil), within ctx.
+func GateCheck(child *Child) engine.GateCheck {
+	return func(ctx context.Context, cand, live *engine.Snapshot) error {
+		if live == nil {
+			return nil // the first revision: nothing to be looser than
+		}
+		rep, ok := Carried(live, cand)
+		if !ok {
+			var err error
+			if child != nil {
+				rep, err = child.Run(ctx, live, cand)
+			} else {
+				rep, err = Run(ctx, live, cand, cand.Fixtures(), Options{})
+			}
+			if err != nil {
+				return fmt.Errorf("--diff-gate: the diff against the live revision %s: %w", live.Revision, err)
+			}
+		}
+		var refusals []string
+		for _, name := range rep.Names() {
+			a := rep.Decisions[name].RefuseToAllow
+			switch a.Verdict {
+			case Found:
+				refusals = append(refusals, fmt.Sprintf("decision %s: refuse_to_allow found: the example %s differs at %s", name, a.Example, fieldList(a.Fields)))
+			case Unknown:
+				refusals = append(refusals, fmt.Sprintf("decision %s: refuse_to_allow unknown: %s", name, a.Reason))
+			}
+		}
+		if len(refusals) > 0 {
+			return fmt.Errorf("--diff-gate: the diff against the live revision %s does not prove that no input is newly allowed: %s", live.Revision, strings.Join(refusals, "; "))
+		}
+		return nil
+	}
+}

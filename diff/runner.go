@@ -34,6 +34,9 @@ type Status struct {
 	Finished *time.Time `json:"finished_at,omitempty"`
 	Error    string     `json:"error,omitempty"`
 	Report   *Report    `json:"report,omitempty"`
+	// Carried: the report is the one the new revision's bundle carried
+	// (arbiter build --diff-against), not one this replica ran.
+	Carried bool `json:"carried,omitempty"`
 }
 
 // Runner runs the diffs a server needs, off its activation and answer
@@ -143,7 +146,20 @@ func (r *Runner) queue(slot int, old, new *engine.Snapshot) {
 		return
 	}
 	r.cancelSlot(slot)
-	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: time.Now().UTC()},
+	now := time.Now().UTC()
+	if rep, ok := Carried(old, new); ok {
+		// One proof per revision, made where it was built.
+		j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateDone, Queued: now, Started: &now, Finished: &now, Report: rep, Carried: true},
+			oldHash: old.Hash, newHash: new.Hash}
+		r.slots[slot] = j
+		r.kept = append(r.kept, j)
+		if len(r.kept) > maxKept {
+			r.kept = slices.Delete(r.kept, 0, len(r.kept)-maxKept)
+		}
+		r.logDone(j)
+		return
+	}
+	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now},
 		oldHash: old.Hash, newHash: new.Hash, old: old, new: new}
 	select {
 	case r.wake <- struct{}{}:
@@ -257,13 +273,13 @@ func (r *Runner) runNext() bool {
 }
 
 func (r *Runner) logDone(j *job) {
-	args := []any{"old", j.st.Old, "new", j.st.New, "seconds", j.st.Finished.Sub(*j.st.Started).Seconds()}
+	args := []any{"old", j.st.Old, "new", j.st.New, "seconds", j.st.Finished.Sub(*j.st.Started).Seconds(), "carried", j.st.Carried}
 	if j.st.State != StateDone {
 		r.log.Warn("diff failed", append(args, "err", j.st.Error)...)
 		return
 	}
 	for _, c := range Questions {
-		args = append(args, string(c), j.st.Report.Proof(c).Verdict)
+		args = append(args, QuestionName(c), j.st.Report.Proof(c).Verdict)
 	}
 	if p := j.st.Report.Proof(shadow.RefuseToAllow); p.Verdict == Found {
 		r.log.Warn("diff: the new revision allows an input the old one refuses", append(args, "decision", p.Decision)...)

@@ -27,6 +27,10 @@ type FileSet struct {
 	Policies []File // Rego modules and data files, paths as in a policy folder
 	Schemas  []File // <decision>/input.json and <decision>/result.json
 	Tests    []File // *_test.rego and fixtures/<decision>/*.json
+	// Diff is a report of the semantic diff of this revision against
+	// another (package diff's JSON, opaque here), carried by its bundle
+	// (`arbiter build --diff-against`): Snapshot.CarriedDiff.
+	Diff []byte
 }
 
 // revisionPattern bounds a reported revision: it is shown in every answer,
@@ -50,6 +54,7 @@ func LoadFiles(ctx context.Context, fs FileSet, cfg Config) (*Snapshot, error) {
 	if fs.Revision != "" {
 		b.snap.Revision = fs.Revision
 	}
+	b.snap.carriedDiff = fs.Diff
 	return b.test(ctx, fs.Origin)
 }
 

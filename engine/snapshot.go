@@ -36,6 +36,8 @@ type Snapshot struct {
 
 	// The data document, for Analysis.
 	data map[string]any
+	// carriedDiff is the diff report its bundle carried (FileSet.Diff).
+	carriedDiff []byte
 
 	// The bytes it was built from, for SaveTo: policies, schemas, and the
 	// tests that gated it (when a test folder was configured).
@@ -97,6 +99,11 @@ func (s *Snapshot) Decisions() []DecisionInfo {
 	}
 	return out
 }
+
+// CarriedDiff is the report of the semantic diff of this revision against
+// another that its bundle carried (`arbiter build --diff-against`), nil
+// when none: package diff reads it.
+func (s *Snapshot) CarriedDiff() []byte { return s.carriedDiff }
 
 // Names lists the decision names, sorted.
 func (s *Snapshot) Names() []string { return append([]string(nil), s.names...) }

@@ -37,6 +37,11 @@ type BuildOptions struct {
 	SkipGate bool
 	// EvalTimeout of the gate's fixtures.
 	EvalTimeout time.Duration
+	// Diff, when set, is the report of `arbiter diff` of this revision
+	// against the one it follows (JSON), written into the manifest's
+	// metadata as arbiter.diff, where the signature covers it: replicas
+	// show and use it instead of running their own.
+	Diff json.RawMessage
 }
 
 // Build reads the folders, lays them out as an OPA bundle, runs the
@@ -75,6 +80,9 @@ func Build(ctx context.Context, o BuildOptions) ([]byte, *Revision, error) {
 	meta := map[string]any{"format": 1}
 	if hash != "" {
 		meta["content_hash"] = hash
+	}
+	if len(o.Diff) > 0 {
+		meta["diff"] = o.Diff
 	}
 	manifest := bundle.Manifest{Revision: revision, RegoVersion: &one, Metadata: map[string]any{"arbiter": meta}}
 	mb, err := json.MarshalIndent(manifest, "", "  ")

@@ -164,6 +164,18 @@ func Read(raw []byte, vc *bundle.VerificationConfig, origin string) (*Revision, 
 // reader holds them), verifying it against vc; the zero Limits are
 // DefaultLimits.
 func ReadFile(path string, vc *bundle.VerificationConfig, lim Limits) (*Revision, error) {
+	return readFile(path, vc, false, lim)
+}
+
+// ReadLocalFile is ReadFile for a bundle the operator names on a command
+// line to compare against (arbiter diff, arbiter build --diff-against): a
+// signature it carries is not verified (the tool holds no public key), all
+// else is read and bounded as ReadFile does. Never for what is served.
+func ReadLocalFile(path string, lim Limits) (*Revision, error) {
+	return readFile(path, nil, true, lim)
+}
+
+func readFile(path string, vc *bundle.VerificationConfig, skipVerify bool, lim Limits) (*Revision, error) {
 	if lim == (Limits{}) {
 		lim = DefaultLimits
 	}
@@ -182,7 +194,7 @@ func ReadFile(path string, vc *bundle.VerificationConfig, lim Limits) (*Revision
 	if err := scan(raw, vc, lim); err != nil {
 		return nil, err
 	}
-	return Read(raw, vc, path)
+	return read(raw, vc, skipVerify, path)
 }
 
 func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin string) (*Revision, error) {
@@ -222,6 +234,13 @@ func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin str
 		return nil, ErrNoSchemas
 	}
 	rev.Files.Origin, rev.Files.Revision = origin, b.Manifest.Revision
+	// The diff report the builder wrote (BuildOptions.Diff), covered by
+	// the signature as the whole manifest is.
+	if a, ok := b.Manifest.Metadata["arbiter"].(map[string]any); ok && a["diff"] != nil {
+		if rev.Files.Diff, err = json.Marshal(a["diff"]); err != nil {
+			return nil, fmt.Errorf("manifest metadata arbiter.diff: %w", err)
+		}
+	}
 	return rev, nil
 }
 

@@ -125,8 +125,12 @@ func (a *assembly) startEngine(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("the diff's child process: %w", err)
 		}
-		a.diffs = diff.NewRunner(c.diffTimeout, log, &diff.Child{Path: exe, Memory: uint64(c.diffMemory)})
+		child := &diff.Child{Path: exe, Memory: uint64(c.diffMemory)}
+		a.diffs = diff.NewRunner(c.diffTimeout, log, child)
 		opts = append(opts, engine.OnActivate(a.diffs.Activated))
+		if c.diffGate {
+			opts = append(opts, engine.WithChecks(diff.GateCheck(child)))
+		}
 	}
 	eng, err := newEngine(ctx, c, a.ecfg, log, opts...)
 	if err != nil {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/arbiter-dev/arbiter/diff"
+	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
@@ -25,6 +28,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.SigningKeyID, "signing-key-id", "", "kid header of the signature (default: none; replicas use --bundle-verification-key-id)")
 	fs.StringVar(&o.ClaimsFile, "claims-file", "", "extra JWT claims, as opa sign --claims-file")
 	fs.BoolVar(&o.SkipGate, "no-gate", false, "pack files that fail their own tests (only to test that a fleet refuses them)")
+	against := fs.String("diff-against", "", "the revision this one follows (a bundle file, a folder with policies/ and schemas/, or a policy folder): arbiter diff of it against this one, written into the signed manifest for replicas to show and use")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return code
 	}
@@ -33,6 +37,19 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitError
 	}
 	o.Policies, o.Schemas, o.Tests = f.policies, f.schemas, f.tests
+	if *against != "" {
+		rep, err := buildDiff(ctx, *against, f, o.Revision)
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter build: --diff-against: %v\n", err)
+			return exitError
+		}
+		if o.Diff, err = json.Marshal(rep); err != nil {
+			return exitError
+		}
+		for _, name := range rep.Names() {
+			fmt.Fprintf(stderr, "arbiter build: diff against %s: decision %s: refuse_to_allow %s\n", rep.Old, name, rep.Decisions[name].RefuseToAllow.Verdict)
+		}
+	}
 	raw, rev, err := policybundle.Build(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter build: %v\n", err)
@@ -49,6 +66,27 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stderr, "arbiter build: %s revision %s content %s signed %t: %d policy, %d schema, %d test files, %d bytes\n",
 		*out, rev.Manifest.Revision, rev.ContentHash(), rev.Signed, len(rev.Files.Policies), len(rev.Files.Schemas), len(rev.Files.Tests), len(raw))
 	return exitOK
+}
+
+// buildDiff diffs the revision at against (as arbiter diff loads a side)
+// against the folders being built, named revision when it is set.
+func buildDiff(ctx context.Context, against string, f folders, revision string) (*diff.Report, error) {
+	old, err := loadSide(ctx, against, f.schemas)
+	if err != nil {
+		return nil, err
+	}
+	new, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas, Tests: f.tests})
+	if err != nil {
+		return nil, err
+	}
+	rep, err := diff.Run(ctx, old, new, new.Fixtures(), diff.Options{Solvers: splitList(os.Getenv("ARBITER_SOLVER"))})
+	if err != nil {
+		return nil, err
+	}
+	if revision != "" {
+		rep.New = revision // the manifest's revision, which replicas know it by
+	}
+	return rep, nil
 }
 
 // writeFileAtomic writes by rename, so that a web server publishing the

@@ -41,6 +41,7 @@ type serveConfig struct {
 	requestTimeout    time.Duration
 	diffTimeout       time.Duration
 	diffMemory        byteSize
+	diffGate          bool
 	readTimeout       time.Duration
 	headerTimeout     time.Duration
 	minBodyRate       int64
@@ -115,6 +116,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.DurationVar(&c.testTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
 	fs.DurationVar(&c.diffTimeout, "diff-timeout", defaultDiffTimeout, "deadline of one semantic diff (arbiter diff), run in the background after a revision goes live (against the one it replaced) and after a shadow candidate is gated (against the live one); 0 runs none")
 	c.diffMemory = defaultDiffMemory
+	fs.BoolVar(&c.diffGate, "diff-gate", false, "refuse a reload, bundle or shadow candidate unless the diff against the live revision proves that no decision newly allows an input (refuse_to_allow none; a found or an unknown refuses): the report its bundle carries (arbiter build --diff-against), else a diff run in the gate within --reload-timeout")
 	fs.Var(&c.diffMemory, "diff-memory", "address space of the semantic diff's child process and of each SMT solver it starts (2GiB, 1500MiB; 0 for no bound; the child's Go runtime alone needs about 1GiB): past it the process ends and the diff's answers are unknown")
 	fs.StringVar(&c.tokenFile, "auth-token-file", "", "file of bearer tokens, one per line (CALLER TOKEN or TOKEN)")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "TLS certificate (PEM), reloaded when it changes")
@@ -133,7 +135,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
 		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
-		"reload-timeout", "test-timeout", "diff-timeout", "diff-memory", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
+		"reload-timeout", "test-timeout", "diff-timeout", "diff-memory", "diff-gate", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
 		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return nil, true, code
@@ -181,6 +183,8 @@ func (c *serveConfig) validate(fs *command) error {
 		return errors.New("--shutdown-delay must not be negative")
 	case c.diffTimeout < 0:
 		return errors.New("--diff-timeout must not be negative (0 runs no diff)")
+	case c.diffGate && c.diffTimeout == 0:
+		return errors.New("--diff-gate needs the diff: --diff-timeout 0 turns it off")
 	case c.logFull != "drop" && c.logFull != "refuse":
 		return fmt.Errorf("--decision-log-full must be drop or refuse, not %q", c.logFull)
 	case c.decisionLog != "" && c.decisionLog != "-" && int64(c.logMaxMB)<<20 < c.maxBodyBytes+1<<20:
