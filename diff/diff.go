@@ -5,7 +5,7 @@
 // For each decision it asks four questions about the inputs the input
 // schemas admit: is there one that OLD refuses and NEW allows
 // (refuse_to_allow), one that OLD decides and NEW fails on
-// (candidate_error), one that OLD allows and NEW refuses (allow_to_refuse),
+// (allow_to_error), one that OLD allows and NEW refuses (allow_to_refuse),
 // one whose allowance stays and whose reasons or outcome change
 // (reasons_changed)? Both revisions' plans (the IR engine/ireval compiles)
 // run symbolically over one model of the input (exec.go, input.go), the
@@ -48,6 +48,16 @@ const (
 // shadow evaluation an example of it falls in (shadow.Proved).
 var Questions = shadow.Proved
 
+// QuestionName is how a report names question q: the shadow class's name,
+// but allow_to_error for candidate_error (the new revision fails where the
+// old one decided).
+func QuestionName(q shadow.Class) string {
+	if q == shadow.CandidateError {
+		return "allow_to_error"
+	}
+	return string(q)
+}
+
 // Answer is the verdict on one question.
 type Answer struct {
 	Verdict string `json:"verdict"`
@@ -73,7 +83,7 @@ type Outcome struct {
 // DecisionDiff answers the four questions for one decision.
 type DecisionDiff struct {
 	RefuseToAllow  *Answer `json:"refuse_to_allow"`
-	CandidateError *Answer `json:"candidate_error"`
+	AllowToError   *Answer `json:"allow_to_error"`
 	AllowToRefuse  *Answer `json:"allow_to_refuse"`
 	ReasonsChanged *Answer `json:"reasons_changed"`
 	// Seconds is how long the analysis of the decision took.
@@ -86,7 +96,7 @@ func (d *DecisionDiff) Get(q shadow.Class) *Answer {
 	case shadow.RefuseToAllow:
 		return d.RefuseToAllow
 	case shadow.CandidateError:
-		return d.CandidateError
+		return d.AllowToError
 	case shadow.AllowToRefuse:
 		return d.AllowToRefuse
 	}
@@ -98,7 +108,7 @@ func (d *DecisionDiff) set(q shadow.Class, a *Answer) {
 	case shadow.RefuseToAllow:
 		d.RefuseToAllow = a
 	case shadow.CandidateError:
-		d.CandidateError = a
+		d.AllowToError = a
 	case shadow.AllowToRefuse:
 		d.AllowToRefuse = a
 	default:

@@ -95,7 +95,7 @@ func loadSide(ctx context.Context, p, schemas string) (*engine.Snapshot, error) 
 		return nil, err
 	}
 	if !st.IsDir() {
-		rev, err := policybundle.ReadFile(p, nil, policybundle.Limits{})
+		rev, err := policybundle.ReadLocalFile(p, policybundle.Limits{})
 		if err != nil {
 			return nil, err
 		}
@@ -112,10 +112,10 @@ func writeDiffText(w io.Writer, rep *diff.Report) {
 		d := rep.Decisions[name]
 		fmt.Fprintf(w, "decision %s\n", name)
 		for _, q := range diff.Questions {
-			a := d.Get(q)
+			a, q := d.Get(q), diff.QuestionName(q)
 			switch a.Verdict {
 			case diff.None:
-				fmt.Fprintf(w, "  %s: none (proved; bounds: %s)\n", q, a.Bounds)
+				fmt.Fprintf(w, "  %s: none (proved for %s)\n", q, a.Bounds)
 			case diff.Unknown:
 				fmt.Fprintf(w, "  %s: unknown: %s\n", q, a.Reason)
 			case diff.Found:

@@ -2,9 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
+	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
 // quotaSide copies the quota test decision (engine/testdata/quota) to
@@ -25,6 +30,9 @@ func quotaSide(t *testing.T, root string) {
 	}
 	testfiles.Edit(t, filepath.Join(root, "schemas", "quota_check", "result.json"), `"x-arbiter-outcome": "allow",`, `"x-arbiter-outcome": "allow", "x-arbiter-allow": [true],`)
 }
+
+// secondsField is the one field of a diff's JSON that differs per run.
+var secondsField = regexp.MustCompile(`"seconds": [0-9.e+-]+`)
 
 // TestDiffCommand: arbiter diff proves an unchanged revision changes
 // nothing (exit 0), finds the input a raised limit newly allows (exit 1,
@@ -50,10 +58,12 @@ func TestDiffCommand(t *testing.T) {
 		t.Fatalf("raised limit: exit %d, want 1\n%s%s", code, out, stderr)
 	}
 	golden.Check(t, "testdata/diff/raised_limit.txt", golden.Mask([]byte(out), dir))
-	out, _, code = runCLI(t, nil, append(append([]string{"diff", "--format", "json"}, tests...), old, new)...)
+	// The documented form: the flags after the operands.
+	out, _, code = runCLI(t, nil, append([]string{"diff", old, new, "--format", "json"}, tests...)...)
 	if code != exitError {
 		t.Fatalf("raised limit, json: exit %d, want 1", code)
 	}
+	out = secondsField.ReplaceAllString(out, `"seconds": 0`)
 	golden.Check(t, "testdata/diff/raised_limit.json", golden.Mask([]byte(out), dir))
 
 	if _, _, code := runCLI(t, nil, "diff", old); code != exitInput {
@@ -102,4 +112,170 @@ func TestServeDiffsEachReload(t *testing.T) {
 	wait.Until(t, 10*time.Second, "the warning in the log", func() bool {
 		return strings.Contains(srv.stderr.String(), "diff: the new revision allows an input the old one refuses")
 	})
+}
+
+// TestServeDiffChildEndsUnknown: the background diff runs in a child
+// process, so one that cannot live within --diff-memory ends alone: the
+// diff of the reload is every answer unknown, saying why, and the server
+// goes on answering. (With the bound lifted, TestServeDiffsEachReload's
+// child finds the example.)
+func TestServeDiffChildEndsUnknown(t *testing.T) {
+	t.Parallel()
+	root := copyQuota(t)
+	testfiles.Edit(t, filepath.Join(root, "schemas", quotaDecision, "result.json"), `"x-arbiter-outcome": "allow",`, `"x-arbiter-outcome": "allow", "x-arbiter-allow": [true],`)
+	srv := startServer(t, append(folderArgs(root), "--decision-log", "", "--diff-timeout", "1m", "--diff-memory", "8MiB", "--reload-debounce", "1h")...)
+	client := &http.Client{Timeout: 30 * time.Second}
+
+	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 10`, `"limit": 11`)
+	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
+		t.Fatalf("test --update: exit %d", code)
+	}
+	resp, err := client.Post(srv.url+"/v1/reload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var d *diff.Status
+	wait.Until(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
+		b, _ := json.Marshal(status(t, client, srv.url)["diff"])
+		d = nil
+		_ = json.Unmarshal(b, &d)
+		return d != nil && d.State == diff.StateDone
+	})
+	for _, q := range diff.Questions {
+		a := d.Report.Decisions[quotaDecision].Get(q)
+		if a.Verdict != diff.Unknown || !strings.Contains(a.Reason, "--diff-memory") {
+			t.Errorf("%s: %+v, want unknown, saying the child ended within --diff-memory", q, a)
+		}
+	}
+	resp, err = client.Post(srv.url+"/v1/decisions/"+quotaDecision, "application/json", strings.NewReader(`{"tenant":"a","used":3}`))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("deciding after the child ended: %v %v", err, resp)
+	}
+	resp.Body.Close()
+}
+
+// TestDiffGate: with --diff-gate, a reload whose diff against the live
+// revision finds an input newly allowed is refused, with the example, and
+// the live revision stays.
+func TestDiffGate(t *testing.T) {
+	t.Parallel()
+	root := copyQuota(t)
+	testfiles.Edit(t, filepath.Join(root, "schemas", quotaDecision, "result.json"), `"x-arbiter-outcome": "allow",`, `"x-arbiter-outcome": "allow", "x-arbiter-allow": [true],`)
+	srv := startServer(t, append(folderArgs(root), "--decision-log", "", "--diff-gate", "--diff-timeout", "1m", "--reload-debounce", "1h")...)
+	client := &http.Client{Timeout: time.Minute}
+	first := status(t, client, srv.url)["policy_revision"]
+
+	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 10`, `"limit": 11`)
+	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
+		t.Fatalf("test --update: exit %d", code)
+	}
+	st := reload(t, client, srv.url)
+	if st.OK || !strings.Contains(fmt.Sprint(st.Problems), "--diff-gate") || !strings.Contains(fmt.Sprint(st.Problems), "refuse_to_allow found") {
+		t.Fatalf("reload of a raised limit under --diff-gate: %+v, want refused by the diff", st)
+	}
+	if got := status(t, client, srv.url)["policy_revision"]; got != first {
+		t.Errorf("live revision %v after the refusal, want %v", got, first)
+	}
+	// A tightening is proved to allow nothing new: it goes live.
+	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 11`, `"limit": 9`)
+	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
+		t.Fatalf("test --update: exit %d", code)
+	}
+	if st := reload(t, client, srv.url); !st.OK || !st.Changed {
+		t.Fatalf("reload of a lowered limit under --diff-gate: %+v, want it live", st)
+	}
+}
+
+// TestBuildCarriesTheDiff: arbiter build --diff-against writes the diff
+// into the signed manifest; a replica with --diff-gate uses that report
+// instead of running its own: it refuses the bundle that loosens, takes
+// the one proved to allow nothing new, and shows its carried report.
+func TestBuildCarriesTheDiff(t *testing.T) {
+	t.Parallel()
+	root := copyQuota(t)
+	testfiles.Edit(t, filepath.Join(root, "schemas", quotaDecision, "result.json"), `"x-arbiter-outcome": "allow",`, `"x-arbiter-outcome": "allow", "x-arbiter-allow": [true],`)
+	dir := t.TempDir()
+	private, public := writeKeyPair(t, dir)
+	build := func(name, rev string, extra ...string) []byte {
+		t.Helper()
+		out := filepath.Join(dir, name)
+		args := append(append([]string{"build", "--output", out, "--revision", rev, "--signing-key", private, "--signing-key-id", "ops"}, folderArgs(root)...), extra...)
+		if _, stderr, code := runCLI(t, nil, args...); code != exitOK {
+			t.Fatalf("arbiter build %s: exit %d\n%s", name, code, stderr)
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	edit := func(from, to string) {
+		testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), from, to)
+		if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
+			t.Fatalf("test --update: exit %d", code)
+		}
+	}
+	a := build("a.tar.gz", "r1")
+	edit(`"limit": 10`, `"limit": 11`)
+	loose := build("loose.tar.gz", "r2", "--diff-against", filepath.Join(dir, "a.tar.gz"))
+	edit(`"limit": 11`, `"limit": 9`)
+	tight := build("tight.tar.gz", "r3", "--diff-against", filepath.Join(dir, "a.tar.gz"))
+
+	// The report is in the manifest, of r1 against r2.
+	rev, err := policybundle.ReadLocalFile(filepath.Join(dir, "loose.tar.gz"), policybundle.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep diff.Report
+	if err := json.Unmarshal(rev.Files.Diff, &rep); err != nil || rep.Old != "r1" || rep.New != "r2" || rep.Decisions[quotaDecision].RefuseToAllow.Verdict != diff.Found {
+		t.Fatalf("the loose bundle's manifest diff: %v %+v", err, rep)
+	}
+
+	bundles := &staticBundle{}
+	bs := httptest.NewServer(bundles)
+	defer bs.Close()
+	// No solver on PATH: a diff run here could only be unknown (refused),
+	// so the tight bundle goes live on its carried report alone.
+	srv := startServerWith(t, func(c *exec.Cmd) { c.Env = append(os.Environ(), "PATH=/nonexistent") }, append(folderArgs(root), "--decision-log", "", "--diff-gate", "--diff-timeout", "1m",
+		"--bundle-url", bs.URL+"/bundles/arbiter.tar.gz", "--bundle-verification-key-file", public, "--bundle-verification-key-id", "ops",
+		"--bundle-poll-min-delay", "1s", "--bundle-poll-max-delay", "1s")...)
+	client := &http.Client{Timeout: 30 * time.Second}
+	revision := func() any { return status(t, client, srv.url)["policy_revision"] }
+	bundles.set(a)
+	wait.Until(t, 30*time.Second, "r1 live", func() bool { return revision() == "r1" })
+	bundles.set(loose)
+	wait.Until(t, 30*time.Second, "the loose bundle refused", func() bool {
+		return strings.Contains(fmt.Sprint(status(t, client, srv.url)["bundles"]), "--diff-gate")
+	})
+	if got := revision(); got != "r1" {
+		t.Fatalf("live revision %v after a loosening bundle under --diff-gate, want r1", got)
+	}
+	bundles.set(tight)
+	wait.Until(t, 30*time.Second, "r3 live", func() bool { return revision() == "r3" })
+	var d *diff.Status
+	wait.Until(t, 30*time.Second, "the carried diff in /v1/status", func() bool {
+		b, _ := json.Marshal(status(t, client, srv.url)["diff"])
+		d = nil
+		_ = json.Unmarshal(b, &d)
+		return d != nil && d.State == diff.StateDone
+	})
+	if !d.Carried || d.Old != "r1" || d.New != "r3" || d.Report.Decisions[quotaDecision].RefuseToAllow.Verdict != diff.None {
+		t.Errorf("/v1/status diff %+v, want the carried report of r1 against r3, refuse_to_allow none", d)
+	}
+}
+
+// reload asks POST /v1/reload and returns its status.
+func reload(t *testing.T, client *http.Client, url string) engine.ReloadStatus {
+	t.Helper()
+	resp, err := client.Post(url+"/v1/reload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st engine.ReloadStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
