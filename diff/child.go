@@ -64,6 +64,9 @@ func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, er
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, ctx.Err()
+		}
 		return unknownReport(old, new, fmt.Sprintf("the analysis process did not start: %v", err)), nil
 	}
 	if c.Memory > 0 {

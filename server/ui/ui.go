@@ -798,7 +798,7 @@ func viewDiff(st diff.Status) *diffView {
 	for _, name := range st.Report.Names() {
 		for _, q := range diff.Questions {
 			a := st.Report.Decisions[name].Get(q)
-			v.Answers = append(v.Answers, diffAnswer{Decision: name, Question: string(q), Answer: a, Input: indent(a.Example)})
+			v.Answers = append(v.Answers, diffAnswer{Decision: name, Question: diff.QuestionName(q), Answer: a, Input: indent(a.Example)})
 		}
 	}
 	return v
