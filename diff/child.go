@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +59,11 @@ func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, er
 		tests = filepath.Join(oldDir, "tests")
 	}
 	cmd := exec.CommandContext(ctx, c.Path, "diff", "--format", "json", "--tests", tests, oldDir, newDir)
+	// The child and the solvers it starts are one process group, killed
+	// together on timeout or cancellation; and the child ends with this
+	// process (its solvers with it: they end with their parent).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	var stdout, stderr limitedBuffer
 	stdout.max, stderr.max = maxReport, 4096

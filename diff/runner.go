@@ -257,12 +257,13 @@ func (r *Runner) runNext() bool {
 	end := time.Now().UTC()
 	j.st.Finished = &end
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) || (err == nil && ctx.Err() != nil):
-		j.st.State, j.st.Error = StateFailed, fmt.Sprintf("did not finish within %s (--diff-timeout)", r.timeout)
-	case err != nil:
-		j.st.State, j.st.Error = StateFailed, err.Error()
-	default:
+	case err == nil && rep != nil && (r.child != nil || ctx.Err() == nil):
+		// A child's report says unknown for what did not finish.
 		j.st.State, j.st.Report = StateDone, rep
+	case errors.Is(err, context.DeadlineExceeded) || err == nil:
+		j.st.State, j.st.Error = StateFailed, fmt.Sprintf("did not finish within %s (--diff-timeout)", r.timeout)
+	default:
+		j.st.State, j.st.Error = StateFailed, err.Error()
 	}
 	r.kept = append(r.kept, j)
 	if len(r.kept) > maxKept {

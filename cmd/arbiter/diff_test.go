@@ -279,3 +279,94 @@ func reload(t *testing.T, client *http.Client, url string) engine.ReloadStatus {
 	}
 	return st
 }
+
+// hangingSolver writes a stand-in for z3 that records its pid in the file
+// it returns and then never answers.
+func hangingSolver(t *testing.T) (path, pids string) {
+	t.Helper()
+	dir := t.TempDir()
+	path, pids = filepath.Join(dir, "z3"), filepath.Join(dir, "pids")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\necho $$ >> '"+pids+"'\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, pids
+}
+
+// solverPIDs are the pids the stand-in recorded.
+func solverPIDs(pids string) []string {
+	b, _ := os.ReadFile(pids)
+	return strings.Fields(string(b))
+}
+
+// running reports whether pid is a live process (not gone, not a zombie).
+func running(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// TestKilledDiffLeavesNoSolver: a solver ends with the `arbiter diff` that
+// asked it, even one killed outright.
+func TestKilledDiffLeavesNoSolver(t *testing.T) {
+	t.Parallel()
+	solver, pids := hangingSolver(t)
+	root := copyQuota(t)
+	cmd := exec.Command(binPath, "diff", "--solver", solver, "--tests", "", root, root)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 30*time.Second, "the solver started", func() bool { return len(solverPIDs(pids)) > 0 })
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	wait.Until(t, 10*time.Second, "the solver gone with arbiter diff", func() bool {
+		for _, p := range solverPIDs(pids) {
+			if running(p) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestServeDiffTimeoutEndsUnknown: a diff past --diff-timeout is every
+// answer unknown, saying so, and its child and the child's solvers are
+// stopped together.
+func TestServeDiffTimeoutEndsUnknown(t *testing.T) {
+	t.Parallel()
+	solver, pids := hangingSolver(t)
+	root := copyQuota(t)
+	srv := startServerWith(t, func(c *exec.Cmd) { c.Env = append(os.Environ(), "ARBITER_SOLVER="+solver) },
+		append(folderArgs(root), "--decision-log", "", "--diff-timeout", "3s", "--reload-debounce", "1h")...)
+	client := &http.Client{Timeout: 30 * time.Second}
+	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 10`, `"limit": 11`)
+	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
+		t.Fatalf("test --update: exit %d", code)
+	}
+	if st := reload(t, client, srv.url); !st.OK {
+		t.Fatalf("reload: %+v", st)
+	}
+	var d *diff.Status
+	wait.Until(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
+		b, _ := json.Marshal(status(t, client, srv.url)["diff"])
+		d = nil
+		_ = json.Unmarshal(b, &d)
+		return d != nil && d.State == diff.StateDone
+	})
+	if a := d.Report.Decisions[quotaDecision].RefuseToAllow; a.Verdict != diff.Unknown || !strings.Contains(a.Reason, "did not finish within") {
+		t.Errorf("refuse_to_allow %+v, want unknown: did not finish", a)
+	}
+	if len(solverPIDs(pids)) == 0 {
+		t.Fatal("the child never started its solver")
+	}
+	wait.Until(t, 10*time.Second, "the child's solver stopped", func() bool {
+		for _, p := range solverPIDs(pids) {
+			if running(p) {
+				return false
+			}
+		}
+		return true
+	})
+}

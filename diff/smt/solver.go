@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -202,6 +203,10 @@ func Start(ctx context.Context, paths []string, perCheck time.Duration, memory u
 func (s *Solver) start(i int) error {
 	args, _ := Args(s.paths[i], s.perCheck)
 	cmd := exec.CommandContext(s.ctx, s.paths[i], args...)
+	// A solver ends with the process that asks it, however that ends (a
+	// killed `arbiter diff` must not leave cvc5 running on its last
+	// question for ever).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second
 	in, err := cmd.StdinPipe()
 	if err != nil {
