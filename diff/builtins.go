@@ -51,6 +51,19 @@ func (c *bcall) scalar(i int) (*smt.Term, mask, bool) {
 	return c.an().vterm(c.args[i], c.side())
 }
 
+// coll is an argument that is a collection, the analysis's or a constant
+// one; nil when it is neither.
+func (c *bcall) coll(i int) *coll {
+	switch v := c.arg(i).(type) {
+	case *coll:
+		return v
+	case conc:
+		col, _ := c.an().vs.concColl(v.t)
+		return col
+	}
+	return nil
+}
+
 // str is an argument that must be a string: its String term, and the
 // condition that it is not one.
 func (c *bcall) str(i int) (*smt.Term, *smt.Term, bool) {
@@ -374,13 +387,7 @@ func concat(c *bcall) bres {
 	if !ok {
 		return bres{}
 	}
-	var col *coll
-	switch v := c.arg(1).(type) {
-	case *coll:
-		col = v
-	case conc:
-		col, _ = an.vs.concColl(v.t)
-	}
+	col := c.coll(1)
 	if col == nil || col.kind == kObject || len(col.q) > 0 {
 		return bres{}
 	}
@@ -423,13 +430,7 @@ func sprintf(c *bcall) bres {
 	if !ok {
 		return bres{}
 	}
-	var list *coll
-	switch v := c.arg(1).(type) {
-	case *coll:
-		list = v
-	case conc:
-		list, _ = an.vs.concColl(v.t)
-	}
+	list := c.coll(1)
 	if list == nil || list.kind != kArray || len(list.q) > 0 {
 		return bres{}
 	}
@@ -681,12 +682,7 @@ func setOp(op string) encoder {
 		an, b := c.an(), c.b()
 		var sets [2]*coll
 		for i := range 2 {
-			switch v := c.arg(i).(type) {
-			case *coll:
-				sets[i] = v
-			case conc:
-				sets[i], _ = an.vs.concColl(v.t)
-			}
+			sets[i] = c.coll(i)
 			if sets[i] == nil || sets[i].kind != kSet || len(sets[i].q) > 0 {
 				return bres{}
 			}

@@ -122,7 +122,7 @@ func (an *analysis) readNode(sol *smt.Solver, n *node, depth int) (any, bool, er
 		}
 	}
 	ctor, arg := x.Atom, (*smt.SExpr)(nil)
-	if x.List != nil && len(x.List) == 2 {
+	if len(x.List) == 2 {
 		ctor, arg = x.List[0].Atom, x.List[1]
 	}
 	switch ctor {

@@ -243,10 +243,8 @@ func (f *frame) lift(before, after *slot, ran *smt.Term, vars []*smt.Term, s ir.
 		old[valKey(a.v)] = true
 	}
 	var changed []alt
-	var kept []*smt.Term
 	for _, a := range after.alts {
 		if old[valKey(a.v)] {
-			kept = append(kept, a.g)
 			continue
 		}
 		changed = append(changed, a)
@@ -343,49 +341,6 @@ func (f *frame) opaqueScan(s *ir.ScanStmt, st *state, src val, g *gap) *state {
 	return f.qscan(s, st, []*smt.Term{i}, cond, key, value)
 }
 
-// setLocals lists the locals a block may set.
-func setLocals(blk *ir.Block) []ir.Local {
-	seen := map[ir.Local]bool{}
-	var out []ir.Local
-	add := func(l ir.Local) {
-		if !seen[l] {
-			seen[l] = true
-			out = append(out, l)
-		}
-	}
-	var walk func(b *ir.Block)
-	walk = func(b *ir.Block) {
-		for _, s := range b.Stmts {
-			switch s := s.(type) {
-			case *ir.AssignVarStmt:
-				add(s.Target)
-			case *ir.AssignVarOnceStmt:
-				add(s.Target)
-			case *ir.ArrayAppendStmt:
-				add(s.Array)
-			case *ir.SetAddStmt:
-				add(s.Set)
-			case *ir.ObjectInsertStmt:
-				add(s.Object)
-			case *ir.ObjectInsertOnceStmt:
-				add(s.Object)
-			case *ir.BlockStmt:
-				for _, x := range s.Blocks {
-					walk(x)
-				}
-			case *ir.ScanStmt:
-				walk(s.Block)
-			case *ir.NotStmt:
-				walk(s.Block)
-			case *ir.WithStmt:
-				walk(s.Block)
-			}
-		}
-	}
-	walk(blk)
-	return out
-}
-
 // mentions reports whether v depends on any of vars.
 func (an *analysis) mentions(v val, vars []*smt.Term) bool {
 	switch x := v.(type) {
@@ -453,5 +408,3 @@ func termMentions(t *smt.Term, vars []*smt.Term) bool {
 	}
 	return walk(t)
 }
-
-func isColl(v val) bool { _, ok := v.(*coll); return ok }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/big"
 	"sort"
-	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -99,8 +98,6 @@ type alt struct {
 }
 
 var undefined = &slot{}
-
-func one(v val) *slot { return &slot{alts: []alt{{v: v}}} }
 
 // vals is the shared vocabulary of V terms.
 type vals struct {
@@ -386,19 +383,4 @@ func valKey(v val) string {
 		return fmt.Sprintf("w%p", v)
 	}
 	return fmt.Sprintf("?%p", v)
-}
-
-func slotKey(s *slot) string {
-	if s == nil {
-		return "u"
-	}
-	var parts []string
-	for _, a := range s.alts {
-		g := "T"
-		if a.g != nil {
-			g = fmt.Sprint(a.g.ID())
-		}
-		parts = append(parts, g+":"+valKey(a.v))
-	}
-	return strings.Join(parts, ";")
 }
