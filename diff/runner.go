@@ -152,11 +152,7 @@ func (r *Runner) queue(slot int, old, new *engine.Snapshot) {
 		j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateDone, Queued: now, Started: &now, Finished: &now, Report: rep, Carried: true},
 			oldHash: old.Hash, newHash: new.Hash}
 		r.slots[slot] = j
-		r.kept = append(r.kept, j)
-		if len(r.kept) > maxKept {
-			r.kept = slices.Delete(r.kept, 0, len(r.kept)-maxKept)
-		}
-		r.logDone(j)
+		r.keep(j)
 		return
 	}
 	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now},
@@ -265,12 +261,18 @@ func (r *Runner) runNext() bool {
 	default:
 		j.st.State, j.st.Error = StateFailed, err.Error()
 	}
+	r.keep(j)
+	return true
+}
+
+// keep records a finished diff (the last maxKept) and logs it. Called
+// with r.mu held.
+func (r *Runner) keep(j *job) {
 	r.kept = append(r.kept, j)
 	if len(r.kept) > maxKept {
 		r.kept = slices.Delete(r.kept, 0, len(r.kept)-maxKept)
 	}
 	r.logDone(j)
-	return true
 }
 
 func (r *Runner) logDone(j *job) {

@@ -99,13 +99,7 @@ func TestServeDiffsEachReload(t *testing.T) {
 	if !st.OK || !st.Changed || st.From != first {
 		t.Fatalf("reload: %+v, want the raised limit live, from %v", st, first)
 	}
-	var d *diff.Status
-	wait.Until(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
-		b, _ := json.Marshal(status(t, client, srv.url)["diff"])
-		d = nil
-		_ = json.Unmarshal(b, &d)
-		return d != nil && d.State == diff.StateDone
-	})
+	d := liveDiff(t, client, srv.url)
 	if d.Old != first || d.New != st.Revision || d.Report.Decisions[quotaDecision].RefuseToAllow.Verdict != diff.Found || len(d.Report.Decisions[quotaDecision].RefuseToAllow.Example) == 0 {
 		t.Errorf("/v1/status diff %+v, want %v against %s with a found refuse_to_allow example", d, first, st.Revision)
 	}
@@ -126,22 +120,13 @@ func TestServeDiffChildEndsUnknown(t *testing.T) {
 	srv := startServer(t, append(folderArgs(root), "--decision-log", "", "--diff-timeout", "1m", "--diff-memory", "8MiB", "--reload-debounce", "1h")...)
 	client := &http.Client{Timeout: 30 * time.Second}
 
-	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 10`, `"limit": 11`)
-	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
-		t.Fatalf("test --update: exit %d", code)
-	}
+	setLimit(t, root, `"limit": 10`, `"limit": 11`)
 	resp, err := client.Post(srv.url+"/v1/reload", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	var d *diff.Status
-	wait.Until(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
-		b, _ := json.Marshal(status(t, client, srv.url)["diff"])
-		d = nil
-		_ = json.Unmarshal(b, &d)
-		return d != nil && d.State == diff.StateDone
-	})
+	d := liveDiff(t, client, srv.url)
 	for _, q := range diff.Questions {
 		a := d.Report.Decisions[quotaDecision].Get(q)
 		if a.Verdict != diff.Unknown || !strings.Contains(a.Reason, "--diff-memory") {
@@ -166,10 +151,7 @@ func TestDiffGate(t *testing.T) {
 	client := &http.Client{Timeout: time.Minute}
 	first := status(t, client, srv.url)["policy_revision"]
 
-	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 10`, `"limit": 11`)
-	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
-		t.Fatalf("test --update: exit %d", code)
-	}
+	setLimit(t, root, `"limit": 10`, `"limit": 11`)
 	st := reload(t, client, srv.url)
 	if st.OK || !strings.Contains(fmt.Sprint(st.Problems), "--diff-gate") || !strings.Contains(fmt.Sprint(st.Problems), "refuse_to_allow found") {
 		t.Fatalf("reload of a raised limit under --diff-gate: %+v, want refused by the diff", st)
@@ -178,10 +160,7 @@ func TestDiffGate(t *testing.T) {
 		t.Errorf("live revision %v after the refusal, want %v", got, first)
 	}
 	// A tightening is proved to allow nothing new: it goes live.
-	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 11`, `"limit": 9`)
-	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
-		t.Fatalf("test --update: exit %d", code)
-	}
+	setLimit(t, root, `"limit": 11`, `"limit": 9`)
 	if st := reload(t, client, srv.url); !st.OK || !st.Changed {
 		t.Fatalf("reload of a lowered limit under --diff-gate: %+v, want it live", st)
 	}
@@ -210,16 +189,10 @@ func TestBuildCarriesTheDiff(t *testing.T) {
 		}
 		return raw
 	}
-	edit := func(from, to string) {
-		testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), from, to)
-		if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
-			t.Fatalf("test --update: exit %d", code)
-		}
-	}
 	a := build("a.tar.gz", "r1")
-	edit(`"limit": 10`, `"limit": 11`)
+	setLimit(t, root, `"limit": 10`, `"limit": 11`)
 	loose := build("loose.tar.gz", "r2", "--diff-against", filepath.Join(dir, "a.tar.gz"))
-	edit(`"limit": 11`, `"limit": 9`)
+	setLimit(t, root, `"limit": 11`, `"limit": 9`)
 	tight := build("tight.tar.gz", "r3", "--diff-against", filepath.Join(dir, "a.tar.gz"))
 
 	// The report is in the manifest, of r1 against r2.
@@ -341,20 +314,11 @@ func TestServeDiffTimeoutEndsUnknown(t *testing.T) {
 	srv := startServerWith(t, func(c *exec.Cmd) { c.Env = append(os.Environ(), "ARBITER_SOLVER="+solver) },
 		append(folderArgs(root), "--decision-log", "", "--diff-timeout", "3s", "--reload-debounce", "1h")...)
 	client := &http.Client{Timeout: 30 * time.Second}
-	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), `"limit": 10`, `"limit": 11`)
-	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
-		t.Fatalf("test --update: exit %d", code)
-	}
+	setLimit(t, root, `"limit": 10`, `"limit": 11`)
 	if st := reload(t, client, srv.url); !st.OK {
 		t.Fatalf("reload: %+v", st)
 	}
-	var d *diff.Status
-	wait.Until(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
-		b, _ := json.Marshal(status(t, client, srv.url)["diff"])
-		d = nil
-		_ = json.Unmarshal(b, &d)
-		return d != nil && d.State == diff.StateDone
-	})
+	d := liveDiff(t, client, srv.url)
 	if a := d.Report.Decisions[quotaDecision].RefuseToAllow; a.Verdict != diff.Unknown || !strings.Contains(a.Reason, "did not finish within") {
 		t.Errorf("refuse_to_allow %+v, want unknown: did not finish", a)
 	}
@@ -369,4 +333,27 @@ func TestServeDiffTimeoutEndsUnknown(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// liveDiff waits for the diff of the live revision in /v1/status to be done.
+func liveDiff(t *testing.T, client *http.Client, url string) *diff.Status {
+	t.Helper()
+	var d *diff.Status
+	wait.Until(t, time.Minute, "the diff of the reload in /v1/status", func() bool {
+		b, _ := json.Marshal(status(t, client, url)["diff"])
+		d = nil
+		_ = json.Unmarshal(b, &d)
+		return d != nil && d.State == diff.StateDone
+	})
+	return d
+}
+
+// setLimit edits the quota decision's data and re-records its fixtures,
+// as an engineer making the edit on purpose would.
+func setLimit(t *testing.T, root, from, to string) {
+	t.Helper()
+	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), from, to)
+	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
+		t.Fatalf("test --update: exit %d", code)
+	}
 }

@@ -20,8 +20,7 @@ import (
 // Solver asks one or more SMT solvers (cvc5, z3), each a child process
 // spoken to in SMT-LIB 2 over its standard input and output, the same
 // commands: each check-sat is answered by the first to say sat or unsat
-// (a portfolio: cvc5 finds models with strings quickly, z3 proves many
-// unsat formulas quickly), and the others are stopped and started again,
+// (a portfolio: whichever is faster on a question answers it), and the others are stopped and started again,
 // replaying the commands, for the next check.
 type Solver struct {
 	ctx      context.Context
