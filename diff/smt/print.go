@@ -244,15 +244,21 @@ func (s *Script) quant(q *Term, scope map[int]string) string {
 	return fmt.Sprintf("(%s (%s) %s%s%s)", q.op, strings.Join(decls, " "), lets.String(), ref(body), strings.Repeat(")", closing))
 }
 
+// exprLimit bounds the text of one term Expr writes.
+const exprLimit = 1 << 20
+
 // Expr writes t as an expression over what is already declared, defining
 // nothing (a get-value after check-sat must not change the assertions);
 // ok is false when t needs a variable or function not declared yet, which
-// nothing constrains.
+// nothing constrains, or when its text would pass exprLimit bytes (a term
+// not defined yet is written out whole, and shared subterms of a deep one
+// repeat: its text can grow exponentially with its depth).
 func (s *Script) Expr(t *Term) (string, bool) {
 	if t.quant {
 		return "", false // get-value takes no quantifier
 	}
 	memo := map[int]string{}
+	size := 0
 	var walk func(t *Term) (string, bool)
 	walk = func(t *Term) (string, bool) {
 		if s.done[t.id] && t.kind != kQuant && !t.bound {
@@ -291,6 +297,9 @@ func (s *Script) Expr(t *Term) (string, bool) {
 			out = t.op
 		default:
 			out = "(" + t.op + " " + strings.Join(parts, " ") + ")"
+		}
+		if size += len(out); size > exprLimit {
+			return "", false
 		}
 		memo[t.id] = out
 		return out, true

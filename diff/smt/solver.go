@@ -465,7 +465,8 @@ func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
 
 // Values asks the values of terms in the model of the last check's
 // answer; a term over a variable or function the solver was never told of
-// is nil (nothing constrains it).
+// is nil (nothing constrains it), and so is one too large to write
+// (Script.Expr).
 func (s *Solver) Values(terms []*Term) ([]*SExpr, error) {
 	if s.broken != nil {
 		return nil, s.broken
