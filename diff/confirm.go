@@ -61,8 +61,32 @@ func found(ctx context.Context, old, new *engine.Snapshot, name string, q shadow
 			continue
 		}
 		cur := ex
-		for _, p := range leafDiff(base, ex, "") {
-			try := setAt(deepCopy(cur), base, p)
+		// Leaves the solver gave one value (identifiers that must match)
+		// go back together first, then each leaf alone.
+		diffs := leafDiff(base, ex, "")
+		groups := map[string][]string{}
+		var keys []string
+		for _, p := range diffs {
+			k := string(encodeJSON(valueAt(ex, p)))
+			if groups[k] == nil {
+				keys = append(keys, k)
+			}
+			groups[k] = append(groups[k], p)
+		}
+		var tries [][]string
+		for _, k := range keys {
+			if len(groups[k]) > 1 {
+				tries = append(tries, groups[k])
+			}
+		}
+		for _, p := range diffs {
+			tries = append(tries, []string{p})
+		}
+		for _, ps := range tries {
+			try := deepCopy(cur)
+			for _, p := range ps {
+				try = setAt(try, base, p)
+			}
 			if c := confirm(ctx, old, new, name, encodeJSON(try)); c.class == q && c.agree {
 				cur = try
 			}
@@ -117,16 +141,44 @@ func leafDiff(a, b any, at string) []string {
 	return []string{at}
 }
 
+// pointerParts are the unescaped tokens of a JSON pointer (RFC 6901).
+func pointerParts(p string) []string {
+	parts := strings.Split(p[1:], "/")
+	for i := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(parts[i], "~1", "/"), "~0", "~")
+	}
+	return parts
+}
+
+// valueAt is the value doc holds at pointer p (nil where it holds none).
+func valueAt(doc any, p string) any {
+	if p == "" {
+		return doc
+	}
+	for _, k := range pointerParts(p) {
+		switch d := doc.(type) {
+		case map[string]any:
+			doc = d[k]
+		case []any:
+			i, err := strconv.Atoi(k)
+			if err != nil || i < 0 || i >= len(d) {
+				return nil
+			}
+			doc = d[i]
+		default:
+			return nil
+		}
+	}
+	return doc
+}
+
 // setAt is doc with the value base holds at pointer p (or without it,
 // where base has none).
 func setAt(doc, base any, p string) any {
 	if p == "" {
 		return deepCopy(base)
 	}
-	parts := strings.Split(p[1:], "/")
-	for i := range parts {
-		parts[i] = strings.ReplaceAll(strings.ReplaceAll(parts[i], "~1", "/"), "~0", "~")
-	}
+	parts := pointerParts(p)
 	var walk func(d, b any, parts []string) any
 	walk = func(d, b any, parts []string) any {
 		k := parts[0]
