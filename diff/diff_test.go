@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/big"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -174,6 +177,12 @@ type stock struct {
 	root    string
 	queries map[string]rego.PreparedEvalQuery
 	schemas map[string]*jsonschema.Schema
+	// The constants the revision states (in its Rego, its data and its
+	// schemas), and the integers next to each number: what generated
+	// inputs draw from, so that a bound the edit moves is met on both
+	// sides of it.
+	nums []json.Number
+	strs []string
 }
 
 func stockLoad(t *testing.T, root string) *stock {
@@ -187,6 +196,13 @@ func stockLoad(t *testing.T, root string) *stock {
 		t.Fatal(err)
 	}
 	s := &stock{root: root, queries: map[string]rego.PreparedEvalQuery{}, schemas: map[string]*jsonschema.Schema{}}
+	for _, m := range res.ParsedModules() {
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			s.constant(t.Value)
+			return false
+		})
+	}
+	walkScalars(res.Documents, func(v any) { s.constant(v) })
 	dirs, _ := filepath.Glob(filepath.Join(root, "schemas", "*"))
 	for _, d := range dirs {
 		name := filepath.Base(d)
@@ -204,8 +220,42 @@ func stockLoad(t *testing.T, root string) *stock {
 			t.Fatal(err)
 		}
 		s.schemas[name] = sch
+		var doc any
+		testfiles.ReadJSON(t, filepath.Join(d, "input.json"), &doc)
+		walkScalars(doc, func(v any) { s.constant(v) })
 	}
 	return s
+}
+
+// constant records a constant of the revision: a string, or a number and
+// the integers around it.
+func (s *stock) constant(v any) {
+	var num string
+	switch x := v.(type) {
+	case ast.String:
+		s.strs = append(s.strs, string(x))
+		return
+	case string:
+		s.strs = append(s.strs, x)
+		return
+	case ast.Number:
+		num = string(x)
+	case json.Number:
+		num = string(x)
+	case float64:
+		num = strconv.FormatFloat(x, 'g', -1, 64)
+	default:
+		return
+	}
+	r, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return
+	}
+	s.nums = append(s.nums, json.Number(num))
+	floor := new(big.Int).Quo(r.Num(), r.Denom())
+	for d := int64(-1); d <= 2; d++ {
+		s.nums = append(s.nums, json.Number(new(big.Int).Add(floor, big.NewInt(d)).String()))
+	}
 }
 
 func (s *stock) valid(name string, doc []byte) bool {
@@ -237,7 +287,9 @@ func (s *stock) decide(t *testing.T, name string, doc []byte) shadow.Outcome {
 // generate makes n inputs of decision name that either revision's schema
 // accepts: the fixtures varied by package corpus (members swapped between
 // fixtures), then each scalar changed at random with some chance to a
-// nearby integer, the other boolean, a string seen elsewhere, or removed.
+// small integer or one next to a number either revision states, the other
+// boolean, a string seen in a fixture or stated by either revision (or it
+// with a character before or after), or removed.
 func generate(t *testing.T, name string, n int, a, b *stock) [][]byte {
 	t.Helper()
 	base, err := corpus.Generate(filepath.Join(base, "policy_test"), 100, 20, func(d string, body []byte) bool { return d == name })
@@ -255,6 +307,33 @@ func generate(t *testing.T, name string, n int, a, b *stock) [][]byte {
 		})
 	}
 	strs = append(strs, "f", "fx", "g", "h0")
+	var nums []json.Number
+	for _, r := range []*stock{a, b} {
+		nums = append(nums, r.nums...)
+		for _, c := range r.strs {
+			strs = append(strs, c, c+"x", "x"+c)
+		}
+	}
+	slices.Sort(strs)
+	strs = slices.Compact(strs)
+	slices.Sort(nums)
+	nums = slices.Compact(nums)
+	// The constants one revision states and the other does not (what the
+	// edit wrote) are drawn as often as all the others.
+	var dstrs []string
+	var dnums []json.Number
+	for _, r := range [][2]*stock{{a, b}, {b, a}} {
+		for _, c := range r[0].strs {
+			if !slices.Contains(r[1].strs, c) {
+				dstrs = append(dstrs, c, c+"x", "x"+c)
+			}
+		}
+		for _, c := range r[0].nums {
+			if !slices.Contains(r[1].nums, c) {
+				dnums = append(dnums, c)
+			}
+		}
+	}
 	rng := rand.New(rand.NewPCG(20, uint64(len(name))))
 	var out [][]byte
 	for tries := 0; len(out) < n; tries++ {
@@ -263,7 +342,18 @@ func generate(t *testing.T, name string, n int, a, b *stock) [][]byte {
 		}
 		var doc any
 		_ = decodeJSON(base[rng.IntN(len(base))].Body, &doc)
-		doc = mutate(doc, rng, strs)
+		ss, ns := strs, nums
+		if len(dstrs) > 0 && rng.IntN(2) == 0 {
+			ss = dstrs
+		}
+		if len(dnums) > 0 && rng.IntN(2) == 0 {
+			ns = dnums
+		}
+		if rng.IntN(2) == 0 {
+			doc = mutate(doc, rng, ss, ns)
+		} else {
+			substitute(doc, rng, 1+rng.IntN(2), ss, ns)
+		}
 		body := encodeJSON(doc)
 		if a.valid(name, body) || b.valid(name, body) {
 			out = append(out, body)
@@ -272,7 +362,7 @@ func generate(t *testing.T, name string, n int, a, b *stock) [][]byte {
 	return out
 }
 
-func mutate(v any, rng *rand.Rand, strs []string) any {
+func mutate(v any, rng *rand.Rand, strs []string, nums []json.Number) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
@@ -280,12 +370,12 @@ func mutate(v any, rng *rand.Rand, strs []string) any {
 				delete(x, k)
 				continue
 			}
-			x[k] = mutate(e, rng, strs)
+			x[k] = mutate(e, rng, strs, nums)
 		}
 		return x
 	case []any:
 		for i := range x {
-			x[i] = mutate(x[i], rng, strs)
+			x[i] = mutate(x[i], rng, strs, nums)
 		}
 		if len(x) > 0 && rng.IntN(20) == 0 {
 			return x[:0]
@@ -299,6 +389,9 @@ func mutate(v any, rng *rand.Rand, strs []string) any {
 	case bool:
 		return !x
 	case json.Number:
+		if len(nums) > 0 && rng.IntN(2) == 0 {
+			return nums[rng.IntN(len(nums))]
+		}
 		return json.Number([]string{"0", "1", "2", "3", "4", "5", "1e0", "3.0"}[rng.IntN(8)])
 	case string:
 		return strs[rng.IntN(len(strs))]
@@ -306,6 +399,76 @@ func mutate(v any, rng *rand.Rand, strs []string) any {
 		return []any{true, json.Number("1"), "f"}[rng.IntN(3)]
 	}
 	return v
+}
+
+// substitute changes k scalars of doc, chosen at random, each to a
+// constant of its type (a bound either revision states), the value of
+// another scalar of its type (equal, one more or less, one character
+// longer: what a comparison of two fields turns on), null, or removes it:
+// a fixture with one or two leaves at a bound is where a loosening
+// usually shows.
+func substitute(doc any, rng *rand.Rand, k int, strs []string, nums []json.Number) {
+	type leaf struct {
+		v        any
+		set, del func(any)
+	}
+	var leaves []leaf
+	var walk func(v any, set, del func(any))
+	walk = func(v any, set, del func(any)) {
+		switch x := v.(type) {
+		case map[string]any:
+			for key, e := range x {
+				walk(e, func(n any) { x[key] = n }, func(any) { delete(x, key) })
+			}
+		case []any:
+			for i, e := range x {
+				walk(e, func(n any) { x[i] = n }, nil)
+			}
+		default:
+			if set != nil {
+				leaves = append(leaves, leaf{v, set, del})
+			}
+		}
+	}
+	walk(doc, nil, nil)
+	if len(leaves) == 0 {
+		return
+	}
+	for range k {
+		l := leaves[rng.IntN(len(leaves))]
+		other := leaves[rng.IntN(len(leaves))].v
+		switch r := rng.IntN(10); {
+		case r < 5:
+			switch l.v.(type) {
+			case json.Number:
+				if len(nums) > 0 {
+					l.set(nums[rng.IntN(len(nums))])
+				}
+			case string:
+				l.set(strs[rng.IntN(len(strs))])
+			default:
+				l.set(mutate(l.v, rng, strs, nums))
+			}
+		case r < 7:
+			if n, ok := other.(json.Number); ok {
+				if _, same := l.v.(json.Number); same {
+					l.set(n)
+					if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+						l.set(json.Number(strconv.FormatInt(i+int64(rng.IntN(3))-1, 10)))
+					}
+				}
+			}
+			if o, ok := other.(string); ok {
+				if _, same := l.v.(string); same {
+					l.set([]string{o, o + "x", o + "\n", "x" + o}[rng.IntN(4)])
+				}
+			}
+		case r < 8 || l.del == nil:
+			l.set(nil)
+		default:
+			l.del(nil)
+		}
+	}
 }
 
 func walkScalars(v any, f func(any)) {
