@@ -206,7 +206,9 @@ func stockLoad(t *testing.T, root string) *stock {
 	dirs, _ := filepath.Glob(filepath.Join(root, "schemas", "*"))
 	for _, d := range dirs {
 		name := filepath.Base(d)
-		opts := []func(*rego.Rego){rego.Query("data.decisions." + name + ".decision"), rego.Store(store)}
+		// Strict builtin errors, as the engine asks of OPA: a builtin's
+		// error is the decision's error, never an undefined that allows.
+		opts := []func(*rego.Rego){rego.Query("data.decisions." + name + ".decision"), rego.Store(store), rego.StrictBuiltinErrors(true)}
 		for _, m := range res.ParsedModules() {
 			opts = append(opts, rego.ParsedModule(m))
 		}
