@@ -164,7 +164,7 @@ func typeName(c *bcall) bres {
 	for _, n := range names {
 		out = append(out, alt{g: c.an().kindIs(c.arg(0), n.k, c.side()), v: conc{ast.StringTerm(n.name)}})
 	}
-	return bres{alts: out, err: b.False(), ok: true}
+	return bres{alts: out, err: b.Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
 }
 
 // member2 is "x in coll": a member (an array's or set's, an object's
@@ -541,18 +541,34 @@ func regexMatch(c *bcall) bres {
 
 // objectGet is object.get(obj, key, default) with a constant key (or
 // path).
+// objectGet is object.get(obj, key or path, default): OPA's fails unless
+// obj is an object; a path is an array of keys, each looked up in what
+// the last one found (a constant, or one the plan built of constants).
 func objectGet(c *bcall) bres {
 	b := c.b()
-	k, ok := c.arg(1).(conc)
-	if !ok {
-		return bres{}
-	}
-	path := []*ast.Term{k.t}
-	if arr, ok := k.t.Value.(*ast.Array); ok {
-		path = nil
-		for i := 0; i < arr.Len(); i++ {
-			path = append(path, arr.Elem(i))
+	var path []*ast.Term
+	switch k := c.arg(1).(type) {
+	case conc:
+		path = []*ast.Term{k.t}
+		if arr, ok := k.t.Value.(*ast.Array); ok {
+			path = nil
+			for i := 0; i < arr.Len(); i++ {
+				path = append(path, arr.Elem(i))
+			}
 		}
+	case *coll:
+		if k.kind != kArray || len(k.q) > 0 {
+			return bres{}
+		}
+		for _, e := range k.elems {
+			kc, ok := e.v.(conc)
+			if !ok || !e.g.IsTrue() {
+				return bres{}
+			}
+			path = append(path, kc.t)
+		}
+	default:
+		return bres{}
 	}
 	cur := []alt{{g: b.True(), v: c.arg(0)}}
 	for _, key := range path {
@@ -574,7 +590,7 @@ func objectGet(c *bcall) bres {
 	found := c.an().joinAlts(cur)
 	out := append([]alt(nil), found.alts...)
 	out = append(out, alt{g: b.Not(c.an().def(found)), v: c.arg(2)})
-	return bres{alts: out, err: b.False(), ok: true}
+	return bres{alts: out, err: b.Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
 }
 
 // sortedMembers orders a set's or array's members when they are all
