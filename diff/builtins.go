@@ -139,6 +139,8 @@ func init() {
 		"format_int":        formatInt,
 		"regex.match":       regexMatch,
 		"object.get":        objectGet,
+		"lower":             caseMap("lower", 'A', 'Z'),
+		"upper":             caseMap("upper", 'a', 'z'),
 		"sort":              sortColl,
 		"array.concat":      arrayConcat,
 		"and":               setOp("and"),
@@ -539,8 +541,37 @@ func regexMatch(c *bcall) bres {
 	return c.value(sym{t: c.vs().boolV(b.App("str.in_re", smt.Bool, s, re)), m: mBool}, es)
 }
 
-// objectGet is object.get(obj, key, default) with a constant key (or
-// path).
+// caseMap is lower or upper (Go's strings.ToLower, ToUpper: rune by
+// rune), not computed but bound by what is true of it: the result has as
+// many characters as its argument and none of the letters it maps away
+// (from..to), and an ASCII argument without those letters is its own
+// result. The rest is a gap: a none stays sound, an example that needs
+// more is unknown.
+func caseMap(name string, from, to rune) encoder {
+	return func(c *bcall) bres {
+		an, b := c.an(), c.b()
+		s, es, ok := c.str(0)
+		if !ok {
+			return bres{}
+		}
+		fn := name + "!str"
+		if _, ok := an.gapVars[fn]; !ok {
+			an.gapVars[fn] = c.gap("builtin " + name + " on values of the input (bound by its length and letters, not computed)")
+		}
+		r := b.Fun(fn, smt.String, s)
+		lit := func(x rune) *smt.Term { t, _ := b.StrLit(string(x)); return t }
+		rng := func(lo, hi rune) *smt.Term { return b.App("re.range", smt.RegLan, lit(lo), lit(hi)) }
+		all := b.App("re.*", smt.RegLan, b.App("re.allchar", smt.RegLan))
+		letters := b.App("re.++", smt.RegLan, all, rng(from, to), all)
+		same := b.App("re.*", smt.RegLan, b.App("re.union", smt.RegLan, rng(0, from-1), rng(to+1, 0x7f)))
+		an.axioms = append(an.axioms,
+			b.Eq(b.App("str.len", smt.Int, r), b.App("str.len", smt.Int, s)),
+			b.Not(b.App("str.in_re", smt.Bool, r, letters)),
+			b.Implies(b.App("str.in_re", smt.Bool, s, same), b.Eq(r, s)))
+		return c.value(c.strVal(r), es)
+	}
+}
+
 // objectGet is object.get(obj, key or path, default): OPA's fails unless
 // obj is an object; a path is an array of keys, each looked up in what
 // the last one found (a constant, or one the plan built of constants).
