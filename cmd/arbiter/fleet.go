@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/policybundle"
@@ -77,6 +78,9 @@ func (f *fleetConfig) validate() error {
 		if f.limits.Bytes <= 0 || f.limits.UnpackedBytes <= 0 || f.limits.Files <= 0 || f.dlTimeout <= 0 || f.stallTimeout <= 0 {
 			return errors.New("--bundle-max-bytes, --bundle-max-unpacked-bytes, --bundle-max-files, --bundle-download-timeout and --bundle-download-stall-timeout must be positive")
 		}
+	}
+	if len(f.replicaID) > decisionlog.MaxNameBytes {
+		return fmt.Errorf("--replica-id is %d bytes long; a replica's id is a stored name, at most %d", len(f.replicaID), decisionlog.MaxNameBytes)
 	}
 	if f.logService != "" && (f.logMaxEvents <= 0 || f.uploadQueueBytes <= 0) {
 		return errors.New("--decision-log-upload-max-events and --decision-log-upload-queue-bytes must be positive")

@@ -1,0 +1,127 @@
+package decisionstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+)
+
+// randomLetters are n letters that no compression shortens: PostgreSQL
+// compresses a long index entry before it checks btree's 2704-byte limit.
+func randomLetters(rng *rand.Rand, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(rng.IntN(26))
+	}
+	return string(b)
+}
+
+// lockedBuffer is a log's output, written by the sink's goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines(substr string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// recorded is a sink of the pipeline that keeps what it is given: any
+// sink beside the file and the store (the upload, the pages' ring).
+type recorded struct {
+	mu   sync.Mutex
+	recs []decisionlog.Record
+}
+
+func (r *recorded) Write(recs []decisionlog.Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, recs...)
+}
+
+// TestHostileNamesCostTheStoreNothing: a caller chooses a request's
+// decision name and path (POST /v1/decisions/<3000 letters> is answered
+// 404, and logged), and a client certificate its caller name. Bounded
+// where the pipeline takes the record, they reach every sink (the file,
+// the store, any other) at most decisionlog.MaxNameBytes long, cut with a
+// visible marker, and the store writes the hostile records with the others
+// without a failed write. Before, each was past btree's 2704-byte entry:
+// it split its batch down to itself and was dropped.
+func TestHostileNamesCostTheStoreNothing(t *testing.T) {
+	t.Parallel()
+	url := cluster.DB(t)
+	s := newSink(t, url, SinkConfig{})
+	var other recorded
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := decisionlog.Open(decisionlog.Options{Path: path, Sinks: []decisionlog.Sink{s, &other}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(29, 1))
+	const n = 400
+	for i := range n {
+		rec := decision(i)
+		if i%2 == 1 {
+			name := randomLetters(rng, 3000)
+			rec.Decision, rec.Path, rec.Caller = name, "/v1/decisions/"+name, randomLetters(rng, 3000)
+			rec.Result, rec.Error = nil, &decisionlog.RecordError{Code: "unknown_decision", Message: "no such decision"}
+		}
+		l.Log(rec)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, s, "every record written or dropped", func(st SinkStats) bool { return st.Written+st.DroppedTotal() == n })
+	if st.Written != n || st.WritesFailed != 0 {
+		t.Fatalf("written %d of %d, %d rejected, %d failed writes; want every record written and no write failed", st.Written, n, st.Dropped[DropRejected], st.WritesFailed)
+	}
+
+	// Every sink has each name bounded, a hostile one with its marker.
+	check := func(where string, i int, names ...string) {
+		t.Helper()
+		for _, name := range names {
+			if len(name) > decisionlog.MaxNameBytes || (i%2 == 1) != strings.Contains(name, "...[truncated from ") {
+				t.Fatalf("%s, record %d: a name of %d bytes (%.40q...), want at most %d and a marker when cut", where, i, len(name), name, decisionlog.MaxNameBytes)
+			}
+		}
+	}
+	var file []decisionlog.Record
+	if _, err := decisionlog.ReadFile(path, func(_ int, rec decisionlog.Record) error { file = append(file, rec); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(file) != n || len(other.recs) != n {
+		t.Fatalf("%d records in the file, %d in the other sink; want %d", len(file), len(other.recs), n)
+	}
+	for i := range n {
+		check("the file", i, file[i].Decision, file[i].Path, file[i].Caller)
+		check("the other sink", i, other.recs[i].Decision, other.recs[i].Path, other.recs[i].Caller)
+	}
+	if n := count(t, url, fmt.Sprintf(`WHERE greatest(octet_length(decision), octet_length(path), octet_length(caller)) > %d`, decisionlog.MaxNameBytes)); n != 0 {
+		t.Errorf("%d rows of the store with a name past the bound", n)
+	}
+}
