@@ -125,3 +125,68 @@ func TestHostileNamesCostTheStoreNothing(t *testing.T) {
 		t.Errorf("%d rows of the store with a name past the bound", n)
 	}
 }
+
+// fakeClock is the sink's clock in a test: it moves only when told.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestSinkRefusedRowCostsOneWrite: a value the database refuses for its
+// size (here under an index of the operator's own on an input member, past
+// btree's 2704 bytes: SQLSTATE 54000) is that record's problem: COPY names
+// its line, so the record is dropped and counted (rejected) at the cost of
+// the one write it failed, and the rest of its batch is written at once.
+// The refusals are warned about once, then at most once a minute, each
+// line saying how many since the last.
+func TestSinkRefusedRowCostsOneWrite(t *testing.T) {
+	t.Parallel()
+	url := cluster.DB(t)
+	if _, err := open(t, url).Pool().Exec(ctxT(t), `CREATE INDEX records_note ON arbiter_store.records ((input->>'note'))`); err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{t: t0}
+	var logged lockedBuffer
+	s := newSink(t, url, SinkConfig{Logger: slog.New(slog.NewTextHandler(&logged, nil)), now: clock.now})
+	rng := rand.New(rand.NewPCG(29, 2))
+	const n, bad = 1000, 10
+	var recs []decisionlog.Record
+	for i := range n {
+		rec := decision(i)
+		if i%(n/bad) == n/bad/2 {
+			rec.Input = []byte(`{"note":"` + randomLetters(rng, 4000) + `"}`)
+		}
+		recs = append(recs, rec)
+	}
+	s.Write(recs)
+	st := waitFor(t, s, "every record written or rejected", func(st SinkStats) bool { return st.Written+st.Dropped[DropRejected] == n })
+	if st.Written != n-bad || st.Dropped[DropRejected] != bad || st.WritesFailed != bad {
+		t.Fatalf("written %d, rejected %d, %d failed writes; want %d, %d and one failed write per refused record", st.Written, st.Dropped[DropRejected], st.WritesFailed, n-bad, bad)
+	}
+	if n := count(t, url, `WHERE input ? 'note'`); n != 0 {
+		t.Errorf("%d refused records in the store", n)
+	}
+	const warning = "decision store refused records"
+	if got := logged.lines(warning); len(got) != 1 || !strings.Contains(got[0], " records=1 ") {
+		t.Fatalf("warnings within a minute:\n%s\nwant one, of the first record", strings.Join(got, "\n"))
+	}
+	// A minute later, the next line says how many were refused meanwhile.
+	clock.advance(time.Minute)
+	s.Write([]decisionlog.Record{decision(n)})
+	waitFor(t, s, "one more written", func(st SinkStats) bool { return st.Written == n-bad+1 })
+	if got := logged.lines(warning); len(got) != 2 || !strings.Contains(got[1], " records=9 ") || !strings.Contains(got[1], " rejected_total=10 ") {
+		t.Fatalf("warnings a minute later:\n%s\nwant a second one, of the 9 others", strings.Join(got, "\n"))
+	}
+}
