@@ -6,11 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 )
@@ -188,5 +195,157 @@ func TestSinkRefusedRowCostsOneWrite(t *testing.T) {
 	waitFor(t, s, "one more written", func(st SinkStats) bool { return st.Written == n-bad+1 })
 	if got := logged.lines(warning); len(got) != 2 || !strings.Contains(got[1], " records=9 ") || !strings.Contains(got[1], " rejected_total=10 ") {
 		t.Fatalf("warnings a minute later:\n%s\nwant a second one, of the 9 others", strings.Join(got, "\n"))
+	}
+}
+
+// countingConn counts the bytes a reader receives from the database.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// countedReader is a Reader on a connection of its own that counts the
+// bytes it receives.
+func countedReader(t *testing.T, url string) (*Reader, *atomic.Int64) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return countingConn{c, &n}, err
+	}
+	conn, err := pgx.ConnectConfig(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return NewReader(conn), &n
+}
+
+// hostileRows stores 5 decisions, one whose record is 4 MiB (its input)
+// and one whose record is not JSON (written by hand: no replica writes
+// one), and returns the ids of the last two.
+func hostileRows(t *testing.T, url string) (big, bad string) {
+	t.Helper()
+	s := newSink(t, url, SinkConfig{})
+	var recs []decisionlog.Record
+	for i := range 5 {
+		recs = append(recs, decision(i))
+	}
+	recs[2].Input = []byte(`{"blob":"` + strings.Repeat("x", 4<<20) + `"}`)
+	s.Write(recs)
+	waitFor(t, s, "5 written", func(st SinkStats) bool { return st.Written == 5 })
+	if _, err := open(t, url).Pool().Exec(ctxT(t), `INSERT INTO arbiter_store.records (time, decision_id, kind, replica, decision, path, record)
+		VALUES ($1, 'not-json', 'decision', 'replica-z', 'd1', '/v1/decisions/d1', 'this is not {JSON')`, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return recs[2].DecisionID, "not-json"
+}
+
+// TestReadersSurviveHostileRows: a row whose record is not JSON, or is
+// megabytes long, costs a reader neither its answer nor its memory. The
+// list reads the columns it shows, not the records (a few KiB for a page
+// beside a 4 MiB record, and the row that is not JSON is listed from its
+// columns); a decision's record is loaded up to MaxRecordBytes, a larger
+// one as its first bytes and its size; one that is not a decision record
+// is shown the same way, and counted (the sink's metric, for its pages).
+func TestReadersSurviveHostileRows(t *testing.T) {
+	t.Parallel()
+	url := cluster.DB(t)
+	big, bad := hostileRows(t, url)
+	r, read := countedReader(t, url)
+	r.MaxRecordBytes = 1 << 20
+
+	read.Store(0)
+	rows, _, err := r.List(ctxT(t), Filter{}, Cursor{}, 50)
+	if err != nil {
+		t.Fatalf("listing beside a row that is not JSON: %v", err)
+	}
+	if len(rows) != 6 {
+		t.Fatalf("%d rows listed, want 6", len(rows))
+	}
+	if n := read.Load(); n > 64<<10 {
+		t.Errorf("listing 6 rows read %d bytes from the database; want the columns, not the 4 MiB record", n)
+	}
+	// A listed row is what its columns say.
+	for _, row := range rows[1:] {
+		want := decision(int(row.Record.DurationNS - 1000))
+		if got := row.Record; got.DecisionID != want.DecisionID || got.Decision != want.Decision || got.Path != want.Path ||
+			got.Revision != want.Revision || got.Caller != want.Caller || !got.Time.Equal(want.Time) || row.Outcome != "o1" || row.Partial != nil {
+			t.Errorf("listed %+v (%+v), want the columns of %+v", got, row, want)
+		}
+	}
+	if rows[0].Record.DecisionID != bad || rows[0].Replica != "replica-z" {
+		t.Errorf("the newest row listed is %s of %s, want %s", rows[0].Record.DecisionID, rows[0].Replica, bad)
+	}
+
+	for _, tc := range []struct {
+		id, why string
+		bytes   int64
+	}{
+		{big, "larger than the 1048576 bytes a reader loads of one record", int64(len(decision(2).AppendLine(nil))) + 4<<20 + 11},
+		{bad, "not a decision record: ", int64(len("this is not {JSON"))},
+	} {
+		read.Store(0)
+		row, ok, err := r.Get(ctxT(t), tc.id)
+		if err != nil || !ok {
+			t.Fatalf("Get(%s): %v, %v", tc.id, ok, err)
+		}
+		p := row.Partial
+		if p == nil || !strings.HasPrefix(p.Why, tc.why) || p.Bytes < tc.bytes-100 || p.Bytes > tc.bytes+100 || len(p.Head) > HeadBytes || row.Record.DecisionID != tc.id {
+			t.Errorf("Get(%s) = %+v, partial %.200v; want its columns and its %d bytes in part: %s", tc.id, row.Record, p, tc.bytes, tc.why)
+		}
+		if n := read.Load(); n > 2*HeadBytes {
+			t.Errorf("Get(%s) read %d bytes from the database; want at most its first %d", tc.id, n, HeadBytes)
+		}
+	}
+	if n := r.Unreadable(); n != 1 {
+		t.Errorf("%d unreadable records counted, want 1", n)
+	}
+	// Stream gives every row, those shown in part marked so (replay skips them).
+	var partial []string
+	err = r.Stream(ctxT(t), Filter{}, func(row Row) error {
+		if row.Partial != nil {
+			partial = append(partial, row.Record.DecisionID)
+		}
+		return nil
+	})
+	if err != nil || !slices.Equal(partial, []string{bad}) {
+		t.Errorf("Stream: %v, in part %q; want only %s (the 4 MiB record is within a log's line)", err, partial, bad)
+	}
+
+	// The pages' reader is the sink's, whose metrics count what it could not decode.
+	s := newSink(t, url, SinkConfig{})
+	if _, _, err := s.Reader().Get(ctxT(t), bad); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(unreadableOnly{s.Collector()}); n != 1 {
+		t.Errorf("arbiter_decision_store_unreadable_records_total %v, want 1", n)
+	}
+}
+
+// unreadableOnly is the one metric of a sink's collector that counts the
+// records its reader could not decode.
+type unreadableOnly struct{ prometheus.Collector }
+
+func (u unreadableOnly) Describe(ch chan<- *prometheus.Desc) { ch <- unreadableDesc }
+
+func (u unreadableOnly) Collect(ch chan<- prometheus.Metric) {
+	all := make(chan prometheus.Metric, 64)
+	u.Collector.Collect(all)
+	close(all)
+	for m := range all {
+		if m.Desc() == unreadableDesc {
+			ch <- m
+		}
 	}
 }

@@ -95,7 +95,8 @@ type SinkConfig struct {
 type Sink struct {
 	cfg      SinkConfig
 	store    *Store
-	password string // replaced in the errors it reports
+	reader   *Reader // the pages'
+	password string  // replaced in the errors it reports
 	log      *slog.Logger
 	queue    *queue.Queue[pending]
 	done     chan struct{}
@@ -168,6 +169,7 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 	lim.HoldBytes = true // the batch being retried is memory too
 	s := &Sink{cfg: cfg, store: st, password: st.pool.Config().ConnConfig.Password, log: cfg.Logger,
 		queue: queue.New[pending](lim), done: make(chan struct{}), days: map[time.Time]bool{}}
+	s.reader = NewReader(st.pool)
 	s.ctx, s.abort = context.WithCancel(context.Background())
 	go s.loop()
 	return s, nil

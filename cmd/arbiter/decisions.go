@@ -137,7 +137,11 @@ func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitInput
 	}
 	defer closeStore()
-	rows, next, err := r.List(ctx, f, cur, *limit)
+	list := r.List // the text shows the columns: no record is read
+	if *format == "json" {
+		list = r.ListRecords
+	}
+	rows, next, err := list(ctx, f, cur, *limit)
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
 		return exitInput
