@@ -163,8 +163,10 @@ func (rec *Record) QueueSize() int64 {
 // decision is answered without its record queued; a record it cannot take
 // is counted once, and (without Refuse) still handed to the other sinks.
 // A record the pipeline's queue refuses, or one logged after Close,
-// reaches no sink and is counted once.
+// reaches no sink and is counted once. rec's names are bounded here
+// (BoundName), before they are counted or queued.
 func (l *Logger) Log(rec Record) bool {
+	rec.boundNames()
 	q := queued{rec: rec, size: rec.QueueSize(), file: l.file != nil}
 	why := ""
 	if q.file {

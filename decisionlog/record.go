@@ -8,9 +8,40 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/arbiter-dev/arbiter/internal/passes"
 )
+
+// MaxNameBytes bounds each name a record carries (its decision, path and
+// caller) and a replica's id. A caller chooses a request's decision and
+// path (POST /v1/decisions/<3000 letters> is answered 404, and logged), a
+// client certificate its caller name, and the decision store indexes
+// each: PostgreSQL's btree refuses an entry past 2704 bytes.
+const MaxNameBytes = 512
+
+// BoundName returns name when it is at most MaxNameBytes long; otherwise
+// its start (whole UTF-8 sequences) and a visible marker saying how long
+// it was, MaxNameBytes in all. A record's format has no member saying that
+// a name was cut, so the name says it.
+func BoundName(name string) string {
+	if len(name) <= MaxNameBytes {
+		return name
+	}
+	marker := fmt.Sprintf("...[truncated from %d bytes]", len(name))
+	cut := MaxNameBytes - len(marker)
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + marker
+}
+
+// boundNames bounds rec's names (BoundName), once, as the pipeline takes
+// it: every sink (the file, the upload, the store, the pages) gets the
+// same bounded names.
+func (rec *Record) boundNames() {
+	rec.Decision, rec.Path, rec.Caller = BoundName(rec.Decision), BoundName(rec.Path), BoundName(rec.Caller)
+}
 
 // Record is one decision as logged: everything needed to decide it again.
 //

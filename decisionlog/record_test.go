@@ -3,9 +3,11 @@ package decisionlog
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // TestAppendRecordMatchesEncodingJSON: the hand-written line is byte for byte
@@ -63,5 +65,24 @@ func TestSummary(t *testing.T) {
 				t.Errorf("Summary(%q) = %q, %q; want %q, %q", tc.key, outcome, reasons, tc.outcome, tc.reasons)
 			}
 		})
+	}
+}
+
+// TestBoundName: a name past MaxNameBytes is cut between whole UTF-8
+// sequences, with a marker saying its length, MaxNameBytes in all; a
+// shorter one is kept as it is.
+func TestBoundName(t *testing.T) {
+	for _, name := range []string{"d1", strings.Repeat("a", MaxNameBytes), strings.Repeat("é", 3000), strings.Repeat("x", 1<<16)} {
+		got := BoundName(name)
+		if len(name) <= MaxNameBytes {
+			if got != name {
+				t.Errorf("BoundName(%d bytes) = %q; want it as it is", len(name), got)
+			}
+			continue
+		}
+		start, marker, _ := strings.Cut(got, "...")
+		if len(got) > MaxNameBytes || !utf8.ValidString(got) || !strings.HasPrefix(name, start) || marker != fmt.Sprintf("[truncated from %d bytes]", len(name)) {
+			t.Errorf("BoundName(%d bytes) = %d bytes %q; want at most %d, valid UTF-8, the name's start and its length", len(name), len(got), got, MaxNameBytes)
+		}
 	}
 }

@@ -16,6 +16,8 @@ var (
 		"Batch writes to the decision store, by result (ok, failed).", []string{"result"}, nil)
 	lastWriteDesc = prometheus.NewDesc("arbiter_decision_store_last_write_timestamp_seconds",
 		"Unix time of the last batch written (0: none yet).", nil, nil)
+	unreadableDesc = prometheus.NewDesc("arbiter_decision_store_unreadable_records_total",
+		"Stored records the pages of this replica loaded and could not decode (not a decision record), each time one was read: the pages show their rows from their columns.", nil, nil)
 )
 
 // Collector exports s's totals, read at scrape time.
@@ -24,7 +26,7 @@ func (s *Sink) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Sink }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{writtenDesc, droppedDesc, queuedDesc, lagDesc, writesDesc, lastWriteDesc} {
+	for _, d := range []*prometheus.Desc{writtenDesc, droppedDesc, queuedDesc, lagDesc, writesDesc, lastWriteDesc, unreadableDesc} {
 		ch <- d
 	}
 }
@@ -44,4 +46,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		last = float64(st.LastWrite.UnixNano()) / 1e9
 	}
 	ch <- prometheus.MustNewConstMetric(lastWriteDesc, prometheus.GaugeValue, last)
+	ch <- prometheus.MustNewConstMetric(unreadableDesc, prometheus.CounterValue, float64(c.s.reader.Unreadable()))
 }

@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,14 +24,41 @@ type Querier interface {
 }
 
 // Reader answers the questions the pages, `arbiter decisions` and
-// `arbiter replay --store` ask of the store. It only reads.
+// `arbiter replay --store` ask of the store. It only reads, and every row
+// it reads is hostile: a list reads the columns it shows, never the
+// records, and one record is loaded up to a bound, and decoded or shown
+// in part (Partial), never an error of the whole read.
 type Reader struct {
 	db    Querier
 	batch int // rows per step of Stream
+	// MaxRecordBytes bounds what Get and ListRecords load of one record
+	// (default DefaultRecordBytes): a larger one is shown in part. Stream
+	// loads up to the longest line a decision log writes, as replay from
+	// the files reads.
+	MaxRecordBytes int64
+	unreadable     atomic.Uint64
 }
 
+// DefaultRecordBytes is what a reader loads of one record by default:
+// twice the default --max-body-bytes, so that every record a replica logs
+// under the default limits is loaded whole, and a row of hundreds of MB
+// (written by hand) costs a page its first HeadBytes.
+const DefaultRecordBytes = 32 << 20
+
+// HeadBytes is how much of a record shown in part a reader keeps: its
+// first bytes (it reads at most HeadBytes characters, at most 4 bytes
+// each, and cuts them to HeadBytes bytes).
+const HeadBytes = 64 << 10
+
 // NewReader reads the store through db.
-func NewReader(db Querier) *Reader { return &Reader{db: db, batch: StreamBatch} }
+func NewReader(db Querier) *Reader {
+	return &Reader{db: db, batch: StreamBatch, MaxRecordBytes: DefaultRecordBytes}
+}
+
+// Unreadable counts the rows whose record this reader loaded and could
+// not decode (not a decision record): their rows are shown from their
+// columns, and replay skips them.
+func (r *Reader) Unreadable() uint64 { return r.unreadable.Load() }
 
 // Row is one stored record with the columns the record itself lacks.
 type Row struct {
@@ -39,10 +68,24 @@ type Row struct {
 	// (decisionlog's derivation: "error" for a refused input).
 	Outcome string
 	Reasons []string
-	Record  decisionlog.Record
+	// Record is the stored record, decoded. When the reader did not load
+	// it (List) or could not decode it (Partial), it is what the row's
+	// columns say: the id, time, decision, path, revision, caller,
+	// duration and error code.
+	Record decisionlog.Record
+	// Partial, when set, is the stored record shown in part: it is larger
+	// than the reader loads, or it is not a decision record.
+	Partial *Partial
 	// Cursor is where the row stands in the store's order; a page that
 	// ends with this row continues from it.
 	Cursor Cursor
+}
+
+// Partial is a stored record that a reader does not show whole.
+type Partial struct {
+	Bytes int64  `json:"bytes"` // the record's length
+	Head  string `json:"head"`  // its first bytes, at most HeadBytes
+	Why   string `json:"why"`   // why it is not shown whole
 }
 
 // Cursor is a row's place in the keyset order (time, then decision id,
@@ -121,28 +164,91 @@ func (f Filter) where() (string, []any) {
 	return strings.Join(conds, " AND "), args
 }
 
-const rowColumns = "replica, kind, coalesce(outcome, ''), coalesce(reasons, '{}'), time, decision_id, record"
+// rowColumns are what a row shows beside its record; the record's length
+// is read from its header, without loading it.
+const rowColumns = "replica, kind, outcome, reasons, time, decision_id, decision, path, revision, caller, duration_ns, error_code, octet_length(record)"
 
-func scanRow(rows pgx.CollectableRow) (Row, error) {
-	var r Row
-	var rec []byte
-	if err := rows.Scan(&r.Replica, &r.Kind, &r.Outcome, &r.Reasons, &r.Cursor.Time, &r.Cursor.ID, &rec); err != nil {
-		return Row{}, err
+// recordColumn is the record when it is at most $n bytes long, its first
+// $m characters otherwise (substr reads only them of a stored value), or
+// nothing when $n is 0 (a list).
+func recordColumn(n, m int) string {
+	return fmt.Sprintf(", CASE WHEN $%d = 0 THEN NULL WHEN octet_length(record) <= $%d THEN record ELSE substr(record, 1, $%d) END", n, n, m)
+}
+
+// scanner reads the rows of a query of rowColumns and recordColumn, whose
+// records were loaded up to maxRecord bytes (0: none).
+func (r *Reader) scanner(maxRecord int64) pgx.RowToFunc[Row] {
+	return func(rows pgx.CollectableRow) (Row, error) {
+		var row Row
+		rec := &row.Record
+		var code string
+		var size int64
+		var line []byte
+		if err := rows.Scan(&row.Replica, &row.Kind, &row.Outcome, &row.Reasons, &row.Cursor.Time, &row.Cursor.ID,
+			&rec.Decision, &rec.Path, &rec.Revision, &rec.Caller, &rec.DurationNS, &code, &size, &line); err != nil {
+			return Row{}, err
+		}
+		row.Cursor.Kind, row.Cursor.Time = row.Kind, row.Cursor.Time.UTC()
+		rec.DecisionID, rec.Time = row.Cursor.ID, row.Cursor.Time
+		if code != "" {
+			rec.Error = &decisionlog.RecordError{Code: code}
+		}
+		switch {
+		case maxRecord == 0:
+		case size > maxRecord:
+			row.Partial = &Partial{Bytes: size, Head: head(line), Why: fmt.Sprintf("larger than the %d bytes a reader loads of one record", maxRecord)}
+		default:
+			var whole decisionlog.Record
+			if err := json.Unmarshal(line, &whole); err != nil {
+				r.unreadable.Add(1)
+				row.Partial = &Partial{Bytes: size, Head: head(line), Why: "not a decision record: " + err.Error()}
+			} else {
+				row.Record = whole
+			}
+		}
+		return row, nil
 	}
-	r.Cursor.Kind = r.Kind
-	r.Cursor.Time = r.Cursor.Time.UTC()
-	if err := json.Unmarshal(rec, &r.Record); err != nil {
-		return Row{}, fmt.Errorf("decision store: the record of %s (%s) is not a decision record: %w", r.Cursor.ID, r.Replica, err)
+}
+
+// head is line's first HeadBytes at most, whole UTF-8 sequences.
+func head(line []byte) string {
+	if len(line) <= HeadBytes {
+		return string(line)
 	}
-	return r, nil
+	cut := HeadBytes
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return string(line[:cut])
+}
+
+// query runs the rows query q (rowColumns, recordColumn and the rest),
+// its records loaded up to maxRecord bytes.
+func (r *Reader) query(ctx context.Context, q string, maxRecord int64, args ...any) ([]Row, error) {
+	rows, err := r.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, r.scanner(maxRecord))
 }
 
 // List returns up to limit rows that match f and come before the cursor
 // (the zero cursor: from the newest), newest first, and the cursor of the
-// next page (zero when there is none). Pages are keyset pages: a page
-// costs the same however deep it is, and rows arriving meanwhile do not
-// shift the pages already shown.
+// next page (zero when there is none), without their records: each Row's
+// Record is what its columns say. Pages are keyset pages: a page costs the
+// same however deep it is, and rows arriving meanwhile do not shift the
+// pages already shown.
 func (r *Reader) List(ctx context.Context, f Filter, before Cursor, limit int) ([]Row, Cursor, error) {
+	return r.list(ctx, f, before, limit, 0)
+}
+
+// ListRecords is List with each row's record, loaded up to MaxRecordBytes
+// (Row.Partial past it, or when it is not a decision record).
+func (r *Reader) ListRecords(ctx context.Context, f Filter, before Cursor, limit int) ([]Row, Cursor, error) {
+	return r.list(ctx, f, before, limit, r.MaxRecordBytes)
+}
+
+func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, maxRecord int64) ([]Row, Cursor, error) {
 	if limit <= 0 {
 		return nil, Cursor{}, nil
 	}
@@ -154,14 +260,11 @@ func (r *Reader) List(ctx context.Context, f Filter, before Cursor, limit int) (
 		// comparison breaks ties within one microsecond.
 		where += fmt.Sprintf(" AND time <= $%d AND (time, decision_id, kind) < ($%d, $%d, $%d)", n+1, n+1, n+2, n+3)
 	}
-	args = append(args, limit+1)
-	q := "SELECT " + rowColumns + " FROM arbiter_store.records WHERE " + where +
-		" ORDER BY time DESC, decision_id DESC, kind DESC LIMIT $" + strconv.Itoa(len(args))
-	rows, err := r.db.Query(ctx, q, args...)
-	if err != nil {
-		return nil, Cursor{}, fmt.Errorf("decision store: listing: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanRow)
+	n := len(args)
+	args = append(args, limit+1, maxRecord, HeadBytes)
+	q := "SELECT " + rowColumns + recordColumn(n+2, n+3) + " FROM arbiter_store.records WHERE " + where +
+		" ORDER BY time DESC, decision_id DESC, kind DESC LIMIT $" + strconv.Itoa(n+1)
+	out, err := r.query(ctx, q, maxRecord, args...)
 	if err != nil {
 		return nil, Cursor{}, fmt.Errorf("decision store: listing: %w", err)
 	}
@@ -193,11 +296,8 @@ func (r *Reader) Count(ctx context.Context, f Filter, max int) (n int, more bool
 // Get returns the decision of an id, whichever replica made it (the
 // newest, should two replicas have logged one id).
 func (r *Reader) Get(ctx context.Context, id string) (Row, bool, error) {
-	rows, err := r.db.Query(ctx, "SELECT "+rowColumns+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT 1", id, KindDecision)
-	if err != nil {
-		return Row{}, false, fmt.Errorf("decision store: reading decision %s: %w", id, err)
-	}
-	got, err := pgx.CollectRows(rows, scanRow)
+	got, err := r.query(ctx, "SELECT "+rowColumns+recordColumn(3, 4)+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT 1",
+		r.MaxRecordBytes, id, KindDecision, r.MaxRecordBytes, HeadBytes)
 	if err != nil {
 		return Row{}, false, fmt.Errorf("decision store: reading decision %s: %w", id, err)
 	}
@@ -291,21 +391,22 @@ const StreamBatch = 500
 // Stream calls fn for every row that matches f, oldest first (the order a
 // log file is read in), reading StreamBatch rows at a time by keyset:
 // never everything at once, no transaction held open between batches, and
-// rows written meanwhile after the last one read are read too. An error
-// from fn stops it and is returned as is.
+// rows written meanwhile after the last one read are read too. A record
+// longer than the longest line a decision log writes
+// (decisionlog.MaxLineBytes), or not a decision record, is a Row with
+// Partial, as replay from the files skips such a line. An error from fn
+// stops it and is returned as is.
 func (r *Reader) Stream(ctx context.Context, f Filter, fn func(Row) error) error {
+	maxRecord := decisionlog.MaxLineBytes(0)
 	where, args := f.where()
 	n := len(args)
-	q := "SELECT " + rowColumns + " FROM arbiter_store.records WHERE " + where +
-		fmt.Sprintf(" AND time >= $%d AND (time, decision_id, kind) > ($%d, $%d, $%d)", n+1, n+1, n+2, n+3) +
+	args = append(args, maxRecord, HeadBytes)
+	q := "SELECT " + rowColumns + recordColumn(n+1, n+2) + " FROM arbiter_store.records WHERE " + where +
+		fmt.Sprintf(" AND time >= $%d AND (time, decision_id, kind) > ($%d, $%d, $%d)", n+3, n+3, n+4, n+5) +
 		" ORDER BY time, decision_id, kind LIMIT " + strconv.Itoa(r.batch)
 	var after Cursor // year 1, before any row: every row's key is greater
 	for {
-		rows, err := r.db.Query(ctx, q, append(args, after.Time, after.ID, after.Kind)...)
-		if err != nil {
-			return fmt.Errorf("decision store: reading: %w", err)
-		}
-		batch, err := pgx.CollectRows(rows, scanRow)
+		batch, err := r.query(ctx, q, maxRecord, append(args, after.Time, after.ID, after.Kind)...)
 		if err != nil {
 			return fmt.Errorf("decision store: reading: %w", err)
 		}
@@ -343,6 +444,6 @@ func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 }
 
 // Reader reads the store the sink writes, through the sink's pool: the
-// pages of a serve process with --decision-store. It must not be used
-// after Close.
-func (s *Sink) Reader() *Reader { return NewReader(s.store.pool) }
+// pages of a serve process with --decision-store. The sink's metrics count
+// the records it could not decode. It must not be used after Close.
+func (s *Sink) Reader() *Reader { return s.reader }

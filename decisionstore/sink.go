@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -93,7 +95,8 @@ type SinkConfig struct {
 type Sink struct {
 	cfg      SinkConfig
 	store    *Store
-	password string // replaced in the errors it reports
+	reader   *Reader // the pages'
+	password string  // replaced in the errors it reports
 	log      *slog.Logger
 	queue    *queue.Queue[pending]
 	done     chan struct{}
@@ -112,6 +115,21 @@ type Sink struct {
 	failingSince           time.Time          // the loop's: the outage it is in
 	lastWrite              time.Time          // the loop's: when the last write ended
 	closing                atomic.Bool        // Close was called: no more gathering
+	refused                refusals           // the loop's: records refused, not yet warned about
+}
+
+// RejectedWarnInterval is how often at most the sink warns that the
+// database refused records (the first at once): a caller may send refused
+// records by the thousand, and each is counted in
+// arbiter_decision_store_dropped_total{reason="rejected"} anyway.
+const RejectedWarnInterval = time.Minute
+
+// refusals are the records refused since the last warning about them.
+type refusals struct {
+	n        int
+	lastID   any
+	lastErr  string
+	warnedAt time.Time
 }
 
 // pending is a queued record and when it was queued (unix nanoseconds).
@@ -151,6 +169,7 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 	lim.HoldBytes = true // the batch being retried is memory too
 	s := &Sink{cfg: cfg, store: st, password: st.pool.Config().ConnConfig.Password, log: cfg.Logger,
 		queue: queue.New[pending](lim), done: make(chan struct{}), days: map[time.Time]bool{}}
+	s.reader = NewReader(st.pool)
 	s.ctx, s.abort = context.WithCancel(context.Background())
 	go s.loop()
 	return s, nil
@@ -196,8 +215,9 @@ func (s *Sink) loop() {
 	var batch []pending
 	for {
 		// Due or not, whether records keep coming or not: a busy replica
-		// keeps its partitions ahead and its retention too.
-		wait := s.maintain()
+		// keeps its partitions ahead and its retention too, and says what
+		// the database refused.
+		wait := min(s.maintain(), s.warnRefused(false))
 		s.gather()
 		var closed bool
 		batch, closed = s.queue.Take(batch[:0], s.cfg.BatchRecords)
@@ -208,6 +228,7 @@ func (s *Sink) loop() {
 			continue
 		}
 		if closed {
+			s.warnRefused(true)
 			return
 		}
 		select {
@@ -329,6 +350,18 @@ func (s *Sink) writeRows(rows [][]any) bool {
 		}
 		s.writesFailed.Add(1)
 		if rejected(err) && s.ctx.Err() == nil {
+			// The record's own problem, not its batch's. COPY names its
+			// line: it is dropped, and the others written at once. A write
+			// that names none (through the staging table) is split in
+			// halves until the record is alone.
+			if i, ok := copyLine(err); ok && i < len(rows) {
+				s.reject(rows[i], err)
+				if rows = append(rows[:i:i], rows[i+1:]...); len(rows) == 0 {
+					return true
+				}
+				retry = -1
+				continue
+			}
 			if len(rows) > 1 {
 				half := len(rows) / 2
 				if !s.writeRows(rows[:half]) {
@@ -337,8 +370,7 @@ func (s *Sink) writeRows(rows [][]any) bool {
 				}
 				return s.writeRows(rows[half:])
 			}
-			s.queue.Drop(DropRejected, 1)
-			s.log.Warn("decision store refused a record: dropped", "decision_id", rows[0][colDecisionID], "err", s.redact(err))
+			s.reject(rows[0], err)
 			return true
 		}
 		var pe *pgconn.PgError
@@ -363,11 +395,58 @@ func (s *Sink) writeRows(rows [][]any) bool {
 }
 
 // rejected reports whether the database refused a write for its data (a
-// data exception, a value past a limit): the same rows would be refused
+// data exception, class 22, or a value past a limit, class 54: an index
+// entry past btree's 2704 bytes is 54000): the same rows would be refused
 // again. Anything else (no connection, a restart) is worth a retry.
 func rejected(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54"))
+}
+
+// copyLineRE finds the row of a COPY that an error is about, in the
+// error's context ("COPY records, line 7, column caller"): 1-based.
+var copyLineRE = regexp.MustCompile(`^COPY [^,]+, line ([0-9]+)\b`)
+
+// copyLine is the index of the row a COPY's error names, if it names one.
+func copyLine(err error) (int, bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return 0, false
+	}
+	m := copyLineRE.FindStringSubmatch(pe.Where)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(m[1])
+	return n - 1, err == nil && n > 0
+}
+
+// reject drops a record the database refused for its content, counted
+// (rejected), and warns about it (warnRefused).
+func (s *Sink) reject(row []any, err error) {
+	s.queue.Drop(DropRejected, 1)
+	s.refused.n++
+	s.refused.lastID, s.refused.lastErr = row[colDecisionID], s.redact(err)
+	s.warnRefused(false)
+}
+
+// warnRefused warns about the records refused since the last warning,
+// when there are any and one is due (or now): the first at once, then at
+// most one a RejectedWarnInterval, saying how many. It returns how long
+// until the next one is due.
+func (s *Sink) warnRefused(now bool) time.Duration {
+	r := &s.refused
+	if r.n == 0 {
+		return RejectedWarnInterval
+	}
+	at := s.cfg.now()
+	if wait := r.warnedAt.Add(RejectedWarnInterval).Sub(at); wait > 0 && !r.warnedAt.IsZero() && !now {
+		return wait
+	}
+	s.log.Warn("decision store refused records for their content: dropped", "records", r.n,
+		"rejected_total", s.queue.Dropped(DropRejected), "last_decision_id", r.lastID, "last_err", r.lastErr)
+	*r = refusals{warnedAt: at}
+	return RejectedWarnInterval
 }
 
 func (s *Sink) failed(err error) {

@@ -164,24 +164,35 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Option
 }
 
 // Stream is a source of records other than log files (a decision store):
-// it calls fn with each record, in order, and the replica that made it,
-// and stops at fn's first error, returning it.
-type Stream func(ctx context.Context, fn func(replica string, rec decisionlog.Record) error) error
+// it calls fn with each record, in order, the replica that made it, and
+// why the record could not be read when it could not (rec is then what
+// the source knows of it, its id at least), and stops at fn's first
+// error, returning it.
+type Stream func(ctx context.Context, fn func(replica string, rec decisionlog.Record, unreadable string) error) error
 
 // RunStream is Run over the records of stream: the same judgement, the
-// same report, each change naming its replica instead of a file.
+// same report, each change naming its replica instead of a file. A record
+// the stream could not read is skipped with a warning, as Run skips a
+// line that is not a record.
 func RunStream(ctx context.Context, snap *engine.Snapshot, stream Stream, opts Options) (*Report, error) {
 	r := newRun(snap, opts)
 	r.rep.Summary.Files, r.rep.Summary.Store = []string{}, true
 	defer r.finish()
+	var unread []string
 	skips, err := r.source(ctx, func(take func(at place, rec decisionlog.Record) error) error {
-		return stream(ctx, func(replica string, rec decisionlog.Record) error {
+		return stream(ctx, func(replica string, rec decisionlog.Record, unreadable string) error {
+			if unreadable != "" {
+				unread = append(unread, fmt.Sprintf("%s: decision %s skipped: %s", place{replica: replica}, rec.DecisionID, unreadable))
+				return nil
+			}
 			return take(place{replica: replica}, rec)
 		})
 	})
 	for _, w := range skips {
 		r.rep.Warnings = append(r.rep.Warnings, w.text)
 	}
+	r.rep.Warnings = append(r.rep.Warnings, unread...)
+	r.rep.Summary.Skipped += len(unread)
 	r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 	return r.rep, err
 }

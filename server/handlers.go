@@ -143,7 +143,8 @@ func (s *server) precheck(r *http.Request, name string) (*engine.Snapshot, *engi
 		return nil, &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}
 	}
 	if !s.eng.Has(name) {
-		return nil, &engine.Error{Code: engine.CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", name)}
+		// The name is the caller's, as long as a path may be: quoted bounded.
+		return nil, &engine.Error{Code: engine.CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", decisionlog.BoundName(name))}
 	}
 	return snap, nil
 }

@@ -137,7 +137,11 @@ func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitInput
 	}
 	defer closeStore()
-	rows, next, err := r.List(ctx, f, cur, *limit)
+	list := r.List // the text shows the columns: no record is read
+	if *format == "json" {
+		list = r.ListRecords
+	}
+	rows, next, err := list(ctx, f, cur, *limit)
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
 		return exitInput
@@ -148,6 +152,9 @@ func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			Outcome string             `json:"outcome"`
 			Reasons []string           `json:"reasons"`
 			Record  decisionlog.Record `json:"record"`
+			// Partial is the record not shown whole (Record is then
+			// what the row's columns say): its size and first bytes.
+			Partial *decisionstore.Partial `json:"partial,omitempty"`
 		}
 		out := struct {
 			Decisions []stored `json:"decisions"`
@@ -158,7 +165,11 @@ func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			if reasons == nil {
 				reasons = []string{}
 			}
-			out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record})
+			out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record, row.Partial})
+			if p := row.Partial; p != nil {
+				fmt.Fprintf(stderr, "arbiter decisions: the stored record of %s (%s) is shown in part, its row's columns and first bytes: %d bytes, %s\n",
+					termCell(row.Record.DecisionID), termCell(row.Replica), p.Bytes, p.Why)
+			}
 		}
 		writeJSON(stdout, out)
 	} else if len(rows) > 0 {

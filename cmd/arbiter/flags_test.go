@@ -3,7 +3,10 @@ package main
 import (
 	"io"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
 )
 
 // TestFlagsAmongOperands: a command's flags may stand before, between or
@@ -35,5 +38,17 @@ func TestFlagsAmongOperands(t *testing.T) {
 	c := newCommand("x", "")
 	if done, code := c.parse([]string{"old", "--nope"}, io.Discard, io.Discard, exitInput); !done || code != exitInput {
 		t.Errorf("an unknown flag after an operand: done %v, exit %d; want refused", done, code)
+	}
+}
+
+// TestReplicaIDIsBounded: a replica's id is a stored name (the decision
+// store indexes it), so serve refuses one past decisionlog.MaxNameBytes.
+func TestReplicaIDIsBounded(t *testing.T) {
+	long := &fleetConfig{replicaID: strings.Repeat("r", decisionlog.MaxNameBytes+1)}
+	if err := long.validate(); err == nil || !strings.Contains(err.Error(), "--replica-id") {
+		t.Errorf("a %d-byte --replica-id: %v; want it refused", len(long.replicaID), err)
+	}
+	if err := (&fleetConfig{replicaID: "replica-1"}).validate(); err != nil {
+		t.Errorf("--replica-id replica-1: %v", err)
 	}
 }

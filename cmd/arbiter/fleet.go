@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/policybundle"
@@ -59,7 +60,7 @@ func (f *fleetConfig) register(fs *command) {
 	fs.DurationVar(&f.logInterval, "decision-log-upload-interval", time.Second, "time between uploads while events trickle in")
 	fs.DurationVar(&f.logRetryMax, "decision-log-upload-max-retry-delay", 10*time.Second, "cap of the backoff between retries of a failed upload")
 	fs.DurationVar(&f.uploadDeadline, "decision-log-upload-shutdown-timeout", 10*time.Second, "how long a stopping replica keeps trying to upload what is queued")
-	fs.StringVar(&f.replicaID, "replica-id", host, "this replica's id: the id label of its uploaded decisions")
+	fs.StringVar(&f.replicaID, "replica-id", host, "this replica's id, at most 512 bytes: the id label of its uploaded decisions and the replica of its stored ones")
 	fs.fromEnv("bundle-url", "bundle-name", "bundle-verification-key-file", "bundle-verification-key-id", "bundle-verification-key-alg",
 		"bundle-poll-min-delay", "bundle-poll-max-delay", "bundle-long-poll-timeout", "bundle-max-bytes", "bundle-max-unpacked-bytes",
 		"bundle-max-files", "bundle-download-timeout", "bundle-download-stall-timeout", "decision-log-service", "decision-log-upload-max-events", "decision-log-upload-queue-bytes",
@@ -77,6 +78,9 @@ func (f *fleetConfig) validate() error {
 		if f.limits.Bytes <= 0 || f.limits.UnpackedBytes <= 0 || f.limits.Files <= 0 || f.dlTimeout <= 0 || f.stallTimeout <= 0 {
 			return errors.New("--bundle-max-bytes, --bundle-max-unpacked-bytes, --bundle-max-files, --bundle-download-timeout and --bundle-download-stall-timeout must be positive")
 		}
+	}
+	if len(f.replicaID) > decisionlog.MaxNameBytes {
+		return fmt.Errorf("--replica-id is %d bytes long; a replica's id is a stored name, at most %d", len(f.replicaID), decisionlog.MaxNameBytes)
 	}
 	if f.logService != "" && (f.logMaxEvents <= 0 || f.uploadQueueBytes <= 0) {
 		return errors.New("--decision-log-upload-max-events and --decision-log-upload-queue-bytes must be positive")

@@ -98,8 +98,13 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		defer closeStore()
 		// Promotions too, which replay counts as files show them.
 		filter.Kinds = []string{decisionstore.KindDecision, decisionstore.KindPromotion}
-		rep, err = replay.RunStream(ctx, snap, func(ctx context.Context, fn func(string, decisionlog.Record) error) error {
-			return r.Stream(ctx, filter, func(row decisionstore.Row) error { return fn(row.Replica, row.Record) })
+		rep, err = replay.RunStream(ctx, snap, func(ctx context.Context, fn func(string, decisionlog.Record, string) error) error {
+			return r.Stream(ctx, filter, func(row decisionstore.Row) error {
+				if p := row.Partial; p != nil {
+					return fn(row.Replica, row.Record, fmt.Sprintf("its %d-byte stored record is not read: %s", p.Bytes, p.Why))
+				}
+				return fn(row.Replica, row.Record, "")
+			})
 		}, opts)
 	}
 	progress.done()

@@ -272,3 +272,47 @@ func TestReplayProgressOnlyOnATerminal(t *testing.T) {
 		t.Errorf("stderr a pipe, a progress line:\n%s", stderr.String())
 	}
 }
+
+// TestStoreReadersSurviveAnUnreadableRow: a row whose record is not JSON
+// (written by hand: no replica writes one) costs the real binary's
+// readers nothing but itself. arbiter decisions lists it from its columns
+// (the text needs no record); with --format json it shows the row's
+// columns, the record's size and first bytes, and says on stderr that a
+// record could not be read; arbiter replay --store skips it with a
+// warning, as replay from files skips a line that is not a record.
+// Before, each exited 2: "is not a decision record".
+func TestStoreReadersSurviveAnUnreadableRow(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.Start(t)
+	url := cluster.DB(t)
+	st, err := decisionstore.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fleetRecords(t, url)
+	if _, err := st.Pool().Exec(context.Background(), `INSERT INTO arbiter_store.records (time, decision_id, kind, replica, decision, path, record)
+		VALUES ('2026-12-04T00:00:07Z', 'not-json', 'decision', 'replica-z', 'quota_check', '/v1/decisions/quota_check', 'this is not {JSON')`); err != nil {
+		t.Fatal(err)
+	}
+	arbiter := func(args ...string) (int, string, string) {
+		cmd := exec.Command(binPath, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		_ = cmd.Run()
+		return cmd.ProcessState.ExitCode(), stdout.String(), strings.ReplaceAll(stderr.String(), url, "URL")
+	}
+	code, stdout, stderr := arbiter("decisions", "--store", url, "--limit", "3")
+	if code != exitOK || !strings.Contains(stdout, "not-json") {
+		t.Errorf("arbiter decisions: exit %d, want %d listing not-json:\n%s%s", code, exitOK, stdout, stderr)
+	}
+	code, stdout, stderr = arbiter("decisions", "--store", url, "--limit", "3", "--format", "json")
+	if code != exitOK || !strings.Contains(stdout, `"decision_id": "not-json"`) || !strings.Contains(stdout, `"head": "this is not {JSON"`) ||
+		!strings.Contains(stderr, "the stored record of not-json (replica-z) is shown in part") {
+		t.Errorf("arbiter decisions --format json: exit %d, want %d with not-json's columns and first bytes, and a note on stderr:\n%s%s", code, exitOK, stdout, stderr)
+	}
+	code, stdout, stderr = arbiter("replay", "--store", url, "--policies", quotaPolicies, "--schemas", quotaSchemas)
+	if code == exitInput || !strings.Contains(stderr, "decision not-json skipped") {
+		t.Errorf("arbiter replay --store: exit %d, want a warning that not-json was skipped:\n%s%s", code, stdout, stderr)
+	}
+}

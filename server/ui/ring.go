@@ -23,6 +23,10 @@ type Entry struct {
 	// InputDropped means the input was too large to keep in memory: the
 	// decision log has it.
 	InputDropped bool
+	// Partial, from a store, is a stored record not shown whole (larger
+	// than a reader loads, or not a decision record): Record is then what
+	// the row's columns say.
+	Partial *decisionstore.Partial
 }
 
 // Primary is the first reason, or "".

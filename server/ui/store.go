@@ -48,7 +48,7 @@ func FromStore(r *decisionstore.Reader) Store { return storeReader{r} }
 type storeReader struct{ r *decisionstore.Reader }
 
 func entryOf(row decisionstore.Row) Entry {
-	return Entry{Record: row.Record, Replica: row.Replica, Outcome: row.Outcome, Reasons: row.Reasons}
+	return Entry{Record: row.Record, Replica: row.Replica, Outcome: row.Outcome, Reasons: row.Reasons, Partial: row.Partial}
 }
 
 func (s storeReader) List(ctx context.Context, f Filter, before string, limit int) (StorePage, error) {

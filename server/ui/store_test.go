@@ -9,6 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/decisionstore"
+	"github.com/arbiter-dev/arbiter/internal/pgtest"
 )
 
 // fakeStore is every replica's decisions in memory, newest first, its
@@ -155,5 +160,65 @@ func TestLiveRowsCarryStoreCursors(t *testing.T) {
 	want := fmt.Sprintf("%d.decision.%s", e.Entries[0].Record.Time.UnixMicro(), e.Entries[0].Record.DecisionID)
 	if r.Cursor != want || !r.Fleet {
 		t.Errorf("live row cursor %q (fleet %v), want %q", r.Cursor, r.Fleet, want)
+	}
+}
+
+// TestPagesSurviveHostileRows: on a decision store in PostgreSQL, a row
+// whose record is not JSON (written by hand: no replica writes one) and
+// one whose record is megabytes long cost the pages nothing: the list
+// shows both from their columns (it reads no record), and each one's
+// page shows what its columns say, the record's size and its first bytes,
+// with a note saying why it is not shown whole. Before, the row that is
+// not JSON made the list of every replica answer 503.
+func TestPagesSurviveHostileRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.Start(t).DB(t)
+	_, all := repoDecided(t)
+	var recs []decisionlog.Record
+	for _, d := range all[:3] {
+		recs = append(recs, d.rec)
+	}
+	big := all[3].rec
+	big.DecisionID, big.Input = "big-record", []byte(`{"blob":"`+strings.Repeat("x", 2<<20)+`"}`)
+	recs = append(recs, big)
+	sink, err := decisionstore.NewSink(dbURL, decisionstore.SinkConfig{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(recs)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := sink.Close(cctx); err != nil || sink.Stats().Written != uint64(len(recs)) {
+		t.Fatalf("the sink: %v, %+v", err, sink.Stats())
+	}
+	st, err := decisionstore.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO arbiter_store.records (time, decision_id, kind, replica, decision, path, record)
+		VALUES ($1, 'not-json', 'decision', 'replica-z', 'some-decision', '/v1/decisions/some-decision', 'this is not {JSON')`, recs[0].Time); err != nil {
+		t.Fatal(err)
+	}
+	reader := decisionstore.NewReader(st.Pool())
+	reader.MaxRecordBytes = 1 << 20
+	h := newHarness(t, Config{Store: FromStore(reader)})
+
+	status, body := h.get(t, "/ui/decisions")
+	if status != 200 || !strings.Contains(body, `/decisions/not-json"`) || !strings.Contains(body, `/decisions/big-record"`) {
+		t.Fatalf("the list beside a record that is not JSON: status %d, want 200 listing it and the large one:\n%.2000s", status, body)
+	}
+	for _, tc := range []struct{ id, says string }{
+		{"not-json", "is 17 bytes, not shown whole: not a decision record: "},
+		{"big-record", "bytes, not shown whole: larger than the 1048576 bytes a reader loads of one record."},
+	} {
+		status, body := h.get(t, "/ui/decisions/"+tc.id)
+		if status != 200 || !strings.Contains(body, tc.says) || len(body) > 2*decisionstore.HeadBytes+64<<10 {
+			t.Errorf("the page of %s: status %d, %d bytes; want 200 saying %q, its first bytes at most:\n%.3000s", tc.id, status, len(body), tc.says, body)
+		}
+	}
+	if n := reader.Unreadable(); n != 1 {
+		t.Errorf("%d records counted unreadable, want 1", n)
 	}
 }
