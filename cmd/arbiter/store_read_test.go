@@ -234,6 +234,7 @@ func TestStoreCommands(t *testing.T) {
 			{"--store", url, "--outcome", decisionlog.OutcomeError, "--format", "json", "--limit", "2"},
 			{"--store", url, "--until", "2026-12-01"},
 			{"--store", url, "--input", "/tenant/0 = a"},
+			{"--store", url, "--input", "/attempt = 1e999999"},
 			{"--store", url, "--since", "yesterday"},
 		} {
 			code, stdout, stderr := runCommand(t, append([]string{"decisions"}, args...)...)
