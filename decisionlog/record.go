@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/arbiter-dev/arbiter/internal/passes"
@@ -180,13 +181,40 @@ func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) 
 func (rec Record) Complete() (bool, string) {
 	switch {
 	case len(rec.Masked) > 0:
-		return false, "masked when logged: " + strings.Join(rec.Masked, ", ")
+		return false, "masked when logged: " + shownList(rec.Masked)
 	case len(rec.Erased) > 0:
-		return false, "erased when logged: " + strings.Join(rec.Erased, ", ")
+		return false, "erased when logged: " + shownList(rec.Erased)
 	case len(rec.Input) == 0 && rec.BodyBase64 == "" && rec.BodySize > 0:
 		return false, fmt.Sprintf("its %d-byte body was not logged whole", rec.BodySize)
 	}
 	return true, ""
+}
+
+// Shown is a logged or stored value as one word of a line of text: "-"
+// when empty, and quoted with Go's escapes (strconv.Quote) when it holds
+// anything but printable characters: a control or escape sequence, a line
+// break that would forge a line of a report, a bidirectional control
+// (U+202E shows "\u202ea3f7-nur" as "run-7f3a"), bytes that are not UTF-8
+// (a lone 0x9b is a terminal's CSI), or a space that would shift a column
+// or split a word. A record's values came from requests, and a store's
+// rows from whoever can write the database: every command that prints
+// one (arbiter decisions, arbiter replay) prints it through this.
+func Shown(s string) string {
+	if s == "" {
+		return "-"
+	}
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return r == ' ' || !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func shownList(vs []string) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = Shown(v)
+	}
+	return strings.Join(out, ", ")
 }
 
 // RecordError is the error a decision ended with: its contract code and the

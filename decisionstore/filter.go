@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
@@ -48,7 +49,12 @@ type InputMatch struct {
 // "42" with its quotes) and a string otherwise: run-7f3a is the string
 // "run-7f3a", 42 is the number; quote it ("42") for the string. Objects
 // and arrays are refused, and so are pointers with an array index (a
-// token of digits, or "-"), a "~" not followed by 0 or 1, or no token.
+// token of digits, or "-"), a "~" not followed by 0 or 1, or no token. A
+// number beyond what the engine represents (input.CanonicalNumber: 400
+// characters, 3 exponent digits) is refused too: those bounds lie inside
+// what PostgreSQL's numeric takes (an exponent of at most 1000), so a
+// filter never reaches the database as one it cannot compare (1e999999
+// was a database error).
 func ParseInputMatch(s string) (InputMatch, error) {
 	ptr, val, ok := strings.Cut(s, "=")
 	if !ok {
@@ -69,6 +75,11 @@ func ParseInputMatch(s string) (InputMatch, error) {
 	}
 	m := InputMatch{Pointer: ptr, Tokens: toks}
 	switch v := []byte(val); {
+	case json.Valid(v) && isNumber(v):
+		if _, ok := input.CanonicalNumber(val); !ok {
+			return InputMatch{}, fmt.Errorf("input filter %q: a number beyond what a filter compares: at most %d characters, with at most %d exponent digits", s, input.MaxNumberLength, input.MaxExponentDigits)
+		}
+		m.Value = json.RawMessage(val)
 	case json.Valid(v) && len(v) > 0 && v[0] != '{' && v[0] != '[':
 		m.Value = json.RawMessage(jsonenc.Compact(v))
 	case json.Valid(v):
@@ -78,6 +89,9 @@ func ParseInputMatch(s string) (InputMatch, error) {
 	}
 	return m, nil
 }
+
+// isNumber reports whether valid JSON v is a number.
+func isNumber(v []byte) bool { return v[0] == '-' || v[0] >= '0' && v[0] <= '9' }
 
 // isIndex reports whether a token reads as an array index.
 func isIndex(t string) bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/redact"
 )
 
 // Querier is what reading needs of a connection or a pool (*pgx.Conn and
@@ -430,7 +431,7 @@ func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// pgx's parse errors may quote the URL, password and all.
-		return nil, nil, fmt.Errorf("decision store: the URL %s does not parse as a PostgreSQL connection string", Redact(dsn))
+		return nil, nil, fmt.Errorf("decision store: the URL %s does not parse as a PostgreSQL connection string", redact.URL(dsn))
 	}
 	cfg.RuntimeParams["default_transaction_read_only"] = "on"
 	if cfg.RuntimeParams["application_name"] == "" {
@@ -438,7 +439,7 @@ func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("decision store %s: %w", Redact(dsn), err)
+		return nil, nil, fmt.Errorf("decision store %s: %w", redact.URL(dsn), err)
 	}
 	return NewReader(conn), func() { _ = conn.Close(context.Background()) }, nil
 }

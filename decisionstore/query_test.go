@@ -386,6 +386,15 @@ func TestParseInputMatch(t *testing.T) {
 		{in: "/a~2 = x", err: "a ~ must be followed by 0"},
 		{in: `/a = {"b":1}`, err: "must be a string, number"},
 		{in: `/a = [1]`, err: "must be a string, number"},
+		// Numbers as the engine bounds them (400 characters, 3 exponent
+		// digits), inside what PostgreSQL's numeric takes (an exponent of
+		// at most 1000): TestInputMatchIsContainment compares the edges.
+		{in: "/n = -9.99e999", doc: `{"n":-9.99e999}`},
+		{in: "/n = 1E-999", doc: `{"n":1E-999}`},
+		{in: "/attempt = 1e999999", err: "number beyond what a filter compares"},
+		{in: "/n = 1e1001", err: "number beyond what a filter compares"},
+		{in: "/n = -1e-1001", err: "number beyond what a filter compares"},
+		{in: "/n = 1" + strings.Repeat("0", 400), err: "number beyond what a filter compares"},
 	} {
 		m, err := ParseInputMatch(tc.in)
 		switch {
@@ -415,6 +424,11 @@ func TestInputMatchIsContainment(t *testing.T) {
 		{`{"a": {}}`, "/a/b = null"},
 		{`{"a/b": "x"}`, "/a~1b = x"},
 		{`"a string"`, "/a = x"},
+		// The edges of the numbers a filter takes (TestParseInputMatch).
+		{`{"n": 10e998}`, "/n = 1e999"},
+		{`{"n": -0.1e-998}`, "/n = -1E-999"},
+		{`{"n": 1e999}`, "/n = 9.99e999"},
+		{`{"n": 1` + strings.Repeat("0", 397) + `}`, "/n = 1" + strings.Repeat("0", 397) + ".0"}, // 400 characters
 	} {
 		m, err := ParseInputMatch(tc.filter)
 		if err != nil {

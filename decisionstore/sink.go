@@ -19,6 +19,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/queue"
+	"github.com/arbiter-dev/arbiter/internal/redact"
 )
 
 // Defaults of SinkConfig.
@@ -459,7 +460,7 @@ func (s *Sink) failed(err error) {
 func (s *Sink) redact(err error) string {
 	msg := err.Error()
 	if s.password != "" {
-		msg = strings.ReplaceAll(msg, s.password, "xxxxx")
+		msg = strings.ReplaceAll(msg, s.password, redact.Mask)
 	}
 	return msg
 }
@@ -565,7 +566,7 @@ func (s *Sink) copy(rows [][]any) error {
 
 // SinkStats are a Sink's totals: /v1/status's store member.
 type SinkStats struct {
-	URL     string `json:"url"` // password redacted
+	URL     string `json:"url"` // password and query values redacted (redact.URL)
 	Replica string `json:"replica"`
 	// Written counts the records in the store (Duplicates of them were
 	// there already: a batch retried after its commit's answer was lost).

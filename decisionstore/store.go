@@ -10,7 +10,6 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arbiter-dev/arbiter/internal/redact"
 )
 
 // Schema is the PostgreSQL schema the store owns.
@@ -33,7 +34,7 @@ var migrations embed.FS
 // Store is a migrated decision store: a pool of connections to it.
 type Store struct {
 	pool *pgxpool.Pool
-	url  string // redacted
+	url  string // redacted (redact.URL)
 }
 
 // Open connects to the database at dbURL and migrates its schema, under an
@@ -56,43 +57,24 @@ func connect(dbURL string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		// pgx's parse errors may quote the URL, password and all.
-		return nil, fmt.Errorf("decision store: the URL %s does not parse as a PostgreSQL connection string", Redact(dbURL))
+		return nil, fmt.Errorf("decision store: the URL %s does not parse as a PostgreSQL connection string", redact.URL(dbURL))
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
-		return nil, fmt.Errorf("decision store %s: %w", Redact(dbURL), err)
+		return nil, fmt.Errorf("decision store %s: %w", redact.URL(dbURL), err)
 	}
-	return &Store{pool: pool, url: Redact(dbURL)}, nil
+	return &Store{pool: pool, url: redact.URL(dbURL)}, nil
 }
 
 // Pool is the store's connection pool, for readers.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// URL is the store's URL with its password replaced, for logs and status.
+// URL is the store's URL with its password and query values replaced
+// (redact.URL), for logs and status.
 func (s *Store) URL() string { return s.url }
 
 // Close closes the pool.
 func (s *Store) Close() { s.pool.Close() }
-
-// Redact returns a connection URL with its password, and any password
-// parameter, replaced by "xxxxx", for logs and status.
-func Redact(dbURL string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil || u.Scheme == "" {
-		return "(a connection string that is not a URL)"
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	q := u.Query()
-	for k := range q {
-		if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
-			q.Set(k, "xxxxx")
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 type migration struct {
 	version int

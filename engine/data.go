@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"github.com/arbiter-dev/arbiter/engine/input"
 	"path/filepath"
 	"strings"
 
@@ -27,9 +26,9 @@ func parsePolicies(files []sourceFile) (map[string]*ast.Module, map[string]any, 
 		case ".yaml", ".yml":
 			probs = append(probs, Problem{File: f.path, Message: "data files must be JSON (.json)"})
 		default:
-			doc, err := input.Decode(f.data)
-			if err != nil {
-				probs = append(probs, Problem{File: f.path, Message: err.Error()})
+			doc, p := decodeJSON(f)
+			if p != nil {
+				probs = append(probs, p...)
 				continue
 			}
 			if err := mergeAt(data, dirPath(f.rel), doc); err != nil {

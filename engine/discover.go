@@ -19,9 +19,9 @@ func parseSchemas(files []sourceFile) (*ast.SchemaSet, map[string]schemaDoc, []P
 	ss := ast.NewSchemaSet()
 	docs := map[string]schemaDoc{}
 	for _, f := range files {
-		doc, err := input.Decode(f.data)
-		if err != nil {
-			probs = append(probs, Problem{File: f.path, Message: err.Error()})
+		doc, p := decodeJSON(f)
+		if p != nil {
+			probs = append(probs, p...)
 			continue
 		}
 		key := strings.TrimSuffix(f.rel, ".json")

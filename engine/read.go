@@ -55,7 +55,11 @@ func newTreeReader(ctx context.Context, cfg Config) *treeReader {
 // is a symlink (folders swapped in by a symlink flip) and skipping dot files
 // and editor leftovers, which are never part of a policy. A file over the
 // size cap is a problem, not a skip: leaving out a file its author meant to
-// load would change what the policy decides.
+// load would change what the policy decides. So is a link that leaves the
+// folder: only files inside it are read (through an os.Root, so that a link
+// swapped in after the check cannot lead out either), and a candidate's
+// folder (POST /v1/shadow names one) cannot lend it /proc/self/environ. A
+// link inside the folder (a Kubernetes ConfigMap's ..data/) is followed.
 func (r *treeReader) read(root string, exts ...string) ([]sourceFile, []Problem) {
 	if root == "" {
 		return nil, []Problem{{Message: "no folder configured"}}
@@ -64,6 +68,11 @@ func (r *treeReader) read(root string, exts ...string) ([]sourceFile, []Problem)
 	if err != nil {
 		return nil, []Problem{{File: root, Message: err.Error()}}
 	}
+	dir, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, []Problem{{File: root, Message: err.Error()}}
+	}
+	defer dir.Close()
 	var out []sourceFile
 	var probs []Problem
 	err = filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
@@ -88,7 +97,23 @@ func (r *treeReader) read(root string, exts ...string) ([]sourceFile, []Problem)
 			return err
 		}
 		shown := filepath.Join(root, rel)
-		data, skip, err := r.readFile(p)
+		file := rel
+		if d.Type()&fs.ModeSymlink != 0 {
+			target, in := linkTarget(real, p)
+			if !in {
+				// Not read: a link out to a device or a FIFO is skipped,
+				// as one inside is; a link out to a file refuses the
+				// revision.
+				if st, err := os.Stat(p); err == nil && !st.Mode().IsRegular() {
+					r.skipped = append(r.skipped, SkippedFile{File: shown, Reason: notRegular(st)})
+				} else {
+					probs = append(probs, Problem{File: shown, Message: "a link that leaves its folder: only files inside the folder are read"})
+				}
+				return nil
+			}
+			file = target // an absolute link within the folder is read too
+		}
+		data, skip, err := r.readFile(dir, file)
 		switch {
 		case skip != "":
 			r.skipped = append(r.skipped, SkippedFile{File: shown, Reason: skip})
@@ -106,19 +131,36 @@ func (r *treeReader) read(root string, exts ...string) ([]sourceFile, []Problem)
 	return out, probs
 }
 
-// readFile reads one regular file of at most maxFile bytes. It returns why
+func notRegular(st fs.FileInfo) string {
+	return "not a regular file (" + st.Mode().Type().String() + ")"
+}
+
+// linkTarget returns the file the link p leads to, relative to the folder
+// real (itself resolved), and whether it is inside it. A broken link is
+// its own name, inside: it fails when read.
+func linkTarget(real, p string) (string, bool) {
+	rel, _ := filepath.Rel(real, p)
+	target, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return rel, true
+	}
+	rel, err = filepath.Rel(real, target)
+	return rel, err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// readFile reads the regular file rel of dir, of at most maxFile bytes. It returns why
 // the file was skipped when it is not a regular file. The file is opened
 // without blocking and checked again once open, so that a FIFO swapped in
 // after the first look cannot hang the reader.
-func (r *treeReader) readFile(p string) (data []byte, skip string, err error) {
-	st, err := os.Stat(p) // follows symlinks: a link to /dev/zero is a device
+func (r *treeReader) readFile(dir *os.Root, rel string) (data []byte, skip string, err error) {
+	st, err := dir.Stat(rel) // follows symlinks inside dir: a link to a FIFO is a FIFO
 	if err != nil {
 		return nil, "", err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, "not a regular file (" + st.Mode().Type().String() + ")", nil
+		return nil, notRegular(st), nil
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, err := dir.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, "", err
 	}
@@ -127,7 +169,7 @@ func (r *treeReader) readFile(p string) (data []byte, skip string, err error) {
 		return nil, "", err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, "not a regular file (" + st.Mode().Type().String() + ")", nil
+		return nil, notRegular(st), nil
 	}
 	if st.Size() > r.maxFile {
 		return nil, "", fmt.Errorf("%d bytes is over the limit of %d bytes for one file", st.Size(), r.maxFile)

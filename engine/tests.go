@@ -22,7 +22,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 
-	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
@@ -373,8 +372,8 @@ func parseFixtures(files []sourceFile) ([]Fixture, []Problem) {
 			continue
 		}
 		decision := parts[1]
-		if _, err := input.Decode(f.data); err != nil {
-			probs = append(probs, Problem{File: f.path, Message: err.Error()})
+		if _, p := decodeJSON(f); p != nil {
+			probs = append(probs, p...)
 			continue
 		}
 		var cases map[string]json.RawMessage

@@ -30,6 +30,7 @@ import (
 	"github.com/arbiter-dev/arbiter/internal/opalog"
 	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
+	"github.com/arbiter-dev/arbiter/internal/redact"
 )
 
 // Config of an Uploader; cmd fills it from flags.
@@ -143,8 +144,9 @@ func New(cfg Config) (*Uploader, error) {
 		cfg.after = time.After
 	}
 	if !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
-		return nil, fmt.Errorf("decision-log service %q: want an http(s) URL", cfg.URL)
+		return nil, fmt.Errorf("decision-log service %s: want an http(s) URL", redact.URL(cfg.URL))
 	}
+	cfg.Logger = redact.Logger(cfg.Logger, cfg.URL) // its errors quote the URL, and a token may be in it
 	rc, _ := json.Marshal(map[string]any{"url": strings.TrimSuffix(cfg.URL, "/")})
 	client, err := rest.New(rc, nil, rest.Logger(opalog.New(cfg.Logger)), rest.Name("decision_logs"))
 	if err != nil {

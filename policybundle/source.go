@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/opalog"
+	"github.com/arbiter-dev/arbiter/internal/redact"
 )
 
 // SourceConfig says where a replica's bundle comes from and how it is
@@ -109,6 +110,9 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// The URL may be signed in its query (a presigned S3 URL, a token):
+	// every line of this source, OPA's downloader's too, hides it.
+	cfg.Logger = redact.Logger(cfg.Logger, cfg.URL)
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
 	}
@@ -144,7 +148,7 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	}
 	s := &Source{cfg: cfg, vc: vc, log: cfg.Logger, activate: activate,
 		stuck: g.timeout + 3*time.Duration(*dcfg.Polling.MaxDelaySeconds)*time.Second}
-	s.status.Name, s.status.URL, s.status.Type = cfg.Name, cfg.URL, "snapshot"
+	s.status.Name, s.status.URL, s.status.Type = cfg.Name, redact.URL(cfg.URL), "snapshot"
 	if oci {
 		s.dl = download.NewOCI(dcfg, client, path, "").
 			WithCallback(s.onUpdate).
@@ -166,7 +170,7 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 func splitURL(raw string) (service, path string, oci bool, err error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return "", "", false, fmt.Errorf("bundle URL %q: want http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG", raw)
+		return "", "", false, fmt.Errorf("bundle URL %s: want http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG", redact.URL(raw))
 	}
 	switch u.Scheme {
 	case "http", "https":
@@ -185,11 +189,11 @@ func splitURL(raw string) (service, path string, oci bool, err error) {
 		}
 		ref := strings.TrimPrefix(u.Path, "/")
 		if ref == "" || !strings.Contains(ref, ":") && !strings.Contains(ref, "@") {
-			return "", "", false, fmt.Errorf("bundle URL %q: an OCI reference names a tag or digest (REPO:TAG)", raw)
+			return "", "", false, fmt.Errorf("bundle URL %s: an OCI reference names a tag or digest (REPO:TAG)", redact.URL(raw))
 		}
 		return scheme + "://" + u.Host, u.Host + "/" + ref, true, nil
 	default:
-		return "", "", false, fmt.Errorf("bundle URL %q: unsupported scheme %q", raw, u.Scheme)
+		return "", "", false, fmt.Errorf("bundle URL %s: unsupported scheme %q", redact.URL(raw), u.Scheme)
 	}
 }
 
@@ -239,11 +243,13 @@ func (s *Source) Stuck(now time.Time) error {
 // Stop ends polling and waits for a poll in flight.
 func (s *Source) Stop(ctx context.Context) { s.dl.Stop(ctx) }
 
-// Status returns a copy of the bundle's status.
+// Status returns a copy of the bundle's status, its URL and the message
+// of a failed poll (Go's HTTP errors quote the URL) redacted.
 func (s *Source) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.status
+	st.Message = redact.In(st.Message, s.cfg.URL)
 	st.Errors = append([]error(nil), st.Errors...)
 	return st
 }

@@ -182,7 +182,7 @@ func RunStream(ctx context.Context, snap *engine.Snapshot, stream Stream, opts O
 	skips, err := r.source(ctx, func(take func(at place, rec decisionlog.Record) error) error {
 		return stream(ctx, func(replica string, rec decisionlog.Record, unreadable string) error {
 			if unreadable != "" {
-				unread = append(unread, fmt.Sprintf("%s: decision %s skipped: %s", place{replica: replica}, rec.DecisionID, unreadable))
+				unread = append(unread, fmt.Sprintf("%s: decision %s skipped: %s", place{replica: replica}, decisionlog.Shown(rec.DecisionID), unreadable))
 				return nil
 			}
 			return take(place{replica: replica}, rec)
@@ -209,7 +209,7 @@ func (p place) String() string {
 	if p.file != "" {
 		return fmt.Sprintf("%s:%d", p.file, p.line)
 	}
-	return "replica " + p.replica
+	return "replica " + decisionlog.Shown(p.replica)
 }
 
 type warning struct {
@@ -334,7 +334,7 @@ func (r *run) take(at place, rec decisionlog.Record, ch *Change, skip string) (w
 	}
 	if skip != "" {
 		r.rep.Summary.Skipped++
-		return warning{at.line, fmt.Sprintf("%s: decision %s skipped: %s", at, rec.DecisionID, skip)}, true
+		return warning{at.line, fmt.Sprintf("%s: decision %s skipped: %s", at, decisionlog.Shown(rec.DecisionID), skip)}, true
 	}
 	r.tally.Add(rec.Decision, ch.Class, rec.DecisionID)
 	if ch.Class == shadow.Same {
@@ -395,14 +395,14 @@ func reasonsOf(result json.RawMessage) json.RawMessage {
 
 // Describe shows an outcome next to the one it is compared with: its
 // reasons, unless both have the same reasons (then the whole result shows
-// what changed).
+// what changed), as one word (decisionlog.Shown).
 func (o Outcome) Describe(other Outcome) string {
 	switch {
 	case o.Error != "":
-		return "error " + o.Error
+		return "error " + decisionlog.Shown(o.Error)
 	case o.Reasons != nil && (other.Reasons == nil || !engine.SameJSON(o.Reasons, other.Reasons)):
-		return "reasons " + jsonenc.Compact(o.Reasons)
+		return "reasons " + decisionlog.Shown(jsonenc.Compact(o.Reasons))
 	default:
-		return "result " + jsonenc.Compact(o.Result)
+		return "result " + decisionlog.Shown(jsonenc.Compact(o.Result))
 	}
 }

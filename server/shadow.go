@@ -287,7 +287,12 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 		var le *engine.LoadError
 		probs := []engine.Problem{{Message: err.Error()}}
 		if errors.As(err, &le) {
-			probs = le.Problems
+			// Told the caller without what the files hold: file and line.
+			probs = make([]engine.Problem, len(le.Problems))
+			for i, p := range le.Problems {
+				probs[i] = p.Unquoted()
+			}
+			probs = slices.Compact(probs) // a parse error OPA reports twice at a line, now said alike
 		}
 		s.log.Warn("shadow candidate refused", "by", by, "policies", src.Policies, "bundle", src.Bundle, "problems", len(probs))
 		writeErrorWith(w, &engine.Error{Code: CodeCandidateRefused, Message: fmt.Sprintf("the candidate did not pass the gate: %d problem(s)", len(probs))}, "problems", probs)

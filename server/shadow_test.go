@@ -713,3 +713,100 @@ func TestPromotionOnTheDiffsEvidence(t *testing.T) {
 		t.Errorf("promotion records %+v, want the refused one and the forced one, with the evidence", records)
 	}
 }
+
+// TestShadowCandidateStaysInItsFolder: POST /v1/shadow reads a candidate's
+// files inside its folders only. A link that leaves its folder (to a
+// secret, to /proc/self/environ) refuses the candidate with a problem
+// naming the link and nothing of what it points at; a file that does not
+// parse is named with its line, never quoted; a link that stays inside the
+// folder (a ConfigMap's ..data/) is read.
+func TestShadowCandidateStaysInItsFolder(t *testing.T) {
+	const secret = "ARBITER_SECRET=hunter2\nDB_PASSWORD=sw0rdfish\n"
+	outside := filepath.Join(t.TempDir(), "environ")
+	if err := os.WriteFile(outside, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join("policies", "decisions", "access_check", "data.json")
+	link := func(target string) func(t *testing.T, cand string) {
+		return func(t *testing.T, cand string) {
+			if err := os.Symlink(target, filepath.Join(cand, "policies", "leak.json")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		edit    func(t *testing.T, cand string)
+		refused string // the file the problem names; "" when the candidate loads
+		line    int
+		says    string
+	}{
+		{"a data file linked out of its folder", link(outside), "policies/leak.json", 0, "leaves its folder"},
+		{"a link to the process's environment", link("/proc/self/environ"), "policies/leak.json", 0, "leaves its folder"},
+		{"a schema linked out of its folder", func(t *testing.T, cand string) {
+			p := filepath.Join(cand, "schemas", "access_check", "input.json")
+			if err := os.Remove(p); err != nil || os.Symlink(outside, p) != nil {
+				t.Fatal("linking the schema")
+			}
+		}, "schemas/access_check/input.json", 0, "leaves its folder"},
+		{"a file in the folder that does not parse", func(t *testing.T, cand string) {
+			if err := os.WriteFile(filepath.Join(cand, "policies", "broken.json"), []byte("\n"+secret), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "policies/broken.json", 2, "invalid JSON at column 1: unexpected character"},
+		{"a policy file that does not parse", func(t *testing.T, cand string) {
+			if err := os.WriteFile(filepath.Join(cand, "policies", "broken.rego"), []byte("package leak\n\nDB_PASSWORD=/etc/sw0rdfish\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "policies/broken.rego", 3, "rego_parse_error: the file does not parse"},
+		{"a link that stays in its folder, as a ConfigMap's", func(t *testing.T, cand string) {
+			p := filepath.Join(cand, data)
+			dir := filepath.Join(cand, "policies", "..data")
+			if err := os.Mkdir(dir, 0o755); err != nil || os.Rename(p, filepath.Join(dir, "data.json")) != nil {
+				t.Fatal("moving data.json")
+			}
+			if err := os.Symlink(filepath.Join("..", "..", "..data", "data.json"), p); err != nil {
+				t.Fatal(err)
+			}
+		}, "", 0, ""},
+		{"an absolute link that stays in its folder", func(t *testing.T, cand string) {
+			p := filepath.Join(cand, data)
+			moved := filepath.Join(cand, "policies", ".limits.json")
+			if err := os.Rename(p, moved); err != nil || os.Symlink(moved, p) != nil {
+				t.Fatal("linking data.json")
+			}
+		}, "", 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _, _ := serveShadow(t, accessDir(t), Config{}, shadow.Config{Rate: 1, CPU: 8}, 0)
+			cand := accessDir(t)
+			tc.edit(t, cand)
+			r := h.do(t, "POST", "/v1/shadow", loadBody(cand))
+			if tc.refused == "" {
+				if r.status != http.StatusOK {
+					t.Fatalf("%d %s", r.status, r.body)
+				}
+				return
+			}
+			var refused struct {
+				Error    engine.DocumentBody `json:"error"`
+				Problems []engine.Problem    `json:"problems"`
+			}
+			decodeJSON(t, r, &refused)
+			if r.status != http.StatusUnprocessableEntity || refused.Error.Code != CodeCandidateRefused {
+				t.Fatalf("%d %s, want 422 candidate_refused", r.status, r.body)
+			}
+			named := slices.ContainsFunc(refused.Problems, func(p engine.Problem) bool {
+				return p.File == filepath.Join(cand, tc.refused) && p.Line == tc.line && strings.Contains(p.Message, tc.says)
+			})
+			if !named {
+				t.Errorf("no problem names %s at line %d saying %q: %s", tc.refused, tc.line, tc.says, r.body)
+			}
+			for _, quoted := range []string{"hunter2", "sw0rdfish", "ARBITER", "PASSWORD", "'A'", "unexpected character '"} {
+				if strings.Contains(string(r.body), quoted) {
+					t.Errorf("the answer quotes the file (%q): %s", quoted, r.body)
+				}
+			}
+		})
+	}
+}

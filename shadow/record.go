@@ -50,7 +50,7 @@ func FromRecord(rec decisionlog.Record) (Request, string) {
 		req.Live.Result = rec.Result
 	case rec.Error != nil:
 		if !redecidable[engine.Code(rec.Error.Code)] {
-			return req, fmt.Sprintf("error %s was returned before any policy ran", rec.Error.Code)
+			return req, fmt.Sprintf("error %s was returned before any policy ran", decisionlog.Shown(rec.Error.Code))
 		}
 		e := *rec.Error
 		req.Live.Error = &e

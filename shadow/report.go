@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
 )
 
 // DefaultExamples is how many decision ids a report keeps per decision and
@@ -180,7 +182,8 @@ func classCounts(row *tallyRow) []ClassCount {
 
 // WriteText prints r for people: one line per class of all decisions
 // together, then per decision, refuse_to_allow first, with the example ids
-// of every class but same.
+// of every class but same. Decision names and ids are the records' and
+// are printed through decisionlog.Shown.
 func (r Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "%d decisions judged\n", r.Total)
 	if r.Dropped > 0 {
@@ -188,7 +191,7 @@ func (r Report) WriteText(w io.Writer) {
 	}
 	writeClasses(w, "  ", r.Classes)
 	for _, d := range r.Decisions {
-		fmt.Fprintf(w, "decision %s: %d judged\n", d.Decision, d.Total)
+		fmt.Fprintf(w, "decision %s: %d judged\n", decisionlog.Shown(d.Decision), d.Total)
 		writeClasses(w, "  ", d.Classes)
 	}
 }
@@ -201,7 +204,10 @@ func writeClasses(w io.Writer, indent string, classes []ClassCount) {
 			if uint64(len(c.Examples)) < c.Count {
 				more = fmt.Sprintf(" (first %d)", len(c.Examples))
 			}
-			line += "  e.g." + more + " " + strings.Join(c.Examples, " ")
+			line += "  e.g." + more
+			for _, id := range c.Examples {
+				line += " " + decisionlog.Shown(id)
+			}
 		}
 		fmt.Fprintln(w, line)
 	}

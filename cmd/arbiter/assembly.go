@@ -20,6 +20,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/redact"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/arbiter-dev/arbiter/watch"
@@ -296,7 +297,7 @@ func (a *assembly) watchReloads(ctx context.Context) func() {
 		dirs = append(dirs, c.tests)
 	}
 	if c.bundleURL != "" {
-		log.Info("policies come from the bundle; the folders are not watched", "bundle_url", c.bundleURL)
+		log.Info("policies come from the bundle; the folders are not watched", "bundle_url", redact.URL(c.bundleURL))
 	} else if _, err := watch.Start(ctx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
 		log.Warn("file watching unavailable; reload with SIGHUP or POST /v1/reload", "err", err)
 	}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
@@ -168,7 +166,7 @@ func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record, row.Partial})
 			if p := row.Partial; p != nil {
 				fmt.Fprintf(stderr, "arbiter decisions: the stored record of %s (%s) is shown in part, its row's columns and first bytes: %d bytes, %s\n",
-					termCell(row.Record.DecisionID), termCell(row.Replica), p.Bytes, p.Why)
+					decisionlog.Shown(row.Record.DecisionID), decisionlog.Shown(row.Replica), p.Bytes, p.Why)
 			}
 		}
 		writeJSON(stdout, out)
@@ -182,7 +180,7 @@ func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				why = rec.Error.Code
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rec.Time.UTC().Format("2006-01-02 15:04:05.000"),
-				termCell(row.Replica), termCell(rec.Decision), termCell(row.Outcome), termCell(why), termCell(rec.Caller), termCell(shortRev(rec.Revision)), termCell(rec.DecisionID))
+				decisionlog.Shown(row.Replica), decisionlog.Shown(rec.Decision), decisionlog.Shown(row.Outcome), decisionlog.Shown(why), decisionlog.Shown(rec.Caller), decisionlog.Shown(shortRev(rec.Revision)), decisionlog.Shown(rec.DecisionID))
 		}
 		tw.Flush()
 		if !next.IsZero() {
@@ -194,21 +192,6 @@ func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitError
 	}
 	return exitOK
-}
-
-// termCell is a value as one column of a terminal line: "-" for none, and
-// quoted, with its escapes, when it holds anything but printable
-// characters (a control sequence, a line break, a bidirectional control,
-// a space that would shift the columns): the store's values came from
-// requests.
-func termCell(s string) string {
-	if s == "" {
-		return "-"
-	}
-	if strings.IndexFunc(s, func(r rune) bool { return r == ' ' || !unicode.IsPrint(r) }) >= 0 {
-		return strconv.Quote(s)
-	}
-	return s
 }
 
 func shortRev(s string) string {

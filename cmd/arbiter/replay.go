@@ -119,20 +119,31 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		for _, w := range rep.Warnings {
 			fmt.Fprintf(stderr, "arbiter replay: warning: %s\n", w)
 		}
+		// Every value of a record is printed through decisionlog.Shown:
+		// the records came from requests, and a store's rows from whoever
+		// can write the database.
 		for _, ch := range rep.Changed { // the most dangerous class first
 			at := fmt.Sprintf("%s:%d", ch.File, ch.Line)
 			if ch.File == "" {
-				at = "replica " + ch.Replica
+				at = "replica " + decisionlog.Shown(ch.Replica)
+			}
+			was := "(none)"
+			if ch.Old.Revision != "" {
+				was = decisionlog.Shown(ch.Old.Revision)
 			}
 			fmt.Fprintf(stdout, "changed %s %s (%s): %s: revision %s -> %s: %s -> %s\n",
-				ch.DecisionID, ch.Decision, at, ch.Class, orNone(ch.Old.Revision), ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
+				decisionlog.Shown(ch.DecisionID), decisionlog.Shown(ch.Decision), at, ch.Class, was, ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
 		}
 		fmt.Fprintf(stdout, "impact of revision %s: ", rep.Summary.NewRevision)
 		rep.Impact.WriteText(stdout)
 		s := rep.Summary
 		old := "none"
 		if len(s.OldRevisions) > 0 {
-			old = strings.Join(s.OldRevisions, ", ")
+			shown := make([]string, len(s.OldRevisions))
+			for i, r := range s.OldRevisions {
+				shown[i] = decisionlog.Shown(r)
+			}
+			old = strings.Join(shown, ", ")
 		}
 		from := fmt.Sprintf("%d files", len(s.Files))
 		if s.Store {

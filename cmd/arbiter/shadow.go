@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/redact"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -154,8 +155,11 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 			if err != nil {
 				return nil, err
 			}
-			sh.Set(&shadow.Candidate{Snapshot: snap, Origin: "bundle " + c.shadowBundleURL, LoadedAt: time.Now()})
-			log.Info("candidate in shadow", "revision", snap.Revision, "origin", c.shadowBundleURL)
+			// The origin is shown (status, pages, the promotion's record):
+			// the URL's secrets are not.
+			origin := "bundle " + redact.URL(c.shadowBundleURL)
+			sh.Set(&shadow.Candidate{Snapshot: snap, Origin: origin, LoadedAt: time.Now()})
+			log.Info("candidate in shadow", "revision", snap.Revision, "origin", origin)
 			return snap, nil
 		})
 		if err != nil {

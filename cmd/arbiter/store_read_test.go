@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
@@ -234,6 +235,7 @@ func TestStoreCommands(t *testing.T) {
 			{"--store", url, "--outcome", decisionlog.OutcomeError, "--format", "json", "--limit", "2"},
 			{"--store", url, "--until", "2026-12-01"},
 			{"--store", url, "--input", "/tenant/0 = a"},
+			{"--store", url, "--input", "/attempt = 1e999999"},
 			{"--store", url, "--since", "yesterday"},
 		} {
 			code, stdout, stderr := runCommand(t, append([]string{"decisions"}, args...)...)
@@ -314,5 +316,78 @@ func TestStoreReadersSurviveAnUnreadableRow(t *testing.T) {
 	code, stdout, stderr = arbiter("replay", "--store", url, "--policies", quotaPolicies, "--schemas", quotaSchemas)
 	if code == exitInput || !strings.Contains(stderr, "decision not-json skipped") {
 		t.Errorf("arbiter replay --store: exit %d, want a warning that not-json was skipped:\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestStoredTextIsEscapedOnTheTerminal: every value a command prints from
+// a decision log or a decision store came from a request or a row, so it
+// reaches the terminal escaped (decisionlog.Shown): a replica, decision
+// id, decision name, revision, reason, error code or masked pointer with
+// an escape sequence, a bidirectional control or a line break shows its
+// escapes, and forges no line of the report.
+func TestStoredTextIsEscapedOnTheTerminal(t *testing.T) {
+	t.Parallel()
+	const forged = "\nchanged forged "
+	hostile := func(what string) string { return what + "\x1b[2J\u202e" + forged + what }
+	result := json.RawMessage(`{"allow":true,"reasons":[]}`)
+	log := writeQuotaLog(t, []loggedRequest{{hostile("id"), decisionsPath, `{"tenant": "a", "used": 7}`}},
+		decisionlog.Record{DecisionID: "revision", Decision: "quota_check", Path: decisionsPath, Revision: hostile("rev"), Input: json.RawMessage(`{"tenant":"a","used":8}`), Result: result},
+		decisionlog.Record{DecisionID: "decision", Decision: hostile("name"), Path: decisionsPath, Input: json.RawMessage(`{"tenant":"a","used":1}`), Result: result},
+		decisionlog.Record{DecisionID: "reasons", Decision: "quota_check", Path: decisionsPath, Input: json.RawMessage(`{"tenant":"a","used":1}`), Result: json.RawMessage(`{"allow":false,"reasons":["` + "over\u202e\u0085quota" + `"]}`)},
+		decisionlog.Record{DecisionID: "code", Decision: "quota_check", Path: decisionsPath, Input: json.RawMessage(`{}`), Error: &decisionlog.RecordError{Code: hostile("code"), Message: "no"}},
+		decisionlog.Record{DecisionID: "masked", Decision: "quota_check", Path: decisionsPath, Input: json.RawMessage(`{}`), Result: result, Masked: []string{hostile("/mask")}},
+	)
+	var recs []decisionlog.Record
+	if _, err := decisionlog.ReadFile(log, func(_ int, rec decisionlog.Record) error {
+		rec.Caller = hostile("caller")
+		recs = append(recs, rec)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cluster := pgtest.Start(t)
+	url := cluster.DB(t)
+	st, err := decisionstore.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sink, err := decisionstore.NewSink(url, decisionstore.SinkConfig{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(recs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := sink.Close(ctx); err != nil || sink.Stats().Written != uint64(len(recs)) {
+		t.Fatalf("the sink: %v, %+v", err, sink.Stats())
+	}
+	// A replica name as anyone who can write the database may leave it.
+	if _, err := st.Pool().Exec(ctx, "UPDATE arbiter_store.records SET replica = $1", hostile("replica")); err != nil {
+		t.Fatal(err)
+	}
+
+	limit5 := quotaCopy(t, `{"limit": 5}`)
+	pol := []string{"--policies", limit5, "--schemas", quotaSchemas}
+	for _, args := range [][]string{
+		append([]string{"replay", "--log", log}, pol...),
+		append([]string{"replay", "--store", url}, pol...),
+		{"decisions", "--store", url},
+	} {
+		t.Run(strings.Join(args[:2], " "), func(t *testing.T) {
+			code, stdout, stderr := runCommand(t, args...)
+			out := stdout + stderr
+			if code == exitInput || !strings.Contains(out, `\x1b`) {
+				t.Fatalf("exit %d; the hostile values are not shown escaped:\n%s", code, out)
+			}
+			for i, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(line, "changed forged") {
+					t.Errorf("line %d is forged: %q", i+1, line)
+				}
+				if j := strings.IndexFunc(line, func(r rune) bool { return !unicode.IsPrint(r) }); j >= 0 {
+					t.Errorf("line %d holds %q raw: %q", i+1, []rune(line[j:])[0], line)
+				}
+			}
+		})
 	}
 }

@@ -37,12 +37,19 @@ func (e *NumberLimitError) Error() string {
 }
 
 // SyntaxError is a malformed_json cause, with the byte offset it was found at.
+// Msg quotes nothing of the input; Quote is what of it the error shows
+// (the character, the duplicate key), apart, so that a message about a
+// file a caller named can leave it out (engine's file problems).
 type SyntaxError struct {
 	Offset int
 	Msg    string
+	Quote  string
 }
 
 func (e *SyntaxError) Error() string {
+	if e.Quote != "" {
+		return fmt.Sprintf("invalid JSON at byte %d: %s %s", e.Offset, e.Msg, e.Quote)
+	}
 	return fmt.Sprintf("invalid JSON at byte %d: %s", e.Offset, e.Msg)
 }
 
@@ -79,6 +86,11 @@ func (s *scanner) admitValues(read int) error {
 
 func (s *scanner) errorf(off int, format string, args ...any) error {
 	return &SyntaxError{Offset: off, Msg: fmt.Sprintf(format, args...)}
+}
+
+// quoting is a SyntaxError that shows v, a part of the input, quoted.
+func (s *scanner) quoting(off int, msg string, v any) error {
+	return &SyntaxError{Offset: off, Msg: msg, Quote: fmt.Sprintf("%q", v)}
 }
 
 // start checks what may only appear at the very beginning and skips the
@@ -246,7 +258,7 @@ func (s *scanner) str() (raw []byte, escaped bool, err error) {
 				}
 				i += 6
 			default:
-				return nil, false, s.errorf(i, "invalid escape character %q", rune(d[i+1]))
+				return nil, false, s.quoting(i, "invalid escape character", rune(d[i+1]))
 			}
 		case c < 0x20:
 			return nil, false, s.errorf(i, "control character in string")

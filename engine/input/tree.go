@@ -78,7 +78,7 @@ func (d *treeDecoder) value(depth int) (any, error) {
 			}
 			key := d.text(raw, escaped)
 			if _, dup := obj[key]; dup {
-				return nil, d.errorf(at, "duplicate object key %q", key)
+				return nil, d.quoting(at, "duplicate object key", key)
 			}
 			v, err := d.value(depth + 1)
 			if err != nil {
@@ -126,7 +126,7 @@ func (d *treeDecoder) value(depth int) (any, error) {
 		}
 		return json.Number(lit), nil
 	default:
-		return nil, d.errorf(d.pos, "unexpected character %q", rune(c))
+		return nil, d.quoting(d.pos, "unexpected character", rune(c))
 	}
 }
 

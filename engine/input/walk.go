@@ -126,7 +126,7 @@ func (w *walker) value(set []*node, proj *Projection, depth int) (*ast.Term, err
 	case c == '-' || isDigit(c):
 		t, err = w.numberValue(set, proj)
 	default:
-		return nil, w.errorf(w.pos, "unexpected character %q", rune(c))
+		return nil, w.quoting(w.pos, "unexpected character", rune(c))
 	}
 	if err != nil {
 		return nil, err
@@ -461,13 +461,13 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		// objects that dominate; large ones switch to a set.
 		if seen != nil {
 			if _, dup := seen[key]; dup {
-				return nil, w.errorf(at, "duplicate object key %q", key)
+				return nil, w.quoting(at, "duplicate object key", key)
 			}
 			seen[key] = struct{}{}
 		} else {
 			for _, k := range w.keys[frame:] {
 				if k == key {
-					return nil, w.errorf(at, "duplicate object key %q", key)
+					return nil, w.quoting(at, "duplicate object key", key)
 				}
 			}
 			if len(w.keys)-frame == 24 {

@@ -317,7 +317,7 @@ func inputFilter(t *testing.T, entries []Entry) string {
 // is said, and shows no rows, never every row.
 func TestBadInputFilterMatchesNothing(t *testing.T) {
 	h := newHarness(t, Config{PageSize: 1000})
-	for _, bad := range []string{"/a/0 = 1", "a = 1", "/a~2 = 1", "/a", `/a = {"b": 1}`} {
+	for _, bad := range []string{"/a/0 = 1", "a = 1", "/a~2 = 1", "/a", `/a = {"b": 1}`, "/attempt = 1e999999"} {
 		status, body := h.get(t, "/ui/decisions?input="+url.QueryEscape(bad))
 		if status != 200 || len(rowRE.FindAllStringSubmatch(body, -1)) != 0 || !strings.Contains(body, `class="problem" role="alert"`) {
 			t.Errorf("input filter %q: status %d, %d rows, problem said %v", bad, status, len(rowRE.FindAllStringSubmatch(body, -1)), strings.Contains(body, `class="problem"`))
