@@ -19,32 +19,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // gateWriter blocks every Write until release is closed, and closes started
 // when the first Write begins: the writer goroutine is then known to be stuck.
 type gateWriter struct {
 	started, release chan struct{}
 	once             sync.Once
-	out              lockedBuffer
+	out              testfiles.Buffer
 }
 
 func newGateWriter() *gateWriter {
@@ -229,10 +213,10 @@ func bigRec(id string, n int) Record {
 
 // stuckLog opens a Logger whose sink blocks until released, and waits until
 // the writer is stuck in its first write (holding the record "first").
-func stuckLog(t *testing.T, opts Options) (*Logger, *gateWriter, *lockedBuffer) {
+func stuckLog(t *testing.T, opts Options) (*Logger, *gateWriter, *testfiles.Buffer) {
 	t.Helper()
 	gate := newGateWriter()
-	var warnings lockedBuffer
+	var warnings testfiles.Buffer
 	opts.Path, opts.sink, opts.Logger = "-", gate, testLogger(&warnings)
 	l, err := Open(opts)
 	if err != nil {
@@ -449,7 +433,7 @@ func TestRotation(t *testing.T) {
 // not written, and counted.
 func TestRecordTooLargeForTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.log")
-	l, err := Open(Options{Path: path, MaxMegabytes: 1, Logger: testLogger(&lockedBuffer{})})
+	l, err := Open(Options{Path: path, MaxMegabytes: 1, Logger: testLogger(&testfiles.Buffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}

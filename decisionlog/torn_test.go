@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // TestOpenAfterTornLastLine: a crash can leave the log ending mid-line. The
@@ -25,7 +27,7 @@ func TestOpenAfterTornLastLine(t *testing.T) {
 			if err := os.WriteFile(path, []byte(existing), 0o640); err != nil {
 				t.Fatal(err)
 			}
-			l, err := Open(Options{Path: path, Logger: testLogger(&lockedBuffer{})})
+			l, err := Open(Options{Path: path, Logger: testLogger(&testfiles.Buffer{})})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,6 @@
 package decisionstore
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // randomLetters are n letters that no compression shortens: PostgreSQL
@@ -32,23 +32,10 @@ func randomLetters(rng *rand.Rand, n int) string {
 	return string(b)
 }
 
-// lockedBuffer is a log's output, written by the sink's goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// lines are the lines of what l holds that contain substr.
+func lines(l *testfiles.Buffer, substr string) []string {
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if strings.Contains(line, substr) {
 			out = append(out, line)
 		}
@@ -165,7 +152,7 @@ func TestSinkRefusedRowCostsOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := &fakeClock{t: t0}
-	var logged lockedBuffer
+	var logged testfiles.Buffer
 	s := newSink(t, url, SinkConfig{Logger: slog.New(slog.NewTextHandler(&logged, nil)), now: clock.now})
 	rng := rand.New(rand.NewPCG(29, 2))
 	const n, bad = 1000, 10
@@ -186,14 +173,14 @@ func TestSinkRefusedRowCostsOneWrite(t *testing.T) {
 		t.Errorf("%d refused records in the store", n)
 	}
 	const warning = "decision store refused records"
-	if got := logged.lines(warning); len(got) != 1 || !strings.Contains(got[0], " records=1 ") {
+	if got := lines(&logged, warning); len(got) != 1 || !strings.Contains(got[0], " records=1 ") {
 		t.Fatalf("warnings within a minute:\n%s\nwant one, of the first record", strings.Join(got, "\n"))
 	}
 	// A minute later, the next line says how many were refused meanwhile.
 	clock.advance(time.Minute)
 	s.Write([]decisionlog.Record{decision(n)})
 	waitFor(t, s, "one more written", func(st SinkStats) bool { return st.Written == n-bad+1 })
-	if got := logged.lines(warning); len(got) != 2 || !strings.Contains(got[1], " records=9 ") || !strings.Contains(got[1], " rejected_total=10 ") {
+	if got := lines(&logged, warning); len(got) != 2 || !strings.Contains(got[1], " records=9 ") || !strings.Contains(got[1], " rejected_total=10 ") {
 		t.Fatalf("warnings a minute later:\n%s\nwant a second one, of the 9 others", strings.Join(got, "\n"))
 	}
 }

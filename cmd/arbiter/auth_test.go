@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
@@ -364,7 +365,7 @@ func runServe(t *testing.T, env []string, args ...string) (code int, stderr stri
 	t.Helper()
 	cmd := exec.Command(binPath, append([]string{"serve", "--state-dir", t.TempDir()}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	out := &syncBuffer{}
+	out := &testfiles.Buffer{}
 	cmd.Stderr = out
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {

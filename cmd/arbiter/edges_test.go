@@ -25,6 +25,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/server"
 )
@@ -626,7 +627,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 			t.Run(fmt.Sprintf("%s %v", c.name, sig), func(t *testing.T) {
 				var cmd *exec.Cmd
-				var stderr syncBuffer
+				var stderr testfiles.Buffer
 				var held func() // returns once the command is seen running, held
 				switch {
 				case silent:

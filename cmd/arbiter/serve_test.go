@@ -51,28 +51,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects a process's stderr while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type proc struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *testfiles.Buffer
 	done   chan error
 }
 
@@ -88,7 +70,7 @@ func startServer(t *testing.T, args ...string) *proc {
 // it starts (its stdout, environment or program).
 func startServerWith(t *testing.T, setup func(*exec.Cmd), args ...string) *proc {
 	t.Helper()
-	s := &proc{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s := &proc{stderr: &testfiles.Buffer{}, done: make(chan error, 1)}
 	base := []string{"serve", "--addr", "127.0.0.1:0"}
 	if !containsArg(args, "--state-dir") {
 		base = append(base, "--state-dir", t.TempDir())
