@@ -334,7 +334,11 @@ func TestSinkDataErrorMidCopy(t *testing.T) {
 	st := waitFor(t, f.s, "three rejected, the rest written", func(st SinkStats) bool {
 		return st.Queued == 0 && st.Dropped[DropRejected] == 3 && st.Written == 17
 	})
-	t.Logf("a batch of 10 with 3 rows refused mid-COPY: %d failed writes", st.WritesFailed-failedBefore)
+	// The error's context names the trigger first, then the COPY's line:
+	// one failed write per refused record, not a halving of the batch.
+	if n := st.WritesFailed - failedBefore; n != 3 {
+		t.Errorf("a batch of 10 with 3 rows refused by a trigger mid-COPY: %d failed writes; want one per refused record", n)
+	}
 
 	execSQL(t, url, `CREATE OR REPLACE FUNCTION arbiter_store.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
