@@ -202,17 +202,17 @@ func TestSinkDiskFull(t *testing.T) {
 
 	filler := fill(t, mnt)
 	var failing SinkStats
+	var during string // a record queued during the fault
 	if _, ok := wait.For(30*time.Second, func() bool {
-		f.write(10, "") // until the pages' free room is used up too
+		during = f.write(1, "") // until the pages' free room is used up too
 		failing = f.s.Stats()
 		return failing.WritesFailed > 0 && failing.Queued > 0
 	}); !ok {
 		t.Fatalf("the full volume never failed a write: %+v", failing)
 	}
-	if !strings.Contains(failing.LastError, "53100") {
-		t.Fatalf("last error %q; want disk_full (SQLSTATE 53100)", failing.LastError)
+	if !strings.Contains(failing.LastError, "53100") || failing.DroppedTotal() != 0 {
+		t.Fatalf("%+v; want disk_full (SQLSTATE 53100), and every record handed so far written or queued", failing)
 	}
-	during := f.write(1, "")
 	f.flood(t)
 
 	if err := os.Remove(filler); err != nil {
