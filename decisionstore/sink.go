@@ -405,8 +405,10 @@ func rejected(err error) bool {
 }
 
 // copyLineRE finds the row of a COPY that an error is about, in the
-// error's context ("COPY records, line 7, column caller"): 1-based.
-var copyLineRE = regexp.MustCompile(`^COPY [^,]+, line ([0-9]+)\b`)
+// error's context ("COPY records, line 7, column caller"): 1-based. The
+// context is one line per level, innermost first: an error a trigger
+// raises names the trigger's function before the COPY's line.
+var copyLineRE = regexp.MustCompile(`(?m)^COPY [^,]+, line ([0-9]+)\b`)
 
 // copyLine is the index of the row a COPY's error names, if it names one.
 func copyLine(err error) (int, bool) {
@@ -414,10 +416,11 @@ func copyLine(err error) (int, bool) {
 	if !errors.As(err, &pe) {
 		return 0, false
 	}
-	m := copyLineRE.FindStringSubmatch(pe.Where)
-	if m == nil {
+	all := copyLineRE.FindAllStringSubmatch(pe.Where, -1)
+	if all == nil {
 		return 0, false
 	}
+	m := all[len(all)-1] // the outermost: the sink's own COPY
 	n, err := strconv.Atoi(m[1])
 	return n - 1, err == nil && n > 0
 }
