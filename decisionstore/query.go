@@ -126,8 +126,13 @@ func ParseCursor(s string) (Cursor, error) {
 
 // where builds the WHERE clause of f, its arguments numbered from $1.
 func (f Filter) where() (string, []any) {
-	var conds []string
-	var args []any
+	conds, inputs, args := f.conditions()
+	return strings.Join(append(conds, inputs...), " AND "), args
+}
+
+// conditions are f's conditions, those on the input apart, and their
+// arguments numbered from $1.
+func (f Filter) conditions() (conds, inputs []string, args []any) {
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
@@ -160,9 +165,9 @@ func (f Filter) where() (string, []any) {
 		conds = append(conds, "time < "+arg(f.Until))
 	}
 	for _, m := range f.Input {
-		conds = append(conds, "input @> "+arg(string(m.document()))+"::jsonb")
+		inputs = append(inputs, "input @> "+arg(string(m.document()))+"::jsonb")
 	}
-	return strings.Join(conds, " AND "), args
+	return conds, inputs, args
 }
 
 // rowColumns are what a row shows beside its record; the record's length
@@ -253,19 +258,14 @@ func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, m
 	if limit <= 0 {
 		return nil, Cursor{}, nil
 	}
-	where, args := f.where()
-	if !before.IsZero() {
-		n := len(args)
-		args = append(args, before.Time, before.ID, before.Kind)
-		// time <= is what the (time DESC) index can seek on; the row
-		// comparison breaks ties within one microsecond.
-		where += fmt.Sprintf(" AND time <= $%d AND (time, decision_id, kind) < ($%d, $%d, $%d)", n+1, n+1, n+2, n+3)
-	}
-	n := len(args)
-	args = append(args, limit+1, maxRecord, HeadBytes)
-	q := "SELECT " + rowColumns + recordColumn(n+2, n+3) + " FROM arbiter_store.records WHERE " + where +
-		" ORDER BY time DESC, decision_id DESC, kind DESC LIMIT $" + strconv.Itoa(n+1)
+	q, args := listQuery(f, before, limit, maxRecord)
 	out, err := r.query(ctx, q, maxRecord, args...)
+	if err == nil && len(f.Input) > 0 && len(out) <= limit {
+		// Not a page among the newest listProbeRows: a rarer value,
+		// found through the input's index.
+		q, args = listByInputQuery(f, before, limit, maxRecord)
+		out, err = r.query(ctx, q, maxRecord, args...)
+	}
 	if err != nil {
 		return nil, Cursor{}, fmt.Errorf("decision store: listing: %w", err)
 	}
@@ -275,6 +275,70 @@ func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, m
 		next = out[limit-1].Cursor
 	}
 	return out, next, nil
+}
+
+// listProbeRows is how many of the rows its other filters select a list
+// with an input filter reads first, newest first, testing their input: a
+// value most rows hold (/env = prod) fills a page among them, where the
+// input's index would read every row that holds it (seconds at a million
+// rows). A value that does not fill a page among them is looked up in the
+// index (listByInputQuery).
+const listProbeRows = 1000
+
+// listConditions are f's conditions and the cursor's, the input's apart,
+// and their arguments.
+func listConditions(f Filter, before Cursor) (conds, inputs []string, args []any) {
+	conds, inputs, args = f.conditions()
+	if !before.IsZero() {
+		n := len(args)
+		args = append(args, before.Time, before.ID, before.Kind)
+		// time <= is what the (time DESC) index can seek on; the row
+		// comparison breaks ties within one microsecond.
+		conds = append(conds, fmt.Sprintf("time <= $%d AND (time, decision_id, kind) < ($%d, $%d, $%d)", n+1, n+1, n+2, n+3))
+	}
+	return conds, inputs, args
+}
+
+const newestFirst = " ORDER BY time DESC, decision_id DESC, kind DESC"
+
+// listQuery is list's first query and its arguments: up to limit+1 rows
+// of f before the cursor, newest first, their records loaded up to
+// maxRecord bytes (0: none). It walks the newest rows the filters other
+// than the input's select (the time index, or a column's with time); with
+// an input filter, it tests the input of the newest listProbeRows of them
+// only.
+func listQuery(f Filter, before Cursor, limit int, maxRecord int64) (string, []any) {
+	conds, inputs, args := listConditions(f, before)
+	n := len(args)
+	args = append(args, limit+1, maxRecord, HeadBytes)
+	from := "arbiter_store.records WHERE " + strings.Join(conds, " AND ")
+	if len(inputs) > 0 {
+		from = "(SELECT * FROM " + from + newestFirst + " LIMIT " + strconv.Itoa(listProbeRows) + ") AS newest WHERE " +
+			strings.Join(inputs, " AND ")
+	}
+	return "SELECT " + rowColumns + recordColumn(n+2, n+3) + " FROM " + from + newestFirst + " LIMIT $" + strconv.Itoa(n+1), args
+}
+
+// listByInputQuery is listQuery through the input's GIN index: every row
+// that holds the input's values, found by that index alone, collected
+// first with the columns the other filters test; then those in the time
+// range and the other filters, the newest limit+1 of them; then their
+// columns. The collection is MATERIALIZED and has no other condition, so
+// that the planner has no time index to walk instead: it did, with the
+// generic plan of a prepared statement (pgx prepares and caches each
+// query, and PostgreSQL plans the sixth run of one without its
+// arguments), testing every row's input in the range: a run's list read
+// the whole range (seconds at a million rows).
+func listByInputQuery(f Filter, before Cursor, limit int, maxRecord int64) (string, []any) {
+	conds, inputs, args := listConditions(f, before)
+	n := len(args)
+	args = append(args, limit+1, maxRecord, HeadBytes)
+	const key = "time, decision_id, kind, revision"
+	q := "WITH matching AS MATERIALIZED (SELECT " + key + ", replica, decision, path, caller, outcome, reasons, error_code FROM arbiter_store.records WHERE " +
+		strings.Join(inputs, " AND ") + "),\n" +
+		"  page AS (SELECT " + key + " FROM matching WHERE " + strings.Join(conds, " AND ") + newestFirst + " LIMIT $" + strconv.Itoa(n+1) + ")\n" +
+		"SELECT " + rowColumns + recordColumn(n+2, n+3) + " FROM arbiter_store.records JOIN page USING (" + key + ")" + newestFirst
+	return q, args
 }
 
 // Count counts the rows that match f, exactly up to max: at a million
