@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
@@ -109,7 +109,7 @@ func leafDiff(a, b any, at string) []string {
 	if aObj && bObj {
 		var out []string
 		for _, k := range sortedKeys(bo) {
-			p := at + "/" + strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
+			p := at + "/" + jsonptr.Escape(k)
 			if av, ok := ao[k]; ok {
 				out = append(out, leafDiff(av, bo[k], p)...)
 			} else {
@@ -118,7 +118,7 @@ func leafDiff(a, b any, at string) []string {
 		}
 		for _, k := range sortedKeys(ao) {
 			if _, ok := bo[k]; !ok {
-				out = append(out, at+"/"+strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1"))
+				out = append(out, at+"/"+jsonptr.Escape(k))
 			}
 		}
 		return out
@@ -141,21 +141,10 @@ func leafDiff(a, b any, at string) []string {
 	return []string{at}
 }
 
-// pointerParts are the unescaped tokens of a JSON pointer (RFC 6901).
-func pointerParts(p string) []string {
-	parts := strings.Split(p[1:], "/")
-	for i := range parts {
-		parts[i] = strings.ReplaceAll(strings.ReplaceAll(parts[i], "~1", "/"), "~0", "~")
-	}
-	return parts
-}
-
 // valueAt is the value doc holds at pointer p (nil where it holds none).
 func valueAt(doc any, p string) any {
-	if p == "" {
-		return doc
-	}
-	for _, k := range pointerParts(p) {
+	toks, _ := jsonptr.Split(p) // leafDiff's, well formed
+	for _, k := range toks {
 		switch d := doc.(type) {
 		case map[string]any:
 			doc = d[k]
@@ -178,7 +167,7 @@ func setAt(doc, base any, p string) any {
 	if p == "" {
 		return deepCopy(base)
 	}
-	parts := pointerParts(p)
+	parts, _ := jsonptr.Split(p)
 	var walk func(d, b any, parts []string) any
 	walk = func(d, b any, parts []string) any {
 		k := parts[0]

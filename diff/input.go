@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // The input document is a tree of templates, made as the revisions read it
@@ -104,7 +105,7 @@ func (t *tmpl) pointer() string {
 			sb.WriteByte('*')
 			continue
 		}
-		sb.WriteString(strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1"))
+		sb.WriteString(jsonptr.Escape(k))
 	}
 	return sb.String()
 }

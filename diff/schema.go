@@ -11,6 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
+	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
 // schemaCtx is one side's input schema, as the schema library reads it
@@ -77,7 +78,7 @@ func (c *schemaCtx) resolve(ref string) (any, bool) {
 	}
 	cur := c.root
 	for _, part := range strings.Split(strings.TrimPrefix(ref, "#"), "/")[1:] {
-		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		part = jsonptr.Unescape(part)
 		obj, ok := cur.(map[string]any)
 		if !ok {
 			return nil, false
