@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
@@ -582,16 +580,10 @@ func TestStalledFileCostsOnlyItsOwnRecords(t *testing.T) {
 // droppedMetric reads arbiter_decision_log_dropped_total by reason.
 func droppedMetric(t *testing.T, l *Logger) map[string]float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(l.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+	for k, v := range testfiles.Counters(t, l.Collector()) {
+		if r, ok := strings.CutPrefix(k, `arbiter_decision_log_dropped_total{reason="`); ok {
+			out[strings.TrimSuffix(r, `"}`)] = v
 		}
 	}
 	return out

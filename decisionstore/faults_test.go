@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
 	"github.com/arbiter-dev/arbiter/internal/queue"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
@@ -92,40 +92,17 @@ func (f *feeder) accounted(t *testing.T, url string) SinkStats {
 	if n := count(t, url, `WHERE decision_id IN (SELECT decision_id FROM arbiter_store.records GROUP BY decision_id HAVING count(*) > 1)`); n != 0 {
 		t.Fatalf("%d rows of decision ids written twice", n)
 	}
-	m := metrics(t, f.s)
+	m := testfiles.Counters(t, f.s.Collector())
 	for _, r := range DropReasons {
-		if m["dropped/"+r] != float64(st.Dropped[r]) {
-			t.Errorf("arbiter_decision_store_dropped_total{reason=%q} %v, Stats %d", r, m["dropped/"+r], st.Dropped[r])
+		if k := `arbiter_decision_store_dropped_total{reason="` + r + `"}`; m[k] != float64(st.Dropped[r]) {
+			t.Errorf("%s %v, Stats %d", k, m[k], st.Dropped[r])
 		}
 	}
-	if m["written"] != float64(st.Written) {
-		t.Errorf("arbiter_decision_store_written_total %v, Stats %d", m["written"], st.Written)
+	if m["arbiter_decision_store_written_total"] != float64(st.Written) {
+		t.Errorf("arbiter_decision_store_written_total %v, Stats %d", m["arbiter_decision_store_written_total"], st.Written)
 	}
 	t.Logf("handed %d: written %d (duplicates %d), dropped %v, writes ok %d, failed %d", total, st.Written, st.Duplicates, st.Dropped, st.WritesOK, st.WritesFailed)
 	return st
-}
-
-// metrics reads the sink's written and dropped counters as exported.
-func metrics(t *testing.T, s *Sink) map[string]float64 {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(s.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case "arbiter_decision_store_written_total":
-				out["written"] = m.GetCounter().GetValue()
-			case "arbiter_decision_store_dropped_total":
-				out["dropped/"+m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-			}
-		}
-	}
-	return out
 }
 
 // exec runs statements on the database at url.

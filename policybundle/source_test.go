@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
@@ -115,8 +117,6 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 	// Each refusal is counted in the metric docs/RELIABILITY.md and
 	// docs/FLEET.md name for it: the downloader verifies signatures, so
 	// an unsigned or tampered bundle is a failed request, not a load.
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(src.Collector())
 	steps := []struct {
 		name   string
 		raw    []byte
@@ -134,10 +134,10 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 		before := step.count(src.Counts())
 		srv.publish(step.raw)
 		wait.Until(t, 30*time.Second, step.name+" refused", func() bool { return step.count(src.Counts()) > before })
-		if got := counterValue(t, reg, step.metric); got < 1 {
+		if got := counterValue(t, src.Collector(), step.metric); got < 1 {
 			t.Errorf("%s: %s is %v", step.name, step.metric, got)
 		}
-		if got := counterValue(t, reg, `arbiter_bundle_loads_total{result="refused_read"}`); got != 0 {
+		if got := counterValue(t, src.Collector(), `arbiter_bundle_loads_total{result="refused_read"}`); got != 0 {
 			t.Errorf("%s: refused_read is %v; signatures are checked by the download", step.name, got)
 		}
 		st := src.Status()
@@ -178,26 +178,15 @@ func TestSplitURL(t *testing.T) {
 	}
 }
 
-// counterValue is the value of the counter named as name{result="..."}
-// among what reg gathers.
-func counterValue(t *testing.T, reg *prometheus.Registry, metric string) float64 {
+// counterValue is the value of the counter metric, name{label="value"},
+// among what c collects, whatever its other labels.
+func counterValue(t *testing.T, c prometheus.Collector, metric string) float64 {
 	t.Helper()
-	name, label, _ := strings.Cut(metric, "{")
-	label = strings.TrimSuffix(label, "}")
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName()+`="`+lp.GetValue()+`"` == label {
-					return m.GetCounter().GetValue()
-				}
-			}
+	name, label, _ := strings.Cut(strings.TrimSuffix(metric, "}"), "{")
+	for k, v := range testfiles.Counters(t, c) {
+		kn, labels, _ := strings.Cut(strings.TrimSuffix(k, "}"), "{")
+		if kn == name && slices.Contains(strings.Split(labels, ","), label) {
+			return v
 		}
 	}
 	t.Fatalf("no %s", metric)
