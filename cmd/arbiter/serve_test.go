@@ -21,6 +21,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/pgtest"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 )
@@ -31,9 +32,14 @@ import (
 // artifact itself; without it TestMain builds one, stamped testStamp.
 var binPath, stamp = os.Getenv("ARBITER_BIN"), os.Getenv("ARBITER_VERSION")
 
+// pg is the PostgreSQL cluster the store's tests share, each with a
+// database of its own (pgtest.Main); a test that stops the server starts
+// its own (pgtest.Start).
+var pg *pgtest.Cluster
+
 func TestMain(m *testing.M) {
 	if binPath != "" {
-		os.Exit(m.Run())
+		os.Exit(pgtest.Main(m, &pg))
 	}
 	dir, err := os.MkdirTemp("", "arbiter-bin-")
 	if err != nil {
@@ -46,7 +52,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building arbiter: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Main(m, &pg)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

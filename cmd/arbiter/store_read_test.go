@@ -18,7 +18,6 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/golden"
-	"github.com/arbiter-dev/arbiter/internal/pgtest"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/arbiter-dev/arbiter/replay"
 	"github.com/arbiter-dev/arbiter/server/ui"
@@ -108,8 +107,7 @@ func runCommand(t *testing.T, args ...string) (int, string, string) {
 // of it PostgreSQL's start.
 func TestStoreCommands(t *testing.T) {
 	t.Parallel()
-	cluster := pgtest.Start(t)
-	url := cluster.DB(t)
+	url := pg.DB(t)
 	st, err := decisionstore.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -285,8 +283,7 @@ func TestReplayProgressOnlyOnATerminal(t *testing.T) {
 // Before, each exited 2: "is not a decision record".
 func TestStoreReadersSurviveAnUnreadableRow(t *testing.T) {
 	t.Parallel()
-	cluster := pgtest.Start(t)
-	url := cluster.DB(t)
+	url := pg.DB(t)
 	st, err := decisionstore.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +342,7 @@ func TestStoredTextIsEscapedOnTheTerminal(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cluster := pgtest.Start(t)
-	url := cluster.DB(t)
+	url := pg.DB(t)
 	st, err := decisionstore.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
