@@ -393,9 +393,6 @@ func init() {
 }
 
 func trace(format string, args ...any) {
-	if !traceOn {
-		return
-	}
 	if traceOn {
 		fmt.Fprintf(os.Stderr, "diff: "+format+"\n", args...)
 	}
