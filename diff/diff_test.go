@@ -43,6 +43,14 @@ type edit struct {
 		Old  string `json:"old"`
 		New  string `json:"new"`
 	} `json:"edits"`
+	// Witness, of a loosening, is an input that shows it: stock OPA must
+	// decide it refuse_to_allow, and the diff must not answer none for its
+	// decision (however far it stands from the fixtures and the inputs
+	// generate draws).
+	Witness *struct {
+		Decision string          `json:"decision"`
+		Input    json.RawMessage `json:"input"`
+	} `json:"witness"`
 }
 
 // base is the revision the edits of the corpus apply to: a copy of the
@@ -152,6 +160,19 @@ func TestEdits(t *testing.T) {
 			}
 			if e.Class == "loosening" && !loosened {
 				t.Errorf("a loosening, and every decision's refuse_to_allow is none: a false none")
+			}
+			if w := e.Witness; w != nil {
+				var in bytes.Buffer
+				if err := json.Compact(&in, w.Input); err != nil {
+					t.Fatal(err)
+				}
+				v, _ := newSnap.Verdict(w.Decision)
+				if got := shadow.Classify(v, old.decide(t, w.Decision, w.Input), stockNew.decide(t, w.Decision, w.Input)); got != shadow.RefuseToAllow {
+					t.Errorf("the witness of %s is %s under stock OPA, not refuse_to_allow", w.Decision, got)
+				}
+				if a := rep.Decisions[w.Decision].Get(shadow.RefuseToAllow); a == nil || a.Verdict == None {
+					t.Errorf("%s refuse_to_allow: none, and stock OPA decides the witness %s refuse_to_allow: a false none", w.Decision, in.Bytes())
+				}
 			}
 			got, _ := json.MarshalIndent(verdicts, "", "  ")
 			golden.Check(t, filepath.Join(dir, "want.json"), append(got, '\n'))
