@@ -326,10 +326,16 @@ func TestSinkDataErrorMidCopy(t *testing.T) {
 	f.write(1, "poison")
 	waitFor(t, f.s, "a write failing on P0001", func(st SinkStats) bool { return strings.Contains(st.LastError, "P0001") })
 	f.flood(t)
-	execSQL(t, url, `DROP TRIGGER refuse ON arbiter_store.records`)
+	// The trigger is fixed by replacing its function: dropping the trigger
+	// would take the table's lock against the sink's retrying COPY and can
+	// deadlock with it (40P01, seen in CI).
+	execSQL(t, url, `CREATE OR REPLACE FUNCTION arbiter_store.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RETURN NEW;
+		END $$`)
 	st = f.accounted(t, url)
 	if !written(t, url, during) || st.Dropped[DropRejected] != 3 || st.Dropped[DropShutdown] != 0 || st.LastError != "" {
-		t.Fatalf("after the trigger is dropped: %+v, %s written %v; want the records queued during the fault written", st, during, written(t, url, during))
+		t.Fatalf("after the trigger is fixed: %+v, %s written %v; want the records queued during the fault written", st, during, written(t, url, during))
 	}
 }
 
