@@ -246,6 +246,17 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	if err != nil {
 		return unknownAll(err.Error())
 	}
+	a.enc = enc
+	qs := enc.questions(a.vs.b)
+	if !slices.ContainsFunc(qs, func(q question) bool { return !q.f.IsFalse() }) {
+		// Nothing to ask (the revisions decide alike by construction): no
+		// solver, no lemma.
+		dd = &DecisionDiff{}
+		for _, q := range qs {
+			dd.set(q.class, &Answer{Verdict: None, Bounds: Bounds})
+		}
+		return dd
+	}
 	timeout := opts.CheckTimeout
 	if timeout == 0 {
 		timeout = 20 * time.Second
@@ -262,14 +273,9 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	for _, t := range enc.background {
 		sol.Script().Assert(t)
 	}
-	a.enc = enc
-	qs := enc.questions(a.vs.b)
-	if slices.ContainsFunc(qs, func(q question) bool { return !q.f.IsFalse() }) {
-		// The lemmas only shorten questions: none to ask (the revisions
-		// decide alike by construction), none to prove.
-		a.resultLemmas(sol, enc, name)
-		qs = enc.questions(a.vs.b)
-	}
+	// The lemmas shorten the questions.
+	a.resultLemmas(sol, enc, name)
+	qs = enc.questions(a.vs.b)
 	background := enc.background
 	var inputs [][]byte
 	for _, f := range fixtures {

@@ -286,8 +286,9 @@ func running(pid string) bool {
 func TestKilledDiffLeavesNoSolver(t *testing.T) {
 	t.Parallel()
 	solver, pids := hangingSolver(t)
-	root := copyQuota(t)
-	cmd := exec.Command(binPath, "diff", "--solver", solver, "--tests", "", root, root)
+	root, edited := copyQuota(t), copyQuota(t)
+	setLimit(t, edited, `"limit": 10`, `"limit": 11`) // a question to ask (a self-diff asks none)
+	cmd := exec.Command(binPath, "diff", "--solver", solver, "--tests", "", root, edited)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
