@@ -36,7 +36,7 @@ const (
 // loadRuns fills the store at url with n decisions spread evenly over the
 // benchDays days before end, one partition a day, written by the database
 // itself (INSERT ... SELECT from generate_series: the sink would take
-// hours at 10 million), with generated columns and indexes as the sink's
+// hours at 10 million), with the indexes the sink's
 // rows have. Row i is at end - (n-i)*step; its run is
 // run-(i/(runLen*runsAtOnce)*runsAtOnce + i%runsAtOnce): runLen decisions
 // of a run within runLen*runsAtOnce consecutive rows. Its records look

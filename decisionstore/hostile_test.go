@@ -148,7 +148,7 @@ func (c *fakeClock) advance(d time.Duration) {
 func TestSinkRefusedRowCostsOneWrite(t *testing.T) {
 	t.Parallel()
 	url := cluster.DB(t)
-	if _, err := open(t, url).Pool().Exec(ctxT(t), `CREATE INDEX records_note ON arbiter_store.records ((input->>'note'))`); err != nil {
+	if _, err := open(t, url).Pool().Exec(ctxT(t), `CREATE INDEX records_note ON arbiter_store.records ((arbiter_store.record_input(record, path)->>'note'))`); err != nil {
 		t.Fatal(err)
 	}
 	clock := &fakeClock{t: t0}
@@ -169,7 +169,7 @@ func TestSinkRefusedRowCostsOneWrite(t *testing.T) {
 	if st.Written != n-bad || st.Dropped[DropRejected] != bad || st.WritesFailed != bad {
 		t.Fatalf("written %d, rejected %d, %d failed writes; want %d, %d and one failed write per refused record", st.Written, st.Dropped[DropRejected], st.WritesFailed, n-bad, bad)
 	}
-	if n := count(t, url, `WHERE input ? 'note'`); n != 0 {
+	if n := count(t, url, `WHERE arbiter_store.record_input(record, path) ? 'note'`); n != 0 {
 		t.Errorf("%d refused records in the store", n)
 	}
 	const warning = "decision store refused records"

@@ -135,7 +135,7 @@ func TestListByInputUsesTheGINIndex(t *testing.T) {
 			last = genericPlan(t, conn, q)
 			removed += removedByFilter(last)
 		}
-		if !regexp.MustCompile(`Bitmap Index Scan on records_[0-9]+_input_idx`).MatchString(last) {
+		if !regexp.MustCompile(`Bitmap Index Scan on records_[0-9]+_record_input_idx`).MatchString(last) {
 			t.Errorf("%s: the rows List returns are not found through the input's GIN index; plan of its last query:\n%s", c.name, last)
 		}
 		// The probe's rows, and a few of the join back's (a partition of

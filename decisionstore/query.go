@@ -165,7 +165,7 @@ func (f Filter) conditions() (conds, inputs []string, args []any) {
 		conds = append(conds, "time < "+arg(f.Until))
 	}
 	for _, m := range f.Input {
-		inputs = append(inputs, "input @> "+arg(string(m.document()))+"::jsonb")
+		inputs = append(inputs, inputExpr+" @> "+arg(string(m.document()))+"::jsonb")
 	}
 	return conds, inputs, args
 }
@@ -298,6 +298,10 @@ func listConditions(f Filter, before Cursor) (conds, inputs []string, args []any
 	}
 	return conds, inputs, args
 }
+
+// inputExpr is a row's input document, as the input's GIN index holds it
+// (migration 003): the same expression, so that the planner finds it.
+const inputExpr = "arbiter_store.record_input(record, path)"
 
 const newestFirst = " ORDER BY time DESC, decision_id DESC, kind DESC"
 
