@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -33,6 +34,7 @@ type analysis struct {
 	sch      [2]*schemaCtx
 	exact    bool // the input schemas differ: validity is encoded exactly, per side
 	enc      *encoding
+	budget   time.Duration // the decision's time for its questions (Options.Budget)
 }
 
 type result struct {

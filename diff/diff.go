@@ -142,6 +142,10 @@ type Options struct {
 	Solvers []string
 	// CheckTimeout bounds each question the solvers are asked (default 20s).
 	CheckTimeout time.Duration
+	// Budget bounds the time the solvers spend on one decision's
+	// questions together (default DefaultBudget): a question not asked
+	// before it ends, or not answered when it ends, is unknown and says so.
+	Budget time.Duration
 	// MaxTerms bounds the size of the encoding of one decision (default
 	// 2,000,000 terms): past it, the decision's answers are unknown.
 	MaxTerms int
@@ -149,6 +153,11 @@ type Options struct {
 	// 2 GiB): a solver past it ends, and its question is unknown.
 	SolverMemory uint64
 }
+
+// DefaultBudget is Options.Budget's default: a one-rule edit is diffed in
+// under 10 s (docs/DIFF.md), and a question no solver decides in it is
+// unknown, as one past CheckTimeout would be.
+const DefaultBudget = 8 * time.Second
 
 // Bounds is what a none covers.
 const Bounds = "every input the input schemas admit, its strings over the code points up to U+2FFFF"
@@ -270,6 +279,11 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 		return unknownAll(err.Error())
 	}
 	defer sol.Close()
+	a.budget = opts.Budget
+	if a.budget == 0 {
+		a.budget = DefaultBudget
+	}
+	sol.SetDeadline(time.Now().Add(a.budget))
 	for _, t := range enc.background {
 		sol.Script().Assert(t)
 	}
@@ -283,9 +297,20 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 			inputs = append(inputs, f.Input)
 		}
 	}
+	// Each question first briefly, so that a hard one does not spend the
+	// budget of the easy ones after it; then those no solver decided in
+	// that time, in order, with what is left.
+	answers := make([]*Answer, len(qs))
+	for _, limit := range []time.Duration{a.budget / 8, 0} {
+		for i, q := range qs {
+			if answers[i] == nil {
+				answers[i] = a.answer(ctx, sol, old, new, name, q, background, inputs, limit)
+			}
+		}
+	}
 	dd = &DecisionDiff{}
-	for _, q := range qs {
-		dd.set(q.class, a.answer(ctx, sol, old, new, name, q, background, inputs))
+	for i, q := range qs {
+		dd.set(q.class, answers[i])
 	}
 	return dd
 }
@@ -317,8 +342,10 @@ func (a *analysis) resultLemmas(sol *smt.Solver, e *encoding, name string) {
 // already has one.
 const tidyTimeout = 4 * time.Second
 
-// answer asks the solver one question and confirms its example.
-func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, background []*smt.Term, inputs [][]byte) *Answer {
+// answer asks the solver one question and confirms its example. With a
+// limit (0: none but the solver's and the budget's), a question no solver
+// decides within it is not answered yet: nil.
+func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, background []*smt.Term, inputs [][]byte, limit time.Duration) *Answer {
 	if q.f.IsFalse() {
 		return &Answer{Verdict: None, Bounds: Bounds}
 	}
@@ -326,16 +353,33 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 	sol.Push()
 	sc.Assert(q.f)
 	t0 := time.Now()
-	res, err := sol.Check()
+	var res smt.Result
+	var err error
+	if limit > 0 {
+		res, err = sol.CheckWithin(limit)
+		if err == nil && res == smt.Unknown {
+			trace("%s %s: not decided in its first %v", name, q.class, limit)
+			sol.Pop()
+			return nil
+		}
+	} else {
+		res, err = sol.Check()
+	}
 	trace("%s %s: %s by %s in %v (%v)", name, q.class, res, sol.Name(), time.Since(t0), err)
+	if errors.Is(err, smt.ErrBudget) {
+		sol.Pop()
+		return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("not asked: the decision's time budget (%v, --budget) was spent on the questions before it", a.budget)}
+	}
 	if err != nil {
 		return &Answer{Verdict: Unknown, Reason: err.Error()}
 	}
 	defer sol.Pop()
-	switch res {
-	case smt.Unsat:
+	switch {
+	case res == smt.Unsat:
 		return &Answer{Verdict: None, Bounds: Bounds}
-	case smt.Unknown:
+	case res == smt.Unknown && sol.OutOfTime():
+		return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("%s did not decide it within the decision's time budget (%v, --budget)", sol.Name(), a.budget)}
+	case res == smt.Unknown:
 		return &Answer{Verdict: Unknown, Reason: fmt.Sprintf("%s could not decide it within its limits", sol.Name())}
 	}
 	// The solver's example; when it cannot be written or does not

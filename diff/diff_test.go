@@ -108,15 +108,7 @@ func TestEdits(t *testing.T) {
 		}
 		ran++
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			root := t.TempDir()
-			for _, sub := range []string{"policies", "schemas"} {
-				if err := os.CopyFS(filepath.Join(root, sub), os.DirFS(filepath.Join(base, sub))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, x := range e.Edits {
-				testfiles.Edit(t, filepath.Join(root, x.File), x.Old, x.New)
-			}
+			root := applyEdit(t, e)
 			newSnap := load(t, root)
 			rep, err := Run(ctx, oldSnap, newSnap, fixtures, Options{})
 			if err != nil {
@@ -181,6 +173,22 @@ func TestEdits(t *testing.T) {
 	if ran == 0 {
 		t.Fatal("no edit of the corpus is marked ci")
 	}
+}
+
+// applyEdit writes a copy of the base's policies and schemas with e's
+// replacements made, and returns its folder.
+func applyEdit(t *testing.T, e edit) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, sub := range []string{"policies", "schemas"} {
+		if err := os.CopyFS(filepath.Join(root, sub), os.DirFS(filepath.Join(base, sub))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, x := range e.Edits {
+		testfiles.Edit(t, filepath.Join(root, x.File), x.Old, x.New)
+	}
+	return root
 }
 
 func load(t *testing.T, root string) *engine.Snapshot {

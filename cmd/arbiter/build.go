@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -29,6 +30,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.ClaimsFile, "claims-file", "", "extra JWT claims, as opa sign --claims-file")
 	fs.BoolVar(&o.SkipGate, "no-gate", false, "pack files that fail their own tests (only to test that a fleet refuses them)")
 	against := fs.String("diff-against", "", "the revision this one follows (a bundle file, a folder with policies/ and schemas/, or a policy folder): arbiter diff of it against this one, written into the signed manifest for replicas to show and use")
+	budget := fs.Duration("diff-budget", diff.DefaultBudget, "with --diff-against: arbiter diff's --budget")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return code
 	}
@@ -38,7 +40,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	o.Policies, o.Schemas, o.Tests = f.policies, f.schemas, f.tests
 	if *against != "" {
-		rep, err := buildDiff(ctx, *against, f, o.Revision)
+		rep, err := buildDiff(ctx, *against, f, o.Revision, *budget)
 		if err != nil {
 			fmt.Fprintf(stderr, "arbiter build: --diff-against: %v\n", err)
 			return exitError
@@ -70,7 +72,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // buildDiff diffs the revision at against (as arbiter diff loads a side)
 // against the folders being built, named revision when it is set.
-func buildDiff(ctx context.Context, against string, f folders, revision string) (*diff.Report, error) {
+func buildDiff(ctx context.Context, against string, f folders, revision string, budget time.Duration) (*diff.Report, error) {
 	old, err := loadSide(ctx, against, f.schemas)
 	if err != nil {
 		return nil, err
@@ -79,7 +81,7 @@ func buildDiff(ctx context.Context, against string, f folders, revision string) 
 	if err != nil {
 		return nil, err
 	}
-	rep, err := diff.Run(ctx, old, new, new.Fixtures(), diff.Options{Solvers: splitList(os.Getenv("ARBITER_SOLVER"))})
+	rep, err := diff.Run(ctx, old, new, new.Fixtures(), diff.Options{Solvers: splitList(os.Getenv("ARBITER_SOLVER")), Budget: budget})
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,8 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c.fromEnv("schemas", "tests")
 	format := c.String("format", "text", "output format: text or json")
 	solver := c.String("solver", "", "the SMT solvers to run side by side, comma-separated: z3, cvc5 (names on PATH or paths; default: those on PATH)")
-	c.fromEnv("solver")
+	budget := c.Duration("budget", diff.DefaultBudget, "time the solvers may spend on one decision's questions together; a question not decided within it is unknown")
+	c.fromEnv("solver", "budget")
 	if done, code := c.parse(args, stdout, stderr, exitInput); done {
 		return code
 	}
@@ -61,7 +62,7 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fixtures = fx
 	}
-	rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver)})
+	rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver), Budget: *budget})
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
 		return exitInput

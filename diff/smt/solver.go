@@ -28,11 +28,23 @@ type Solver struct {
 	perCheck time.Duration
 	memory   uint64 // each process's address space, in bytes (0: unbounded)
 	script   *Script
-	procs    []*proc  // nil: not running
-	segs     []string // the commands sent, per open scope (0: the base)
-	last     *proc    // the one whose model Values reads
-	broken   error    // a protocol error: every later call fails with it
+	procs    []*proc   // nil: not running
+	segs     []string  // the commands sent, per open scope (0: the base)
+	last     *proc     // the one whose model Values reads
+	broken   error     // a protocol error: every later call fails with it
+	deadline time.Time // SetDeadline's (zero: none)
 }
+
+// ErrBudget is a check's error when the solver's deadline has passed
+// before it: it was not asked.
+var ErrBudget = errors.New("not asked: the time budget was spent on the questions before it")
+
+// SetDeadline bounds every later check by t as well: one that would start
+// after it is not asked (ErrBudget), one that runs into it is unknown.
+func (s *Solver) SetDeadline(t time.Time) { s.deadline = t }
+
+// OutOfTime reports whether the deadline has passed.
+func (s *Solver) OutOfTime() bool { return !s.deadline.IsZero() && !time.Now().Before(s.deadline) }
 
 // proc is one solver process. Neither side of its pipes ever blocks the
 // analysis: what is sent to it is queued and written by a goroutine of its
@@ -375,6 +387,13 @@ func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
 	limit = min(limit, s.perCheck)
 	if s.broken != nil {
 		return "", s.broken
+	}
+	if !s.deadline.IsZero() {
+		left := time.Until(s.deadline)
+		if left <= 0 {
+			return "", ErrBudget
+		}
+		limit = min(limit, left)
 	}
 	for i, p := range s.procs {
 		if p == nil {
