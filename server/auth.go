@@ -120,12 +120,12 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			token, ok := bearer(r.Header.Get("Authorization"))
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
-				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "a bearer token is required"}, isDataAPI(r), "")
+				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "a bearer token is required (Authorization: Bearer TOKEN; the arbiter commands send ARBITER_TOKEN)"}, isDataAPI(r), "")
 				return
 			}
 			if caller, ok = s.auth.match(token); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="arbiter", error="invalid_token"`)
-				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "the bearer token is not valid"}, isDataAPI(r), "")
+				writeError(w, &engine.Error{Code: engine.CodeUnauthorized, Message: "the bearer token is not valid (it is none of --auth-token-file's; the arbiter commands send ARBITER_TOKEN)"}, isDataAPI(r), "")
 				return
 			}
 		}

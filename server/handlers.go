@@ -144,10 +144,24 @@ func (s *server) precheck(r *http.Request, name string) (*engine.Snapshot, *engi
 	}
 	if !s.eng.Has(name) {
 		// The name is the caller's, as long as a path may be: quoted bounded.
-		return nil, &engine.Error{Code: engine.CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q", decisionlog.BoundName(name))}
+		return nil, &engine.Error{Code: engine.CodeUnknownDecision, Message: fmt.Sprintf("no decision named %q; %s", decisionlog.BoundName(name), knownDecisions(snap.Names()))}
 	}
 	return snap, nil
 }
+
+// knownDecisions says which decisions there are, the first
+// maxListedDecisions of them: an unknown name is most often a typo.
+func knownDecisions(names []string) string {
+	switch {
+	case len(names) == 0:
+		return "none is loaded"
+	case len(names) > maxListedDecisions:
+		return fmt.Sprintf("the decisions are %s and %d more", strings.Join(names[:maxListedDecisions], ", "), len(names)-maxListedDecisions)
+	}
+	return "the decisions are " + strings.Join(names, ", ")
+}
+
+const maxListedDecisions = 20
 
 func (s *server) tooLarge() *engine.Error {
 	return &engine.Error{Code: engine.CodeBodyTooLarge, Message: fmt.Sprintf("the request body exceeds %d bytes", s.cfg.MaxBodyBytes)}

@@ -300,6 +300,38 @@ func TestBodyLimitNotRead(t *testing.T) {
 	}
 }
 
+// TestErrorsSayWhatToDo: an unknown decision's error lists the decisions
+// there are (read from the revision, on both paths), and a missing or
+// wrong token's names the variable the arbiter commands send it from.
+func TestErrorsSayWhatToDo(t *testing.T) {
+	h := serveQuota(t, Config{MaxBodyBytes: 1024, Tokens: []Token{{Caller: "host-prep", Secret: []byte("tok")}}})
+	names := h.eng.Snapshot().Names()
+	if len(names) == 0 {
+		t.Fatal("the test revision has no decision")
+	}
+	for _, path := range []string{"/v1/decisions/nope", "/v1/data/decisions/nope/decision"} {
+		r := h.do(t, "POST", path, `{}`, "Authorization", "Bearer tok")
+		e := r.errorDoc(t)
+		if r.status != 404 || e.Code != engine.CodeUnknownDecision {
+			t.Fatalf("%s: %d %s, want 404 unknown_decision", path, r.status, e.Code)
+		}
+		for _, n := range names {
+			if !strings.Contains(e.Message, n) {
+				t.Errorf("%s: %q does not name the decision %s", path, e.Message, n)
+			}
+		}
+	}
+	for _, header := range [][]string{nil, {"Authorization", "Bearer wrong"}} {
+		r := h.do(t, "POST", plainPath, `{}`, header...)
+		if e := r.errorDoc(t); r.status != 401 || !strings.Contains(e.Message, "ARBITER_TOKEN") {
+			t.Errorf("token %v: %d %q, want 401 naming ARBITER_TOKEN", header, r.status, e.Message)
+		}
+	}
+	if got := knownDecisions(make([]string, maxListedDecisions+3)); !strings.HasSuffix(got, " and 3 more") {
+		t.Errorf("%d decisions listed as %q, want the first %d and a count", maxListedDecisions+3, got, maxListedDecisions)
+	}
+}
+
 func TestDecisionLog(t *testing.T) {
 	h := serveQuota(t, Config{MaxBodyBytes: 1024, Tokens: []Token{{Caller: "host-prep", Secret: []byte("tok")}}})
 	rev := h.eng.Snapshot().Revision
