@@ -24,7 +24,7 @@ Usage:
   arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
                   [--run REGEX] [--format text|json] [-v] [--update]
   arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG] [--signing-key-id ID]]
-                  [--claims-file FILE] [--no-gate] [--diff-against PREVIOUS] [--policies DIR] [--schemas DIR]
+                  [--claims-file FILE] [--no-gate] [--diff-against PREVIOUS [--diff-budget D]] [--policies DIR] [--schemas DIR]
                   [--tests DIR]   (an OPA bundle of one revision, with its diff against PREVIOUS)
   arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] | --store URL [--since D] [--until D] [filters]
                   [--workers N] [--examples N] [--policies DIR] [--schemas DIR] [--format text|json]
@@ -34,7 +34,7 @@ Usage:
                   [--format text|json]   (every replica's stored decisions, newest first)
                   filters: [--decision NAME] [--outcome O] [--reason R] [--revision PREFIX] [--caller C]
                   [--replica ID] [--path P] [--input "/run/runId = run-7f3a" ...]
-  arbiter diff    OLD NEW [--format text|json] [--schemas DIR] [--tests DIR] [--solver z3,cvc5]
+  arbiter diff    OLD NEW [--format text|json] [--schemas DIR] [--tests DIR] [--solver z3,cvc5] [--budget D]
                   (does an edit open an allowance? proved absent, or an example)
   arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--max-input-values N]
                   [--policies DIR] [--schemas DIR] [--format text|json]
