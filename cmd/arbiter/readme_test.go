@@ -123,14 +123,14 @@ func TestReadmeStockOPATest(t *testing.T) {
 	}
 	var args []string
 	for _, line := range strings.Split(string(text), "\n") {
-		if cmd, ok := strings.CutPrefix(line, "opa test "); ok {
+		if cmd, ok := strings.CutPrefix(strings.TrimPrefix(line, "bin/"), "opa test "); ok {
 			cmd, _, _ = strings.Cut(cmd, "#")
 			args = append([]string{"test"}, strings.Fields(cmd)...)
 			break
 		}
 	}
 	if args == nil {
-		t.Fatal("the README has no line starting `opa test `")
+		t.Fatal("the README has no line starting `bin/opa test ` or `opa test `")
 	}
 	cmd := exec.Command(bin, append(args, "--format", "json")...)
 	cmd.Dir = filepath.Join("..", "..")
