@@ -67,6 +67,7 @@ type Status struct {
 // its activate function (the engine's gate). It counts what it did.
 type Source struct {
 	cfg      SourceConfig
+	g        *guard
 	vc       *bundle.VerificationConfig
 	log      *slog.Logger
 	activate func(context.Context, *Revision) (*engine.Snapshot, error)
@@ -174,7 +175,7 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{polled: make(chan struct{}), cfg: cfg, vc: vc, log: cfg.Logger, activate: activate,
+	s := &Source{polled: make(chan struct{}), g: g, cfg: cfg, vc: vc, log: cfg.Logger, activate: activate,
 		stuck: g.timeout + 3*time.Duration(*dcfg.Polling.MaxDelaySeconds)*time.Second}
 	s.status.Name, s.status.URL, s.status.Type = cfg.Name, redact.URL(cfg.URL), "snapshot"
 	if oci {
@@ -315,6 +316,7 @@ func (s *Source) Counts() Counts {
 // is not judged again.
 func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	defer s.polled1.Do(func() { close(s.polled) })
+	arrived := s.g.arrived.Swap(nil) // this poll's bundle body, if one arrived whole
 	s.mu.Lock()
 	s.counts.Requests++
 	s.status.SetRequest()
@@ -333,10 +335,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	if u.Error != nil {
 		s.counts.DownloadFailed++
 		s.status.SetError(u.Error)
-		s.failure = Failure{FailedDownload, u.Error}
-		if errors.As(u.Error, new(signatureError)) { // refused by the scan, as it arrived
-			s.failure.Kind = FailedSignature
-		}
+		s.failure = Failure{failedKind(u.Error, arrived), u.Error}
 		s.mu.Unlock()
 		s.log.Warn("bundle download failed; the active revision keeps serving", "bundle", s.cfg.Name, "err", u.Error)
 		return nil // the downloader backs off by itself
@@ -369,12 +368,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 		rev, err = Read(raw, s.vc, s.cfg.Name)
 	}
 	if err != nil {
-		// Whether the key (or its absence) is what refuses it: the bundle
-		// reads when its signatures are not checked.
-		kind := FailedRead
-		if _, rerr := read(raw, nil, true, s.cfg.Name); rerr == nil {
-			kind = FailedSignature
-		}
+		kind := failedKind(err, &raw)
 		s.mu.Lock()
 		s.counts.ReadFailed++
 		s.status.SetError(err)
@@ -416,6 +410,23 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	}
 	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", revision, "replaced", replaced, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
 	return nil
+}
+
+// failedKind is what a poll that ended in err failed on. A bundle that
+// arrived whole (arrived, nil when none did) and was refused as it was read
+// failed on its signature when it reads with its signatures unchecked:
+// the key (or its absence) is what refuses it.
+func failedKind(err error, arrived *[]byte) FailureKind {
+	switch {
+	case errors.As(err, new(signatureError)): // refused by the scan, as it arrived
+		return FailedSignature
+	case arrived == nil:
+		return FailedDownload
+	}
+	if _, rerr := read(*arrived, nil, true, ""); rerr == nil {
+		return FailedSignature
+	}
+	return FailedRead
 }
 
 // setProblems reports a refused candidate as OPA reports a bundle that
