@@ -16,6 +16,8 @@ var (
 		"Batch writes to the decision store, by result (ok, failed).", []string{"result"}, nil)
 	lastWriteDesc = prometheus.NewDesc("arbiter_decision_store_last_write_timestamp_seconds",
 		"Unix time of the last batch written (0: none yet).", nil, nil)
+	failingDesc = prometheus.NewDesc("arbiter_decision_store_failing",
+		"1 while the decision store's last attempt failed (it refuses the login, cannot be reached, or refuses writes; the error is /v1/status' store.last_error), else 0. Records wait in its queue meanwhile; the replica keeps answering.", nil, nil)
 	unreadableDesc = prometheus.NewDesc("arbiter_decision_store_unreadable_records_total",
 		"Stored records the pages of this replica loaded and could not decode (not a decision record), each time one was read: the pages show their rows from their columns.", nil, nil)
 )
@@ -26,7 +28,7 @@ func (s *Sink) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Sink }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{writtenDesc, droppedDesc, queuedDesc, lagDesc, writesDesc, lastWriteDesc, unreadableDesc} {
+	for _, d := range []*prometheus.Desc{writtenDesc, droppedDesc, queuedDesc, lagDesc, writesDesc, lastWriteDesc, failingDesc, unreadableDesc} {
 		ch <- d
 	}
 }
@@ -46,5 +48,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		last = float64(st.LastWrite.UnixNano()) / 1e9
 	}
 	ch <- prometheus.MustNewConstMetric(lastWriteDesc, prometheus.GaugeValue, last)
+	failing := 0.0
+	if st.LastError != "" {
+		failing = 1
+	}
+	ch <- prometheus.MustNewConstMetric(failingDesc, prometheus.GaugeValue, failing)
 	ch <- prometheus.MustNewConstMetric(unreadableDesc, prometheus.CounterValue, float64(c.s.reader.Unreadable()))
 }

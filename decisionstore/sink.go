@@ -110,6 +110,7 @@ type Sink struct {
 	inFlight               atomic.Int64 // records of the batch being written
 	oldest                 atomic.Int64 // unix nanoseconds its oldest record was queued (0: none)
 	lastErr                atomic.Pointer[string]
+	tried                  chan struct{}      // closed once the first attempt on the database has ended
 	migrated               bool               // the loop's
 	days                   map[time.Time]bool // the loop's: partitions known to exist
 	nextMaintenance        time.Time          // the loop's
@@ -169,7 +170,7 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 	lim := queue.Limits{Bytes: cfg.QueueBytes}.Or(queue.Limits{Bytes: DefaultQueueBytes})
 	lim.HoldBytes = true // the batch being retried is memory too
 	s := &Sink{cfg: cfg, store: st, password: st.pool.Config().ConnConfig.Password, log: cfg.Logger,
-		queue: queue.New[pending](lim), done: make(chan struct{}), days: map[time.Time]bool{}}
+		queue: queue.New[pending](lim), done: make(chan struct{}), tried: make(chan struct{}), days: map[time.Time]bool{}}
 	s.reader = NewReader(st.pool)
 	s.ctx, s.abort = context.WithCancel(context.Background())
 	go s.loop()
@@ -278,7 +279,13 @@ func (s *Sink) maintain() time.Duration {
 		s.failed(err)
 		s.nextMaintenance = now.Add(time.Minute)
 	} else {
+		s.lastErr.Store(nil) // the database answers again; a write that fails says so anew
 		s.nextMaintenance = now.Add(time.Hour)
+	}
+	select {
+	case <-s.tried:
+	default:
+		close(s.tried)
 	}
 	return s.nextMaintenance.Sub(now)
 }
@@ -587,7 +594,7 @@ type SinkStats struct {
 	WritesOK      uint64     `json:"writes_ok"`
 	WritesFailed  uint64     `json:"writes_failed"`
 	LastWrite     *time.Time `json:"last_write,omitempty"`
-	LastError     string     `json:"last_error,omitempty"` // of the writes failing now
+	LastError     string     `json:"last_error,omitempty"` // of the writes (or the migration) failing now
 	RetentionDays float64    `json:"retention_days"`       // 0: kept for ever
 }
 
@@ -599,6 +606,11 @@ func (st SinkStats) DroppedTotal() uint64 {
 	}
 	return n
 }
+
+// Tried is closed once the sink's first attempt on the database (its
+// migration, at start) has ended, whether it succeeded or not: then
+// Stats' LastError says whether the database can be used.
+func (s *Sink) Tried() <-chan struct{} { return s.tried }
 
 // Stats returns the totals so far; after Close they are final.
 func (s *Sink) Stats() SinkStats {

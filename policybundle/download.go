@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -36,6 +37,11 @@ type guard struct {
 	vc             *bundle.VerificationConfig
 	lim            Limits
 	timeout, stall time.Duration
+	// arrived is the last bundle body that passed the scan, until the
+	// poll's callback takes it: when OPA's reader then refuses it, whether
+	// it reads without its signatures checked tells the key's fault from
+	// the bundle's (Source.Failure).
+	arrived atomic.Pointer[[]byte]
 }
 
 func (g *guard) NewClient(c rest.Config) (*http.Client, error) {
@@ -79,6 +85,7 @@ func (g guardTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := scan(raw, g.vc, g.lim); err != nil {
 			return nil, err
 		}
+		g.arrived.Store(&raw)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(raw)) // ContentLength stays: a HEAD answer carries one without a body
 	return resp, nil

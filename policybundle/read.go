@@ -74,7 +74,7 @@ func scan(raw []byte, vc *bundle.VerificationConfig, lim Limits) error {
 				return fmt.Errorf("bundle signatures: %w", err)
 			}
 			if signed, err = bundle.VerifyBundleSignature(sc, vc); err != nil {
-				return fmt.Errorf("bundle signature: %w", err)
+				return signatureError{err}
 			}
 		case signed == nil:
 			vc = nil // not first: OPA's reader verifies it at the end, within lim
@@ -83,6 +83,13 @@ func scan(raw []byte, vc *bundle.VerificationConfig, lim Limits) error {
 		}
 	}
 }
+
+// signatureError is a bundle whose signatures do not verify with the key:
+// the key's fault as much as the bundle's (Source.Failure).
+type signatureError struct{ err error }
+
+func (e signatureError) Error() string { return "bundle signature: " + e.err.Error() }
+func (e signatureError) Unwrap() error { return e.err }
 
 // ErrNoSchemas refuses a bundle without a schemas/ folder, such as one
 // stock `opa build` makes: every decision is checked against its schemas,

@@ -67,6 +67,7 @@ type Status struct {
 // its activate function (the engine's gate). It counts what it did.
 type Source struct {
 	cfg      SourceConfig
+	g        *guard
 	vc       *bundle.VerificationConfig
 	log      *slog.Logger
 	activate func(context.Context, *Revision) (*engine.Snapshot, error)
@@ -81,6 +82,34 @@ type Source struct {
 	completed time.Time // of the last poll that did not stall (or the start)
 	stuck     time.Duration
 	judged    *judgement // the last bytes read and gated, and the verdict
+	failure   Failure    // of the last poll, while no later one succeeded
+	polled    chan struct{}
+	polled1   sync.Once
+}
+
+// FailureKind is how far the last failed poll got: what to look at.
+type FailureKind int
+
+const (
+	// NoFailure: no poll has failed since the last one that succeeded.
+	NoFailure FailureKind = iota
+	// FailedDownload: the server could not be reached, answered an error,
+	// or the download stalled.
+	FailedDownload
+	// FailedSignature: the bundle's signatures are missing or do not
+	// verify with the verification key (the bundle reads without it).
+	FailedSignature
+	// FailedRead: the bundle does not read, key or no key.
+	FailedRead
+	// FailedGate: the bundle read and verified, and the gate refused its
+	// revision.
+	FailedGate
+)
+
+// Failure is what the last poll failed on, when it did.
+type Failure struct {
+	Kind FailureKind
+	Err  error
 }
 
 // judgement is the verdict on one download, kept so that the same bytes
@@ -146,7 +175,7 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, vc: vc, log: cfg.Logger, activate: activate,
+	s := &Source{polled: make(chan struct{}), g: g, cfg: cfg, vc: vc, log: cfg.Logger, activate: activate,
 		stuck: g.timeout + 3*time.Duration(*dcfg.Polling.MaxDelaySeconds)*time.Second}
 	s.status.Name, s.status.URL, s.status.Type = cfg.Name, redact.URL(cfg.URL), "snapshot"
 	if oci {
@@ -254,6 +283,22 @@ func (s *Source) Status() Status {
 	return st
 }
 
+// Polled is closed once the first poll has ended, whatever its outcome.
+func (s *Source) Polled() <-chan struct{} { return s.polled }
+
+// Failure is what the last poll failed on (Kind NoFailure when none has
+// failed since one succeeded). A poll that found the bundle unchanged
+// leaves it as it was.
+func (s *Source) Failure() Failure {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.failure
+	if f.Err != nil {
+		f.Err = errors.New(redact.In(f.Err.Error(), s.cfg.URL)) // Go's HTTP errors quote the URL
+	}
+	return f
+}
+
 // Counts returns the totals so far.
 func (s *Source) Counts() Counts {
 	s.mu.Lock()
@@ -270,6 +315,8 @@ func (s *Source) Counts() Counts {
 // judged (a server without ETags answers each poll with the whole bundle)
 // is not judged again.
 func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
+	defer s.polled1.Do(func() { close(s.polled) })
+	arrived := s.g.arrived.Swap(nil) // this poll's bundle body, if one arrived whole
 	s.mu.Lock()
 	s.counts.Requests++
 	s.status.SetRequest()
@@ -279,6 +326,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	if errors.Is(u.Error, ErrStalled) {
 		s.counts.Stalled++
 		s.status.SetError(u.Error)
+		s.failure = Failure{FailedDownload, u.Error}
 		s.mu.Unlock()
 		s.log.Error("bundle download stalled and was cut off; the active revision keeps serving", "bundle", s.cfg.Name, "err", u.Error)
 		return nil
@@ -287,6 +335,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	if u.Error != nil {
 		s.counts.DownloadFailed++
 		s.status.SetError(u.Error)
+		s.failure = Failure{failedKind(u.Error, arrived), u.Error}
 		s.mu.Unlock()
 		s.log.Warn("bundle download failed; the active revision keeps serving", "bundle", s.cfg.Name, "err", u.Error)
 		return nil // the downloader backs off by itself
@@ -319,10 +368,12 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 		rev, err = Read(raw, s.vc, s.cfg.Name)
 	}
 	if err != nil {
+		kind := failedKind(err, &raw)
 		s.mu.Lock()
 		s.counts.ReadFailed++
 		s.status.SetError(err)
 		s.judged = &judgement{sum: sum, err: err}
+		s.failure = Failure{kind, err}
 		s.mu.Unlock()
 		s.log.Error("bundle refused: it does not read or verify; the active revision keeps serving", "bundle", s.cfg.Name, "etag", u.ETag, "err", err)
 		return nil
@@ -334,6 +385,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	if err != nil {
 		s.counts.GateFailed++
 		s.setProblems(err)
+		s.failure = Failure{FailedGate, err}
 		if le := (*engine.LoadError)(nil); !errors.As(err, &le) || !le.Abandoned {
 			s.judged = &judgement{sum: sum, revision: revision, err: err}
 		} else {
@@ -344,6 +396,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	}
 	s.judged = &judgement{sum: sum, revision: revision}
 	s.counts.Loaded++
+	s.failure = Failure{}
 	changed := replaced != revision || s.status.ContentHash != snap.Hash
 	s.status.SetError(nil)
 	s.status.SetActivateSuccess(revision)
@@ -357,6 +410,23 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	}
 	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", revision, "replaced", replaced, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
 	return nil
+}
+
+// failedKind is what a poll that ended in err failed on. A bundle that
+// arrived whole (arrived, nil when none did) and was refused as it was read
+// failed on its signature when it reads with its signatures unchecked:
+// the key (or its absence) is what refuses it.
+func failedKind(err error, arrived *[]byte) FailureKind {
+	switch {
+	case errors.As(err, new(signatureError)): // refused by the scan, as it arrived
+		return FailedSignature
+	case arrived == nil:
+		return FailedDownload
+	}
+	if _, rerr := read(*arrived, nil, true, ""); rerr == nil {
+		return FailedSignature
+	}
+	return FailedRead
 }
 
 // setProblems reports a refused candidate as OPA reports a bundle that

@@ -122,13 +122,14 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 		raw    []byte
 		count  func(Counts) uint64
 		metric string
+		kind   FailureKind // what Failure says the poll failed on
 	}{
-		{"failing its tests", failingBundle(t, "r2"), func(c Counts) uint64 { return c.GateFailed }, `arbiter_bundle_loads_total{result="refused_gate"}`},
+		{"failing its tests", failingBundle(t, "r2"), func(c Counts) uint64 { return c.GateFailed }, `arbiter_bundle_loads_total{result="refused_gate"}`, FailedGate},
 		{"tampered", rewrite(t, buildSigned(t, "r3", "a"), func(f map[string][]byte) {
 			p := firstFile(t, f, "decisions/*/data.json")
 			f[p] = withMember(t, f[p])
-		}), func(c Counts) uint64 { return c.DownloadFailed }, `arbiter_bundle_requests_total{result="failed"}`},
-		{"unsigned", buildSigned(t, "r4", ""), func(c Counts) uint64 { return c.DownloadFailed }, `arbiter_bundle_requests_total{result="failed"}`},
+		}), func(c Counts) uint64 { return c.DownloadFailed }, `arbiter_bundle_requests_total{result="failed"}`, FailedSignature},
+		{"unsigned", buildSigned(t, "r4", ""), func(c Counts) uint64 { return c.DownloadFailed }, `arbiter_bundle_requests_total{result="failed"}`, FailedSignature},
 	}
 	for _, step := range steps {
 		before := step.count(src.Counts())
@@ -144,6 +145,9 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 		if revision() != "r1" || st.ActiveRevision != "r1" || st.Code != "bundle_error" || st.Message == "" {
 			t.Fatalf("%s: serving %q, status %+v", step.name, revision(), st)
 		}
+		if f := src.Failure(); f.Kind != step.kind || f.Err == nil {
+			t.Errorf("%s: Failure() = %v %v, want kind %v", step.name, f.Kind, f.Err, step.kind)
+		}
 		if step.name == "failing its tests" && len(st.Errors) == 0 {
 			t.Fatalf("%s: the status lists no problem", step.name)
 		}
@@ -153,6 +157,9 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 	wait.Until(t, 30*time.Second, "r5 active", func() bool { return revision() == "r5" })
 	if st := src.Status(); st.Code != "" || st.ActiveRevision != "r5" {
 		t.Fatalf("status after recovery: %+v", st)
+	}
+	if f := src.Failure(); f.Kind != NoFailure || f.Err != nil {
+		t.Errorf("Failure() after recovery = %v %v, want none", f.Kind, f.Err)
 	}
 }
 

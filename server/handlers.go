@@ -408,7 +408,13 @@ func (s *server) ready(w http.ResponseWriter, _ *http.Request) {
 // are not stuck.
 func (s *server) bundlesReady() *engine.Error {
 	if s.eng.Snapshot() == nil {
-		return &engine.Error{Code: engine.CodeNotReady, Message: "no policy revision is loaded yet"}
+		msg := "no policy revision is loaded yet"
+		if s.cfg.Unloaded != nil {
+			if why := s.cfg.Unloaded(); why != nil {
+				msg += ": " + why.Error()
+			}
+		}
+		return &engine.Error{Code: engine.CodeNotReady, Message: msg}
 	}
 	if s.cfg.BundleStuck != nil {
 		if err := s.cfg.BundleStuck(); err != nil {

@@ -109,6 +109,10 @@ type Config struct {
 	// BundleStuck, when set, says why the bundle's polls are stuck: then
 	// /health?bundles is not ready either.
 	BundleStuck func() error
+	// Unloaded, when set, says why no revision is live yet (a bundle that
+	// cannot be fetched or verified, naming the flag to look at): the
+	// reason /health/ready gives until one is.
+	Unloaded func() error
 	// Version is the running binary's version: /v1/status's version and
 	// arbiter_build_info{version}.
 	Version string

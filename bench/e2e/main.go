@@ -256,7 +256,7 @@ func run(ctx context.Context, c config) (err error) {
 	decisionLog := filepath.Join(tmp, "decisions.log")
 	arb, err := start("arbiter", "/health", func(addr string) []string {
 		return []string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas",
-			"--tests", "", "--decision-log", decisionLog, "--log-level", "error"}
+			"--tests", "", "--decision-log", decisionLog, "--state-dir", "", "--log-level", "error"}
 	})
 	if err != nil {
 		return err

@@ -67,7 +67,7 @@ func runShadow(ctx context.Context, c config) error {
 		return err
 	}
 	argv := []string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas", "--tests", "",
-		"--decision-log", filepath.Join(tmp, "decisions.log"), "--log-level", "error", "--shadow-cpu", fmt.Sprint(c.shadowCPU)}
+		"--decision-log", filepath.Join(tmp, "decisions.log"), "--state-dir", "", "--log-level", "error", "--shadow-cpu", fmt.Sprint(c.shadowCPU)}
 	s, err := startServer("arbiter", addr, filepath.Join(tmp, "arbiter.log"), argv...)
 	if err != nil {
 		return err

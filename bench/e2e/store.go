@@ -59,7 +59,7 @@ func runStore(ctx context.Context, c config) error {
 			return nil, nil, err
 		}
 		argv := append([]string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas", "--tests", "",
-			"--decision-log", filepath.Join(tmp, name+".log"), "--log-level", "error"}, extra...)
+			"--decision-log", filepath.Join(tmp, name+".log"), "--state-dir", "", "--log-level", "error"}, extra...)
 		s, err := startServer(name, addr, filepath.Join(tmp, name+".out"), argv...)
 		if err != nil {
 			return nil, nil, err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,6 +53,7 @@ type assembly struct {
 	conns     *server.ConnLimiter
 	srv       *http.Server
 	ln        net.Listener
+	locks     []*heldLock // of the decision log and the state folder (lock.go)
 }
 
 // close releases what outlives the stop: the background diffs.
@@ -59,11 +61,21 @@ func (a *assembly) close() {
 	if a.diffs != nil {
 		a.diffs.Close()
 	}
+	for _, l := range a.locks {
+		l.release()
+	}
 }
 
 // assemble builds every part; nothing serves yet.
 func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 	c, log := a.c, a.log
+	// First: the start saves a revision into the state folder, and a
+	// second process must not touch what the first one owns.
+	locks, err := c.lockOwned()
+	if err != nil {
+		return err
+	}
+	a.locks = locks
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
@@ -73,7 +85,6 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 			return fmt.Errorf("--auth-token-file: %w", err)
 		}
 	}
-	var err error
 	if a.tlsConfig, err = c.tlsConfig(log); err != nil {
 		return err
 	}
@@ -135,7 +146,7 @@ func (a *assembly) startEngine(ctx context.Context) error {
 	}
 	eng, err := newEngine(ctx, c, a.ecfg, log, opts...)
 	if err != nil {
-		return fmt.Errorf("loading policies: %w", err)
+		return noPolicies(c, err)
 	}
 	a.eng = eng
 	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
@@ -151,6 +162,20 @@ func (a *assembly) startEngine(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// noPolicies is the start's one line when the folders load no revision
+// and no last good copy serves instead: it names the flags to look at.
+func noPolicies(c *serveConfig, err error) error {
+	why := err.Error()
+	if le := (*engine.LoadError)(nil); errors.As(err, &le) {
+		why = problemList(le.Problems)
+	}
+	saved := "no last good copy in --state-dir " + c.stateDir
+	if c.stateDir == "" {
+		saved = "--state-dir is off"
+	}
+	return fmt.Errorf("--policies %s: no policies loaded, nothing to serve (%s): %s (with --schemas %s, --tests %q)", c.policies, saved, why, c.schemas, c.tests)
 }
 
 // openRecords opens the decision-record pipeline: the file, the upload,
@@ -230,6 +255,7 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		BundleStatus:      fl.bundleStatus,
 		StoreStatus:       a.ds.status,
 		BundleStuck:       fl.bundleStuck,
+		Unloaded:          fl.unloaded,
 		Memory:            c.memory,
 		Tracer:            a.tr.tracer(),
 		Version:           buildVersion(),
@@ -343,6 +369,8 @@ func (a *assembly) run(ctx context.Context) <-chan error {
 		}
 	}()
 	a.fl.start(ctx)
+	a.fl.sayAtStart(ctx, a.eng, a.log)
+	a.ds.sayAtStart(ctx, a.log)
 	a.sh.start(ctx)
 	a.log.Info("listening", "addr", a.ln.Addr().String(), "tls", a.tlsConfig != nil, "mtls", a.c.tlsClientCA != "", "auth_tokens", len(a.tokens), "max_connections", a.c.connectionCap())
 	return errc

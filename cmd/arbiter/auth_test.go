@@ -363,7 +363,11 @@ func TestMutualTLS(t *testing.T) {
 // is killed at once and reported with listened=true.
 func runServe(t *testing.T, env []string, args ...string) (code int, stderr string, listened bool) {
 	t.Helper()
-	cmd := exec.Command(binPath, append([]string{"serve", "--state-dir", t.TempDir()}, args...)...)
+	base := []string{"serve", "--state-dir", t.TempDir()}
+	if !containsArg(args, "--decision-log") { // not the working directory's, which others use at once
+		base = append(base, "--decision-log", filepath.Join(t.TempDir(), "decisions.log"))
+	}
+	cmd := exec.Command(binPath, append(base, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	out := &testfiles.Buffer{}
 	cmd.Stderr = out

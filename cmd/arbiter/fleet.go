@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/redact"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
@@ -178,4 +179,47 @@ func (f *fleet) stop(log *slog.Logger) error {
 	s := f.upload.Stats()
 	log.Info("decision-log upload closed", "sent", s.Sent, "dropped", s.Dropped(), "failed_uploads", s.UploadsFailed)
 	return err
+}
+
+// unloaded says, naming the flag to look at, why no revision of the bundle
+// is live: /health/ready's reason and the start's one line.
+func (f *fleet) unloaded() error {
+	if f.source == nil {
+		return nil
+	}
+	url := redact.URL(f.cfg.bundleURL)
+	fail := f.source.Failure()
+	switch fail.Kind {
+	case policybundle.FailedDownload:
+		return fmt.Errorf("--bundle-url %s: the bundle server cannot be reached or did not serve the bundle: %v", url, fail.Err)
+	case policybundle.FailedSignature:
+		if f.cfg.keyFile == "" {
+			return fmt.Errorf("--bundle-verification-key-file is not set and the bundle at --bundle-url %s does not read without it: %v", url, fail.Err)
+		}
+		return fmt.Errorf("--bundle-verification-key-file %s: the bundle's signature does not verify with this key (--bundle-verification-key-alg %s): %v", f.cfg.keyFile, f.cfg.keyAlg, fail.Err)
+	case policybundle.FailedRead:
+		return fmt.Errorf("--bundle-url %s: the bundle does not read: %v", url, fail.Err)
+	case policybundle.FailedGate:
+		return fmt.Errorf("--bundle-url %s: the bundle's revision was refused by the gate: %v", url, fail.Err)
+	}
+	return fmt.Errorf("--bundle-url %s: no bundle has been activated yet", url)
+}
+
+// sayAtStart logs, once the first poll has ended, one line naming the flag
+// when it did not make a revision live: the replica stays not ready, and
+// its later polls keep trying.
+func (f *fleet) sayAtStart(ctx context.Context, eng *engine.Engine, log *slog.Logger) {
+	if f.source == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.source.Polled():
+		}
+		if eng.Snapshot() == nil {
+			log.Error("no policy revision at start: not ready until a bundle activates", "problem", f.unloaded().Error())
+		}
+	}()
 }

@@ -81,6 +81,11 @@ func startServerWith(t *testing.T, setup func(*exec.Cmd), args ...string) *proc 
 	if !containsArg(args, "--state-dir") {
 		base = append(base, "--state-dir", t.TempDir())
 	}
+	// A log of its own: two servers on one log file refuse to share it
+	// (lock.go), and the default is the working directory's.
+	if !containsArg(args, "--decision-log") {
+		base = append(base, "--decision-log", filepath.Join(t.TempDir(), "decisions.log"))
+	}
 	// The background diff of every reload costs seconds of CPU and up to a
 	// GB with the shipped policies (docs/DIFF.md): only the tests of it
 	// run it.

@@ -95,3 +95,26 @@ func (s *store) stop(log *slog.Logger) {
 	st := s.sink.Stats()
 	log.Info("decision store closed", "written", st.Written, "dropped", st.DroppedTotal(), "duplicates", st.Duplicates)
 }
+
+// sayAtStart logs, once the sink's first attempt on the database has
+// ended, one line naming --decision-store when the database cannot be
+// used (a refused login, a host that cannot be reached). Readiness does not
+// change: the store is not on the answer path; its records wait in the
+// queue, /v1/status' store.last_error and arbiter_decision_store_failing say
+// it meanwhile.
+func (s *store) sayAtStart(ctx context.Context, log *slog.Logger) {
+	if s.sink == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.sink.Tried():
+		}
+		if st := s.sink.Stats(); st.LastError != "" {
+			log.Error("decision store unusable at start: decisions are answered, their records wait for it",
+				"problem", fmt.Sprintf("--decision-store %s: %s", st.URL, st.LastError))
+		}
+	}()
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// A serve process owns its decision log file and its state folder: two
+// processes appending to one log interleave and rotate it under each
+// other, and two saving into one folder replace each other's last good
+// copy. Each takes an exclusive flock on a hidden file beside what it owns,
+// and holds it until it exits; the kernel releases it however the process
+// ends (kill -9 too), so a stale lock never blocks a restart.
+
+// heldLock is a lock file held open (its flock lives as long as the file).
+type heldLock struct{ f *os.File }
+
+func (l *heldLock) release() {
+	if l != nil && l.f != nil {
+		_ = l.f.Close()
+	}
+}
+
+// logLockPath is the lock of the decision log file path: a dot file beside
+// it, which `arbiter replay --log DIR` skips as it skips every dot file.
+func logLockPath(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".lock")
+}
+
+// stateLockPath is the lock of the state folder: a dot file inside it,
+// beside the saved revisions.
+func stateLockPath(dir string) string { return filepath.Join(dir, ".arbiter.lock") }
+
+// acquireLock takes the lock at path for what flag configures (shown as
+// "--flag VALUE"), or says in one sentence why it cannot: another process
+// holds it (with its pid, as it wrote it), or the file cannot be opened.
+func acquireLock(path, flag, value string) (*heldLock, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("%s %s: cannot create the folder of its lock file %s: %w", flag, value, path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: cannot open its lock file %s: %w", flag, value, path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder := "another process"
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+				holder = fmt.Sprintf("process %d", pid)
+			}
+		}
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s %s is in use by %s (lock file %s): give each server its own %s", flag, value, holder, path, flag)
+		}
+		return nil, fmt.Errorf("%s %s: cannot lock %s: %w", flag, value, path, err)
+	}
+	// The holder's pid, for the message of the next one that tries; the
+	// lock, not this content, is what excludes.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &heldLock{f: f}, nil
+}
+
+// lockOwned takes the locks of the decision log file (unless it is stdout
+// or off) and of the state folder (unless off, or unused: the revisions
+// come from a bundle).
+func (c *serveConfig) lockOwned() ([]*heldLock, error) {
+	var held []*heldLock
+	if c.decisionLog != "" && c.decisionLog != "-" {
+		l, err := acquireLock(logLockPath(c.decisionLog), "--decision-log", c.decisionLog)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	if c.stateDir != "" && c.bundleURL == "" {
+		l, err := acquireLock(stateLockPath(c.stateDir), "--state-dir", c.stateDir)
+		if err != nil {
+			for _, h := range held {
+				h.release()
+			}
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	return held, nil
+}
