@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +106,7 @@ func attr(s *tracepb.Span, key string) string {
 // child of the caller's, the decision span a child of it), the decision
 // span carries OPA's opa.decision_id and the decision, revision and
 // outcome, and the decision record names the same trace and span.
+// Start-up names the endpoint, its password redacted.
 func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	ruleedit.Skip(t)
 	t.Parallel()
@@ -110,9 +114,15 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	hs := httptest.NewServer(recv)
 	defer hs.Close()
 	args, logPath := quickArgs(t)
+	const secret = "s3cret-otlp"
+	endpoint := strings.Replace(hs.URL, "http://", "http://arbiter:"+secret+"@", 1)
 	srv := startServerWith(t, func(c *exec.Cmd) {
-		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+hs.URL, "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_SERVICE_NAME=arbiter-under-test")
+		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_TRACES_EXPORTER=", "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_SERVICE_NAME=arbiter-under-test")
 	}, args...)
+	wantLine := "msg=tracing exporter=otlp otlp_protocol=http/protobuf otlp_endpoint=" + strings.Replace(hs.URL, "http://", "http://arbiter:xxxxx@", 1) + "/v1/traces\n"
+	if out := srv.stderr.String(); !strings.Contains(out, wantLine) || strings.Contains(out, secret) {
+		t.Errorf("start-up does not say %q, or shows the password:\n%s", wantLine, out)
+	}
 	fx := decidedFixture(t)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -166,5 +176,96 @@ func TestNoTracingWithoutEndpoint(t *testing.T) {
 		if rec.DecisionID == a.id && (rec.TraceID != "" || rec.SpanID != "") {
 			t.Errorf("tracing is off, yet the record names trace %q span %q", rec.TraceID, rec.SpanID)
 		}
+	}
+}
+
+// stdoutSpan is a span as OpenTelemetry's stdout exporter writes it.
+type stdoutSpan struct {
+	Name        string
+	SpanContext struct{ TraceID, SpanID string }
+	Attributes  []struct {
+		Key   string
+		Value struct{ Value any }
+	}
+}
+
+// OTEL_TRACES_EXPORTER=console, the SDK's standard value, prints each span
+// as a JSON line on stderr, and start-up says so: the decision's span is
+// there, in the caller's trace, and the record names it.
+func TestConsoleTraces(t *testing.T) {
+	ruleedit.Skip(t)
+	t.Parallel()
+	args, logPath := quickArgs(t)
+	srv := startServerWith(t, func(c *exec.Cmd) {
+		c.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=console", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_BSP_SCHEDULE_DELAY=50")
+	}, args...)
+	if !strings.Contains(srv.stderr.String(), `msg=tracing exporter="console (stderr)"`) {
+		t.Errorf("start-up does not say that spans go to stderr:\n%s", srv.stderr.String())
+	}
+	fx := decidedFixture(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	a := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+
+	var span *stdoutSpan
+	wait.Until(t, 30*time.Second, "the decision's span on stderr", func() bool {
+		for _, line := range strings.Split(srv.stderr.String(), "\n") {
+			var s stdoutSpan
+			if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &s) != nil {
+				continue
+			}
+			for _, kv := range s.Attributes {
+				if kv.Key == "opa.decision_id" && kv.Value.Value == a.id {
+					span = &s
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if span.SpanContext.TraceID != traceID {
+		t.Errorf("the decision's span is in trace %s, want the caller's %s", span.SpanContext.TraceID, traceID)
+	}
+	srv.stop(t)
+	for _, rec := range readDecisionLog(t, logPath) {
+		if rec.DecisionID == a.id {
+			if rec.TraceID != traceID || rec.SpanID != span.SpanContext.SpanID {
+				t.Errorf("the record names trace %s span %s, want %s %s", rec.TraceID, rec.SpanID, traceID, span.SpanContext.SpanID)
+			}
+			return
+		}
+	}
+	t.Errorf("decision %s is not in the log", a.id)
+}
+
+// OTEL_TRACES_EXPORTER is read as the SDK reads it: a comma-separated
+// list, case and spaces aside; unset, an OTLP endpoint means otlp; a value
+// the server cannot honour stops it at start instead of tracing nothing.
+func TestTraceExporters(t *testing.T) {
+	tests := []struct {
+		name, exporter, endpoint string
+		want                     []string
+		wantErr                  bool
+	}{
+		{name: "nothing set"},
+		{name: "an endpoint", endpoint: "http://collector:4318", want: []string{"otlp"}},
+		{name: "console", exporter: "console", want: []string{"console"}},
+		{name: "console wins over an endpoint", exporter: "console", endpoint: "http://collector:4318", want: []string{"console"}},
+		{name: "none with an endpoint", exporter: "none", endpoint: "http://collector:4318"},
+		{name: "a list", exporter: " OTLP , console,otlp", want: []string{"otlp", "console"}},
+		{name: "none in a list", exporter: "none,console", want: []string{"console"}},
+		{name: "unknown", exporter: "zipkin", wantErr: true},
+		{name: "empty member", exporter: "console,", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_TRACES_EXPORTER", tc.exporter)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.endpoint)
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+			got, err := traceExporters()
+			if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }
