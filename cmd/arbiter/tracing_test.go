@@ -160,22 +160,43 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	t.Errorf("decision %s is not in the log", a.id)
 }
 
-// Without an OTEL_ endpoint nothing is traced: no ids in the records.
-func TestNoTracingWithoutEndpoint(t *testing.T) {
+// Without an exporter nothing is traced, and start-up says so; yet a
+// caller's W3C traceparent names its trace in the decision record (no span:
+// the server started none), so that the caller's trace finds its decision.
+// A traceparent the W3C format does not admit is ignored: the request is
+// answered as any other, and its record names no trace.
+func TestCallerTraceWithoutExporter(t *testing.T) {
 	ruleedit.Skip(t)
 	t.Parallel()
 	args, logPath := quickArgs(t)
 	srv := startServerWith(t, func(c *exec.Cmd) {
 		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_TRACES_EXPORTER=")
 	}, args...)
+	if !strings.Contains(srv.stderr.String(), "msg=tracing exporter=off") {
+		t.Errorf("start-up does not say that tracing is off:\n%s", srv.stderr.String())
+	}
 	fx := decidedFixture(t)
 	client := &http.Client{Timeout: 10 * time.Second}
-	a := decideFixture(t, client, srv.url, fx, "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	traced := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	malformed := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01-<b>")
+	if traced.status != http.StatusOK || malformed.status != http.StatusOK {
+		t.Fatalf("answered %d and %d, want 200 to both: %s", traced.status, malformed.status, malformed.body)
+	}
 	srv.stop(t)
+	want := map[string]string{traced.id: traceID, malformed.id: ""}
 	for _, rec := range readDecisionLog(t, logPath) {
-		if rec.DecisionID == a.id && (rec.TraceID != "" || rec.SpanID != "") {
-			t.Errorf("tracing is off, yet the record names trace %q span %q", rec.TraceID, rec.SpanID)
+		trace, ok := want[rec.DecisionID]
+		if !ok {
+			continue
 		}
+		delete(want, rec.DecisionID)
+		if rec.TraceID != trace || rec.SpanID != "" {
+			t.Errorf("record %s names trace %q span %q, want trace %q and no span", rec.DecisionID, rec.TraceID, rec.SpanID, trace)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("decisions not in the log: %v", want)
 	}
 }
 
