@@ -290,3 +290,55 @@ func TestTraceExporters(t *testing.T) {
 		})
 	}
 }
+
+// The caller's trace, with no exporter, reaches the decision's page, linked
+// where ARBITER_UI_TRACE_URL (--ui-trace-url) says.
+func TestPageLinksTheCallersTrace(t *testing.T) {
+	ruleedit.Skip(t)
+	t.Parallel()
+	args, _ := quickArgs(t)
+	srv := startServerWith(t, func(c *exec.Cmd) {
+		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_TRACES_EXPORTER=",
+			"ARBITER_UI_TRACE_URL=https://jaeger.example/trace/{trace_id}?from=arbiter&x=1")
+	}, args...)
+	fx := decidedFixture(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	a := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := client.Get(srv.url + "/ui/decisions/" + a.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	want := `<a class="trace" href="https://jaeger.example/trace/` + traceID + `?from=arbiter&amp;x=1"><code>` + traceID + `</code></a>`
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+		t.Errorf("the decision's page (%d) does not link its trace as %s:\n%s", resp.StatusCode, want, body)
+	}
+}
+
+// --ui-trace-url takes an http(s) URL with {trace_id}; anything else stops
+// serve at start, naming the flag.
+func TestUITraceURLFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		value string
+		ok    bool
+	}{
+		{value: "", ok: true},
+		{value: "http://jaeger:16686/trace/{trace_id}", ok: true},
+		{value: `https://grafana.example/explore?left={"queries":[{"query":"{trace_id}"}]}`, ok: true},
+		{value: "http://jaeger:16686/trace/"},
+		{value: "javascript:alert('{trace_id}')"},
+		{value: "/trace/{trace_id}"},
+		{value: "https:///{trace_id}"},
+		{value: "http://bad host/{trace_id}"},
+	}
+	for _, tc := range tests {
+		var stderr strings.Builder
+		_, done, code := parseServe([]string{"--decision-log", "", "--ui-trace-url", tc.value}, io.Discard, &stderr)
+		if failed := done && code != 0; failed == tc.ok || !tc.ok && !strings.Contains(stderr.String(), "--ui-trace-url") {
+			t.Errorf("--ui-trace-url %q: exit %d (done %v), %q; want accepted %v", tc.value, code, done, stderr.String(), tc.ok)
+		}
+	}
+}
