@@ -342,3 +342,26 @@ func TestUITraceURLFlag(t *testing.T) {
 		}
 	}
 }
+
+// The start-up line names the OTLP endpoint as the SDK reads the variables,
+// its secrets never shown.
+func TestOTLPEndpointShown(t *testing.T) {
+	tests := []struct{ name, base, traces, proto, want string }{
+		{name: "the SDK's default", proto: "http/protobuf", want: "localhost:4318/v1/traces (the SDK's default)"},
+		{name: "the SDK's default, grpc", proto: "grpc", want: "localhost:4317 (the SDK's default)"},
+		{name: "a base URL gains the traces' path", base: "http://collector:4318/otel/", proto: "http/protobuf", want: "http://collector:4318/otel/v1/traces"},
+		{name: "a base URL, grpc", base: "http://collector:4317", proto: "grpc", want: "http://collector:4317"},
+		{name: "the traces' URL as it is", base: "http://other:4318", traces: "https://collector:4318/custom", proto: "http/protobuf", want: "https://collector:4318/custom"},
+		{name: "secrets redacted", base: "https://user:pa55@collector:4318?token=t0ken", proto: "http/protobuf", want: "https://user:xxxxx@collector:4318/v1/traces?token=xxxxx"},
+		{name: "not a URL", base: "pa55 word", proto: "http/protobuf", want: "(a string that is not a URL)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.base)
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tc.traces)
+			if got := otlpEndpoint(tc.proto); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
