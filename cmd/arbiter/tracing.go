@@ -45,8 +45,11 @@ type tracing struct {
 const traceFlushTimeout = 5 * time.Second
 
 // traceExporters are the exporters the environment asks for, in the order
-// named; none (nil) is off.
-func traceExporters() ([]string, error) {
+// named (none: off), and the names it gives that this server does not
+// have: as the OpenTelemetry specification asks of a value it does not
+// recognise, those are said and ignored, and tracing, which is not on the
+// answer path, never stops the server.
+func traceExporters() (exporters, unknown []string) {
 	v := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))
 	if v == "" {
 		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
@@ -54,19 +57,18 @@ func traceExporters() ([]string, error) {
 		}
 		return nil, nil
 	}
-	var out []string
 	for _, e := range strings.Split(v, ",") {
 		switch e = strings.ToLower(strings.TrimSpace(e)); e {
-		case "none":
+		case "", "none":
 		case "otlp", "console":
-			if !slices.Contains(out, e) {
-				out = append(out, e)
+			if !slices.Contains(exporters, e) {
+				exporters = append(exporters, e)
 			}
 		default:
-			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER %q: want otlp, console or none", v)
+			unknown = append(unknown, e)
 		}
 	}
-	return out, nil
+	return exporters, unknown
 }
 
 // otlpProtocol is the OTLP exporter's protocol, as the SDK chooses it.
@@ -106,10 +108,12 @@ func otlpEndpoint(proto string) string {
 // newTracing builds what the environment asks for, and says in one line
 // where the traces go.
 func newTracing(ctx context.Context, log *slog.Logger) (*tracing, error) {
-	exporters, err := traceExporters()
-	if err != nil {
-		return nil, err
+	exporters, unknown := traceExporters()
+	if len(unknown) > 0 {
+		log.Warn("tracing: OTEL_TRACES_EXPORTER names exporters this server does not have (it has otlp, console, none); they are ignored",
+			"ignored", strings.Join(unknown, ","))
 	}
+	var err error
 	if len(exporters) == 0 {
 		log.Info("tracing", "exporter", "off", "note", "OTEL_TRACES_EXPORTER=console or otlp turns it on; a caller's traceparent still names its trace in the decision record")
 		return &tracing{}, nil
