@@ -69,7 +69,9 @@ type Record struct {
 	DurationNS   int64           `json:"duration_ns"`
 	Caller       string          `json:"caller,omitempty"`
 	// TraceID and SpanID are the decision's span (W3C hex ids), when the
-	// server traces, as OPA's decision-log events carry them.
+	// server traces, as OPA's decision-log events carry them. When it does
+	// not, TraceID is the trace of the caller's traceparent, if it sent
+	// one, and SpanID is empty.
 	TraceID string `json:"trace_id,omitempty"`
 	SpanID  string `json:"span_id,omitempty"`
 	// Masked and Erased list, as OPA's decision-log events do, the JSON

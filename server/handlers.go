@@ -121,7 +121,8 @@ type query struct {
 	start   time.Time
 	name    string
 	wrapped bool
-	span    trace.Span // nil when tracing is off (tracing.go)
+	span    trace.Span        // nil when tracing is off (tracing.go)
+	caller  trace.SpanContext // the caller's traceparent when tracing is off; invalid without one
 }
 
 // precheck refuses what needs no body to refuse: a media type or encoding

@@ -105,7 +105,7 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	a.stopping = make(chan struct{})
-	if a.tr, err = newTracing(ctx); err != nil { // off unless OTEL_EXPORTER_OTLP_* asks (tracing.go)
+	if a.tr, err = newTracing(ctx, a.log); err != nil { // off unless OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_* asks (tracing.go)
 		return err
 	}
 	a.newServer(sink)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server"
+	"github.com/arbiter-dev/arbiter/server/ui"
 )
 
 // serveConfig is every setting of `arbiter serve`, parsed and validated here
@@ -65,6 +67,7 @@ type serveConfig struct {
 	selfCheckRate     float64
 	ui                bool // serve the /ui pages (cmd/arbiter/ui.go)
 	uiRecent          int  // decisions the pages keep in memory
+	uiTraceURL        string
 
 	set    map[string]bool // the flags given, on the command line or in the environment
 	memory *memoryPlan     // the memory limit and the budgets fitted inside it (memory.go)
@@ -130,13 +133,14 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 	fs.Float64Var(&c.selfCheckRate, "selfcheck-rate", 0.01, "fraction of compiled decisions re-decided by topdown in the background (0 disables the self-check)")
 	fs.BoolVar(&c.ui, "ui", true, "serve the pages for reliability engineers at /ui, behind the same authentication")
 	fs.IntVar(&c.uiRecent, "ui-recent", 10000, "decisions the /ui pages keep in memory (the decision log has the rest)")
+	fs.StringVar(&c.uiTraceURL, "ui-trace-url", "", "a trace in your tracing UI, an http(s) URL with "+ui.TraceIDPlaceholder+" where the trace id goes (http://jaeger:16686/trace/"+ui.TraceIDPlaceholder+"): a decision's page links its trace id there ('' shows it as text)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "HOST:PORT serving /metrics without authentication, for Prometheus when the API needs a token or a client certificate (off when empty)")
 	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
 		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
 		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
 		"reload-timeout", "test-timeout", "diff-timeout", "diff-memory", "diff-gate", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
-		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent")
+		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent", "ui-trace-url")
 	if done, code := fs.parse(args, stdout, stderr, exitError); done {
 		return nil, true, code
 	}
@@ -193,6 +197,8 @@ func (c *serveConfig) validate(fs *command) error {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	case c.tlsClientCA != "" && c.tlsCert == "":
 		return errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+	case c.uiTraceURL != "" && !isTraceURL(c.uiTraceURL):
+		return fmt.Errorf("--ui-trace-url %q must be an http or https URL with %s where the trace id goes", c.uiTraceURL, ui.TraceIDPlaceholder)
 	case c.debugAddr != "" && !isLoopback(c.debugAddr):
 		return fmt.Errorf("--debug-addr %s must be a loopback address: profiles are not authenticated", c.debugAddr)
 	case !isLoopback(c.addr) && c.tokenFile == "" && c.tlsClientCA == "" && !c.insecureListen:
@@ -245,4 +251,14 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// isTraceURL says whether raw is a URL template --ui-trace-url takes: a
+// web address, once a trace id is in place of each placeholder.
+func isTraceURL(raw string) bool {
+	if !strings.Contains(raw, ui.TraceIDPlaceholder) {
+		return false
+	}
+	u, err := url.Parse(strings.ReplaceAll(raw, ui.TraceIDPlaceholder, "4bf92f3577b34da6a3ce929d0e0e4736"))
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }

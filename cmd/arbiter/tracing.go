@@ -3,26 +3,36 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
+	"path"
+	"slices"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/arbiter-dev/arbiter/internal/redact"
 )
 
 // tracing is OpenTelemetry tracing, configured as every OpenTelemetry SDK
-// is, by the standard environment variables: on when an OTLP endpoint is
-// set (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-// or OTEL_TRACES_EXPORTER is otlp; off otherwise, and then nothing is
-// wrapped or started. The exporter, its protocol (http/protobuf by
+// is, by the standard environment variables. OTEL_TRACES_EXPORTER names
+// the exporters (a comma-separated list): otlp, console (spans as JSON
+// lines on stderr, OpenTelemetry's stdout exporter) or none. Unset, it is
+// otlp when an OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and off otherwise: then nothing is
+// wrapped or started (the server still records a caller's traceparent,
+// server/tracing.go). The OTLP exporter's protocol (http/protobuf by
 // default, or grpc), headers, timeout and TLS, the sampler
 // (OTEL_TRACES_SAMPLER), the batch (OTEL_BSP_*) and the resource
 // (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) are read by the SDK.
@@ -34,34 +44,109 @@ type tracing struct {
 // period's margin over the stop's other budgets covers it.
 const traceFlushTimeout = 5 * time.Second
 
-// tracingEnabled reports whether the environment asks for traces.
-func tracingEnabled() bool {
-	if e := os.Getenv("OTEL_TRACES_EXPORTER"); e != "" {
-		return strings.EqualFold(strings.TrimSpace(e), "otlp")
+// traceExporters are the exporters the environment asks for, in the order
+// named (none: off), and the names it gives that this server does not
+// have: as the OpenTelemetry specification asks of a value it does not
+// recognise, those are said and ignored, and tracing, which is not on the
+// answer path, never stops the server.
+func traceExporters() (exporters, unknown []string) {
+	v := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))
+	if v == "" {
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
+			return []string{"otlp"}, nil
+		}
+		return nil, nil
 	}
-	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	for _, e := range strings.Split(v, ",") {
+		switch e = strings.ToLower(strings.TrimSpace(e)); e {
+		case "", "none":
+		case "otlp", "console":
+			if !slices.Contains(exporters, e) {
+				exporters = append(exporters, e)
+			}
+		default:
+			unknown = append(unknown, e)
+		}
+	}
+	return exporters, unknown
 }
 
-func newTracing(ctx context.Context) (*tracing, error) {
-	if !tracingEnabled() {
+// otlpProtocol is the OTLP exporter's protocol, as the SDK chooses it.
+func otlpProtocol() string {
+	if p := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"); p != "" {
+		return p
+	}
+	if p := os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" {
+		return p
+	}
+	return "http/protobuf"
+}
+
+// otlpEndpoint is where the OTLP exporter sends, as the SDK reads the
+// variables, with its secrets redacted: for the start-up line only.
+func otlpEndpoint(proto string) string {
+	if e := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); e != "" {
+		return redact.URL(e) // used as it is
+	}
+	e := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	switch {
+	case e == "" && proto == "grpc":
+		return "localhost:4317 (the SDK's default)"
+	case e == "":
+		return "localhost:4318/v1/traces (the SDK's default)"
+	case proto == "grpc":
+		return redact.URL(e)
+	}
+	// The base URL of every signal: the SDK adds the traces' path.
+	if u, err := url.Parse(e); err == nil && u.Scheme != "" {
+		u.Path = path.Join(u.Path, "/v1/traces")
+		return redact.URL(u.String())
+	}
+	return redact.URL(e)
+}
+
+// newTracing builds what the environment asks for, and says in one line
+// where the traces go.
+func newTracing(ctx context.Context, log *slog.Logger) (*tracing, error) {
+	exporters, unknown := traceExporters()
+	if len(unknown) > 0 {
+		log.Warn("tracing: OTEL_TRACES_EXPORTER names exporters this server does not have (it has otlp, console, none); they are ignored",
+			"ignored", strings.Join(unknown, ","))
+	}
+	var err error
+	if len(exporters) == 0 {
+		log.Info("tracing", "exporter", "off", "note", "OTEL_TRACES_EXPORTER=console or otlp turns it on; a caller's traceparent still names its trace in the decision record")
 		return &tracing{}, nil
 	}
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if proto == "" {
-		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	var exp sdktrace.SpanExporter
-	var err error
-	switch proto {
-	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
-	case "grpc":
-		exp, err = otlptracegrpc.New(ctx)
-	default:
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want http/protobuf or grpc", proto)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the OTLP trace exporter: %w", err)
+	var opts []sdktrace.TracerProviderOption
+	shown := slices.Clone(exporters)
+	var attrs []any
+	for i, name := range exporters {
+		var exp sdktrace.SpanExporter
+		switch name {
+		case "otlp":
+			proto := otlpProtocol()
+			switch proto {
+			case "http/protobuf":
+				exp, err = otlptracehttp.New(ctx)
+			case "grpc":
+				exp, err = otlptracegrpc.New(ctx)
+			default:
+				return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want http/protobuf or grpc", proto)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("the OTLP trace exporter: %w", err)
+			}
+			attrs = append(attrs, "otlp_protocol", proto, "otlp_endpoint", otlpEndpoint(proto))
+		case "console":
+			// Batched as the OTLP exporter is: a request never waits for
+			// stderr, and the batch's queue bounds what waits.
+			if exp, err = stdouttrace.New(stdouttrace.WithWriter(os.Stderr)); err != nil {
+				return nil, fmt.Errorf("the console trace exporter: %w", err)
+			}
+			shown[i] = "console (stderr)"
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
 	res, err := resource.Merge(resource.Default(),
 		resource.NewSchemaless(semconv.ServiceName("arbiter"), semconv.ServiceVersion(buildVersion())))
@@ -71,7 +156,8 @@ func newTracing(ctx context.Context) (*tracing, error) {
 	if fromEnv, err := resource.New(ctx, resource.WithFromEnv()); err == nil { // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 		res, _ = resource.Merge(res, fromEnv)
 	}
-	return &tracing{tp: sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))}, nil
+	log.Info("tracing", append([]any{"exporter", strings.Join(shown, ", ")}, attrs...)...)
+	return &tracing{tp: sdktrace.NewTracerProvider(append(opts, sdktrace.WithResource(res))...)}, nil
 }
 
 // tracer is the decisions' tracer (nil when off: server.Config.Tracer).

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +106,7 @@ func attr(s *tracepb.Span, key string) string {
 // child of the caller's, the decision span a child of it), the decision
 // span carries OPA's opa.decision_id and the decision, revision and
 // outcome, and the decision record names the same trace and span.
+// Start-up names the endpoint, its password redacted.
 func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	ruleedit.Skip(t)
 	t.Parallel()
@@ -110,9 +114,15 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	hs := httptest.NewServer(recv)
 	defer hs.Close()
 	args, logPath := quickArgs(t)
+	const secret = "s3cret-otlp"
+	endpoint := strings.Replace(hs.URL, "http://", "http://arbiter:"+secret+"@", 1)
 	srv := startServerWith(t, func(c *exec.Cmd) {
-		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+hs.URL, "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_SERVICE_NAME=arbiter-under-test")
+		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_TRACES_EXPORTER=", "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_SERVICE_NAME=arbiter-under-test")
 	}, args...)
+	wantLine := "msg=tracing exporter=otlp otlp_protocol=http/protobuf otlp_endpoint=" + strings.Replace(hs.URL, "http://", "http://arbiter:xxxxx@", 1) + "/v1/traces\n"
+	if out := srv.stderr.String(); !strings.Contains(out, wantLine) || strings.Contains(out, secret) {
+		t.Errorf("start-up does not say %q, or shows the password:\n%s", wantLine, out)
+	}
 	fx := decidedFixture(t)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -150,21 +160,157 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	t.Errorf("decision %s is not in the log", a.id)
 }
 
-// Without an OTEL_ endpoint nothing is traced: no ids in the records.
-func TestNoTracingWithoutEndpoint(t *testing.T) {
+// Without an exporter nothing is traced, and start-up says so; yet a
+// caller's W3C traceparent names its trace in the decision record (no span:
+// the server started none), so that the caller's trace finds its decision.
+// A traceparent the W3C format does not admit is ignored: the request is
+// answered as any other, and its record names no trace.
+func TestCallerTraceWithoutExporter(t *testing.T) {
 	ruleedit.Skip(t)
 	t.Parallel()
 	args, logPath := quickArgs(t)
 	srv := startServerWith(t, func(c *exec.Cmd) {
 		c.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_TRACES_EXPORTER=")
 	}, args...)
+	if !strings.Contains(srv.stderr.String(), "msg=tracing exporter=off") {
+		t.Errorf("start-up does not say that tracing is off:\n%s", srv.stderr.String())
+	}
 	fx := decidedFixture(t)
 	client := &http.Client{Timeout: 10 * time.Second}
-	a := decideFixture(t, client, srv.url, fx, "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	traced := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	malformed := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01-<b>")
+	if traced.status != http.StatusOK || malformed.status != http.StatusOK {
+		t.Fatalf("answered %d and %d, want 200 to both: %s", traced.status, malformed.status, malformed.body)
+	}
+	srv.stop(t)
+	want := map[string]string{traced.id: traceID, malformed.id: ""}
+	for _, rec := range readDecisionLog(t, logPath) {
+		trace, ok := want[rec.DecisionID]
+		if !ok {
+			continue
+		}
+		delete(want, rec.DecisionID)
+		if rec.TraceID != trace || rec.SpanID != "" {
+			t.Errorf("record %s names trace %q span %q, want trace %q and no span", rec.DecisionID, rec.TraceID, rec.SpanID, trace)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("decisions not in the log: %v", want)
+	}
+}
+
+// stdoutSpan is a span as OpenTelemetry's stdout exporter writes it.
+type stdoutSpan struct {
+	Name        string
+	SpanContext struct{ TraceID, SpanID string }
+	Attributes  []struct {
+		Key   string
+		Value struct{ Value any }
+	}
+}
+
+// OTEL_TRACES_EXPORTER=console, the SDK's standard value, prints each span
+// as a JSON line on stderr, and start-up says so: the decision's span is
+// there, in the caller's trace, and the record names it. An exporter the
+// server does not have is said and ignored.
+func TestConsoleTraces(t *testing.T) {
+	ruleedit.Skip(t)
+	t.Parallel()
+	args, logPath := quickArgs(t)
+	srv := startServerWith(t, func(c *exec.Cmd) {
+		c.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=console,zipkin", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_BSP_SCHEDULE_DELAY=50")
+	}, args...)
+	if out := srv.stderr.String(); !strings.Contains(out, `msg=tracing exporter="console (stderr)"`) || !strings.Contains(out, "ignored=zipkin") {
+		t.Errorf("start-up does not say that spans go to stderr, or that zipkin is ignored:\n%s", out)
+	}
+	fx := decidedFixture(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	a := decideFixture(t, client, srv.url, fx, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+
+	var span *stdoutSpan
+	wait.Until(t, 30*time.Second, "the decision's span on stderr", func() bool {
+		for _, line := range strings.Split(srv.stderr.String(), "\n") {
+			var s stdoutSpan
+			if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &s) != nil {
+				continue
+			}
+			for _, kv := range s.Attributes {
+				if kv.Key == "opa.decision_id" && kv.Value.Value == a.id {
+					span = &s
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if span.SpanContext.TraceID != traceID {
+		t.Errorf("the decision's span is in trace %s, want the caller's %s", span.SpanContext.TraceID, traceID)
+	}
 	srv.stop(t)
 	for _, rec := range readDecisionLog(t, logPath) {
-		if rec.DecisionID == a.id && (rec.TraceID != "" || rec.SpanID != "") {
-			t.Errorf("tracing is off, yet the record names trace %q span %q", rec.TraceID, rec.SpanID)
+		if rec.DecisionID == a.id {
+			if rec.TraceID != traceID || rec.SpanID != span.SpanContext.SpanID {
+				t.Errorf("the record names trace %s span %s, want %s %s", rec.TraceID, rec.SpanID, traceID, span.SpanContext.SpanID)
+			}
+			return
 		}
+	}
+	t.Errorf("decision %s is not in the log", a.id)
+}
+
+// OTEL_TRACES_EXPORTER is read as the SDK reads it: a comma-separated
+// list, case and spaces aside; unset, an OTLP endpoint means otlp; a name
+// the server does not have is ignored and returned, to be said.
+func TestTraceExporters(t *testing.T) {
+	tests := []struct {
+		name, exporter, endpoint string
+		want, unknown            []string
+	}{
+		{name: "nothing set"},
+		{name: "an endpoint", endpoint: "http://collector:4318", want: []string{"otlp"}},
+		{name: "console", exporter: "console", want: []string{"console"}},
+		{name: "console wins over an endpoint", exporter: "console", endpoint: "http://collector:4318", want: []string{"console"}},
+		{name: "none with an endpoint", exporter: "none", endpoint: "http://collector:4318"},
+		{name: "a list", exporter: " OTLP , console,otlp", want: []string{"otlp", "console"}},
+		{name: "none in a list", exporter: "none,console", want: []string{"console"}},
+		{name: "unknown", exporter: "zipkin", endpoint: "http://collector:4318", unknown: []string{"zipkin"}},
+		{name: "unknown beside a known one", exporter: "console,zipkin", want: []string{"console"}, unknown: []string{"zipkin"}},
+		{name: "empty member", exporter: "console,", want: []string{"console"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_TRACES_EXPORTER", tc.exporter)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.endpoint)
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+			got, unknown := traceExporters()
+			if !slices.Equal(got, tc.want) || !slices.Equal(unknown, tc.unknown) {
+				t.Errorf("got %q, unknown %q; want %q, %q", got, unknown, tc.want, tc.unknown)
+			}
+		})
+	}
+}
+
+// The start-up line names the OTLP endpoint as the SDK reads the variables,
+// its secrets never shown.
+func TestOTLPEndpointShown(t *testing.T) {
+	tests := []struct{ name, base, traces, proto, want string }{
+		{name: "the SDK's default", proto: "http/protobuf", want: "localhost:4318/v1/traces (the SDK's default)"},
+		{name: "the SDK's default, grpc", proto: "grpc", want: "localhost:4317 (the SDK's default)"},
+		{name: "a base URL gains the traces' path", base: "http://collector:4318/otel/", proto: "http/protobuf", want: "http://collector:4318/otel/v1/traces"},
+		{name: "a base URL, grpc", base: "http://collector:4317", proto: "grpc", want: "http://collector:4317"},
+		{name: "the traces' URL as it is", base: "http://other:4318", traces: "https://collector:4318/custom", proto: "http/protobuf", want: "https://collector:4318/custom"},
+		{name: "secrets redacted", base: "https://user:pa55@collector:4318?token=t0ken", proto: "http/protobuf", want: "https://user:xxxxx@collector:4318/v1/traces?token=xxxxx"},
+		{name: "not a URL", base: "pa55 word", proto: "http/protobuf", want: "(a string that is not a URL)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.base)
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tc.traces)
+			if got := otlpEndpoint(tc.proto); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

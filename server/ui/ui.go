@@ -160,7 +160,14 @@ type Config struct {
 	// is shutting down, and a graceful stop must not wait for a page that
 	// would stay open forever. nil: streams end with their request only.
 	Closing <-chan struct{}
+	// TraceURL, when set, makes a decision's trace id a link: the URL with
+	// TraceIDPlaceholder replaced by the id (a trace in Jaeger, Tempo...).
+	// Empty: the id is plain text.
+	TraceURL string
 }
+
+// TraceIDPlaceholder is what Config.TraceURL holds where the trace id goes.
+const TraceIDPlaceholder = "{trace_id}"
 
 // DefaultPageSize is the number of decisions on one page.
 const DefaultPageSize = 50
@@ -613,6 +620,18 @@ type decisionData struct {
 	LiveRevision string
 	Masked       bool
 	WhatIf       *whatIfData
+	TraceURL     string // the link of the record's trace id; empty: none
+}
+
+// traceLink is where Config.TraceURL shows the trace id, or "" without a
+// TraceURL or when id is not a W3C trace id: a record read back from the
+// log file or the store is shown, never trusted. A W3C id is 32 lower-case
+// hex digits, which a URL needs no escape for; it is escaped all the same.
+func (h *handler) traceLink(id string) string {
+	if h.cfg.TraceURL == "" || len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+		return ""
+	}
+	return strings.ReplaceAll(h.cfg.TraceURL, TraceIDPlaceholder, url.PathEscape(id))
 }
 
 func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
@@ -665,7 +684,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
-	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0}
+	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
 	d.InputText = indent(e.Record.Input)
 	d.ResultText = indent(e.Record.Result)
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {

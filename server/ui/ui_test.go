@@ -1055,3 +1055,59 @@ search:
 		})
 	}
 }
+
+// A decision's page shows its record's trace id, and links it where
+// Config.TraceURL says, with the id in place of {trace_id}. A trace id
+// that is not a W3C one (a record read back from a file someone edited)
+// is shown as text, escaped, and never linked; a URL that is not a web
+// address is not followed (html/template's own filter).
+func TestDecisionPageShowsTheTrace(t *testing.T) {
+	const id = "4bf92f3577b34da6a3ce929d0e0e4736"
+	tests := []struct {
+		name, traceURL, traceID, spanID string
+		want, notWant                   []string
+	}{
+		{name: "plain text without a URL", traceID: id, spanID: "00f067aa0ba902b7",
+			want: []string{`<dt>Trace</dt><dd><code class="trace">` + id + `</code></dd>`}, notWant: []string{`<a class="trace"`, "the caller"}},
+		{name: "the caller's", traceID: id,
+			want: []string{`<code class="trace">` + id + `</code> <span class="muted">(the caller's)</span>`}},
+		{name: "linked", traceURL: "https://jaeger.example/trace/{trace_id}?a=1&b=2", traceID: id, spanID: "00f067aa0ba902b7",
+			want: []string{`<a class="trace" href="https://jaeger.example/trace/` + id + `?a=1&amp;b=2"><code>` + id + `</code></a>`}},
+		{name: "linked inside a query of JSON", traceURL: `https://grafana.example/explore?left={"queries":[{"query":"{trace_id}"}]}`, traceID: id,
+			want: []string{`<a class="trace" href="https://grafana.example/explore?left=%7b%22queries%22:[%7b%22query%22:%22` + id + `%22%7d]%7d">`}},
+		{name: "twice", traceURL: "https://tempo.example/{trace_id}#{trace_id}", traceID: id,
+			want: []string{`href="https://tempo.example/` + id + `#` + id + `"`}},
+		{name: "not a web address", traceURL: "javascript:alert('{trace_id}')", traceID: id,
+			want: []string{`href="#ZgotmplZ"`}, notWant: []string{"javascript:"}},
+		{name: "markup for an id", traceURL: "https://jaeger.example/trace/{trace_id}", traceID: `"><script>alert(1)</script>`,
+			want: []string{`<code class="trace">&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;</code>`}, notWant: []string{`<a class="trace"`, "<script>"}},
+		{name: "upper-case hex is not a W3C id", traceURL: "https://jaeger.example/trace/{trace_id}", traceID: strings.ToUpper(id),
+			want: []string{`<code class="trace">` + strings.ToUpper(id) + `</code>`}, notWant: []string{`<a class="trace"`}},
+		{name: "a path for an id", traceURL: "https://jaeger.example/trace/{trace_id}", traceID: "../../admin/" + id[12:],
+			notWant: []string{`<a class="trace"`, "/admin/" + id[12:] + `"`}},
+		{name: "no trace", traceURL: "https://jaeger.example/trace/{trace_id}",
+			notWant: []string{"<dt>Trace</dt>"}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Config{TraceURL: tc.traceURL})
+			rec := h.all[0].rec
+			rec.DecisionID, rec.TraceID, rec.SpanID = fmt.Sprintf("traced-%d", i), tc.traceID, tc.spanID
+			h.ring.Add(rec)
+			status, body := h.get(t, "/ui/decisions/"+rec.DecisionID)
+			if status != http.StatusOK {
+				t.Fatalf("status %d", status)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("the page lacks %s", w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(body, w) {
+					t.Errorf("the page shows %s", w)
+				}
+			}
+		})
+	}
+}

@@ -4,9 +4,12 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, copyFileSync, writeFileSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { startArbiter, api, fixtures, getPointer, setPointer, launch, logLines, outDir, repoRoot } from './harness.mjs';
 
 let srv, browser, flip;
+// Where the decision page links a trace (--ui-trace-url); nothing listens.
+const traceURL = 'http://127.0.0.1:9/trace/{trace_id}?from=arbiter';
 
 // flipCase finds, from the fixtures alone, a refusal that the values of an
 // allowed input of the same decision, put at the refusal's evidence
@@ -52,7 +55,7 @@ async function flipCase(all) {
 
 before(async () => {
   mkdirSync(outDir, { recursive: true });
-  srv = await startArbiter();
+  srv = await startArbiter(['--ui-trace-url', traceURL]);
   flip = await flipCase(fixtures());
   browser = await launch();
 });
@@ -270,5 +273,23 @@ test('policy status: a refused candidate\'s problems as file:line; readable at 1
   await shot(page, 'policy');
   await page.goto(srv.base + '/ui/whatif');
   await readable(page, 'whatif');
+  await page.close();
+});
+
+test('a decision\'s page links the trace its caller sent, with no exporter', async () => {
+  const traceID = randomBytes(16).toString('hex');
+  const res = await fetch(`${srv.base}/v1/decisions/${flip.fx.decision}`, {
+    method: 'POST', body: JSON.stringify(flip.fx.input),
+    headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${srv.token}-host`, traceparent: `00-${traceID}-00f067aa0ba902b7-01` },
+  });
+  assert.equal(res.status, 200);
+  const { decision_id: id } = await res.json();
+  const page = await browser.newPage();
+  await page.goto(srv.base + '/ui/decisions/' + id);
+  if (/\/ui\/login/.test(page.url())) { await login(page); await page.goto(srv.base + '/ui/decisions/' + id); }
+  const link = page.locator('a.trace');
+  assert.equal(await link.innerText(), traceID);
+  assert.equal(await link.getAttribute('href'), traceURL.replace('{trace_id}', traceID));
+  await readable(page, 'decision with a trace');
   await page.close();
 });
