@@ -159,7 +159,7 @@ func updateFixtures(ctx context.Context, f folders, runRe string, stderr io.Writ
 	for _, c := range changes {
 		if len(c.Stale) > 0 {
 			stale++
-			fmt.Fprintf(stderr, "arbiter test: --update: %s (%s): its name or note says %s, which its old result said and its new one does not: reword it\n",
+			fmt.Fprintf(stderr, "arbiter test: --update: %s (%s): its name or note says %s, which only its old result said: reword it\n",
 				c.Name, c.File, quoteWords(c.Stale))
 		}
 	}
