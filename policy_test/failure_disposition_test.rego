@@ -13,7 +13,11 @@ max_attempts := failure_disposition.max_attempts
 
 # The attempts within the budget that the tests try: the first and the last.
 # Attempts count from 1; a budget of 1 leaves none.
-attempts_within_budget := {a | some a in {1, max_attempts - 1}; a >= 1; a < max_attempts}
+attempts_within_budget contains attempt if {
+	some attempt in {1, max_attempts - 1}
+	attempt >= 1
+	attempt < max_attempts
+}
 
 decide(inp) := result if {
 	result := failure_disposition.decision with input as inp
