@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 )
@@ -17,10 +18,14 @@ import (
 // FixtureChange is one fixture whose recorded result an intended edit
 // changed, re-recorded by UpdateFixtures.
 type FixtureChange struct {
-	Name string // decision/case
-	File string
+	Name string `json:"name"` // decision/case
+	File string `json:"file"`
 	// Diff is FieldDiff of the recorded result and the new one.
-	Diff string
+	Diff string `json:"diff"`
+	// Stale lists the words of the fixture's name or note that the
+	// recorded result says and the new one does not (staleWords): the
+	// name or note may now say the opposite of what the fixture expects.
+	Stale []string `json:"stale_words,omitempty"`
 }
 
 // UpdateFixtures re-records the expected results of the fixtures of the
@@ -58,7 +63,8 @@ func (s *Snapshot) UpdateFixtures(ctx context.Context, dir string, run *regexp.R
 			files = append(files, fx.File)
 		}
 		edits[fx.File] = append(edits[fx.File], fixtureEdit{name: fx.Name, want: fx.WantResult, got: d.Result})
-		changes = append(changes, FixtureChange{Name: name, File: fx.File, Diff: FieldDiff(fx.WantResult, d.Result)})
+		changes = append(changes, FixtureChange{Name: name, File: fx.File, Diff: FieldDiff(fx.WantResult, d.Result),
+			Stale: staleWords(fx.Name+" "+fx.Note, fx.WantResult, d.Result)})
 	}
 	for _, f := range files {
 		if err := rewriteFixtures(f, edits[f]); err != nil {
@@ -222,6 +228,96 @@ func memberSpans(b []byte, base int) (map[string]span, bool) {
 		out[k] = span{start: base + end - len(raw), end: base + end, order: i}
 	}
 	return out, true
+}
+
+// minStaleWord is the length below which a word of a result's strings is
+// not looked for in names and notes: short words of codes ("not", "run")
+// are ordinary prose there.
+const minStaleWord = 4
+
+// staleWords returns, sorted, the words of text (a fixture's name and
+// note) that a string of the result want holds and no string of the result
+// got does: a word of an outcome or reason code that the fixture's name or
+// note repeats (the code itself, or its words in prose) and that the new
+// result dropped. The words come from the results alone, so no rule is named
+// here: a word is a run of letters and digits, lower-cased, a camelCase
+// boundary splitting it, of at least minStaleWord characters.
+func staleWords(text string, want, got []byte) []string {
+	gone := map[string]bool{}
+	for _, s := range jsonStrings(want) {
+		for _, w := range words(s) {
+			gone[w] = true
+		}
+	}
+	for _, s := range jsonStrings(got) {
+		for _, w := range words(s) {
+			delete(gone, w)
+		}
+	}
+	var out []string
+	for _, w := range words(text) {
+		if gone[w] && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// jsonStrings returns the string values in the JSON value b, at any depth
+// (not the keys: a member's name says nothing of the outcome).
+func jsonStrings(b []byte) []string {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			out = append(out, v)
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
+}
+
+// words splits s as staleWords reads it.
+func words(s string) []string {
+	var out []string
+	var w []rune
+	flush := func() {
+		if len(w) >= minStaleWord {
+			out = append(out, string(w))
+		}
+		w = w[:0]
+	}
+	prev := rune(0)
+	for _, r := range s {
+		switch {
+		case unicode.IsUpper(r):
+			if unicode.IsLower(prev) || unicode.IsDigit(prev) {
+				flush()
+			}
+			w = append(w, unicode.ToLower(r))
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			w = append(w, r)
+		default:
+			flush()
+		}
+		prev = r
+	}
+	flush()
+	return out
 }
 
 // String is a change as `arbiter test --update` prints it.

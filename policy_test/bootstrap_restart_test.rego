@@ -8,6 +8,11 @@ fixtures := data.fixtures.bootstrap_restart
 
 u64_max := 18446744073709551615
 
+# The shared retry budget is data (failure_disposition/data.json) that reliability
+# engineers edit: the tests read it, so that a budget edit needs no test edit (the
+# fixtures pin today's value, and `arbiter test --update` re-records them).
+max_attempts := data.decisions.failure_disposition.max_attempts
+
 # The allowed baseline: clean never-connected state, stop proven, resumed lease.
 base := fixtures.allowed_sandbox_proof_resumed.input
 
@@ -120,8 +125,8 @@ test_claim_run_mismatch_alone if {
 }
 
 test_retry_budget_exhausted_at_max_attempts if {
-	reasons(patched({"claim": {"providerAttempt": 2}})) == []
-	got := decide(patched({"claim": {"providerAttempt": 3}}))
+	reasons(patched({"claim": {"providerAttempt": max_attempts - 1}})) == []
+	got := decide(patched({"claim": {"providerAttempt": max_attempts}}))
 	got.reasons == ["retry_budget_exhausted"]
 	got.error == "native_session_retry_exhausted"
 }
@@ -309,8 +314,8 @@ test_local_proof_keeps_rules_5_to_11 if {
 test_error_first_matching_row if {
 	# claim rows outrank everything, retry outranks created, warm outranks created.
 	decide(patched({"claim": {"kind": "resume_dead_runner"}, "sandbox": {"providerStatePresent": true}})).error == null
-	decide(patched({"claim": {"providerAttempt": 3}, "lease": {"acquisitionOutcome": "created"}})).error == "native_session_retry_exhausted"
-	decide(patched({"claim": {"providerAttempt": 3}, "lease": {"acquisitionOutcome": "replacement"}})).error == "native_session_retry_exhausted"
+	decide(patched({"claim": {"providerAttempt": max_attempts}, "lease": {"acquisitionOutcome": "created"}})).error == "native_session_retry_exhausted"
+	decide(patched({"claim": {"providerAttempt": max_attempts}, "lease": {"acquisitionOutcome": "replacement"}})).error == "native_session_retry_exhausted"
 	decide(patched({"runnerState": {"warmTransition": {}}, "lease": {"acquisitionOutcome": "created"}})).error == "native_runner_warm_transition_recovery_unproven"
 	decide(patched({"runnerState": {"warmTransition": {}}, "claim": {"runId": "run-0b11"}})).error == null
 	decide(patched({"host": {"failoverBackupPresent": true}, "lease": {"acquisitionOutcome": "created"}})).error == null

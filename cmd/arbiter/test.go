@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/arbiter-dev/arbiter/engine"
 )
@@ -18,7 +20,7 @@ func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	runRe := c.String("run", "", "only run tests and fixtures whose name matches this regular expression")
 	format := c.String("format", "text", "output format: text or json")
 	verbose := c.Bool("v", false, "list every test, not only failures")
-	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field; then run the tests")
+	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field and naming on stderr those whose name or note repeats a word only the old result had; then run the tests")
 	if done, code := c.parse(args, stdout, stderr, exitError); done {
 		return code
 	}
@@ -34,8 +36,14 @@ func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "arbiter test: --tests is empty: nothing to run")
 		return exitError
 	}
+	var upd *updateReport
 	if *update {
-		if code := updateFixtures(ctx, f, *runRe, stdout, stderr); code != exitOK {
+		var code int
+		upd, code = updateFixtures(ctx, f, *runRe, stderr)
+		if upd != nil && *format == "text" {
+			upd.print(stdout)
+		}
+		if code != exitOK {
 			return code
 		}
 	}
@@ -48,7 +56,10 @@ func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pass, fail, skip := rep.Counts()
 	belowThreshold := *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold
 	if *format == "json" {
-		writeJSON(stdout, rep)
+		writeJSON(stdout, struct {
+			*engine.TestReport
+			Update *updateReport `json:"update,omitempty"`
+		}{rep, upd})
 	} else {
 		printText(stdout, rep, *verbose)
 		if rep.Coverage != nil {
@@ -96,33 +107,73 @@ func printText(w io.Writer, rep *engine.TestReport, verbose bool) {
 	}
 }
 
+// updateReport is what test --update did, in --format json's "update".
+type updateReport struct {
+	Updated    []engine.FixtureChange `json:"updated"`
+	NotUpdated []engine.Problem       `json:"not_updated"`
+}
+
+// print writes the report as text: each change field by field, for review.
+func (u *updateReport) print(w io.Writer) {
+	for _, c := range u.Updated {
+		fmt.Fprintln(w, c)
+	}
+	for _, p := range u.NotUpdated {
+		fmt.Fprintf(w, "NOT UPDATED %s\n", p)
+	}
+	fmt.Fprintf(w, "updated %d fixtures\n", len(u.Updated))
+}
+
 // updateFixtures is test --update: the fixtures' results re-recorded
-// under the policies as they are now, each change printed for review.
-func updateFixtures(ctx context.Context, f folders, runRe string, stdout, stderr io.Writer) int {
+// under the policies as they are now. Each re-recorded fixture whose name
+// or note repeats words that only its old result had is named on stderr,
+// whatever the format: what it says may now be the opposite of what it
+// expects, and only a person can reword it.
+func updateFixtures(ctx context.Context, f folders, runRe string, stderr io.Writer) (*updateReport, int) {
 	var run *regexp.Regexp
 	if runRe != "" {
 		var err error
 		if run, err = regexp.Compile(runRe); err != nil {
 			fmt.Fprintf(stderr, "arbiter test: --run: %v\n", err)
-			return exitError
+			return nil, exitError
 		}
 	}
 	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter test: --update: loading the policies: %v\n", err)
-		return exitError
+		return nil, exitError
 	}
 	changes, probs, err := snap.UpdateFixtures(ctx, f.tests, run)
-	for _, c := range changes {
-		fmt.Fprintln(stdout, c)
+	u := &updateReport{Updated: changes, NotUpdated: probs}
+	if u.Updated == nil {
+		u.Updated = []engine.FixtureChange{}
 	}
-	for _, p := range probs {
-		fmt.Fprintf(stdout, "NOT UPDATED %s\n", p)
+	if u.NotUpdated == nil {
+		u.NotUpdated = []engine.Problem{}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter test: --update: %v\n", err)
-		return exitError
+		return u, exitError
 	}
-	fmt.Fprintf(stdout, "updated %d fixtures\n", len(changes))
-	return exitOK
+	stale := 0
+	for _, c := range changes {
+		if len(c.Stale) > 0 {
+			stale++
+			fmt.Fprintf(stderr, "arbiter test: --update: %s (%s): its name or note says %s, which only its old result said: reword it\n",
+				c.Name, c.File, quoteWords(c.Stale))
+		}
+	}
+	if stale > 0 {
+		fmt.Fprintf(stderr, "arbiter test: --update: %d of %d re-recorded fixtures may now be misnamed or misdescribed\n", stale, len(changes))
+	}
+	return u, exitOK
+}
+
+// quoteWords is words quoted and joined by commas.
+func quoteWords(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = strconv.Quote(w)
+	}
+	return strings.Join(q, ", ")
 }
