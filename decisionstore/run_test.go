@@ -75,12 +75,12 @@ func TestAnyInputFindsARunAcrossDecisions(t *testing.T) {
 			run = "run-b"
 		}
 		if i%2 == 0 {
-			rec.Decision, rec.Input = "d2", json.RawMessage(`{"runId":"`+run+`","attempt":`+string(rune('1'+i%3))+`}`)
+			rec.Decision, rec.Input = "d2", json.RawMessage(`{"runKey":"`+run+`","n":`+string(rune('1'+i%3))+`}`)
 		} else {
 			rec.Input = json.RawMessage(`{"run":{"id":"` + run + `"}}`)
 		}
 		if i == 11 { // d1 holding the id at d2's pointer: not this run's
-			rec.Input = json.RawMessage(`{"runId":"run-a","run":{"id":"run-c"}}`)
+			rec.Input = json.RawMessage(`{"runKey":"run-a","run":{"id":"run-c"}}`)
 			run = "run-c"
 		}
 		rec.Time = t0.Add(time.Duration(i) * time.Second)
@@ -98,7 +98,7 @@ func TestAnyInputFindsARunAcrossDecisions(t *testing.T) {
 		}
 		return m
 	}
-	f := Filter{AnyInput: []DecisionInput{{"d1", mustMatch("/run/id = run-a")}, {"d2", mustMatch("/runId = run-a")}}}
+	f := Filter{AnyInput: []DecisionInput{{"d1", mustMatch("/run/id = run-a")}, {"d2", mustMatch("/runKey = run-a")}}}
 	r := NewReader(open(t, url).Pool())
 	var got []string
 	for cur := (Cursor{}); ; {

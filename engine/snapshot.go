@@ -112,6 +112,11 @@ func (s *Snapshot) Names() []string { return append([]string(nil), s.names...) }
 // labels a decision's outcome in metrics (default "outcome").
 const OutcomeKeyword = "x-arbiter-outcome"
 
+// RunIDKeyword marks, with true, the one property of an input schema that
+// holds the run the decision is about: the pages list, filter and show a
+// run's decisions by it, so that no Go names the field.
+const RunIDKeyword = "x-arbiter-run-id"
+
 var decisionName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // Has reports whether the Snapshot serves a decision of that name.

@@ -28,7 +28,11 @@ type fakeStore struct {
 
 var errDown = errors.New("connection refused")
 
-func (s *fakeStore) List(_ context.Context, f Filter, before string, limit int) (StorePage, error) {
+func (s *fakeStore) Records(ctx context.Context, f Filter, before string, limit int, _ int64) (StorePage, error) {
+	return s.List(ctx, f, before, limit, nil)
+}
+
+func (s *fakeStore) List(_ context.Context, f Filter, before string, limit int, _ RunPointers) (StorePage, error) {
 	if s.down {
 		return StorePage{}, errDown
 	}
@@ -82,8 +86,9 @@ var storeRowRE = regexp.MustCompile(`<tr data-seq="([^"]+)"[^>]*>\s*<td><a href=
 
 // TestPagesReadTheStore: with a store, the list is every replica's
 // decisions with a replica column and a replica filter, a decision of
-// another replica has its page, and a store that cannot be read is an
-// error page, never an empty list or "not found".
+// another replica has its page; a store that cannot be read is an error
+// page for another replica's decision, never "not found", and the list
+// falls back to this replica's own decisions, saying so.
 func TestPagesReadTheStore(t *testing.T) {
 	st := &fakeStore{}
 	h := newHarness(t, Config{PageSize: 5, Store: st})
@@ -130,8 +135,11 @@ func TestPagesReadTheStore(t *testing.T) {
 	}
 
 	st.down = true
-	if status, body := h.get(t, "/ui/decisions"); status != 503 || !strings.Contains(body, "could not be read") {
-		t.Errorf("the list with the store down: status %d\n%s", status, body)
+	// The list falls back to this replica's own decisions, and says so.
+	if status, body := h.get(t, "/ui/decisions"); status != 200 || !strings.Contains(body, `id="store-down"`) ||
+		!strings.Contains(body, "only this replica's own decisions") || !strings.Contains(body, "/decisions/"+url.PathEscape(local[0].Record.DecisionID)+`"`) ||
+		strings.Contains(body, `<th scope="col">Replica</th>`) {
+		t.Errorf("the list with the store down: status %d; want 200 listing the ring's decisions with a notice, no replica column\n%s", status, body)
 	}
 	if status, _ := h.get(t, "/ui/decisions/"+url.PathEscape(other.Record.DecisionID)); status != 503 {
 		t.Errorf("another replica's decision with the store down: status %d, want 503", status)
@@ -156,7 +164,7 @@ func TestLiveRowsCarryStoreCursors(t *testing.T) {
 		t.Fatal("empty ring")
 	}
 	hh := &handler{cfg: Config{Prefix: "/ui", Store: &fakeStore{}}}
-	r := hh.rowOf(e.Entries[0], Filter{})
+	r := hh.rowOf(e.Entries[0], Filter{}, nil)
 	want := fmt.Sprintf("%d.decision.%s", e.Entries[0].Record.Time.UnixMicro(), e.Entries[0].Record.DecisionID)
 	if r.Cursor != want || !r.Fleet {
 		t.Errorf("live row cursor %q (fleet %v), want %q", r.Cursor, r.Fleet, want)

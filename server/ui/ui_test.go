@@ -127,7 +127,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	eng, all := repoDecided(t)
 	h := &harness{eng: eng, dec: &countingDecider{Engine: eng}, all: all}
-	h.ring = NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
+	h.ring = NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng), RunID: RunIDs(eng)})
 	for _, d := range h.all {
 		h.ring.Add(d.rec)
 	}
