@@ -349,13 +349,16 @@ type runData struct {
 }
 
 // runStep is one decision of the run and what changed in its input since
-// the decision before it.
+// the run's decision of the same decision before it (the inputs of two
+// decisions are documents of two schemas: comparing them says nothing).
 type runStep struct {
 	row
-	First       bool   // no decision of the run before it
-	NotCompared string // why its input is not compared with the one before
-	Changes     []inputChange
-	More        int
+	FirstOfRun      bool   // no decision of the run before it
+	FirstOfDecision bool   // no decision of its decision in the run before it
+	NoBase          bool   // the one before it is on an earlier page
+	NotCompared     string // why its input is not compared with the one before
+	Changes         []inputChange
+	More            int
 }
 
 func (h *handler) run(w http.ResponseWriter, r *http.Request) {
@@ -430,10 +433,20 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 	for i := len(shown) - 1; i >= 0; i-- {
 		e := shown[i]
 		st := runStep{row: h.rowOf(e, Filter{}, ptrs)}
-		if i+1 >= len(entries) {
-			st.First = true
-		} else {
-			st.Changes, st.More, st.NotCompared = compareInputs(entries[i+1], e)
+		base := -1
+		for j := i + 1; j < len(entries); j++ {
+			if entries[j].Record.Decision == e.Record.Decision {
+				base = j
+				break
+			}
+		}
+		switch {
+		case base >= 0:
+			st.Changes, st.More, st.NotCompared = compareInputs(entries[base], e)
+		case older != "":
+			st.NoBase = true
+		default:
+			st.FirstOfRun, st.FirstOfDecision = i+1 >= len(entries), true
 		}
 		d.Steps = append(d.Steps, st)
 	}

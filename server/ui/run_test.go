@@ -212,7 +212,19 @@ func TestRunView(t *testing.T) {
 			}
 			continue
 		}
-		changes, _, err := diffInputs(recs[i-1].Input, recs[i].Input, maxChanges)
+		prev := -1
+		for j := i - 1; j >= 0 && prev < 0; j-- {
+			if recs[j].Decision == recs[i].Decision {
+				prev = j
+			}
+		}
+		if prev < 0 {
+			if !strings.Contains(st, "first "+recs[i].Decision+" decision") {
+				t.Errorf("step %d, its decision's first in the run, does not say so:\n%s", i, st)
+			}
+			continue
+		}
+		changes, _, err := diffInputs(recs[prev].Input, recs[i].Input, maxChanges)
 		if err != nil || len(changes) == 0 {
 			t.Fatalf("step %d: %v, %d changes: the test wants inputs that differ", i, err, len(changes))
 		}
@@ -242,8 +254,8 @@ func TestRunView(t *testing.T) {
 }
 
 // TestRunViewIsBoundedAndPaged: a run of more decisions than a page shows
-// the newest page, oldest first, and links the earlier ones; the first
-// decision of a page is still compared with the one before it.
+// the newest page, oldest first, and links the earlier ones; the decision
+// before a page's first is still read, as the base of its comparison.
 func TestRunViewIsBoundedAndPaged(t *testing.T) {
 	h := newHarness(t, Config{PageSize: 3})
 	recs, _ := aRun(t, h, "run-paged")
@@ -254,6 +266,13 @@ func TestRunViewIsBoundedAndPaged(t *testing.T) {
 	ids := stepRE.FindAllStringSubmatch(body, -1)
 	if len(ids) != 3 || ids[2][1] != recs[len(recs)-1].DecisionID || strings.Contains(body, "The first decision of this run") {
 		t.Fatalf("the newest page: %v; want the newest 3, the first compared with the one before\n%.3000s", ids, body)
+	}
+	// The page's oldest decision of the first run's decision is compared
+	// with its predecessor, which only the page's extra row holds.
+	for _, st := range strings.Split(body, `<li class="step"`)[1:] {
+		if strings.Contains(st, `data-id="`+recs[len(recs)-2].DecisionID+`"`) && !strings.Contains(st, `<table class="changes">`) {
+			t.Errorf("%s is not compared with %s, read beyond the page:\n%s", recs[len(recs)-2].DecisionID, recs[len(recs)-4].DecisionID, st)
+		}
 	}
 	m := regexp.MustCompile(`id="earlier" rel="prev" href="([^"]+)"`).FindStringSubmatch(body)
 	if m == nil {
