@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -228,5 +229,55 @@ func TestPagesSurviveHostileRows(t *testing.T) {
 	}
 	if n := reader.Unreadable(); n != 1 {
 		t.Errorf("%d records counted unreadable, want 1", n)
+	}
+}
+
+// TestRunViewFromPostgreSQL: on a decision store in PostgreSQL, the list's
+// run filter and run column and a run's page find the run's decisions of
+// every decision that names a run, each with its run id read in the
+// database, and compare their inputs loaded from the records.
+func TestRunViewFromPostgreSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.Start(t).DB(t)
+	h := newHarness(t, Config{})
+	recs, _ := aRun(t, h, "run-in-pg")
+	var all []decisionlog.Record
+	for _, e := range h.ring.Query(Filter{}, 0, 10_000).Entries {
+		all = append(all, e.Record)
+	}
+	sink, err := decisionstore.NewSink(dbURL, decisionstore.SinkConfig{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(all)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := sink.Close(cctx); err != nil || sink.Stats().Written != uint64(len(all)) {
+		t.Fatalf("the sink: %v, %+v", err, sink.Stats())
+	}
+	st, err := decisionstore.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	hs := newHarness(t, Config{Store: FromStore(decisionstore.NewReader(st.Pool()))})
+
+	var want []string
+	for _, r := range recs {
+		want = append(want, r.DecisionID)
+	}
+	status, body := hs.get(t, "/ui/runs/run-in-pg")
+	var got []string
+	for _, m := range stepRE.FindAllStringSubmatch(body, -1) {
+		got = append(got, m[1])
+	}
+	if status != 200 || !slices.Equal(got, want) || !strings.Contains(body, "of every replica") || strings.Count(body, `<table class="changes">`) == 0 {
+		t.Fatalf("the run's page from PostgreSQL: status %d, steps %v; want %v with their changes\n%.3000s", status, got, want, body)
+	}
+	status, body = hs.get(t, "/ui/decisions?run=run-in-pg")
+	if n := strings.Count(body, `<td class="run"><a href="/ui/runs/run-in-pg"`); status != 200 || n != len(want) ||
+		!strings.Contains(body, fmt.Sprintf("%d shown of %d matching", len(want), len(want))) {
+		t.Errorf("the list filtered by run from PostgreSQL: status %d, %d rows with the run id; want %d\n%.3000s", status, n, len(want), body)
 	}
 }
