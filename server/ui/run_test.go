@@ -247,6 +247,10 @@ func TestRunView(t *testing.T) {
 	if n := strings.Count(body, `<td class="run"><a href="/ui/runs/run-ui-test-1"`); n != len(want) {
 		t.Errorf("%d rows show the run id linking its page, want %d", n, len(want))
 	}
+	// A decision's page links its run's.
+	if _, body := h.get(t, "/ui/decisions/"+url.PathEscape(recs[0].DecisionID)); !strings.Contains(body, `<a id="run-link" href="/ui/runs/run-ui-test-1"`) {
+		t.Errorf("the page of %s does not link its run:\n%.3000s", recs[0].DecisionID, body)
+	}
 	// An unknown run: an empty page, not an error.
 	if status, body := h.get(t, "/ui/runs/no-such-run"); status != 200 || !strings.Contains(body, "No decision about this run") {
 		t.Errorf("an unknown run: status %d\n%.2000s", status, body)

@@ -652,6 +652,8 @@ type decisionData struct {
 	LiveRevision string
 	Masked       bool
 	WhatIf       *whatIfData
+	// Run is the run id its input names, RunURL the run's page.
+	Run, RunURL string
 }
 
 func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
@@ -705,6 +707,9 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
 	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0}
+	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
+		d.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(d.Run)
+	}
 	d.InputText = indent(e.Record.Input)
 	d.ResultText = indent(e.Record.Result)
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
