@@ -705,7 +705,7 @@ func TestLogFileFindsRotatedRecords(t *testing.T) {
 // decisions in the ring (docs/PAGES.md quotes it).
 func BenchmarkListPage10k(b *testing.B) {
 	eng, all := repoDecided(b)
-	ring := NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
+	ring := NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng), RunID: RunIDs(eng)})
 	for i := 0; ring.Len() < DefaultRingSize; i++ {
 		rec := all[i%len(all)].rec
 		rec.DecisionID = fmt.Sprint(i)
