@@ -54,7 +54,8 @@ type decisionDef struct {
 	result      *jsonschema.Schema
 	inputDoc    any // the input schema as loaded, for GET /v1/decisions
 	resultDoc   any
-	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
+	outcomeKey  string   // result member that labels metrics, see OutcomeKeyword
+	runID       []string // members that lead to the run id in the input, see RunIDKeyword
 	query       rego.PreparedEvalQuery
 	rules       []RuleInfo
 	reads       []ruleEvidence    // per rule, what it reads of the input (evidence.go)
@@ -111,11 +112,6 @@ func (s *Snapshot) Names() []string { return append([]string(nil), s.names...) }
 // OutcomeKeyword is the result-schema keyword naming the result member that
 // labels a decision's outcome in metrics (default "outcome").
 const OutcomeKeyword = "x-arbiter-outcome"
-
-// RunIDKeyword marks, with true, the one property of an input schema that
-// holds the run the decision is about: the pages list, filter and show a
-// run's decisions by it, so that no Go names the field.
-const RunIDKeyword = "x-arbiter-run-id"
 
 var decisionName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 

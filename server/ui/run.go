@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -24,9 +23,9 @@ import (
 // RunPointers are, per decision, the members that lead to its run id.
 type RunPointers = decisionstore.RunPointers
 
-// runPointers reads, from each input schema of the live revision, where
-// its decision names the run: the property marked with
-// engine.RunIDKeyword. A decision without one names no run.
+// runPointers are where each decision of the live revision names its run:
+// the property its input schema marks with engine.RunIDKeyword (read and
+// checked by the gate). A decision without one names no run.
 func (h *handler) runPointers() RunPointers { return pointersOf(h.cfg.Decider.Snapshot()) }
 
 // RunIDs returns, for RingConfig.RunID, where each decision of the live
@@ -51,69 +50,12 @@ func pointersOf(snap *engine.Snapshot) RunPointers {
 	if snap == nil {
 		return out
 	}
-	for _, d := range snap.Decisions() {
-		if toks, ok := runPointer(d.InputSchema); ok {
-			out[d.Name] = toks
+	for _, name := range snap.Names() {
+		if toks, ok := snap.RunID(name); ok {
+			out[name] = toks
 		}
 	}
 	return out
-}
-
-// runPointer finds the property of schema marked as the run id, through
-// "properties" and local "$ref"s (#/definitions/..., #/$defs/...); the
-// members that lead to it. Array items are not followed: the run filter
-// is containment, which cannot say "this element".
-func runPointer(schema any) ([]string, bool) {
-	root, _ := schema.(map[string]any)
-	var walk func(node map[string]any, path []string, depth int) ([]string, bool)
-	walk = func(node map[string]any, path []string, depth int) ([]string, bool) {
-		if node == nil || depth > 32 { // a $ref cycle
-			return nil, false
-		}
-		if ref, ok := node["$ref"].(string); ok {
-			if target := resolveRef(root, ref); target != nil {
-				return walk(target, path, depth+1)
-			}
-		}
-		if v, ok := node[engine.RunIDKeyword].(bool); ok && v && len(path) > 0 {
-			return path, true
-		}
-		props, _ := node["properties"].(map[string]any)
-		names := make([]string, 0, len(props))
-		for k := range props {
-			names = append(names, k)
-		}
-		sort.Strings(names) // the same answer every time, should two be marked
-		for _, k := range names {
-			child, _ := props[k].(map[string]any)
-			if toks, ok := walk(child, append(path[:len(path):len(path)], k), depth+1); ok {
-				return toks, true
-			}
-		}
-		return nil, false
-	}
-	return walk(root, nil, 0)
-}
-
-// resolveRef is the schema a local reference names, nil for any other.
-func resolveRef(root map[string]any, ref string) map[string]any {
-	if !strings.HasPrefix(ref, "#") {
-		return nil
-	}
-	toks, err := jsonptr.Split(ref[1:])
-	if err != nil {
-		return nil
-	}
-	var node any = root
-	for _, t := range toks {
-		m, ok := node.(map[string]any)
-		if !ok {
-			return nil
-		}
-		node = m[t]
-	}
-	m, _ := node.(map[string]any)
-	return m
 }
 
 // runFilter selects the decisions about run id: each decision that names

@@ -12,41 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
-	"github.com/arbiter-dev/arbiter/engine"
 )
-
-func TestRunPointer(t *testing.T) {
-	mark := map[string]any{"type": "string", engine.RunIDKeyword: true}
-	for _, tc := range []struct {
-		name   string
-		schema string
-		want   []string
-	}{
-		{"a top-level property", `{"properties": {"a": {"type": "string"}, "id": MARK}}`, []string{"id"}},
-		{"nested", `{"properties": {"x": {"properties": {"y": MARK}}}}`, []string{"x", "y"}},
-		{"through a $ref", `{"properties": {"r": {"$ref": "#/definitions/r"}}, "definitions": {"r": {"properties": {"id": MARK}}}}`, []string{"r", "id"}},
-		{"through $defs, a member with a slash", `{"properties": {"a/b": {"$ref": "#/$defs/r"}}, "$defs": {"r": {"properties": {"id": MARK}}}}`, []string{"a/b", "id"}},
-		{"none marked", `{"properties": {"id": {"type": "string"}}}`, nil},
-		{"marked false", `{"properties": {"id": {"type": "string", "x-arbiter-run-id": false}}}`, nil},
-		{"the root itself is no run id", `{"x-arbiter-run-id": true, "properties": {}}`, nil},
-		{"a $ref cycle", `{"properties": {"r": {"$ref": "#/definitions/r"}}, "definitions": {"r": {"properties": {"again": {"$ref": "#/definitions/r"}}}}}`, nil},
-		{"two marked: the first by name", `{"properties": {"b": MARK, "a": MARK}}`, []string{"a"}},
-		{"a remote $ref is not followed", `{"properties": {"r": {"$ref": "https://example.com/s.json"}}}`, nil},
-		{"not an object", `[]`, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, _ := json.Marshal(mark)
-			var schema any
-			if err := json.Unmarshal([]byte(strings.ReplaceAll(tc.schema, "MARK", string(m))), &schema); err != nil {
-				t.Fatal(err)
-			}
-			got, ok := runPointer(schema)
-			if ok != (tc.want != nil) || !slices.Equal(got, tc.want) {
-				t.Errorf("runPointer = %q, %v; want %q", got, ok, tc.want)
-			}
-		})
-	}
-}
 
 func TestDiffInputs(t *testing.T) {
 	many := func(n int, v string) string {
