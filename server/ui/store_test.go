@@ -241,11 +241,18 @@ func TestRunViewFromPostgreSQL(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.Start(t).DB(t)
 	h := newHarness(t, Config{})
-	recs, _ := aRun(t, h, "run-in-pg")
+	recs, ptrs := aRun(t, h, "run-in-pg")
 	var all []decisionlog.Record
 	for _, e := range h.ring.Query(Filter{}, 0, 10_000).Entries {
 		all = append(all, e.Record)
 	}
+	// The run's newest decision, with an input of 1 MiB: larger than a
+	// run's page loads, and than a list reads a run id from.
+	huge := recs[len(recs)-1]
+	huge.DecisionID, huge.Time = "huge-in-pg", huge.Time.Add(time.Minute)
+	huge.Input = putAt(t, huge.Input, []string{"zz-blob"}, strings.Repeat("x", 1<<20))
+	huge.Input = putAt(t, huge.Input, ptrs[huge.Decision], "run-in-pg")
+	all = append(all, huge)
 	sink, err := decisionstore.NewSink(dbURL, decisionstore.SinkConfig{Replica: "replica-a"})
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +274,11 @@ func TestRunViewFromPostgreSQL(t *testing.T) {
 	for _, r := range recs {
 		want = append(want, r.DecisionID)
 	}
+	want = append(want, huge.DecisionID)
 	status, body := hs.get(t, "/ui/runs/run-in-pg")
+	if steps := strings.Split(body, `<li class="step"`); !strings.Contains(steps[len(steps)-1], "Input not compared: an input of a record of ") || len(body) > 256<<10 {
+		t.Errorf("the 1 MiB input's step: %d bytes of page; want it not compared, said, and the page bounded:\n%.2000s", len(body), steps[len(steps)-1])
+	}
 	var got []string
 	for _, m := range stepRE.FindAllStringSubmatch(body, -1) {
 		got = append(got, m[1])
@@ -276,7 +287,7 @@ func TestRunViewFromPostgreSQL(t *testing.T) {
 		t.Fatalf("the run's page from PostgreSQL: status %d, steps %v; want %v with their changes\n%.3000s", status, got, want, body)
 	}
 	status, body = hs.get(t, "/ui/decisions?run=run-in-pg")
-	if n := strings.Count(body, `<td class="run"><a href="/ui/runs/run-in-pg"`); status != 200 || n != len(want) ||
+	if n := strings.Count(body, `<td class="run"><a href="/ui/runs/run-in-pg"`); status != 200 || n != len(want)-1 || !strings.Contains(body, `title="The record is too large to read its run id in a list`) ||
 		!strings.Contains(body, fmt.Sprintf("%d shown of %d matching", len(want), len(want))) {
 		t.Errorf("the list filtered by run from PostgreSQL: status %d, %d rows with the run id; want %d\n%.3000s", status, n, len(want), body)
 	}
