@@ -33,6 +33,10 @@ type Entry struct {
 	// shown (runIDOf).
 	RunID     string
 	RunUnread bool
+	// RunRead: the ring read RunID from the input when it took the
+	// decision (RingConfig.RunID), so a run's filter compares it instead
+	// of parsing the input again.
+	RunRead bool
 }
 
 // Primary is the first reason, or "".
@@ -134,6 +138,7 @@ func (r *Ring) Add(rec decisionlog.Record) {
 		if toks := r.cfg.RunID(rec.Decision); toks != nil {
 			e.RunID = runIDOf(e, RunPointers{rec.Decision: toks})
 		}
+		e.RunRead = true
 	}
 	if len(rec.Input) > r.cfg.MaxKeptInput {
 		e.Record.Input, e.InputDropped = nil, true
@@ -337,7 +342,9 @@ func (r *Ring) Len() int {
 // matchesRun reports whether e passes f's AnyInput (a run's filter): on
 // its input, or, when the ring gave its input up, on the run id it kept.
 func matchesRun(f Filter, e Entry) bool {
-	if !e.InputDropped || len(e.Record.Input) > 0 {
+	// A run id cut for showing is matched on the input, if it is kept.
+	byID := e.RunRead && !strings.HasSuffix(e.RunID, "…") || e.InputDropped && len(e.Record.Input) == 0
+	if !byID {
 		return f.MatchesAny(e.Record.Decision, e.Record.InputDocument())
 	}
 	if e.RunID == "" {

@@ -712,7 +712,7 @@ func BenchmarkListPage10k(b *testing.B) {
 		ring.Add(rec)
 	}
 	h := New(Config{Recent: ring, Decider: eng})
-	for _, q := range []string{"", "?outcome=" + OutcomeError} {
+	for _, q := range []string{"", "?outcome=" + OutcomeError, "?run=no-such-run"} {
 		b.Run("query="+q, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
