@@ -89,7 +89,7 @@ func mustString(s string) json.RawMessage {
 // entry of a store carries it already (read in the database); one of the
 // ring is read from its input (at most the ring's 64 KiB).
 func runIDOf(e Entry, ptrs RunPointers) string {
-	if e.RunID != "" || e.Partial != nil {
+	if e.RunID != "" || e.Partial != nil || e.RunRead || e.RunUnread {
 		return e.RunID
 	}
 	toks, ok := ptrs[e.Record.Decision]

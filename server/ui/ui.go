@@ -423,7 +423,7 @@ func parseFilter(q url.Values) (f Filter, note string, refused bool) {
 	return f, strings.Join(bad, "; "), refused
 }
 
-// parseFilter is parseFilter with the run filter (run=ID): the
+// parseFilter is the package's parseFilter with the run filter (run=ID): the
 // decisions whose input names the run, each at its decision's pointer
 // (ptrs). With no decision that names a run, the filter matches nothing.
 func (h *handler) parseFilter(q url.Values, ptrs RunPointers) (f Filter, note string, refused bool) {
