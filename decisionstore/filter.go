@@ -30,6 +30,33 @@ type Filter struct {
 	// Kinds are the kinds of record (KindDecision, KindShadow,
 	// KindPromotion); nil means decisions only.
 	Kinds []string
+	// AnyInput, when set, selects the records of which at least one
+	// holds: the decision is AnyInput[i].Decision and its input holds
+	// AnyInput[i].Match. A run's decisions are this: each decision names
+	// its run id at a pointer of its own (its input schema's
+	// x-arbiter-run-id), and a run spans decisions. Each match is a
+	// containment of the input, which the GIN index answers.
+	AnyInput []DecisionInput
+}
+
+// DecisionInput is an input match within one decision's inputs.
+type DecisionInput struct {
+	Decision string
+	Match    InputMatch
+}
+
+// MatchesAny reports whether a record of decision with that input passes
+// AnyInput (true when AnyInput is empty), as the store's query does.
+func (f Filter) MatchesAny(decision string, input []byte) bool {
+	if len(f.AnyInput) == 0 {
+		return true
+	}
+	for _, m := range f.AnyInput {
+		if m.Decision == decision && m.Match.Match(input) {
+			return true
+		}
+	}
+	return false
 }
 
 // InputMatch is one input field and the value it must hold: the filter

@@ -94,15 +94,24 @@ func TestListByInputUsesTheGINIndex(t *testing.T) {
 		name string
 		row  int // a row of the run: its first, in the oldest day
 		page int
+		any  bool // as a run across decisions (Filter.AnyInput)
 	}{
-		{"oldest run", 0, 50},
-		{"a run mid-week, pages of 7", n / 2, 7},
+		{"oldest run", 0, 50, false},
+		{"a run mid-week, pages of 7", n / 2, 7, false},
+		{"a run across decisions", n / 3, 50, true},
 	} {
 		m, err := ParseInputMatch("/run/runId = " + runOf(c.row))
 		if err != nil {
 			t.Fatal(err)
 		}
 		f := Filter{Since: since, Input: []InputMatch{m}}
+		if c.any {
+			other, err := ParseInputMatch("/runKey = " + runOf(c.row))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f = Filter{Since: since, AnyInput: []DecisionInput{{"deploy", m}, {"another", other}}}
+		}
 		rec := &recordingQuerier{Querier: s.Pool()}
 		r := NewReader(rec)
 		var got []Row

@@ -80,7 +80,27 @@ type Row struct {
 	// Cursor is where the row stands in the store's order; a page that
 	// ends with this row continues from it.
 	Cursor Cursor
+	// RunID is the run id its input holds (ListRuns), at most
+	// RunIDChars characters of it; "" when it names none, or when its
+	// record is larger than RunRecordBytes (RunUnread says so).
+	RunID     string
+	RunUnread bool
 }
+
+// RunRecordBytes bounds the records whose run id a list reads: reading
+// it parses the record in the database, and a list of 50 rows of 16 MiB
+// would parse 800 MiB per page load. Larger records are listed without
+// their run id (RunUnread), and the run's filter still finds them (the
+// input's index).
+const RunRecordBytes = 256 << 10
+
+// RunIDChars is how much of a run id a list shows: an id is at most 160
+// characters in the shipped schemas, and a hostile one costs no more.
+const RunIDChars = 200
+
+// RunPointers names, per decision, the object members that lead to the
+// run id in its input (its input schema's x-arbiter-run-id property).
+type RunPointers map[string][]string
 
 // Partial is a stored record that a reader does not show whole.
 type Partial struct {
@@ -167,6 +187,13 @@ func (f Filter) conditions() (conds, inputs []string, args []any) {
 	for _, m := range f.Input {
 		inputs = append(inputs, inputExpr+" @> "+arg(string(m.document()))+"::jsonb")
 	}
+	if len(f.AnyInput) > 0 {
+		var alts []string
+		for _, m := range f.AnyInput {
+			alts = append(alts, "(decision = "+arg(m.Decision)+" AND "+inputExpr+" @> "+arg(string(m.Match.document()))+"::jsonb)")
+		}
+		inputs = append(inputs, "("+strings.Join(alts, " OR ")+")")
+	}
 	return conds, inputs, args
 }
 
@@ -183,17 +210,26 @@ func recordColumn(n, m int) string {
 
 // scanner reads the rows of a query of rowColumns and recordColumn, whose
 // records were loaded up to maxRecord bytes (0: none).
-func (r *Reader) scanner(maxRecord int64) pgx.RowToFunc[Row] {
+func (r *Reader) scanner(maxRecord int64, runs bool) pgx.RowToFunc[Row] {
 	return func(rows pgx.CollectableRow) (Row, error) {
 		var row Row
 		rec := &row.Record
 		var code string
 		var size int64
 		var line []byte
-		if err := rows.Scan(&row.Replica, &row.Kind, &row.Outcome, &row.Reasons, &row.Cursor.Time, &row.Cursor.ID,
-			&rec.Decision, &rec.Path, &rec.Revision, &rec.Caller, &rec.DurationNS, &code, &size, &line); err != nil {
+		dst := []any{&row.Replica, &row.Kind, &row.Outcome, &row.Reasons, &row.Cursor.Time, &row.Cursor.ID,
+			&rec.Decision, &rec.Path, &rec.Revision, &rec.Caller, &rec.DurationNS, &code, &size, &line}
+		var run *string
+		if runs {
+			dst = append(dst, &run)
+		}
+		if err := rows.Scan(dst...); err != nil {
 			return Row{}, err
 		}
+		if run != nil {
+			row.RunID = *run
+		}
+		row.RunUnread = runs && size > RunRecordBytes
 		row.Cursor.Kind, row.Cursor.Time = row.Kind, row.Cursor.Time.UTC()
 		rec.DecisionID, rec.Time = row.Cursor.ID, row.Cursor.Time
 		if code != "" {
@@ -231,11 +267,27 @@ func head(line []byte) string {
 // query runs the rows query q (rowColumns, recordColumn and the rest),
 // its records loaded up to maxRecord bytes.
 func (r *Reader) query(ctx context.Context, q string, maxRecord int64, args ...any) ([]Row, error) {
+	return r.queryRuns(ctx, q, maxRecord, false, args...)
+}
+
+// queryRuns is query, its rows with the run id column (runColumn) when
+// runs.
+func (r *Reader) queryRuns(ctx context.Context, q string, maxRecord int64, runs bool, args ...any) ([]Row, error) {
 	rows, err := r.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, r.scanner(maxRecord))
+	return pgx.CollectRows(rows, r.scanner(maxRecord, runs))
+}
+
+// runColumn is the run id of a row's input at its decision's pointer in
+// $n (a JSON object of RunPointers), its first RunIDChars characters,
+// for records of at most RunRecordBytes; NULL for a decision that names
+// no run (an empty path would be the whole input) and for larger
+// records, which the database then does not parse.
+func runColumn(n int) string {
+	return fmt.Sprintf(", CASE WHEN octet_length(record) <= %d AND $%d::jsonb ? decision THEN left(%s #>> ARRAY(SELECT jsonb_array_elements_text($%d::jsonb -> decision)), %d) END",
+		RunRecordBytes, n, inputExpr, n, RunIDChars)
 }
 
 // List returns up to limit rows that match f and come before the cursor
@@ -245,26 +297,46 @@ func (r *Reader) query(ctx context.Context, q string, maxRecord int64, args ...a
 // same however deep it is, and rows arriving meanwhile do not shift the
 // pages already shown.
 func (r *Reader) List(ctx context.Context, f Filter, before Cursor, limit int) ([]Row, Cursor, error) {
-	return r.list(ctx, f, before, limit, 0)
+	return r.list(ctx, f, before, limit, 0, nil)
+}
+
+// ListRuns is List with each row's RunID: its input's value at its
+// decision's pointer in runs, read in the database from records of at
+// most RunRecordBytes (a list still loads no record).
+func (r *Reader) ListRuns(ctx context.Context, f Filter, before Cursor, limit int, runs RunPointers) ([]Row, Cursor, error) {
+	if runs == nil {
+		runs = RunPointers{}
+	}
+	return r.list(ctx, f, before, limit, 0, runs)
+}
+
+// ListRecordsUpTo is ListRecords with a bound of its own on each record
+// (a page that reads many records at once: a run's).
+func (r *Reader) ListRecordsUpTo(ctx context.Context, f Filter, before Cursor, limit int, maxRecord int64) ([]Row, Cursor, error) {
+	return r.list(ctx, f, before, limit, maxRecord, nil)
 }
 
 // ListRecords is List with each row's record, loaded up to MaxRecordBytes
 // (Row.Partial past it, or when it is not a decision record).
 func (r *Reader) ListRecords(ctx context.Context, f Filter, before Cursor, limit int) ([]Row, Cursor, error) {
-	return r.list(ctx, f, before, limit, r.MaxRecordBytes)
+	return r.list(ctx, f, before, limit, r.MaxRecordBytes, nil)
 }
 
-func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, maxRecord int64) ([]Row, Cursor, error) {
+func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, maxRecord int64, runs RunPointers) ([]Row, Cursor, error) {
 	if limit <= 0 {
 		return nil, Cursor{}, nil
 	}
-	q, args := listQuery(f, before, limit, maxRecord)
-	out, err := r.query(ctx, q, maxRecord, args...)
-	if err == nil && len(f.Input) > 0 && len(out) <= limit {
+	var runsJSON []byte
+	if runs != nil {
+		runsJSON, _ = json.Marshal(runs)
+	}
+	q, args := listQuery(f, before, limit, maxRecord, runsJSON)
+	out, err := r.queryRuns(ctx, q, maxRecord, runs != nil, args...)
+	if err == nil && (len(f.Input) > 0 || len(f.AnyInput) > 0) && len(out) <= limit {
 		// Not a page among the newest listProbeRows: a rarer value,
 		// found through the input's index.
-		q, args = listByInputQuery(f, before, limit, maxRecord)
-		out, err = r.query(ctx, q, maxRecord, args...)
+		q, args = listByInputQuery(f, before, limit, maxRecord, runsJSON)
+		out, err = r.queryRuns(ctx, q, maxRecord, runs != nil, args...)
 	}
 	if err != nil {
 		return nil, Cursor{}, fmt.Errorf("decision store: listing: %w", err)
@@ -311,16 +383,21 @@ const newestFirst = " ORDER BY time DESC, decision_id DESC, kind DESC"
 // than the input's select (the time index, or a column's with time); with
 // an input filter, it tests the input of the newest listProbeRows of them
 // only.
-func listQuery(f Filter, before Cursor, limit int, maxRecord int64) (string, []any) {
+func listQuery(f Filter, before Cursor, limit int, maxRecord int64, runs []byte) (string, []any) {
 	conds, inputs, args := listConditions(f, before)
 	n := len(args)
 	args = append(args, limit+1, maxRecord, HeadBytes)
+	cols := rowColumns + recordColumn(n+2, n+3)
+	if runs != nil {
+		args = append(args, string(runs))
+		cols += runColumn(n + 4)
+	}
 	from := "arbiter_store.records WHERE " + strings.Join(conds, " AND ")
 	if len(inputs) > 0 {
 		from = "(SELECT * FROM " + from + newestFirst + " LIMIT " + strconv.Itoa(listProbeRows) + ") AS newest WHERE " +
 			strings.Join(inputs, " AND ")
 	}
-	return "SELECT " + rowColumns + recordColumn(n+2, n+3) + " FROM " + from + newestFirst + " LIMIT $" + strconv.Itoa(n+1), args
+	return "SELECT " + cols + " FROM " + from + newestFirst + " LIMIT $" + strconv.Itoa(n+1), args
 }
 
 // listByInputQuery is listQuery through the input's GIN index: every row
@@ -333,15 +410,20 @@ func listQuery(f Filter, before Cursor, limit int, maxRecord int64) (string, []a
 // query, and PostgreSQL plans the sixth run of one without its
 // arguments), testing every row's input in the range: a run's list read
 // the whole range (seconds at a million rows).
-func listByInputQuery(f Filter, before Cursor, limit int, maxRecord int64) (string, []any) {
+func listByInputQuery(f Filter, before Cursor, limit int, maxRecord int64, runs []byte) (string, []any) {
 	conds, inputs, args := listConditions(f, before)
 	n := len(args)
 	args = append(args, limit+1, maxRecord, HeadBytes)
+	cols := rowColumns + recordColumn(n+2, n+3)
+	if runs != nil {
+		args = append(args, string(runs))
+		cols += runColumn(n + 4)
+	}
 	const key = "time, decision_id, kind, revision"
 	q := "WITH matching AS MATERIALIZED (SELECT " + key + ", replica, decision, path, caller, outcome, reasons, error_code FROM arbiter_store.records WHERE " +
 		strings.Join(inputs, " AND ") + "),\n" +
 		"  page AS (SELECT " + key + " FROM matching WHERE " + strings.Join(conds, " AND ") + newestFirst + " LIMIT $" + strconv.Itoa(n+1) + ")\n" +
-		"SELECT " + rowColumns + recordColumn(n+2, n+3) + " FROM arbiter_store.records JOIN page USING (" + key + ")" + newestFirst
+		"SELECT " + cols + " FROM arbiter_store.records JOIN page USING (" + key + ")" + newestFirst
 	return q, args
 }
 

@@ -100,6 +100,11 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			probs = append(probs, p...)
 			continue
 		}
+		if p := checkRunID(in.path, in.doc); len(p) > 0 {
+			probs = append(probs, p...)
+			continue
+		}
+		def.runID, _ = RunIDPointer(in.doc)
 		pkg := ast.MustParseRef("data.decisions." + name)
 		if !declaresInputSchema(as, pkg, name) {
 			probs = append(probs, Problem{File: file, Line: 1, Message: fmt.Sprintf("package decisions.%s must declare `schemas: [{input: schema.%s.input}]` in its package METADATA so that every input reference is type-checked", name, name)})

@@ -54,7 +54,8 @@ type decisionDef struct {
 	result      *jsonschema.Schema
 	inputDoc    any // the input schema as loaded, for GET /v1/decisions
 	resultDoc   any
-	outcomeKey  string // result member that labels metrics, see OutcomeKeyword
+	outcomeKey  string   // result member that labels metrics, see OutcomeKeyword
+	runID       []string // members that lead to the run id in the input, see RunIDKeyword
 	query       rego.PreparedEvalQuery
 	rules       []RuleInfo
 	reads       []ruleEvidence    // per rule, what it reads of the input (evidence.go)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/url"
@@ -10,11 +11,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/replay"
 )
 
 // checkPagesShowTheFleet: the pages of each replica show decisions made
-// on the others, in the list (with the replica column) and by id.
+// on the others, in the list (with the replica column), by id and on the
+// page of the run they are about.
 func (f *storeFleet) checkPagesShowTheFleet(t *testing.T) {
 	t.Helper()
 	get := func(r int, path string) (int, string) {
@@ -52,6 +55,49 @@ func (f *storeFleet) checkPagesShowTheFleet(t *testing.T) {
 				t.Errorf("%s's list of %s's decisions: status %d, %d rows, want %d", name, other, status, got, min(want, 50))
 			}
 		}
+	}
+
+	// The run the fleet's input names (where its input schema marks it):
+	// one replica's run page shows every replica's decisions about it,
+	// oldest first.
+	eng, err := engine.New(context.Background(), engine.Config{Policies: filepath.Join("..", "..", "policies"), Schemas: filepath.Join("..", "..", "schemas")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, ok := eng.Snapshot().RunID(f.fx.Decision)
+	if !ok {
+		t.Fatalf("decision %s names no run (x-arbiter-run-id): the fleet's run page cannot be checked", f.fx.Decision)
+	}
+	var in any = map[string]any{}
+	if err := json.Unmarshal(f.fx.Input, &in); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range toks {
+		m, _ := in.(map[string]any)
+		in = m[tk]
+	}
+	run, _ := in.(string)
+	if run == "" {
+		t.Fatalf("the fleet's input names no run at %q", toks)
+	}
+	var want []string
+	for id := range f.answered {
+		if !f.refused[id] {
+			want = append(want, id)
+		}
+	}
+	status, body := get(0, "/ui/runs/"+url.PathEscape(run))
+	var got []string
+	by := map[string]bool{}
+	for _, step := range strings.Split(body, `<li class="step" data-id="`)[1:] {
+		id, _, _ := strings.Cut(step, `"`)
+		got = append(got, id)
+		by[f.answered[id]] = true
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if status != 200 || !slices.Equal(got, want) || len(by) != len(f.names) || !strings.Contains(body, "of every replica") {
+		t.Errorf("%s's page of run %s: status %d, %d decisions of %d replicas; want the fleet's %d, of %d replicas", f.names[0], run, status, len(got), len(by), len(want), len(f.names))
 	}
 }
 

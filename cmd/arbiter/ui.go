@@ -35,7 +35,7 @@ func (p *pages) endStreams() { p.closeOnce.Do(func() { close(p.closing) }) }
 // nil) the list and a decision's page read every replica's from it.
 func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
 	p := &pages{closing: make(chan struct{})}
-	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng), Replica: c.replicaID})
+	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng), RunID: ui.RunIDs(eng), Replica: c.replicaID})
 	var archive ui.Archive
 	if c.decisionLog != "" && c.decisionLog != "-" {
 		lf := ui.LogFile{Path: c.decisionLog}

@@ -27,6 +27,16 @@ type Entry struct {
 	// than a reader loads, or not a decision record): Record is then what
 	// the row's columns say.
 	Partial *decisionstore.Partial
+	// RunID, from a store's list, is the run id of its input, read in the
+	// database (decisionstore.Reader.ListRuns); RunUnread says its record
+	// was too large to read it from. The ring's entries are read when
+	// shown (runIDOf).
+	RunID     string
+	RunUnread bool
+	// RunRead: the ring read RunID from the input when it took the
+	// decision (RingConfig.RunID), so a run's filter compares it instead
+	// of parsing the input again.
+	RunRead bool
 }
 
 // Primary is the first reason, or "".
@@ -70,6 +80,11 @@ type RingConfig struct {
 	OutcomeKey func(decision string) string
 	// Replica is this replica's id, which every entry carries.
 	Replica string
+	// RunID names, per decision, the members that lead to the run id in
+	// its input (RunIDs): each entry keeps its run id, read when it is
+	// added, so that a run's page finds a decision whose input the ring
+	// gave up. nil: entries are matched on their inputs only.
+	RunID func(decision string) []string
 }
 
 // Ring holds the most recent decisions in memory, bounded in count and in
@@ -117,6 +132,14 @@ func (r *Ring) Write(recs []decisionlog.Record) {
 // afterwards (the decision log's records never do).
 func (r *Ring) Add(rec decisionlog.Record) {
 	e := Entry{Record: rec, Replica: r.cfg.Replica}
+	if r.cfg.RunID != nil && len(rec.Input) <= RunRecordBytes {
+		// Read before the input may go; a larger input is not parsed
+		// here (the store's list has the same bound).
+		if toks := r.cfg.RunID(rec.Decision); toks != nil {
+			e.RunID = runIDOf(e, RunPointers{rec.Decision: toks})
+		}
+		e.RunRead = true
+	}
 	if len(rec.Input) > r.cfg.MaxKeptInput {
 		e.Record.Input, e.InputDropped = nil, true
 	}
@@ -193,6 +216,9 @@ func match(f Filter, e Entry) bool {
 		if !m.Match(rec.InputDocument()) { // the store's input column
 			return false
 		}
+	}
+	if len(f.AnyInput) > 0 && !matchesRun(f, e) {
+		return false
 	}
 	if f.Reason != "" {
 		if e.ErrorCode() == f.Reason {
@@ -311,4 +337,24 @@ func (r *Ring) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n
+}
+
+// matchesRun reports whether e passes f's AnyInput (a run's filter): on
+// its input, or, when the ring gave its input up, on the run id it kept.
+func matchesRun(f Filter, e Entry) bool {
+	// A run id cut for showing is matched on the input, if it is kept.
+	byID := e.RunRead && !strings.HasSuffix(e.RunID, "…") || e.InputDropped && len(e.Record.Input) == 0
+	if !byID {
+		return f.MatchesAny(e.Record.Decision, e.Record.InputDocument())
+	}
+	if e.RunID == "" {
+		return false
+	}
+	id := string(mustString(e.RunID))
+	for _, m := range f.AnyInput {
+		if m.Decision == e.Record.Decision && string(m.Match.Value) == id {
+			return true
+		}
+	}
+	return false
 }

@@ -15,7 +15,12 @@ import (
 type Store interface {
 	// List returns up to limit entries that match f and come before the
 	// cursor before ("": from the newest), newest first.
-	List(ctx context.Context, f Filter, before string, limit int) (StorePage, error)
+	// Each entry carries the run id its input holds at its decision's
+	// pointer in runs (Entry.RunID), read within the store's bounds.
+	List(ctx context.Context, f Filter, before string, limit int, runs RunPointers) (StorePage, error)
+	// Records is List with each entry's record, loaded up to maxRecord
+	// bytes (Entry.Partial past it): a run's page compares their inputs.
+	Records(ctx context.Context, f Filter, before string, limit int, maxRecord int64) (StorePage, error)
 	Get(ctx context.Context, id string) (Entry, bool, error)
 	Values(ctx context.Context, max int) (map[string][]string, error)
 }
@@ -48,16 +53,29 @@ func FromStore(r *decisionstore.Reader) Store { return storeReader{r} }
 type storeReader struct{ r *decisionstore.Reader }
 
 func entryOf(row decisionstore.Row) Entry {
-	return Entry{Record: row.Record, Replica: row.Replica, Outcome: row.Outcome, Reasons: row.Reasons, Partial: row.Partial}
+	return Entry{Record: row.Record, Replica: row.Replica, Outcome: row.Outcome, Reasons: row.Reasons, Partial: row.Partial,
+		RunID: row.RunID, RunUnread: row.RunUnread}
 }
 
-func (s storeReader) List(ctx context.Context, f Filter, before string, limit int) (StorePage, error) {
+func (s storeReader) List(ctx context.Context, f Filter, before string, limit int, runs RunPointers) (StorePage, error) {
+	return s.page(ctx, f, before, func(cur decisionstore.Cursor) ([]decisionstore.Row, decisionstore.Cursor, error) {
+		return s.r.ListRuns(ctx, f, cur, limit, runs)
+	})
+}
+
+func (s storeReader) Records(ctx context.Context, f Filter, before string, limit int, maxRecord int64) (StorePage, error) {
+	return s.page(ctx, f, before, func(cur decisionstore.Cursor) ([]decisionstore.Row, decisionstore.Cursor, error) {
+		return s.r.ListRecordsUpTo(ctx, f, cur, limit, maxRecord)
+	})
+}
+
+func (s storeReader) page(ctx context.Context, f Filter, before string, list func(decisionstore.Cursor) ([]decisionstore.Row, decisionstore.Cursor, error)) (StorePage, error) {
 	cur, err := decisionstore.ParseCursor(before)
 	if err != nil {
 		return StorePage{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
 	}
 	sf := f
-	rows, next, err := s.r.List(ctx, sf, cur, limit)
+	rows, next, err := list(cur)
 	if err != nil {
 		return StorePage{}, err
 	}

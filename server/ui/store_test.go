@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +29,11 @@ type fakeStore struct {
 
 var errDown = errors.New("connection refused")
 
-func (s *fakeStore) List(_ context.Context, f Filter, before string, limit int) (StorePage, error) {
+func (s *fakeStore) Records(ctx context.Context, f Filter, before string, limit int, _ int64) (StorePage, error) {
+	return s.List(ctx, f, before, limit, nil)
+}
+
+func (s *fakeStore) List(_ context.Context, f Filter, before string, limit int, _ RunPointers) (StorePage, error) {
 	if s.down {
 		return StorePage{}, errDown
 	}
@@ -82,8 +87,9 @@ var storeRowRE = regexp.MustCompile(`<tr data-seq="([^"]+)"[^>]*>\s*<td><a href=
 
 // TestPagesReadTheStore: with a store, the list is every replica's
 // decisions with a replica column and a replica filter, a decision of
-// another replica has its page, and a store that cannot be read is an
-// error page, never an empty list or "not found".
+// another replica has its page; a store that cannot be read is an error
+// page for another replica's decision, never "not found", and the list
+// falls back to this replica's own decisions, saying so.
 func TestPagesReadTheStore(t *testing.T) {
 	st := &fakeStore{}
 	h := newHarness(t, Config{PageSize: 5, Store: st})
@@ -130,8 +136,11 @@ func TestPagesReadTheStore(t *testing.T) {
 	}
 
 	st.down = true
-	if status, body := h.get(t, "/ui/decisions"); status != 503 || !strings.Contains(body, "could not be read") {
-		t.Errorf("the list with the store down: status %d\n%s", status, body)
+	// The list falls back to this replica's own decisions, and says so.
+	if status, body := h.get(t, "/ui/decisions"); status != 200 || !strings.Contains(body, `id="store-down"`) ||
+		!strings.Contains(body, "only this replica's own decisions") || !strings.Contains(body, "/decisions/"+url.PathEscape(local[0].Record.DecisionID)+`"`) ||
+		strings.Contains(body, `<th scope="col">Replica</th>`) || strings.Contains(body, "data-live=") {
+		t.Errorf("the list with the store down: status %d; want 200 listing the ring's decisions with a notice, no replica column and no live rows (a store's)\n%s", status, body)
 	}
 	if status, _ := h.get(t, "/ui/decisions/"+url.PathEscape(other.Record.DecisionID)); status != 503 {
 		t.Errorf("another replica's decision with the store down: status %d, want 503", status)
@@ -156,7 +165,7 @@ func TestLiveRowsCarryStoreCursors(t *testing.T) {
 		t.Fatal("empty ring")
 	}
 	hh := &handler{cfg: Config{Prefix: "/ui", Store: &fakeStore{}}}
-	r := hh.rowOf(e.Entries[0], Filter{})
+	r := hh.rowOf(e.Entries[0], Filter{}, nil)
 	want := fmt.Sprintf("%d.decision.%s", e.Entries[0].Record.Time.UnixMicro(), e.Entries[0].Record.DecisionID)
 	if r.Cursor != want || !r.Fleet {
 		t.Errorf("live row cursor %q (fleet %v), want %q", r.Cursor, r.Fleet, want)
@@ -220,5 +229,66 @@ func TestPagesSurviveHostileRows(t *testing.T) {
 	}
 	if n := reader.Unreadable(); n != 1 {
 		t.Errorf("%d records counted unreadable, want 1", n)
+	}
+}
+
+// TestRunViewFromPostgreSQL: on a decision store in PostgreSQL, the list's
+// run filter and run column and a run's page find the run's decisions of
+// every decision that names a run, each with its run id read in the
+// database, and compare their inputs loaded from the records.
+func TestRunViewFromPostgreSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.Start(t).DB(t)
+	h := newHarness(t, Config{})
+	recs, ptrs := aRun(t, h, "run-in-pg")
+	var all []decisionlog.Record
+	for _, e := range h.ring.Query(Filter{}, 0, 10_000).Entries {
+		all = append(all, e.Record)
+	}
+	// The run's newest decision, with an input of 1 MiB: larger than a
+	// run's page loads, and than a list reads a run id from.
+	huge := recs[len(recs)-1]
+	huge.DecisionID, huge.Time = "huge-in-pg", huge.Time.Add(time.Minute)
+	huge.Input = putAt(t, huge.Input, []string{"zz-blob"}, strings.Repeat("x", 1<<20))
+	huge.Input = putAt(t, huge.Input, ptrs[huge.Decision], "run-in-pg")
+	all = append(all, huge)
+	sink, err := decisionstore.NewSink(dbURL, decisionstore.SinkConfig{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(all)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := sink.Close(cctx); err != nil || sink.Stats().Written != uint64(len(all)) {
+		t.Fatalf("the sink: %v, %+v", err, sink.Stats())
+	}
+	st, err := decisionstore.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	hs := newHarness(t, Config{Store: FromStore(decisionstore.NewReader(st.Pool()))})
+
+	var want []string
+	for _, r := range recs {
+		want = append(want, r.DecisionID)
+	}
+	want = append(want, huge.DecisionID)
+	status, body := hs.get(t, "/ui/runs/run-in-pg")
+	if steps := strings.Split(body, `<li class="step"`); !strings.Contains(steps[len(steps)-1], "Input not compared: an input of a record of ") || len(body) > 256<<10 {
+		t.Errorf("the 1 MiB input's step: %d bytes of page; want it not compared, said, and the page bounded:\n%.2000s", len(body), steps[len(steps)-1])
+	}
+	var got []string
+	for _, m := range stepRE.FindAllStringSubmatch(body, -1) {
+		got = append(got, m[1])
+	}
+	if status != 200 || !slices.Equal(got, want) || !strings.Contains(body, "of every replica") || strings.Count(body, `<table class="changes">`) == 0 {
+		t.Fatalf("the run's page from PostgreSQL: status %d, steps %v; want %v with their changes\n%.3000s", status, got, want, body)
+	}
+	status, body = hs.get(t, "/ui/decisions?run=run-in-pg")
+	if n := strings.Count(body, `<td class="run"><a href="/ui/runs/run-in-pg"`); status != 200 || n != len(want)-1 || !strings.Contains(body, `title="The record is too large to read its run id in a list`) ||
+		!strings.Contains(body, fmt.Sprintf("%d shown of %d matching", len(want), len(want))) {
+		t.Errorf("the list filtered by run from PostgreSQL: status %d, %d rows with the run id; want %d\n%.3000s", status, n, len(want), body)
 	}
 }

@@ -215,6 +215,7 @@ func New(cfg Config) http.Handler {
 	r.Get(p+"/decisions", h.list)
 	r.Get(p+"/decisions/{id}", h.decision)
 	r.Post(p+"/decisions/{id}", h.decision) // what-if on this decision's input
+	r.Get(p+"/runs/{runId}", h.run)
 	r.Get(p+"/whatif", h.whatif)
 	r.Post(p+"/whatif", h.whatif)
 	r.Get(p+"/events", h.events)
@@ -344,6 +345,9 @@ type listData struct {
 	PageSize   int
 	Rows       []row
 	FilterNote string
+	// StoreDown: the store could not be read, and the page lists this
+	// replica's own decisions instead.
+	StoreDown bool
 }
 
 // row is one decision in a table.
@@ -357,10 +361,16 @@ type row struct {
 	// filter asked for when it is another; More counts the others.
 	Shown []string
 	More  int
+	// Run is the run id of its input, RunURL its run's page.
+	Run    string
+	RunURL string
 }
 
-func (h *handler) rowOf(e Entry, f Filter) row {
+func (h *handler) rowOf(e Entry, f Filter, ptrs RunPointers) row {
 	r := row{Entry: e, URL: h.cfg.Prefix + "/decisions/" + url.PathEscape(e.Record.DecisionID)}
+	if r.Run = runIDOf(e, ptrs); r.Run != "" {
+		r.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(r.Run)
+	}
 	if h.cfg.Store != nil {
 		r.Cursor, r.Fleet = storeCursor(e), true
 	} else {
@@ -420,6 +430,24 @@ func parseFilter(q url.Values) (f Filter, note string, refused bool) {
 	return f, strings.Join(bad, "; "), refused
 }
 
+// parseFilter is the package's parseFilter with the run filter (run=ID): the
+// decisions whose input names the run, each at its decision's pointer
+// (ptrs). With no decision that names a run, the filter matches nothing.
+func (h *handler) parseFilter(q url.Values, ptrs RunPointers) (f Filter, note string, refused bool) {
+	f, note, refused = parseFilter(q)
+	if run := strings.TrimSpace(q.Get("run")); run != "" {
+		if len(ptrs) == 0 {
+			msg := "run: no decision of the live revision names a run (an input schema property marked " + engine.RunIDKeyword + ")"
+			if note != "" {
+				note += "; "
+			}
+			return f, note + msg, true
+		}
+		f.AnyInput = runFilter(run, ptrs)
+	}
+	return f, note, refused
+}
+
 func parseTime(v string) (time.Time, bool) {
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
 		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
@@ -432,7 +460,7 @@ func parseTime(v string) (time.Time, bool) {
 // filterQuery is the query string of f's form fields (without the cursor).
 func filterQuery(q url.Values) url.Values {
 	out := url.Values{}
-	for _, k := range []string{"decision", "outcome", "reason", "revision", "caller", "replica", "path", "since", "until"} {
+	for _, k := range []string{"decision", "outcome", "reason", "revision", "caller", "replica", "path", "run", "since", "until"} {
 		if v := q.Get(k); v != "" {
 			out.Set(k, v)
 		}
@@ -447,7 +475,8 @@ func filterQuery(q url.Values) url.Values {
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, bad, refused := parseFilter(q)
+	ptrs := h.runPointers()
+	f, bad, refused := h.parseFilter(q, ptrs)
 	fq := filterQuery(q)
 	d := listData{Filter: f, Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
 	var older string
@@ -457,20 +486,26 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	case h.cfg.Store != nil:
 		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
 		defer cancel()
-		sp, err := h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize)
+		sp, err := h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize, ptrs)
 		if errors.Is(err, ErrBadCursor) {
 			h.render(w, r, http.StatusBadRequest, "error", page{Title: "No such page", Nav: "decisions",
 				Message: "The link's page cursor is not one this page gave. Start again from the newest decisions."})
 			return
 		}
-		if err != nil {
-			h.log.Warn("ui: reading the decision store failed", "err", err)
-			h.render(w, r, http.StatusServiceUnavailable, "error", page{Title: "Decision store unavailable", Nav: "decisions",
-				Message: "The decision store could not be read, so this page cannot say which decisions match. The server's log says why."})
-			return
+		if err == nil {
+			d.Page = Page{Entries: sp.Entries, Matched: sp.Matched}
+			d.More, older, cursors = sp.More, sp.Older, sp.Cursors
+			break
 		}
-		d.Page = Page{Entries: sp.Entries, Matched: sp.Matched}
-		d.More, older, cursors = sp.More, sp.Older, sp.Cursors
+		// This replica's own decisions, said to be only those: the
+		// engineer still sees what this replica decided.
+		h.log.Warn("ui: reading the decision store failed", "err", err)
+		d.Stored, d.StoreDown = false, true
+		before, _ := strconv.ParseUint(q.Get("before"), 10, 64) // a store's cursor is none of the ring's: from the newest
+		d.Page = h.cfg.Recent.Query(f, before, h.cfg.PageSize)
+		if d.Page.Older != 0 {
+			older = strconv.FormatUint(d.Page.Older, 10)
+		}
 	default:
 		before, _ := strconv.ParseUint(q.Get("before"), 10, 64)
 		d.Page = h.cfg.Recent.Query(f, before, h.cfg.PageSize)
@@ -480,9 +515,12 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Choices = h.choices(r.Context())
 	for i, e := range d.Page.Entries {
-		row := h.rowOf(e, f)
+		row := h.rowOf(e, f, ptrs)
 		if i < len(cursors) {
 			row.Cursor = cursors[i]
+		}
+		if d.StoreDown {
+			row.Cursor, row.Fleet = strconv.FormatUint(e.Seq, 10), false
 		}
 		d.Rows = append(d.Rows, row)
 	}
@@ -546,7 +584,8 @@ func appendNew(list []string, v string) []string {
 // events streams rows of new decisions that match the page's filter, as
 // server-sent events, until the page goes away or the server shuts down.
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
-	f, _, refused := parseFilter(r.URL.Query())
+	ptrs := h.runPointers()
+	f, _, refused := h.parseFilter(r.URL.Query(), ptrs)
 	rc := http.NewResponseController(w)
 	// The stream outlives the server's write timeout, by design.
 	_ = rc.SetWriteDeadline(time.Time{})
@@ -562,7 +601,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		missed := h.cfg.Recent.Query(f, 0, h.cfg.PageSize).Entries
 		for i := len(missed) - 1; i >= 0; i-- {
 			if missed[i].Seq > last {
-				if err := h.sendRow(w, missed[i], f); err != nil {
+				if err := h.sendRow(w, missed[i], f, ptrs); err != nil {
 					return
 				}
 			}
@@ -587,15 +626,15 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 			if refused || !match(f, e) {
 				continue
 			}
-			if err := h.sendRow(w, e, f); err != nil || rc.Flush() != nil {
+			if err := h.sendRow(w, e, f, ptrs); err != nil || rc.Flush() != nil {
 				return
 			}
 		}
 	}
 }
 
-func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter) error {
-	row, err := h.execute("decisions", "row", h.rowOf(e, f))
+func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter, ptrs RunPointers) error {
+	row, err := h.execute("decisions", "row", h.rowOf(e, f, ptrs))
 	if err != nil {
 		return err
 	}
@@ -621,6 +660,8 @@ type decisionData struct {
 	Masked       bool
 	WhatIf       *whatIfData
 	TraceURL     string // the link of the record's trace id; empty: none
+	// Run is the run id its input names, RunURL the run's page.
+	Run, RunURL string
 }
 
 // traceLink is where Config.TraceURL shows the trace id, or "" without a
@@ -685,6 +726,9 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
 	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
+	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
+		d.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(d.Run)
+	}
 	d.InputText = indent(e.Record.Input)
 	d.ResultText = indent(e.Record.Result)
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
@@ -962,7 +1006,7 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 	}
 	base := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	out := map[string]*template.Template{}
-	for _, name := range []string{"decisions", "decision", "whatif", "policy", "login", "error"} {
+	for _, name := range []string{"decisions", "decision", "run", "whatif", "policy", "login", "error"} {
 		t := template.Must(base.Clone())
 		out[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html"))
 	}

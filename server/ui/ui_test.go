@@ -127,7 +127,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	eng, all := repoDecided(t)
 	h := &harness{eng: eng, dec: &countingDecider{Engine: eng}, all: all}
-	h.ring = NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
+	h.ring = NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng), RunID: RunIDs(eng)})
 	for _, d := range h.all {
 		h.ring.Add(d.rec)
 	}
@@ -705,14 +705,14 @@ func TestLogFileFindsRotatedRecords(t *testing.T) {
 // decisions in the ring (docs/PAGES.md quotes it).
 func BenchmarkListPage10k(b *testing.B) {
 	eng, all := repoDecided(b)
-	ring := NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng)})
+	ring := NewRing(RingConfig{OutcomeKey: OutcomeKeys(eng), RunID: RunIDs(eng)})
 	for i := 0; ring.Len() < DefaultRingSize; i++ {
 		rec := all[i%len(all)].rec
 		rec.DecisionID = fmt.Sprint(i)
 		ring.Add(rec)
 	}
 	h := New(Config{Recent: ring, Decider: eng})
-	for _, q := range []string{"", "?outcome=" + OutcomeError} {
+	for _, q := range []string{"", "?outcome=" + OutcomeError, "?run=no-such-run"} {
 		b.Run("query="+q, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
