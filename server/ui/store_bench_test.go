@@ -78,7 +78,7 @@ SELECT tm, 'd-' || g, 'decision', 'replica-' || (g % 3), t.decision, t.path, t.r
   (t.record::jsonb || jsonb_build_object('decision_id', 'd-' || g, 'time', to_jsonb(tm)) || CASE WHEN inp IS NULL THEN '{}' ELSE jsonb_build_object('input', inp) END)::text
 FROM generate_series(1, $3::int) AS g
 CROSS JOIN LATERAL (SELECT $1::timestamptz - g * $2::interval AS tm) AS at
-JOIN (SELECT (row_number() OVER (ORDER BY decision_id)) - 1 AS i, * FROM arbiter_store.records WHERE replica = 'template') AS t ON t.i = g % $4
+JOIN (SELECT (row_number() OVER (ORDER BY decision_id)) - 1 AS i, * FROM arbiter_store.records_json WHERE replica = 'template') AS t ON t.i = g % $4
 CROSS JOIN LATERAL (SELECT CASE WHEN jsonb_typeof(t.input) = 'object' THEN t.input || jsonb_build_object('run', jsonb_build_object('runId', 'run-' || g)) ELSE t.input END AS inp) AS x`,
 		newest, step, rows, len(templates))
 	if err != nil {
