@@ -377,6 +377,22 @@ const inputExpr = "arbiter_store.record_input(record, path)"
 
 const newestFirst = " ORDER BY time DESC, decision_id DESC, kind DESC"
 
+// listParts are what both of list's queries build on: the conditions
+// (the input's apart), the columns a row is read with (its record up to
+// maxRecord bytes; its run id when runs is set), and the arguments, of
+// which $n+1 is limit+1.
+func listParts(f Filter, before Cursor, limit int, maxRecord int64, runs []byte) (conds, inputs []string, cols string, args []any, n int) {
+	conds, inputs, args = listConditions(f, before)
+	n = len(args)
+	args = append(args, limit+1, maxRecord, HeadBytes)
+	cols = rowColumns + recordColumn(n+2, n+3)
+	if runs != nil {
+		args = append(args, string(runs))
+		cols += runColumn(n + 4)
+	}
+	return conds, inputs, cols, args, n
+}
+
 // listQuery is list's first query and its arguments: up to limit+1 rows
 // of f before the cursor, newest first, their records loaded up to
 // maxRecord bytes (0: none). It walks the newest rows the filters other
@@ -384,14 +400,7 @@ const newestFirst = " ORDER BY time DESC, decision_id DESC, kind DESC"
 // an input filter, it tests the input of the newest listProbeRows of them
 // only.
 func listQuery(f Filter, before Cursor, limit int, maxRecord int64, runs []byte) (string, []any) {
-	conds, inputs, args := listConditions(f, before)
-	n := len(args)
-	args = append(args, limit+1, maxRecord, HeadBytes)
-	cols := rowColumns + recordColumn(n+2, n+3)
-	if runs != nil {
-		args = append(args, string(runs))
-		cols += runColumn(n + 4)
-	}
+	conds, inputs, cols, args, n := listParts(f, before, limit, maxRecord, runs)
 	from := "arbiter_store.records WHERE " + strings.Join(conds, " AND ")
 	if len(inputs) > 0 {
 		from = "(SELECT * FROM " + from + newestFirst + " LIMIT " + strconv.Itoa(listProbeRows) + ") AS newest WHERE " +
@@ -411,14 +420,7 @@ func listQuery(f Filter, before Cursor, limit int, maxRecord int64, runs []byte)
 // arguments), testing every row's input in the range: a run's list read
 // the whole range (seconds at a million rows).
 func listByInputQuery(f Filter, before Cursor, limit int, maxRecord int64, runs []byte) (string, []any) {
-	conds, inputs, args := listConditions(f, before)
-	n := len(args)
-	args = append(args, limit+1, maxRecord, HeadBytes)
-	cols := rowColumns + recordColumn(n+2, n+3)
-	if runs != nil {
-		args = append(args, string(runs))
-		cols += runColumn(n + 4)
-	}
+	conds, inputs, cols, args, n := listParts(f, before, limit, maxRecord, runs)
 	const key = "time, decision_id, kind, revision"
 	q := "WITH matching AS MATERIALIZED (SELECT " + key + ", replica, decision, path, caller, outcome, reasons, error_code FROM arbiter_store.records WHERE " +
 		strings.Join(inputs, " AND ") + "),\n" +

@@ -107,7 +107,7 @@ func checkRunID(path string, doc any) []Problem {
 	var probs []Problem
 	var marked []string
 	for _, m := range runIDMarks(doc) {
-		ptr := "/" + strings.Join(escapeAll(m.path), "/")
+		ptr := jsonptr.Join(m.path)
 		v, ok := m.value.(bool)
 		if !ok {
 			probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s at %s must be true or false", RunIDKeyword, ptr)})
@@ -125,12 +125,4 @@ func checkRunID(path string, doc any) []Problem {
 		probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s marks %d properties (%s): a decision names its run in one", RunIDKeyword, len(marked), strings.Join(marked, ", "))})
 	}
 	return probs
-}
-
-func escapeAll(toks []string) []string {
-	out := make([]string, len(toks))
-	for i, t := range toks {
-		out[i] = jsonptr.Escape(t)
-	}
-	return out
 }
