@@ -17,6 +17,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/race"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // The differential tests of the compiled evaluator (engine/ireval) against
@@ -255,7 +256,7 @@ func FuzzCompiledAgrees(f *testing.F) {
 	race.Skip(f)
 	s := patientSnapshot(f)
 	names := s.Names()
-	for i, b := range fuzzSeeds(f) {
+	for i, b := range testfiles.FuzzSeeds(f, fuzzSeeds(f), 64) {
 		f.Add(uint8(i), b)
 	}
 	f.Fuzz(func(t *testing.T, sel uint8, body []byte) {

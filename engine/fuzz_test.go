@@ -17,6 +17,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // Fuzz targets over the decision path. Run them with, for example,
@@ -282,7 +283,7 @@ func FuzzDecide(f *testing.F) {
 	for i, n := range names {
 		index[n] = uint8(i)
 	}
-	for _, s := range fixtureSeeds(f) {
+	for _, s := range testfiles.FuzzSeeds(f, fixtureSeeds(f), 32) {
 		f.Add(index[s.decision], s.body, false)
 		f.Add(index[s.decision], wrap(s.body), true)
 	}

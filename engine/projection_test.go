@@ -10,6 +10,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/race"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 // The projection's differential tests: each input is built whole and
@@ -133,7 +134,7 @@ func FuzzProjectionAgrees(f *testing.F) {
 	race.Skip(f)
 	s := patientSnapshot(f)
 	names := s.Names()
-	for i, b := range fuzzSeeds(f) {
+	for i, b := range testfiles.FuzzSeeds(f, fuzzSeeds(f), 64) {
 		f.Add(uint8(i), b)
 	}
 	f.Fuzz(func(t *testing.T, sel uint8, body []byte) {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -262,7 +264,7 @@ func TestEveryLibraryFieldIsClassified(t *testing.T) {
 // seeded with every fixture: the walk agrees with the library (validity,
 // built value, violations that name places).
 func FuzzRepositorySchemas(f *testing.F) {
-	for _, b := range fixtureBodies(f) {
+	for _, b := range testfiles.FuzzSeeds(f, fixtureBodies(f), 64) {
 		f.Add(b)
 	}
 	for _, s := range []string{`{}`, `[]`, `null`, `{"runnerState":{"outbox":[{}],"processedCommands":{"a/b~c":{}}}}`, `{"run":{"a/b":1,"~":2}}`} {

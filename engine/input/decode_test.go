@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
 
 func TestDecodeStrict(t *testing.T) {
@@ -105,7 +107,7 @@ func FuzzDecode(f *testing.F) {
 		`[1.0e0, 1000000000000000000.0e0, 1000000000000000001.0e0, -0.0, 1E+3, 18446744073709551615.000, 1.8446744073709551615e19, 15e-1]`} {
 		f.Add([]byte(s))
 	}
-	for _, b := range fixtureBodies(f) {
+	for _, b := range testfiles.FuzzSeeds(f, fixtureBodies(f), 64) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
