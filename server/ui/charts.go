@@ -154,6 +154,10 @@ func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 	for _, cw := range chartWindows {
 		d.Windows = append(d.Windows, cw.Key)
 	}
+	if d.Form.Get("window") == "" {
+		d.Form = cloneValues(q)
+		d.Form.Set("window", defaultChartWindow)
+	}
 	switch {
 	case refused:
 		d.Refusals = decisionstore.TallyRefusals(rq, func(func(decisionstore.Refusal) bool) {})
@@ -240,11 +244,11 @@ func seriesName(s seriesView) string {
 	return s.Reason
 }
 
-// niceMax is the top of a count axis: 1, 2 or 5 times a power of ten, at
-// least n.
+// niceMax is the top of a count axis: 1, 2, 3, 4, 5, 6 or 8 times a power
+// of ten, at least n.
 func niceMax(n int) int {
 	for p := 1; ; p *= 10 {
-		for _, m := range []int{1, 2, 5} {
+		for _, m := range []int{1, 2, 3, 4, 5, 6, 8} {
 			if m*p >= n {
 				return m * p
 			}
