@@ -3,6 +3,7 @@ package decisionlog
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,4 +171,57 @@ func Files(path string) ([]string, error) {
 	slices.Sort(backups)
 	slices.Reverse(backups)
 	return append([]string{path}, backups...), nil
+}
+
+// FilesIn lists the decision logs in dir by the writer's naming, oldest
+// first: for each log (a regular file whose name is not a backup's and
+// does not start with a dot, as the lock file's does), its backups oldest
+// first, then the log; a backup whose log is gone is still listed.
+func FilesIn(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	logs := map[string]bool{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if log, ok := logOf(p); !ok {
+			logs[p] = true
+		} else if _, seen := logs[log]; !seen {
+			logs[log] = false // until the log itself is seen
+		}
+	}
+	var out []string
+	for _, log := range slices.Sorted(maps.Keys(logs)) {
+		files, err := Files(log)
+		if err != nil {
+			return nil, err
+		}
+		if !logs[log] { // gone: only its backups
+			files = files[1:]
+		}
+		slices.Reverse(files)
+		out = append(out, files...)
+	}
+	return out, nil
+}
+
+// logOf is the log file that the writer rotated backup from, when backup
+// is named as a backup (LOG-without-ext + "-" + time + ext).
+func logOf(backup string) (string, bool) {
+	n := filepath.Base(backup)
+	for _, ext := range []string{filepath.Ext(n), ""} {
+		stem := strings.TrimSuffix(n, ext)
+		i := len(stem) - len(backupTimeFormat) - 1
+		if i <= 0 || stem[i] != '-' {
+			continue
+		}
+		if _, err := time.Parse(backupTimeFormat, stem[i+1:]); err == nil {
+			return filepath.Join(filepath.Dir(backup), stem[:i]+ext), true
+		}
+	}
+	return "", false
 }

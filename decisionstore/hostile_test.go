@@ -231,7 +231,13 @@ func hostileRows(t *testing.T, url string) (big, bad string) {
 	recs[2].Input = []byte(`{"blob":"` + strings.Repeat("x", 4<<20) + `"}`)
 	s.Write(recs)
 	waitFor(t, s, "5 written", func(st SinkStats) bool { return st.Written == 5 })
-	if _, err := open(t, url).Pool().Exec(ctxT(t), `INSERT INTO arbiter_store.records (time, decision_id, kind, replica, decision, path, record)
+	// A second after t0 is the next day: its partition, which the sink
+	// made only while that day was today or tomorrow.
+	st := open(t, url)
+	if err := st.EnsurePartitions(ctxT(t), t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool().Exec(ctxT(t), `INSERT INTO arbiter_store.records (time, decision_id, kind, replica, decision, path, record)
 		VALUES ($1, 'not-json', 'decision', 'replica-z', 'd1', '/v1/decisions/d1', 'this is not {JSON')`, t0.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/open-policy-agent/opa/v1/util"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/queue"
@@ -50,7 +49,7 @@ const (
 	// succeed.
 	DropRejected = "rejected"
 	// DropShutdown: still waiting when a stop ran out of time.
-	DropShutdown = "shutdown"
+	DropShutdown = decisionlog.DropShutdown
 )
 
 // DropReasons lists every reason, in the order the metric exports them.
@@ -86,38 +85,28 @@ type SinkConfig struct {
 	after func(time.Duration) <-chan time.Time // tests: the backoff's wait
 }
 
-// Sink is the decision store's sink of the decision-record pipeline: Write
-// queues records and returns at once; one goroutine migrates the database,
-// creates partitions, writes batches (COPY into a staging table, then
-// INSERT ... ON CONFLICT DO NOTHING, so that a batch retried after an
-// outage writes each record once) and applies retention. While the
-// database is away, records wait in the bounded queue, and what it cannot
-// hold is counted.
+// Sink is the decision store's sink of the decision-record pipeline, on
+// the pipeline's batching skeleton (decisionlog.Batcher): Write queues
+// records and returns at once; the skeleton's goroutine writes batches
+// (COPY into a staging table, then INSERT ... ON CONFLICT DO NOTHING, so
+// that a batch retried after an outage writes each record once), and
+// between them the sink migrates the database, creates partitions and
+// applies retention. While the database is away, records wait in the
+// bounded queue, and what it cannot hold is counted.
 type Sink struct {
 	cfg      SinkConfig
 	store    *Store
 	reader   *Reader // the pages'
 	password string  // replaced in the errors it reports
 	log      *slog.Logger
-	queue    *queue.Queue[pending]
-	done     chan struct{}
-	ctx      context.Context // cancelled by Close at its deadline
-	abort    context.CancelFunc
+	b        *decisionlog.Batcher[[]any]
 
-	written, duplicates    atomic.Uint64
-	writesOK, writesFailed atomic.Uint64
-	lastOK                 atomic.Int64 // unix nanoseconds
-	inFlight               atomic.Int64 // records of the batch being written
-	oldest                 atomic.Int64 // unix nanoseconds its oldest record was queued (0: none)
-	lastErr                atomic.Pointer[string]
-	tried                  chan struct{}      // closed once the first attempt on the database has ended
-	migrated               bool               // the loop's
-	days                   map[time.Time]bool // the loop's: partitions known to exist
-	nextMaintenance        time.Time          // the loop's
-	failingSince           time.Time          // the loop's: the outage it is in
-	lastWrite              time.Time          // the loop's: when the last write ended
-	closing                atomic.Bool        // Close was called: no more gathering
-	refused                refusals           // the loop's: records refused, not yet warned about
+	duplicates      atomic.Uint64
+	tried           chan struct{}      // closed once the first attempt on the database has ended
+	migrated        bool               // the loop's
+	days            map[time.Time]bool // the loop's: partitions known to exist
+	nextMaintenance time.Time          // the loop's
+	refused         refusals           // the loop's: records refused, not yet warned about
 }
 
 // RejectedWarnInterval is how often at most the sink warns that the
@@ -132,12 +121,6 @@ type refusals struct {
 	lastID   any
 	lastErr  string
 	warnedAt time.Time
-}
-
-// pending is a queued record and when it was queued (unix nanoseconds).
-type pending struct {
-	rec decisionlog.Record
-	at  int64
 }
 
 // NewSink starts the sink of the store at dbURL. It does not touch the
@@ -164,97 +147,45 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	if cfg.after == nil {
-		cfg.after = time.After
-	}
-	lim := queue.Limits{Bytes: cfg.QueueBytes}.Or(queue.Limits{Bytes: DefaultQueueBytes})
-	lim.HoldBytes = true // the batch being retried is memory too
 	s := &Sink{cfg: cfg, store: st, password: st.pool.Config().ConnConfig.Password, log: cfg.Logger,
-		queue: queue.New[pending](lim), done: make(chan struct{}), tried: make(chan struct{}), days: map[time.Time]bool{}}
+		tried: make(chan struct{}), days: map[time.Time]bool{}}
 	s.reader = NewReader(st.pool)
-	s.ctx, s.abort = context.WithCancel(context.Background())
-	go s.loop()
+	s.b = decisionlog.NewBatcher[[]any](decisionlog.BatchConfig{
+		Name: "decision store writes", Queue: queue.Limits{Bytes: cfg.QueueBytes}.Or(queue.Limits{Bytes: DefaultQueueBytes}),
+		BatchRecords: cfg.BatchRecords, Linger: cfg.FlushInterval, MaxRetryDelay: cfg.MaxRetryDelay,
+		Logger: cfg.Logger, Redact: s.redact, After: cfg.after,
+	})
+	s.b.Start(s)
 	return s, nil
 }
 
 // Write queues recs for the database; it never blocks. A record the queue
 // cannot take is dropped and counted (full).
 func (s *Sink) Write(recs []decisionlog.Record) {
-	now := time.Now().UnixNano()
 	for _, rec := range recs {
-		if ok, _ := s.queue.Put(pending{rec, now}, rec.QueueSize()); !ok {
-			if n := s.queue.Dropped(queue.Full); n&(n-1) == 0 { // warn at powers of two
-				s.log.Warn("decision store queue full: records dropped", "dropped", n, "queue_bytes", s.queue.Limits().Bytes)
-			}
-		}
+		s.b.Put(rec)
 	}
 }
 
 // Close writes what is queued, retrying until ctx ends; what is still
 // unwritten then is counted as dropped (shutdown). It closes the pool.
 func (s *Sink) Close(ctx context.Context) error {
-	s.closing.Store(true)
-	s.queue.Close()
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		s.abort()
-		<-s.done
-	}
-	s.abort()
+	n := s.b.Close(ctx)
+	s.warnRefused(true)
 	s.store.Close()
-	if n := s.queue.Dropped(DropShutdown); n > 0 {
+	if n > 0 {
 		return fmt.Errorf("decision store: %d records not written before the shutdown deadline", n)
 	}
 	return nil
 }
 
-// loop takes batches in order and writes each until it is written (or
-// dropped); between batches it keeps the partitions ahead and applies
-// retention, hourly.
-func (s *Sink) loop() {
-	defer close(s.done)
-	var batch []pending
-	for {
-		// Due or not, whether records keep coming or not: a busy replica
-		// keeps its partitions ahead and its retention too, and says what
-		// the database refused.
-		wait := min(s.maintain(), s.warnRefused(false))
-		s.gather()
-		var closed bool
-		batch, closed = s.queue.Take(batch[:0], s.cfg.BatchRecords)
-		if len(batch) > 0 {
-			s.write(batch)
-			s.lastWrite = time.Now()
-			clear(batch)
-			continue
-		}
-		if closed {
-			s.warnRefused(true)
-			return
-		}
-		select {
-		case <-s.queue.Ready():
-		case <-time.After(wait):
-		}
-	}
-}
+// Idle keeps the partitions ahead and applies retention, hourly, and says
+// what the database refused: due or not, whether records keep coming or
+// not.
+func (s *Sink) Idle() time.Duration { return min(s.maintain(), s.warnRefused(false)) }
 
-// gather lets a partial batch wait for more records, until FlushInterval
-// after the last write, unless the sink is closing.
-func (s *Sink) gather() {
-	deadline := s.lastWrite.Add(s.cfg.FlushInterval)
-	for n := s.queue.Len(); n > 0 && n < s.cfg.BatchRecords && !s.closing.Load(); n = s.queue.Len() {
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			return
-		}
-		select {
-		case <-s.queue.Ready():
-		case <-time.After(wait):
-		}
-	}
-}
+// Encode is rec's row; its size is not bounded (BatchRecords is).
+func (s *Sink) Encode(rec decisionlog.Record) ([]any, int, error) { return s.row(rec), 0, nil }
 
 // maintain migrates the database when not yet done, creates the
 // partitions of today and tomorrow and drops the expired ones, when due;
@@ -264,7 +195,7 @@ func (s *Sink) maintain() time.Duration {
 	if now.Before(s.nextMaintenance) {
 		return s.nextMaintenance.Sub(now)
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.b.Ctx(), 30*time.Second)
 	defer cancel()
 	err := s.prepare(ctx, now, now.Add(24*time.Hour))
 	if err == nil && s.cfg.Retention > 0 {
@@ -276,10 +207,10 @@ func (s *Sink) maintain() time.Duration {
 		}
 	}
 	if err != nil {
-		s.failed(err)
+		s.b.Failed(err)
 		s.nextMaintenance = now.Add(time.Minute)
 	} else {
-		s.lastErr.Store(nil) // the database answers again; a write that fails says so anew
+		s.b.OK() // the database answers again; a write that fails says so anew
 		s.nextMaintenance = now.Add(time.Hour)
 	}
 	select {
@@ -318,88 +249,30 @@ func (s *Sink) prepare(ctx context.Context, ts ...time.Time) error {
 	return nil
 }
 
-// write writes batch, retrying with backoff until it is written or Close's
-// deadline passes (then it is counted as dropped). A batch the database
-// refuses for its data is split in halves, each written the same way, so
-// that one hostile record costs only itself.
-func (s *Sink) write(batch []pending) {
-	var bytes int64
-	for i := range batch {
-		bytes += batch[i].rec.QueueSize()
+// Send writes rows. A batch the database refuses for its data is the
+// record's own problem, not its batch's: COPY names its line, and the
+// batcher drops that one and writes the others at once; a write that names
+// none (through the staging table) is split in halves until the record is
+// alone, so that one hostile record costs only itself.
+func (s *Sink) Send(ctx context.Context, rows [][]any) error {
+	err := s.copy(ctx, rows)
+	if err == nil {
+		return nil
 	}
-	defer s.queue.Done(bytes)
-	s.inFlight.Store(int64(len(batch)))
-	s.oldest.Store(batch[0].at)
-	defer s.inFlight.Store(0)
-	defer s.oldest.Store(0)
-	rows := make([][]any, len(batch))
-	for i := range batch {
-		rows[i] = s.row(batch[i].rec)
+	if rejected(err) {
+		i, ok := copyLine(err)
+		if !ok {
+			i = -1
+		}
+		return &decisionlog.Refusal{Index: i, Drop: true, Reason: DropRejected, Err: err}
 	}
-	s.writeRows(rows)
-}
-
-func (s *Sink) writeRows(rows [][]any) bool {
-	for retry := 0; ; retry++ {
-		if s.ctx.Err() != nil {
-			s.queue.Drop(DropShutdown, uint64(len(rows)))
-			return false
-		}
-		err := s.copy(rows)
-		if err == nil {
-			s.writesOK.Add(1)
-			s.lastOK.Store(time.Now().UnixNano())
-			s.lastErr.Store(nil)
-			if !s.failingSince.IsZero() {
-				s.log.Info("decision store writes recovered", "outage", time.Since(s.failingSince).Round(time.Millisecond))
-				s.failingSince = time.Time{}
-			}
-			return true
-		}
-		s.writesFailed.Add(1)
-		if rejected(err) && s.ctx.Err() == nil {
-			// The record's own problem, not its batch's. COPY names its
-			// line: it is dropped, and the others written at once. A write
-			// that names none (through the staging table) is split in
-			// halves until the record is alone.
-			if i, ok := copyLine(err); ok && i < len(rows) {
-				s.reject(rows[i], err)
-				if rows = append(rows[:i:i], rows[i+1:]...); len(rows) == 0 {
-					return true
-				}
-				retry = -1
-				continue
-			}
-			if len(rows) > 1 {
-				half := len(rows) / 2
-				if !s.writeRows(rows[:half]) {
-					s.queue.Drop(DropShutdown, uint64(len(rows)-half))
-					return false
-				}
-				return s.writeRows(rows[half:])
-			}
-			s.reject(rows[0], err)
-			return true
-		}
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23514" {
-			// No partition for a row: another replica's retention dropped
-			// a day this sink knew. Create it again.
-			clear(s.days)
-		}
-		if s.failingSince.IsZero() {
-			s.failingSince = time.Now()
-		}
-		s.failed(err)
-		delay := util.DefaultBackoff(float64(100*time.Millisecond), float64(s.cfg.MaxRetryDelay), retry)
-		if retry == 0 || retry%10 == 0 {
-			s.log.Warn("decision store write failed; retrying", "records", len(rows), "retry", retry, "next_in", delay, "err", s.redact(err))
-		}
-		select {
-		case <-s.cfg.after(delay):
-		case <-s.ctx.Done():
-		}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23514" {
+		// No partition for a row: another replica's retention dropped
+		// a day this sink knew. Create it again.
+		clear(s.days)
 	}
+	return err
 }
 
 // rejected reports whether the database refused a write for its data (a
@@ -432,10 +305,9 @@ func copyLine(err error) (int, bool) {
 	return n - 1, err == nil && n > 0
 }
 
-// reject drops a record the database refused for its content, counted
-// (rejected), and warns about it (warnRefused).
-func (s *Sink) reject(row []any, err error) {
-	s.queue.Drop(DropRejected, 1)
+// Refused warns about a record the database refused for its content
+// (warnRefused); the batcher counted it (rejected).
+func (s *Sink) Refused(row []any, err error) {
 	s.refused.n++
 	s.refused.lastID, s.refused.lastErr = row[colDecisionID], s.redact(err)
 	s.warnRefused(false)
@@ -455,14 +327,9 @@ func (s *Sink) warnRefused(now bool) time.Duration {
 		return wait
 	}
 	s.log.Warn("decision store refused records for their content: dropped", "records", r.n,
-		"rejected_total", s.queue.Dropped(DropRejected), "last_decision_id", r.lastID, "last_err", r.lastErr)
+		"rejected_total", s.b.Dropped(DropRejected), "last_decision_id", r.lastID, "last_err", r.lastErr)
 	*r = refusals{warnedAt: at}
 	return RejectedWarnInterval
-}
-
-func (s *Sink) failed(err error) {
-	msg := s.redact(err)
-	s.lastErr.Store(&msg)
 }
 
 // redact is err's message without the database password, which a driver
@@ -530,8 +397,8 @@ func text(s string) string {
 // one transaction through a staging table and INSERT ... ON CONFLICT DO
 // NOTHING, so that no record is written twice. It first makes sure the
 // schema and the rows' partitions exist.
-func (s *Sink) copy(rows [][]any) error {
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+func (s *Sink) copy(ctx context.Context, rows [][]any) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ts := make([]time.Time, len(rows))
 	for i := range rows {
@@ -545,9 +412,6 @@ func (s *Sink) copy(rows [][]any) error {
 	_, err := s.store.pool.CopyFrom(ctx, pgx.Identifier{Schema, "records"}, columns, pgx.CopyFromRows(rows))
 	var pe *pgconn.PgError
 	if err == nil || !errors.As(err, &pe) || pe.Code != "23505" {
-		if err == nil {
-			s.written.Add(uint64(len(rows)))
-		}
 		return err
 	}
 	// A record of the batch is there already (unique_violation: the batch
@@ -569,7 +433,6 @@ func (s *Sink) copy(rows [][]any) error {
 	if err != nil {
 		return err
 	}
-	s.written.Add(uint64(len(rows)))
 	s.duplicates.Add(uint64(int64(len(rows)) - inserted))
 	return nil
 }
@@ -614,22 +477,16 @@ func (s *Sink) Tried() <-chan struct{} { return s.tried }
 
 // Stats returns the totals so far; after Close they are final.
 func (s *Sink) Stats() SinkStats {
-	st := SinkStats{URL: s.store.URL(), Replica: s.cfg.Replica, Written: s.written.Load(), Duplicates: s.duplicates.Load(),
-		Queued: s.queue.Len() + int(s.inFlight.Load()), QueuedBytes: s.queue.Bytes(), QueueBytes: s.queue.Limits().Bytes,
-		Dropped: map[string]uint64{}, WritesOK: s.writesOK.Load(), WritesFailed: s.writesFailed.Load(),
+	b := s.b.Stats()
+	st := SinkStats{URL: s.store.URL(), Replica: s.cfg.Replica, Written: b.Sent, Duplicates: s.duplicates.Load(),
+		Queued: b.Queued, QueuedBytes: b.QueuedBytes, QueueBytes: b.Limits.Bytes, Dropped: map[string]uint64{},
+		WritesOK: b.SendsOK, WritesFailed: b.SendsFailed, LagSeconds: b.Lag.Seconds(), LastError: b.LastError,
 		RetentionDays: s.cfg.Retention.Hours() / 24}
 	for _, r := range DropReasons {
-		st.Dropped[r] = s.queue.Dropped(r)
+		st.Dropped[r] = s.b.Dropped(r)
 	}
-	if at := s.oldest.Load(); at != 0 {
-		st.LagSeconds = max(0, time.Since(time.Unix(0, at)).Seconds())
-	}
-	if n := s.lastOK.Load(); n != 0 {
-		t := time.Unix(0, n).UTC()
-		st.LastWrite = &t
-	}
-	if e := s.lastErr.Load(); e != nil {
-		st.LastError = *e
+	if !b.LastOK.IsZero() {
+		st.LastWrite = &b.LastOK
 	}
 	return st
 }

@@ -27,19 +27,12 @@ func confirm(ctx context.Context, old, new *engine.Snapshot, name string, doc []
 		o1 := shadow.OutcomeOf("", d, err)
 		d, err = s.DecideTopdown(ctx, name, doc, engine.Options{})
 		o2 := shadow.OutcomeOf("", d, err)
-		return o1, sameOutcome(o1, o2)
+		return o1, shadow.SameAnswer(o1, o2)
 	}
 	o, okOld := side(old)
 	n, okNew := side(new)
 	v, _ := new.Verdict(name)
 	return confirmed{class: shadow.Classify(v, o, n), agree: okOld && okNew, old: o, new: n}
-}
-
-func sameOutcome(a, b shadow.Outcome) bool {
-	if a.Error != nil || b.Error != nil {
-		return a.Error != nil && b.Error != nil && a.Error.Code == b.Error.Code
-	}
-	return engine.SameJSON(a.Result, b.Result)
 }
 
 // found reports a confirmed example, made close to a fixture input: the

@@ -66,6 +66,17 @@ type RuleOutcome struct {
 	// Evidence lists, for a rule that fired, the input values it read
 	// (engine/evidence.go).
 	Evidence []Evidence `json:"evidence,omitempty"`
+	// Checked lists, for a rule that did not fire (a condition that held),
+	// the same: the values it read, which kept it from firing.
+	Checked []Evidence `json:"checked,omitempty"`
+}
+
+// Read is what the rule read: its Evidence when it fired, else Checked.
+func (r RuleOutcome) Read() []Evidence {
+	if r.Fired {
+		return r.Evidence
+	}
+	return r.Checked
 }
 
 // Decide decides one input with this Snapshot. A refusal is a Decision; an

@@ -17,8 +17,8 @@ import (
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
-// Evidence is one input value that a fired reason rule read: where it is in
-// the input (a JSON pointer) and what it was. The paths come from the rule's
+// Evidence is one input value that a reason rule read, whether it fired or
+// held: where it is in the input (a JSON pointer) and what it was. The paths come from the rule's
 // body and the helper rules and functions it depends on, found at load time;
 // the values from the input, when a decision is explained.
 type Evidence struct {
@@ -276,10 +276,12 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 	return out
 }
 
-// explain lists every reason rule of def, whether it fired, and for each
-// that fired the values it read: of the input from doc, the value the
-// decision's walk built (whole when explaining, see Snapshot.parseInput),
-// so the body is not read again.
+// explain lists every reason rule of def, whether it fired, and the values
+// it read: as Evidence for a rule that fired, as Checked for one that did
+// not (a condition that held). Those of the input come from doc, the value
+// the decision's walk built (whole when explaining, see
+// Snapshot.parseInput), so the body is not read again; each is capped as
+// shown caps it, and their number is the policy's, not the input's.
 func explain(def *decisionDef, reasons []string, doc ast.Value) []RuleOutcome {
 	fired := map[string]bool{}
 	for _, r := range reasons {
@@ -288,10 +290,15 @@ func explain(def *decisionDef, reasons []string, doc ast.Value) []RuleOutcome {
 	out := make([]RuleOutcome, len(def.rules))
 	for i, r := range def.rules {
 		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
-		if !out[i].Fired || i >= len(def.reads) {
+		if i >= len(def.reads) {
 			continue
 		}
-		out[i].Evidence = append(evidenceOf(doc, def.reads[i].reads), def.reads[i].data...)
+		read := append(evidenceOf(doc, def.reads[i].reads), def.reads[i].data...)
+		if out[i].Fired {
+			out[i].Evidence = read
+		} else {
+			out[i].Checked = read
+		}
 	}
 	return out
 }

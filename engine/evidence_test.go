@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,16 +160,17 @@ func checkComplete(t *testing.T, s *Snapshot, fired firedOn, inputs []corpus.Inp
 	return checked, differ
 }
 
-// TestEvidenceOfFixtures: for every fixture that a rule fires on, the
-// explanation gives that rule evidence, each path resolves in the input to
-// the value shown, and rules that did not fire have none.
+// TestEvidenceOfFixtures: for every fixture, the explanation gives each
+// rule that fired evidence and each rule that did not fire (a condition
+// that held) what it checked, never both, and each path resolves in the
+// input to the value shown.
 func TestEvidenceOfFixtures(t *testing.T) {
 	s := mustLoad(t, repo)
 	fixtures, err := LoadFixtures(repoTests)
 	if err != nil {
 		t.Fatal(err)
 	}
-	withEvidence := 0
+	withEvidence, withChecked := 0, 0
 	for _, fx := range fixtures {
 		if fx.Input == nil || fx.WantError != nil {
 			continue
@@ -179,17 +181,17 @@ func TestEvidenceOfFixtures(t *testing.T) {
 		}
 		doc, _ := input.Decode(fx.Input)
 		for _, ro := range d.Explanation {
-			if !ro.Fired {
-				if len(ro.Evidence) > 0 {
-					t.Errorf("%s/%s: rule %s did not fire but has evidence", fx.Decision, fx.Name, ro.Reason)
-				}
-				continue
+			switch {
+			case ro.Fired && len(ro.Checked) > 0, !ro.Fired && len(ro.Evidence) > 0:
+				t.Errorf("%s/%s: rule %s (fired %v) has evidence %v and checked %v", fx.Decision, fx.Name, ro.Reason, ro.Fired, ro.Evidence, ro.Checked)
+			case len(ro.Read()) == 0:
+				t.Errorf("%s/%s: rule %s (fired %v) shows no value it read", fx.Decision, fx.Name, ro.Reason, ro.Fired)
+			case ro.Fired:
+				withEvidence++
+			default:
+				withChecked++
 			}
-			if len(ro.Evidence) == 0 {
-				t.Errorf("%s/%s: rule %s fired without evidence", fx.Decision, fx.Name, ro.Reason)
-			}
-			withEvidence++
-			for _, ev := range ro.Evidence {
+			for _, ev := range ro.Read() {
 				if ev.Data != "" {
 					if ev.Path != "" || (ev.Value == nil && ev.Summary == "" && !ev.Absent) {
 						t.Errorf("%s/%s: data evidence %+v", fx.Decision, fx.Name, ev)
@@ -221,9 +223,88 @@ func TestEvidenceOfFixtures(t *testing.T) {
 			}
 		}
 	}
-	if withEvidence < 30 {
-		t.Errorf("only %d fired rules with evidence", withEvidence)
+	if withEvidence < 30 || withChecked < 30 {
+		t.Errorf("only %d fired rules with evidence, %d held with what they checked", withEvidence, withChecked)
 	}
+}
+
+// TestAllowedExplainsEveryRuleAsHeld: an allowed fixture's explanation
+// lists every reason rule of its decision, as many as the decision's
+// policy files have rule METADATA (counted here from the parsed files, not
+// from the engine's list): those its expected result gives as reasons as
+// fired, every other one as a condition that held, with what it checked.
+// Which fixtures allow is their expected result read with the result
+// schema's x-arbiter-allow.
+func TestAllowedExplainsEveryRuleAsHeld(t *testing.T) {
+	s := mustLoad(t, repo)
+	fixtures, err := LoadFixtures(repoTests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]int{}
+	for _, fx := range fixtures {
+		v, ok := s.Verdict(fx.Decision)
+		if fx.Input == nil || fx.WantError != nil || !ok {
+			continue
+		}
+		if yes, _ := v.Allows(fx.WantResult); !yes {
+			continue
+		}
+		var want struct{ Reasons []string }
+		if err := json.Unmarshal(fx.WantResult, &want); err != nil {
+			t.Fatalf("%s/%s: %v", fx.Decision, fx.Name, err)
+		}
+		d, err := s.Decide(context.Background(), fx.Decision, fx.Input, Options{Explain: true})
+		if err != nil {
+			t.Fatalf("%s/%s: %v", fx.Decision, fx.Name, err)
+		}
+		rules := ruleAnnotations(t, filepath.Join(repo.Policies, "decisions", fx.Decision))
+		if len(d.Explanation) != rules {
+			t.Errorf("%s/%s: the explanation lists %d rules, the policy's METADATA annotates %d", fx.Decision, fx.Name, len(d.Explanation), rules)
+		}
+		n := 0
+		for _, ro := range d.Explanation {
+			if !ro.Fired && len(ro.Checked) > 0 {
+				n++
+			}
+		}
+		if n != rules-len(want.Reasons) {
+			t.Errorf("%s/%s: %d rules held with what they checked, want %d (%d rules, reasons %v): %+v", fx.Decision, fx.Name, n, rules-len(want.Reasons), rules, want.Reasons, d.Explanation)
+		}
+		held[fx.Decision] += n
+	}
+	for _, name := range s.Names() {
+		if v, _ := s.Verdict(name); v.Declared && held[name] == 0 {
+			t.Errorf("decision %s: no allowed fixture explains a condition that held", name)
+		}
+	}
+}
+
+// ruleAnnotations counts the rule-scoped METADATA blocks of the Rego files
+// in dir: each annotates one reason rule (helpers carry none, RULES.md).
+func ruleAnnotations(t *testing.T, dir string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.rego"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Rego files in %s: %v", dir, err)
+	}
+	n := 0
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := ast.ParseModuleWithOpts(f, string(src), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range m.Annotations {
+			if a.Scope == "rule" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // at resolves a JSON pointer in doc.
@@ -267,7 +348,8 @@ func pointers(reads []inputRead) []string {
 // the input (helpers with several bodies, else chains, functions in a
 // library package, imports, aliases, references with variables, the
 // reasons set read by a helper), on the inputs of its inputs.json, as
-// testdata/golden/evidence.golden records it. After an intended change:
+// testdata/golden/evidence.golden records it: each rule that fired with its
+// evidence, each that held with what it checked. After an intended change:
 // go test ./engine/ -run TestEvidenceGolden -update
 func TestEvidenceGolden(t *testing.T) {
 	dir := "testdata/evidence"
@@ -295,11 +377,12 @@ func TestEvidenceGolden(t *testing.T) {
 		}
 		fmt.Fprintf(&out, "### %s <<< %s\nresult %s\n", in.Decision, in.Input, d.Result)
 		for _, ro := range d.Explanation {
-			if !ro.Fired {
-				continue
+			verb := "held"
+			if ro.Fired {
+				verb = "fired"
 			}
-			b, _ := json.Marshal(ro.Evidence)
-			fmt.Fprintf(&out, "%s: %s\n", ro.Reason, b)
+			b, _ := json.Marshal(ro.Read())
+			fmt.Fprintf(&out, "%s %s: %s\n", verb, ro.Reason, b)
 		}
 		out.WriteString("\n")
 	}

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
@@ -73,32 +72,17 @@ const (
 	DefaultQueueBytes = 32 << 20
 )
 
-// Uploader is a sink of the decision-record pipeline that ships events.
+// Uploader is a sink of the decision-record pipeline that ships events,
+// on the pipeline's batching skeleton (decisionlog.Batcher).
 type Uploader struct {
 	cfg    Config
 	client rest.Client
 	log    *slog.Logger
-
-	queue *queue.Queue[decisionlog.Record]
-	done  chan struct{}
-	ctx   context.Context // cancelled by Close at its deadline
-	abort context.CancelFunc
+	b      *decisionlog.Batcher[json.RawMessage]
 
 	// acceptedMax is the largest batch (bytes of JSON) the service has
 	// accepted; only the upload loop uses it.
 	acceptedMax int
-
-	sent                     atomic.Uint64
-	uploadsOK, uploadsFailed atomic.Uint64
-	lastOK                   atomic.Int64
-	// batched counts the events taken from the queue and not yet sent or
-	// dropped: the batch being built, uploaded or retried.
-	batched atomic.Int64
-
-	// The outage the upload loop is in (failingSince zero: none): when the
-	// first upload failed, and the events of batches retried since.
-	failingSince time.Time
-	retried      int
 }
 
 // Stats are an Uploader's totals.
@@ -140,9 +124,6 @@ func New(cfg Config) (*Uploader, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.after == nil {
-		cfg.after = time.After
-	}
 	if !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
 		return nil, fmt.Errorf("decision-log service %s: want an http(s) URL", redact.URL(cfg.URL))
 	}
@@ -152,205 +133,96 @@ func New(cfg Config) (*Uploader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision-log service: %w", err)
 	}
-	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger, done: make(chan struct{})}
-	// Held: the batch a stalled service keeps being retried is memory too.
-	lim := queue.Limits{Items: cfg.MaxEvents, Bytes: cfg.MaxBytes}.Or(queue.Limits{Items: DefaultMaxEvents, Bytes: DefaultQueueBytes})
-	lim.HoldBytes = true
-	u.queue = queue.New[decisionlog.Record](lim)
-	u.ctx, u.abort = context.WithCancel(context.Background())
-	go u.loop()
+	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger}
+	u.b = decisionlog.NewBatcher[json.RawMessage](decisionlog.BatchConfig{
+		Name: "decision-log uploads", Unit: "events",
+		Queue:        queue.Limits{Items: cfg.MaxEvents, Bytes: cfg.MaxBytes}.Or(queue.Limits{Items: DefaultMaxEvents, Bytes: DefaultQueueBytes}),
+		BatchRecords: cfg.BatchEvents, BatchBytes: cfg.BatchBytes,
+		Linger: cfg.Interval, MaxRetryDelay: cfg.MaxRetryDelay, Logger: cfg.Logger, After: cfg.after,
+	})
+	u.b.Start(u)
 	return u, nil
 }
 
-// Reasons an event is dropped, beside the queue's own.
-const (
-	dropShutdown = "shutdown"
-	dropTooLarge = "too_large"
-)
+// Reason an event is dropped, beside the batcher's own.
+const dropTooLarge = "too_large"
 
 // Write queues records for upload; it never blocks. A full buffer drops
 // them and counts them. A candidate's shadow outcome is not uploaded: OPA's
 // events have no place for it.
 func (u *Uploader) Write(recs []decisionlog.Record) {
 	for _, rec := range recs {
-		if rec.IsShadowOutcome() {
-			continue
-		}
-		if ok, _ := u.queue.Put(rec, rec.QueueSize()); !ok {
-			if n := u.queue.Dropped(queue.Full); n&(n-1) == 0 { // warn at powers of two
-				u.log.Warn("decision-log upload buffer full: events dropped", "dropped", n)
-			}
+		if !rec.IsShadowOutcome() {
+			u.b.Put(rec)
 		}
 	}
 }
 
 // Stats returns the totals so far.
 func (u *Uploader) Stats() Stats {
+	st := u.b.Stats()
 	return Stats{
-		Sent: u.sent.Load(), DroppedFull: u.queue.Dropped(queue.Full) + u.queue.Dropped(queue.Closed),
-		DroppedStop: u.queue.Dropped(dropShutdown), DroppedLarge: u.queue.Dropped(dropTooLarge),
-		Queued: u.queue.Len() + int(u.batched.Load()), QueuedBytes: u.queue.Bytes(), UploadsOK: u.uploadsOK.Load(), UploadsFailed: u.uploadsFailed.Load(),
+		Sent: st.Sent, DroppedFull: u.b.Dropped(queue.Full) + u.b.Dropped(queue.Closed),
+		DroppedStop: u.b.Dropped(decisionlog.DropShutdown), DroppedLarge: u.b.Dropped(dropTooLarge) + u.b.Dropped("unencodable"),
+		Queued: st.Queued, QueuedBytes: st.QueuedBytes, UploadsOK: st.SendsOK, UploadsFailed: st.SendsFailed,
 	}
 }
 
 // LastSuccess is the time of the last accepted upload (zero: none yet).
-func (u *Uploader) LastSuccess() time.Time {
-	if n := u.lastOK.Load(); n != 0 {
-		return time.Unix(0, n)
-	}
-	return time.Time{}
-}
+func (u *Uploader) LastSuccess() time.Time { return u.b.Stats().LastOK }
 
 // Close uploads what is queued, retrying until ctx ends; what is still
 // unsent then is counted as dropped.
 func (u *Uploader) Close(ctx context.Context) error {
-	u.queue.Close()
-	select {
-	case <-u.done:
-	case <-ctx.Done():
-		u.abort()
-		<-u.done
-	}
-	if n := u.queue.Dropped(dropShutdown); n > 0 {
+	if n := u.b.Close(ctx); n > 0 {
 		return fmt.Errorf("%d decision-log events not uploaded before the shutdown deadline", n)
 	}
 	return nil
 }
 
-// loop batches queued records and uploads them in order. While an upload
-// fails it retries that batch with backoff and reads nothing new, so the
-// buffer bounds what waits.
-func (u *Uploader) loop() {
-	defer close(u.done)
-	ticker := time.NewTicker(u.cfg.Interval)
-	defer ticker.Stop()
-	var batch []json.RawMessage
-	size := 0
-	var held int64 // the queue's bytes of the records in batch
-	flush := func() {
-		if len(batch) > 0 {
-			u.upload(batch) // sent or counted as dropped when it returns
-			u.queue.Done(held)
-			batch, size, held = batch[:0], 0, 0
-		}
+// Encode is rec's event, sized as its JSON (and the comma after it).
+func (u *Uploader) Encode(rec decisionlog.Record) (json.RawMessage, int, error) {
+	ev, err := u.event(rec)
+	if err != nil {
+		return nil, 0, &decisionlog.Refusal{Index: -1, Drop: true, Reason: dropTooLarge, Err: fmt.Errorf("decision %s: event not encodable: %w", rec.DecisionID, err)}
 	}
-	add := func(rec decisionlog.Record) {
-		ev, err := u.event(rec)
-		if err != nil {
-			u.queue.Done(rec.QueueSize())
-			u.queue.Drop(dropTooLarge, 1)
-			u.log.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
-			return
-		}
-		if size+len(ev) > u.cfg.BatchBytes && len(batch) > 0 {
-			flush()
-		}
-		batch = append(batch, ev)
-		u.batched.Add(1)
-		held += rec.QueueSize()
-		size += len(ev) + 1
-		if len(batch) >= u.cfg.BatchEvents {
-			flush()
-		}
-	}
-	var recs []decisionlog.Record
-	for {
-		var closed bool
-		recs, closed = u.queue.Take(recs[:0], u.cfg.BatchEvents)
-		for _, rec := range recs {
-			add(rec)
-		}
-		clear(recs)
-		switch {
-		case closed: // and empty: past Close's deadline, each batch taken was counted as dropped
-			flush()
-			return
-		case len(recs) > 0:
-			continue
-		}
-		select {
-		case <-u.queue.Ready():
-		case <-ticker.C:
-			flush()
-		}
-	}
+	return ev, len(ev) + 1, nil
 }
 
-// upload sends batch, retrying with OPA's backoff until it is accepted,
-// or until Close's deadline (then the batch is counted as dropped). The
-// first upload accepted after failures logs the recovery: how long uploads
-// failed, and how many events were retried. A batch
-// the service refuses as too large (413) is split in halves, each uploaded
-// the same way, first half first; a single event refused so is dropped as
-// too_large only when it is larger than both BatchBytes and the largest
-// batch the service has accepted. Otherwise the 413 is the service's fault
-// (a collector answering 413 to everything would lose every event), and the
-// event is retried with backoff while the bounded buffer holds the rest.
-func (u *Uploader) upload(batch []json.RawMessage) bool {
-	for retry := 0; ; retry++ {
-		err := u.post(batch)
-		if err == nil {
-			size := 0
-			for _, ev := range batch {
-				size += len(ev) + 1
-			}
-			u.acceptedMax = max(u.acceptedMax, size)
-			u.uploadsOK.Add(1)
-			u.sent.Add(uint64(len(batch)))
-			u.batched.Add(-int64(len(batch)))
-			u.lastOK.Store(time.Now().UnixNano())
-			if retry > 0 {
-				u.retried += len(batch)
-			}
-			if !u.failingSince.IsZero() {
-				u.log.Info("decision-log uploads recovered", "retried_events", u.retried, "outage", time.Since(u.failingSince).Round(time.Millisecond))
-				u.failingSince, u.retried = time.Time{}, 0
-			}
-			return true
-		}
-		u.uploadsFailed.Add(1)
-		if u.failingSince.IsZero() {
-			u.failingSince = time.Now()
-		}
-		var tooLarge errTooLarge
-		if errors.As(err, &tooLarge) {
-			if len(batch) > 1 {
-				half := len(batch) / 2
-				if !u.upload(batch[:half]) { // Close's deadline: the rest is dropped too
-					u.queue.Drop(dropShutdown, uint64(len(batch)-half))
-					u.batched.Add(-int64(len(batch) - half))
-					return false
-				}
-				return u.upload(batch[half:])
-			}
-			// One event: too large only when it is larger than a batch
-			// this uploader is configured to send and than any batch the
-			// service has accepted. A smaller one refused is the
-			// service's fault: it is kept and retried with backoff.
-			if n := len(batch[0]); n > u.cfg.BatchBytes && n > u.acceptedMax {
-				u.queue.Drop(dropTooLarge, 1)
-				u.batched.Add(-1)
-				u.log.Warn("decision-log service refused an event as too large: dropped", "bytes", n, "largest_accepted", u.acceptedMax)
-				return true
-			}
-		}
-		delay := util.DefaultBackoff(float64(100*time.Millisecond), float64(u.cfg.MaxRetryDelay), retry)
-		if retry == 0 || retry%10 == 0 {
-			u.log.Warn("decision-log upload failed; retrying", "events", len(batch), "retry", retry, "next_in", delay, "err", err)
-		}
-		select {
-		case <-u.cfg.after(delay):
-		case <-u.ctx.Done():
-			u.queue.Drop(dropShutdown, uint64(len(batch)))
-			u.batched.Add(-int64(len(batch)))
-			return false
-		}
+// Send uploads batch. A batch the service refuses as too large (413) is
+// split in halves by the batcher, each uploaded the same way; a single
+// event refused so is dropped as too_large only when it is larger than
+// both BatchBytes and the largest batch the service has accepted.
+// Otherwise the 413 is the service's fault (a collector answering 413 to
+// everything would lose every event), and the event is retried with
+// backoff while the bounded buffer holds the rest.
+func (u *Uploader) Send(ctx context.Context, batch []json.RawMessage) error {
+	err := u.post(ctx, batch)
+	size := 0
+	for _, ev := range batch {
+		size += len(ev) + 1
 	}
+	if err == nil {
+		u.acceptedMax = max(u.acceptedMax, size)
+		return nil
+	}
+	if errors.As(err, new(errTooLarge)) {
+		return &decisionlog.Refusal{Index: -1, Drop: len(batch) == 1 && len(batch[0]) > u.cfg.BatchBytes && len(batch[0]) > u.acceptedMax, Reason: dropTooLarge, Err: err}
+	}
+	return err
 }
+
+// Refused warns of an event dropped as too large.
+func (u *Uploader) Refused(ev json.RawMessage, err error) {
+	u.log.Warn("decision-log event dropped as too large", "bytes", len(ev), "largest_accepted", u.acceptedMax, "err", err)
+}
+
+// Idle: the upload has no maintenance.
+func (u *Uploader) Idle() time.Duration { return time.Hour }
 
 type errTooLarge struct{ error }
 
-func (u *Uploader) post(batch []json.RawMessage) error {
+func (u *Uploader) post(ctx context.Context, batch []json.RawMessage) error {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	_, _ = zw.Write([]byte{'['})
@@ -364,7 +236,7 @@ func (u *Uploader) post(batch []json.RawMessage) error {
 	if err := zw.Close(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(u.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := u.client.
 		WithHeader("Content-Type", "application/json").

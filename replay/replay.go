@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -94,10 +93,9 @@ type Options struct {
 }
 
 // Files expands paths into the log files to replay: a file is itself, a
-// folder is every regular file in it (rotated backups included) whose name
-// does not start with a dot. Within a folder files are ordered by name,
-// which puts the log's timestamped backups (NAME-2026-12-02T17-41-42.300.log)
-// before the file being written (NAME.log), oldest first.
+// folder the decision logs in it as the writer names them
+// (decisionlog.FilesIn): each log's rotated backups, oldest first, then
+// the log.
 func Files(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
@@ -109,23 +107,14 @@ func Files(paths []string) ([]string, error) {
 			out = append(out, p)
 			continue
 		}
-		entries, err := os.ReadDir(p)
+		files, err := decisionlog.FilesIn(p)
 		if err != nil {
 			return nil, err
 		}
-		var names []string
-		for _, e := range entries {
-			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-				names = append(names, e.Name())
-			}
-		}
-		sort.Strings(names)
-		if len(names) == 0 {
+		if len(files) == 0 {
 			return nil, fmt.Errorf("%s: no log files in this folder", p)
 		}
-		for _, n := range names {
-			out = append(out, filepath.Join(p, n))
-		}
+		out = append(out, files...)
 	}
 	return out, nil
 }

@@ -192,6 +192,14 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 		doc.Promotion = &p
 	}
 	if rep, ok := sc.Shadow.Report(); ok {
+		// The diff's state first, then the proofs: a diff that ends in
+		// between is then shown running with proofs done, never done with
+		// the proofs of a running one.
+		if s.cfg.Diffs != nil {
+			if st, ok := s.cfg.Diffs.Shadow(); ok {
+				doc.Diff = &st
+			}
+		}
 		proofs := sc.Shadow.Proofs()
 		doc.Report = &rep
 		doc.Evidence = rep.Evidence(proofs)
@@ -199,11 +207,6 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 		doc.Refusals = append(doc.Refusals, sc.Gate.Refusals(rep)...)
 		doc.Refusals = append(doc.Refusals, sc.Gate.ProofRefusals(proofs)...)
 		doc.Promotable = len(doc.Refusals) == 0
-		if s.cfg.Diffs != nil {
-			if st, ok := s.cfg.Diffs.Shadow(); ok {
-				doc.Diff = &st
-			}
-		}
 	}
 	writeJSON(w, http.StatusOK, doc)
 }

@@ -126,10 +126,9 @@ func Judge(ctx context.Context, candidate *engine.Snapshot, req Request) Judgeme
 // outcome and every error refuse.
 func Classify(v engine.Verdict, live, cand Outcome) Class {
 	switch {
+	case SameAnswer(live, cand):
+		return Same
 	case live.failed() && cand.failed():
-		if live.Error.Code == cand.Error.Code {
-			return Same
-		}
 		return ErrorChanged
 	case cand.failed():
 		return CandidateError
@@ -138,8 +137,6 @@ func Classify(v engine.Verdict, live, cand Outcome) Class {
 			return RefuseToAllow
 		}
 		return ErrorChanged
-	case engine.SameJSON(live.Result, cand.Result):
-		return Same
 	}
 	liveAllows, _ := v.Allows(live.Result)
 	candAllows, _ := v.Allows(cand.Result)
@@ -152,6 +149,17 @@ func Classify(v engine.Verdict, live, cand Outcome) Class {
 		return ReasonsChanged
 	}
 	return ErrorChanged
+}
+
+// SameAnswer is the one equality of two outcomes of a request, wherever
+// Arbiter decides twice and compares (shadow, replay, the diff's
+// confirmation): the same result value (engine.SameJSON: numbers by value,
+// members in any order), or errors of the same code.
+func SameAnswer(a, b Outcome) bool {
+	if a.failed() || b.failed() {
+		return a.failed() && b.failed() && a.Error.Code == b.Error.Code
+	}
+	return engine.SameJSON(a.Result, b.Result)
 }
 
 // sameMember reports whether two results hold the same value (or both

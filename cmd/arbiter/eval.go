@@ -89,7 +89,7 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var f inputFlags
 	f.register(c)
 	explain := c.Bool("explain", false, "add each reason rule's outcome, title and description")
-	format := c.String("format", "json", "json (the answer's document), or text: the result and, with --explain, the rules that fired and their evidence only")
+	format := c.String("format", "json", "json (the answer's document), or text: the result and, with --explain, each reason rule that fired, then each that held, with the values it read")
 	if done, code := c.parse(args, stdout, stderr, exitError); done {
 		return code
 	}
@@ -135,8 +135,8 @@ func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 }
 
 // writeDecisionText prints a decision for people: its result on one line,
-// then, when it was explained, only the reason rules that fired, each with
-// the values it read.
+// then, when it was explained, the reason rules that fired, then those that
+// held (did not fire), each with the values it read.
 func writeDecisionText(w io.Writer, d *engine.Decision) {
 	fmt.Fprintf(w, "%s (revision %s): %s\n", d.Name, d.Revision, d.Result)
 	if d.Explanation == nil {
@@ -144,33 +144,42 @@ func writeDecisionText(w io.Writer, d *engine.Decision) {
 	}
 	fired := 0
 	for _, r := range d.Explanation {
-		if !r.Fired {
-			continue
-		}
-		fired++
-		fmt.Fprintf(w, "fired %s %s: %s  (%s:%d)\n", r.Rank, r.Reason, r.Title, r.File, r.Line)
-		for _, ev := range r.Evidence {
-			at := ev.Path
-			if ev.Data != "" {
-				at = "data." + ev.Data
-			}
-			var val string
-			switch {
-			case ev.Absent:
-				val = "(absent)"
-			case ev.Summary != "":
-				val = ev.Summary
-			default:
-				val = string(ev.Value)
-			}
-			if ev.Via != "" {
-				val += "  via " + ev.Via
-			}
-			fmt.Fprintf(w, "  %s = %s\n", at, val)
+		if r.Fired {
+			fired++
+			writeRuleText(w, "fired", r)
 		}
 	}
 	if fired == 0 {
 		fmt.Fprintln(w, "no reason rule fired")
+	}
+	for _, r := range d.Explanation {
+		if !r.Fired {
+			writeRuleText(w, "held", r)
+		}
+	}
+}
+
+// writeRuleText prints one reason rule and the values it read, one a line.
+func writeRuleText(w io.Writer, verb string, r engine.RuleOutcome) {
+	fmt.Fprintf(w, "%s %s %s: %s  (%s:%d)\n", verb, r.Rank, r.Reason, r.Title, r.File, r.Line)
+	for _, ev := range r.Read() {
+		at := ev.Path
+		if ev.Data != "" {
+			at = "data." + ev.Data
+		}
+		var val string
+		switch {
+		case ev.Absent:
+			val = "(absent)"
+		case ev.Summary != "":
+			val = ev.Summary
+		default:
+			val = string(ev.Value)
+		}
+		if ev.Via != "" {
+			val += "  via " + ev.Via
+		}
+		fmt.Fprintf(w, "  %s = %s\n", at, val)
 	}
 }
 

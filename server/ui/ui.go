@@ -799,7 +799,7 @@ type evaluation struct {
 	Outcome  string
 	Reasons  []string
 	Fired    []engine.RuleOutcome
-	Quiet    []engine.RuleOutcome // rules that did not fire
+	Quiet    []engine.RuleOutcome // rules that did not fire: the conditions that held
 }
 
 type decideFunc func(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)

@@ -325,14 +325,19 @@ func TestBadInputFilterMatchesNothing(t *testing.T) {
 	}
 }
 
-// TestDecisionPageShowsEvidence: a refused fixture's page shows each fired
-// rule with the evidence the engine gives, and the input as logged.
+// TestDecisionPageShowsEvidence: a refused fixture's page and an allowed
+// one's show each fired rule with the evidence the engine gives, each rule
+// that did not fire as a condition that held with the values it checked,
+// and the input as logged.
 func TestDecisionPageShowsEvidence(t *testing.T) {
 	h := newHarness(t, Config{})
+	shown := map[bool]bool{} // by whether a reason fired
 	for _, d := range h.all {
-		if len(d.d.Reasons) == 0 {
+		refused := len(d.d.Reasons) > 0
+		if shown[refused] {
 			continue
 		}
+		shown[refused] = true
 		exp, err := h.eng.Decide(context.Background(), d.rec.Decision, d.rec.Input, engine.Options{Explain: true})
 		if err != nil {
 			t.Fatal(err)
@@ -341,22 +346,33 @@ func TestDecisionPageShowsEvidence(t *testing.T) {
 		if status != 200 {
 			t.Fatalf("%s: status %d", d.fx.Name, status)
 		}
+		wantFired := 0
 		for _, ro := range exp.Explanation {
-			if !ro.Fired {
-				continue
+			if ro.Fired {
+				wantFired++
 			}
-			if !strings.Contains(body, `<code class="reason">`+ro.Reason+`</code>`) {
+		}
+		fired, held := strings.Count(body, `<li class="rule fired">`), strings.Count(body, `<li class="rule held">`)
+		if fired != wantFired || held != len(exp.Explanation)-wantFired {
+			t.Errorf("%s: %d rules fired and %d held on the page, the explanation has %d of %d fired", d.fx.Name, fired, held, wantFired, len(exp.Explanation))
+		}
+		for _, ro := range exp.Explanation {
+			if ro.Fired && !strings.Contains(body, `<code class="reason">`+ro.Reason+`</code>`) {
 				t.Errorf("%s: fired rule %s is not on the page", d.fx.Name, ro.Reason)
 			}
-			for _, ev := range ro.Evidence {
-				if !strings.Contains(body, `<code class="ptr">`+ev.Path+`</code>`) {
-					t.Errorf("%s: evidence %s of %s is not on the page", d.fx.Name, ev.Path, ro.Reason)
+			if !ro.Fired && !strings.Contains(body, `<code>`+ro.Reason+`</code> <span class="title">`) {
+				t.Errorf("%s: rule %s held but is not on the page", d.fx.Name, ro.Reason)
+			}
+			for _, ev := range ro.Read() {
+				if ev.Path != "" && !strings.Contains(body, `<code class="ptr">`+ev.Path+`</code>`) {
+					t.Errorf("%s: %s of %s (fired %v) is not on the page", d.fx.Name, ev.Path, ro.Reason, ro.Fired)
 				}
 			}
 		}
-		return
 	}
-	t.Fatal("no refused fixture")
+	if !shown[true] || !shown[false] {
+		t.Fatalf("fixtures shown, by whether a reason fired: %v", shown)
+	}
 }
 
 // TestWhatIfIsNotLogged: a what-if on a refused decision's page, with an

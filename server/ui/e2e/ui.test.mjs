@@ -133,7 +133,9 @@ test('filter to a refusal, open it, read its evidence, flip it with a what-if', 
   await readable(page, 'decision');
   await shot(page, 'decision');
 
-  // What if: the input with the allowed values at the evidence pointers.
+  // What if: the input with the allowed values at the evidence pointers
+  // (its explanation asked of the API first: that one is logged).
+  const held = (await api(srv, 'POST', `/v1/decisions/${flip.fx.decision}?explain=true`, flip.fixedInput)).json.explanation;
   const linesBefore = logLines(srv);
   await page.fill('#w-input', JSON.stringify(flip.fixedInput, null, 2));
   await page.click('#w-run');
@@ -141,6 +143,24 @@ test('filter to a refusal, open it, read its evidence, flip it with a what-if', 
   const verdict = await page.locator('#whatif-result .verdict').first().innerText();
   assert.match(verdict, /with no reasons/, `the what-if did not flip: ${verdict}`);
   assert.equal(await page.locator('#whatif-result li.rule.fired').count(), 0);
+  // The allowance lists every rule as a condition that held, with the
+  // values the API's explanation says each checked: among them the values
+  // the what-if changed.
+  const shownHeld = await page.locator('#whatif-result li.rule.held').evaluateAll(lis => lis.map(li =>
+    [...li.querySelectorAll('table.evidence tbody tr')].map(tr => [tr.querySelector('th').innerText, tr.querySelector('td').innerText])));
+  assert.equal(shownHeld.length, held.length, 'every rule held');
+  assert.ok(await page.locator('#whatif-result li.rule.held').first().isVisible(), 'an allowance shows the conditions that held open');
+  held.forEach((r, i) => {
+    assert.equal(r.fired, false);
+    const want = r.checked.map(ev => [ev.data ? 'data.' + ev.data : ev.path, ev.absent ? 'absent' : ev.summary ?? JSON.stringify(ev.value)]);
+    assert.deepEqual(shownHeld[i].map(([at, was]) => [at, was.startsWith('{') || was.startsWith('[') ? JSON.stringify(JSON.parse(was)) : was]), want, `rule ${r.reason}`);
+  });
+  for (const c of flip.changed) {
+    const ev = held.flatMap(r => r.checked).find(ev => ev.path === c.path);
+    assert.ok(ev, `no held rule checked ${c.path}`);
+    if (c.value === undefined) assert.equal(ev.absent, true, c.path);
+    else if (ev.summary === undefined) assert.deepEqual(ev.value, c.value, c.path);
+  }
   await page.locator('#whatif-result').scrollIntoViewIfNeeded();
   await shot(page, 'whatif');
 

@@ -1,0 +1,81 @@
+package decisionlog
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// refuser is a destination that refuses the records whose id is in bad for
+// their content, naming the record (at) or not, and fails the first
+// outages sends as if it were away.
+type refuser struct {
+	mu      sync.Mutex
+	bad     map[string]bool
+	at      bool
+	outages int
+	sent    []string
+	refused []string
+}
+
+func (r *refuser) Encode(rec Record) (string, int, error) { return rec.DecisionID, 1, nil }
+func (r *refuser) Idle() time.Duration                    { return time.Hour }
+
+func (r *refuser) Send(_ context.Context, batch []string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outages > 0 {
+		r.outages--
+		return errors.New("away")
+	}
+	for i, id := range batch {
+		if r.bad[id] {
+			if !r.at {
+				i = -1
+			}
+			return &Refusal{Index: i, Drop: true, Reason: "rejected", Err: errors.New("refused " + id)}
+		}
+	}
+	r.sent = append(r.sent, batch...)
+	return nil
+}
+
+func (r *refuser) Refused(id string, _ error) {
+	r.mu.Lock()
+	r.refused = append(r.refused, id)
+	r.mu.Unlock()
+}
+
+// TestBatcherDropsOnlyTheRefusedRecord: a refusal costs only the record it
+// is about, whether the destination names it (dropped at once) or not (the
+// batch halved until it is alone); every other record is sent once, in
+// order, after an outage too; the counts add up.
+func TestBatcherDropsOnlyTheRefusedRecord(t *testing.T) {
+	for _, named := range []bool{true, false} {
+		w := &refuser{bad: map[string]bool{"r3": true, "r6": true}, at: named, outages: 2}
+		b := NewBatcher[string](BatchConfig{Name: "test", BatchRecords: 8, Linger: time.Hour, MaxRetryDelay: time.Millisecond,
+			After: func(time.Duration) <-chan time.Time { return time.After(0) }})
+		b.Start(w)
+		var want []string
+		for i := range 10 {
+			id := "r" + string(rune('0'+i))
+			b.Put(Record{DecisionID: id})
+			if !w.bad[id] {
+				want = append(want, id)
+			}
+		}
+		if n := b.Close(context.Background()); n != 0 {
+			t.Fatalf("named %v: %d unsent at close", named, n)
+		}
+		st := b.Stats()
+		if !slices.Equal(w.sent, want) || !slices.Equal(w.refused, []string{"r3", "r6"}) {
+			t.Errorf("named %v: sent %v, refused %v; want %v and [r3 r6]", named, w.sent, w.refused, want)
+		}
+		if st.Sent != 8 || b.Dropped("rejected") != 2 || st.Queued != 0 || st.QueuedBytes != 0 || st.LastError != "" {
+			t.Errorf("named %v: stats %+v, %d rejected; want 8 sent, 2 rejected, nothing queued or failing", named, st, b.Dropped("rejected"))
+		}
+	}
+}
