@@ -118,7 +118,8 @@ rule-edit:
 # ui-e2e: the /ui pages in Debian's Chromium against the real binary, driven
 # by playwright-core (server/ui/e2e/package-lock.json): the main flow with
 # the mouse and with the keyboard alone, live rows, 1280x800 readability,
-# the diff and the promotion gate on the policy page (diff.test.mjs), and a
+# the diff and the promotion gate on the policy page (diff.test.mjs), the
+# charts and a shadow candidate's answer (charts.test.mjs), and a
 # page load with 10,000 decisions in memory (measured, printed).
 # Needs: apt-get install -y chromium chromium-driver; npm ci --prefix server/ui/e2e.
 # UPDATE_SCREENSHOTS=1 also copies the screenshots to docs/ui/.

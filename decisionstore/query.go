@@ -460,6 +460,21 @@ func (r *Reader) Get(ctx context.Context, id string) (Row, bool, error) {
 	return got[0], true, nil
 }
 
+// Shadows returns the shadow candidates' outcomes of the decision of an
+// id (records of their own, kind shadow, which carry the decision's id),
+// newest first, at most limit, their records loaded up to MaxRecordBytes:
+// Row.Record.Shadow is the candidate's answer, unless the row is Partial
+// (then its columns: the candidate's revision, outcome, reasons and error
+// code).
+func (r *Reader) Shadows(ctx context.Context, id string, limit int) ([]Row, error) {
+	got, err := r.query(ctx, "SELECT "+rowColumns+recordColumn(3, 4)+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT $5",
+		r.MaxRecordBytes, id, KindShadow, r.MaxRecordBytes, HeadBytes, limit)
+	if err != nil {
+		return nil, fmt.Errorf("decision store: reading the shadow outcomes of %s: %w", id, err)
+	}
+	return got, nil
+}
+
 // ValuesSample is how many of the newest decisions Values reads outcomes,
 // reasons, revisions and callers from.
 const ValuesSample = 1_000

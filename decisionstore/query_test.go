@@ -81,12 +81,20 @@ func storedFixtures(t *testing.T) (*Reader, []stored) {
 // them: Close writes what is queued.
 func storeRecords(t *testing.T, url string, recs []stored) {
 	t.Helper()
+	storeRecordsWith(t, url, recs, SinkConfig{})
+}
+
+// storeRecordsWith is storeRecords through sinks of cfg (its Replica
+// each record's).
+func storeRecordsWith(t *testing.T, url string, recs []stored, cfg SinkConfig) {
+	t.Helper()
 	byReplica := map[string][]decisionlog.Record{}
 	for _, r := range recs {
 		byReplica[r.replica] = append(byReplica[r.replica], r.rec)
 	}
 	for replica, rs := range byReplica {
-		sink, err := NewSink(url, SinkConfig{Replica: replica})
+		cfg.Replica = replica
+		sink, err := NewSink(url, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,8 +26,15 @@ func (l LogFile) Preload(ring *Ring, n int) (int, error) {
 	}
 	last := make([]decisionlog.Record, 0, n) // circular once full
 	kept := 0
+	var shadows []decisionlog.Record // the candidates' answers, the last n
 	err := decisionlog.ReadTail(l.Path, maxTailBytes, func(rec decisionlog.Record) error {
 		switch {
+		case rec.DecisionID != "" && rec.IsShadowOutcome():
+			if len(shadows) == n {
+				shadows = shadows[1:]
+			}
+			shadows = append(shadows, rec)
+			return nil
 		case rec.DecisionID == "" || !rec.IsDecision():
 			return nil
 		case len(last) < n:
@@ -44,30 +51,49 @@ func (l LogFile) Preload(ring *Ring, n int) (int, error) {
 	for i := range last {
 		ring.Add(last[(kept+i)%len(last)])
 	}
+	ring.Write(shadows)
 	return len(last), nil
 }
 
 var errFound = errors.New("found")
 
+// shadowLookahead is how many records after a decision Lookup reads for
+// its shadow outcomes, which the log writes shortly after it.
+const shadowLookahead = 10_000
+
 // Lookup finds the record of a decision id in the log and the backups the
-// writer rotated it into (named by the writer's own code), newest first.
-func (l LogFile) Lookup(id string) (decisionlog.Record, bool, error) {
+// writer rotated it into (named by the writer's own code), newest first,
+// with the shadow candidates' answers to it (their outcome records) logged
+// before it was found or within shadowLookahead records after it.
+func (l LogFile) Lookup(id string) (decisionlog.Record, []decisionlog.Shadow, bool, error) {
 	if l.Path == "" || l.Path == "-" {
-		return decisionlog.Record{}, false, nil
+		return decisionlog.Record{}, nil, false, nil
 	}
 	var found decisionlog.Record
+	var shadows []decisionlog.Shadow
+	ok, after := false, 0
 	err := decisionlog.ReadLog(l.Path, func(rec decisionlog.Record) error {
-		if rec.DecisionID == id && rec.IsDecision() {
-			found = rec
-			return errFound
+		if ok {
+			if after++; after > shadowLookahead {
+				return errFound
+			}
+		}
+		switch {
+		case rec.DecisionID != id:
+		case rec.IsShadowOutcome():
+			if len(shadows) < maxShadows {
+				shadows = append(shadows, *rec.Shadow)
+			}
+		case rec.IsDecision() && !ok:
+			found, ok = rec, true
 		}
 		return nil
 	})
-	switch {
-	case errors.Is(err, errFound):
-		return found, true, nil
-	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return decisionlog.Record{}, false, err
+	if err != nil && !errors.Is(err, errFound) && !errors.Is(err, os.ErrNotExist) {
+		return decisionlog.Record{}, nil, false, err
 	}
-	return decisionlog.Record{}, false, nil
+	if !ok {
+		shadows = nil
+	}
+	return found, shadows, ok, nil
 }

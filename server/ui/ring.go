@@ -37,7 +37,15 @@ type Entry struct {
 	// decision (RingConfig.RunID), so a run's filter compares it instead
 	// of parsing the input again.
 	RunRead bool
+	// Shadows are the shadow candidates' answers to this decision (their
+	// outcome records, which the decision log writes after the
+	// decision's), as the ring took them, at most maxShadows.
+	Shadows []decisionlog.Shadow
 }
+
+// maxShadows bounds the candidates' answers kept for one decision: a
+// candidate decides a decision once, but a hostile log may repeat one.
+const maxShadows = 4
 
 // Primary is the first reason, or "".
 func (e Entry) Primary() string {
@@ -117,14 +125,41 @@ func NewRing(cfg RingConfig) *Ring {
 	return &Ring{cfg: cfg, entries: make([]Entry, cfg.Size), subs: map[chan Entry]struct{}{}}
 }
 
-// Write adds the decisions among recs (not promotions, not shadow
-// outcomes): the ring is a sink of the decision-record pipeline, which
-// hands it every record it took, masked.
+// Write adds the decisions among recs, and each shadow outcome to the
+// decision it answers when the ring holds it (promotions are not kept):
+// the ring is a sink of the decision-record pipeline, which hands it
+// every record it took, masked.
 func (r *Ring) Write(recs []decisionlog.Record) {
 	for _, rec := range recs {
-		if rec.IsDecision() {
+		switch {
+		case rec.IsShadowOutcome():
+			r.addShadow(rec)
+		case rec.IsDecision():
 			r.Add(rec)
 		}
+	}
+}
+
+// addShadow keeps a candidate's answer with the decision of its id,
+// newest decisions first: its outcome follows its decision closely. Its
+// result takes the ring's byte budget as a decision's does.
+func (r *Ring) addShadow(rec decisionlog.Record) {
+	sh := *rec.Shadow
+	if len(sh.Result) > r.cfg.MaxKeptInput {
+		sh.Result = nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := r.n - 1; i >= 0; i-- {
+		e := &r.entries[(r.start+i)%len(r.entries)]
+		if e.Record.DecisionID != rec.DecisionID {
+			continue
+		}
+		if len(e.Shadows) < maxShadows {
+			e.Shadows = append(e.Shadows, sh)
+			r.bytes += len(sh.Result)
+		}
+		return
 	}
 }
 
@@ -191,7 +226,13 @@ func (r *Ring) Add(rec decisionlog.Record) {
 	r.mu.Unlock()
 }
 
-func entrySize(e Entry) int { return int(e.Record.QueueSize()) }
+func entrySize(e Entry) int {
+	n := int(e.Record.QueueSize())
+	for _, sh := range e.Shadows {
+		n += len(sh.Result)
+	}
+	return n
+}
 
 // Filter selects entries: the decision store's filter, so that the pages
 // filter the ring and the store alike (Kinds is not used here: the ring
@@ -267,6 +308,32 @@ func (r *Ring) Query(f Filter, before uint64, limit int) Page {
 		}
 	}
 	return p
+}
+
+// Refusals charts the refusals among the entries that match q's filter,
+// newest first, as a decision store's Refusals does.
+func (r *Ring) Refusals(q decisionstore.RefusalQuery) decisionstore.Refusals {
+	f := q.Filter
+	f.Since, f.Until = q.Window.Since, q.Window.Until
+	return decisionstore.TallyRefusals(q, func(yield func(decisionstore.Refusal) bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for i := r.n - 1; i >= 0; i-- {
+			e := r.entries[(r.start+i)%len(r.entries)]
+			if !match(f, e) {
+				continue
+			}
+			if !yield(e.refusal()) {
+				return
+			}
+		}
+	})
+}
+
+// refusal is e as a chart reads it.
+func (e Entry) refusal() decisionstore.Refusal {
+	return decisionstore.Refusal{Time: e.Record.Time, Decision: e.Record.Decision, Revision: e.Record.Revision,
+		Replica: e.Replica, Outcome: e.Outcome, ErrorCode: e.ErrorCode(), Reasons: e.Reasons}
 }
 
 // Get returns the entry of a decision id, when the ring still holds it.

@@ -23,6 +23,12 @@ type Store interface {
 	Records(ctx context.Context, f Filter, before string, limit int, maxRecord int64) (StorePage, error)
 	Get(ctx context.Context, id string) (Entry, bool, error)
 	Values(ctx context.Context, max int) (map[string][]string, error)
+	// Refusals charts the refusals of q's filter and window, every
+	// replica's (decisionstore.Reader.Refusals).
+	Refusals(ctx context.Context, q decisionstore.RefusalQuery) (decisionstore.Refusals, error)
+	// Shadows are the shadow candidates' answers to the decision of an
+	// id, newest first, at most maxShadows.
+	Shadows(ctx context.Context, id string) ([]Entry, error)
 }
 
 // StorePage is one page of a store's entries, newest first.
@@ -106,4 +112,17 @@ func (s storeReader) Values(ctx context.Context, max int) (map[string][]string, 
 // rows: the store keeps its time to the microsecond (pgx truncates).
 func storeCursor(e Entry) string {
 	return decisionstore.Cursor{Time: e.Record.Time.UTC().Truncate(time.Microsecond), ID: e.Record.DecisionID, Kind: decisionstore.KindDecision}.String()
+}
+
+func (s storeReader) Refusals(ctx context.Context, q decisionstore.RefusalQuery) (decisionstore.Refusals, error) {
+	return s.r.Refusals(ctx, q)
+}
+
+func (s storeReader) Shadows(ctx context.Context, id string) ([]Entry, error) {
+	rows, err := s.r.Shadows(ctx, id, maxShadows)
+	var out []Entry
+	for _, row := range rows {
+		out = append(out, entryOf(row))
+	}
+	return out, err
 }

@@ -83,6 +83,28 @@ func (s *fakeStore) Values(context.Context, int) (map[string][]string, error) {
 	return map[string][]string{"replica": {"replica-a", "replica-b"}}, nil
 }
 
+func (s *fakeStore) Refusals(_ context.Context, q decisionstore.RefusalQuery) (decisionstore.Refusals, error) {
+	if s.down {
+		return decisionstore.Refusals{}, errDown
+	}
+	f := q.Filter
+	f.Since, f.Until = q.Window.Since, q.Window.Until
+	return decisionstore.TallyRefusals(q, func(yield func(decisionstore.Refusal) bool) {
+		for _, e := range s.entries {
+			if match(f, e) && !yield(e.refusal()) {
+				return
+			}
+		}
+	}), nil
+}
+
+func (s *fakeStore) Shadows(context.Context, string) ([]Entry, error) {
+	if s.down {
+		return nil, errDown
+	}
+	return nil, nil
+}
+
 var storeRowRE = regexp.MustCompile(`<tr data-seq="([^"]+)"[^>]*>\s*<td><a href="[^"]*/decisions/([^"]+)">.*?</td>\s*<td>([^<]*)</td>`)
 
 // TestPagesReadTheStore: with a store, the list is every replica's

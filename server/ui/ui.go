@@ -58,11 +58,15 @@ type Recent interface {
 	Get(id string) (Entry, bool)
 	Values(max int) map[string][]string
 	Subscribe() (<-chan Entry, func())
+	// Refusals charts the refusals among its decisions (Ring.Refusals).
+	Refusals(q decisionstore.RefusalQuery) decisionstore.Refusals
 }
 
 // Archive finds a decision that the ring no longer holds (a LogFile).
 type Archive interface {
-	Lookup(id string) (decisionlog.Record, bool, error)
+	// Lookup returns the decision of id and the shadow candidates'
+	// answers to it found beside it.
+	Lookup(id string) (decisionlog.Record, []decisionlog.Shadow, bool, error)
 }
 
 // Decider decides without logging anything: explanations of logged
@@ -216,6 +220,7 @@ func New(cfg Config) http.Handler {
 	r.Get(p+"/decisions/{id}", h.decision)
 	r.Post(p+"/decisions/{id}", h.decision) // what-if on this decision's input
 	r.Get(p+"/runs/{runId}", h.run)
+	r.Get(p+"/charts", h.charts)
 	r.Get(p+"/whatif", h.whatif)
 	r.Post(p+"/whatif", h.whatif)
 	r.Get(p+"/events", h.events)
@@ -342,6 +347,7 @@ type listData struct {
 	OlderURL   string
 	NewestURL  string
 	EventsURL  string
+	ChartURL   string // the charts of the same filter
 	PageSize   int
 	Rows       []row
 	FilterNote string
@@ -531,6 +537,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		d.OlderURL = h.cfg.Prefix + "/decisions" + encodeQuery(oq)
 	}
 	d.EventsURL = h.cfg.Prefix + "/events" + encodeQuery(fq)
+	d.ChartURL = h.cfg.Prefix + "/charts" + encodeQuery(fq)
 	h.render(w, r, http.StatusOK, "decisions", page{Title: "Recent decisions", Nav: "decisions", Data: d})
 }
 
@@ -662,6 +669,8 @@ type decisionData struct {
 	TraceURL     string // the link of the record's trace id; empty: none
 	// Run is the run id its input names, RunURL the run's page.
 	Run, RunURL string
+	// Shadow is what the shadow candidates answered to it.
+	Shadow shadowView
 }
 
 // traceLink is where Config.TraceURL shows the trace id, or "" without a
@@ -695,7 +704,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if (!ok || e.InputDropped) && h.cfg.Archive != nil {
-		rec, found, err := h.cfg.Archive.Lookup(id)
+		rec, shadows, found, err := h.cfg.Archive.Lookup(id)
 		if err != nil {
 			h.log.Warn("ui: reading the decision log failed", "err", err)
 		}
@@ -704,7 +713,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 			if snap := h.cfg.Decider.Snapshot(); snap != nil {
 				key = outcomeKeyOf(snap, rec.Decision)
 			}
-			e = Entry{Seq: e.Seq, Record: rec, Replica: e.Replica}
+			e = Entry{Seq: e.Seq, Record: rec, Replica: e.Replica, Shadows: append(e.Shadows, shadows...)}
 			e.Outcome, e.Reasons = rec.Summary(key)
 			ok = true
 		}
@@ -729,6 +738,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
 		d.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(d.Run)
 	}
+	d.Shadow = h.shadowAnswers(r.Context(), e)
 	d.InputText = indent(e.Record.Input)
 	d.ResultText = indent(e.Record.Result)
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
@@ -991,8 +1001,17 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 		"ms": func(ns int64) string {
 			return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
 		},
-		"dur": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
-		"raw": func(b json.RawMessage) string { return string(b) },
+		"dur":        func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+		"raw":        func(b json.RawMessage) string { return string(b) },
+		"seriesName": seriesName,
+		"dict": func(kv ...any) map[string]any {
+			m := map[string]any{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				m[fmt.Sprint(kv[i])] = kv[i+1]
+			}
+			return m
+		},
+		"num": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 		"selected": func(form url.Values, key, v string) bool {
 			return form.Get(key) == v
 		},
@@ -1006,7 +1025,7 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 	}
 	base := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	out := map[string]*template.Template{}
-	for _, name := range []string{"decisions", "decision", "run", "whatif", "policy", "login", "error"} {
+	for _, name := range []string{"decisions", "decision", "run", "charts", "whatif", "policy", "login", "error"} {
 		t := template.Must(base.Clone())
 		out[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html"))
 	}

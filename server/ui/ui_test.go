@@ -658,7 +658,7 @@ func TestLogFile(t *testing.T) {
 	if _, ok := ring.Get(all[len(all)-1].rec.DecisionID); !ok {
 		t.Error("the newest record is not in the ring")
 	}
-	rec, found, err := lf.Lookup(all[0].rec.DecisionID)
+	rec, _, found, err := lf.Lookup(all[0].rec.DecisionID)
 	if err != nil || !found || !jsonEqual(rec.Input, all[0].rec.Input) {
 		t.Errorf("lookup of the oldest: found %v, err %v", found, err)
 	}
