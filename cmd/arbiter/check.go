@@ -15,6 +15,10 @@ evaluator runs and those on topdown. Each problem is printed as file:line: messa
 	var f folders
 	f.register(c, true)
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		if err := f.missing(); err != nil {
+			fmt.Fprintf(stderr, "arbiter check: %v\n", err)
+			return exitError
+		}
 		if c.NArg() > 0 {
 			fmt.Fprintf(stderr, "arbiter check: %v\n", orArgs(nil, c.Args()))
 			return exitError

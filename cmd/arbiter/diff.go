@@ -112,12 +112,12 @@ func loadSide(ctx context.Context, p, schemas string, keys policybundle.Keys) (*
 		return nil, err
 	}
 	if !st.IsDir() {
-		rev, err := policybundle.ReadLocalFile(p, policybundle.Limits{})
-		if keys.File != "" {
-			vc, verr := keys.VerificationConfig()
-			if verr != nil {
-				return nil, verr
-			}
+		var rev *policybundle.Revision
+		if keys.File == "" {
+			rev, err = policybundle.ReadLocalFile(p, policybundle.Limits{})
+		} else if vc, verr := keys.VerificationConfig(); verr != nil {
+			return nil, verr
+		} else {
 			rev, err = policybundle.ReadFile(p, vc, policybundle.Limits{})
 		}
 		if err != nil {

@@ -358,3 +358,56 @@ func setLimit(t *testing.T, root, from, to string) {
 		t.Fatalf("test --update: exit %d", code)
 	}
 }
+
+// TestDiffSignedBundles: arbiter diff reads signed bundles without a key
+// (their signature unverified, as -h says), and with opa build's
+// --verification-key, --verification-key-id and --signing-alg verifies each
+// bundle side: a bundle signed with another key, or not signed, is refused
+// by name, before anything is compared.
+func TestDiffSignedBundles(t *testing.T) {
+	t.Parallel()
+	root := copyQuota(t)
+	dir := t.TempDir()
+	private, public := writeKeyPair(t, dir)
+	_, otherPublic := writeKeyPair(t, t.TempDir())
+	build := func(name string, sign ...string) string {
+		t.Helper()
+		out := filepath.Join(dir, name)
+		args := append(append([]string{"build", "--output", out}, folderArgs(root)...), sign...)
+		if _, stderr, code := runCLI(t, nil, args...); code != exitOK {
+			t.Fatalf("arbiter build %s: exit %d\n%s", name, code, stderr)
+		}
+		return out
+	}
+	signed := build("signed.tar.gz", "--signing-key", private, "--signing-key-id", "ops")
+	unsigned := build("unsigned.tar.gz")
+	verify := func(key string) []string {
+		return []string{"--verification-key", key, "--verification-key-id", "ops", "--signing-alg", "RS256"}
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		refused string // the bundle refused, "" for none
+	}{
+		{"signed, no key", []string{signed, signed}, ""},
+		{"signed, its key", append([]string{signed, signed}, verify(public)...), ""},
+		{"signed, another key", append([]string{signed, signed}, verify(otherPublic)...), signed},
+		{"signed and unsigned, its key", append([]string{signed, unsigned}, verify(public)...), unsigned},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{"diff"}, tc.args...), "--format", "json", "--budget", "2s", "--tests", "")
+			stdout, stderr, code := runCLI(t, nil, args...)
+			if tc.refused == "" {
+				var rep diff.Report
+				if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Decisions) == 0 || strings.Contains(stderr, "loading") {
+					t.Fatalf("exit %d, want a report (%v)\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
+				}
+				return
+			}
+			if code != exitInput || stdout != "" || !strings.Contains(stderr, "loading "+tc.refused+": ") {
+				t.Fatalf("exit %d, want 2 refusing %s\nstdout:\n%s\nstderr:\n%s", code, tc.refused, stdout, stderr)
+			}
+		})
+	}
+}

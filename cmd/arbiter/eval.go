@@ -39,7 +39,7 @@ func (f *inputFlags) check() error {
 	case f.maxInputValues < 0:
 		return fmt.Errorf("--max-input-values must not be negative")
 	}
-	return nil
+	return f.folders.missing()
 }
 
 func (f *inputFlags) config() engine.Config {

@@ -97,3 +97,19 @@ func TestReplicaIDIsBounded(t *testing.T) {
 		t.Errorf("--replica-id replica-1: %v", err)
 	}
 }
+
+// TestMissingFolderNamesItsFlag: every command that loads the folders says,
+// of a policy folder that does not exist, which flag or variable sets it.
+func TestMissingFolderNamesItsFlag(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, args := range [][]string{
+		{"eval", "--decision", "d", "--input", "-"}, {"bench", "--decision", "d", "--input", "-"},
+		{"check"}, {"test"}, {"build"}, {"replay", "--log", "var"},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), args, strings.NewReader("{}"), &stdout, &stderr)
+		if code == exitOK || !strings.Contains(stderr.String(), "set it with --policies or ARBITER_POLICIES") {
+			t.Errorf("arbiter %q in an empty folder: exit %d\n%s", args, code, stderr.String())
+		}
+	}
+}

@@ -44,6 +44,9 @@ func replayCommand() *command {
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		logs = append(logs, c.Args()...)
 		filter, ferr := q.filter(time.Now())
+		if ferr == nil {
+			ferr = f.missing()
+		}
 		switch {
 		case len(logs) == 0 && q.dsn == "":
 			fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR is required, or --store URL")

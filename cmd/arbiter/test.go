@@ -22,6 +22,10 @@ func testCommand() *command {
 	verbose := c.BoolP("verbose", "v", false, "list every test, not only failures")
 	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field and naming on stderr those whose name or note repeats a word only the old result had; then run the tests")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		if err := f.missing(); err != nil {
+			fmt.Fprintf(stderr, "arbiter test: %v\n", err)
+			return exitError
+		}
 		if c.NArg() > 0 {
 			fmt.Fprintf(stderr, "arbiter test: %v\n", orArgs(nil, c.Args()))
 			return exitError
