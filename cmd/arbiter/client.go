@@ -72,11 +72,12 @@ func (f *clientFlags) client(name string, stdout, stderr io.Writer) (*client, er
 // maxAnswer bounds what a command reads of an answer.
 const maxAnswer = 64 << 20
 
-// call sends body (nil: none) to path and decodes a 2xx answer into out.
+// call sends body (nil: none) to path and decodes a 2xx answer into each
+// of outs.
 // With --format json the answer is printed as it is and printed reports
 // false. Any other answer is reported on stderr with its error code and
 // message (exitRefused); a server that cannot be reached is exitError.
-func (c *client) call(ctx context.Context, method, path string, body any, out any) (printed bool, code int) {
+func (c *client) call(ctx context.Context, method, path string, body any, outs ...any) (printed bool, code int) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -115,8 +116,10 @@ func (c *client) call(ctx context.Context, method, path string, body any, out an
 		writeJSON(c.stdout, v)
 		return true, exitOK
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return false, c.fail(fmt.Errorf("the server's answer: %w", err))
+	for _, out := range outs {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return false, c.fail(fmt.Errorf("the server's answer: %w", err))
+		}
 	}
 	return false, exitOK
 }
@@ -182,15 +185,19 @@ func clientCommand(use, short, long string, nargs int, run func(ctx context.Cont
 	return c
 }
 
-// reloadLine is one reload attempt on one line: when, what asked, and what
-// it did.
+// reloadLine is one reload attempt on one line: when, what asked, what it
+// did, and the rest of what its JSON holds (reloadDetails).
 func reloadLine(st engine.ReloadStatus) string {
 	var what string
 	switch {
 	case !st.OK:
 		what = fmt.Sprintf("refused (%d problem(s)); %s keeps serving", len(st.Problems), orNone(st.Revision))
 	case st.Promotion != nil:
-		what = fmt.Sprintf("promoted %s by %s, replacing %s", st.Revision, orNone(st.Promotion.By), orNone(st.Promotion.From))
+		how := "promoted"
+		if st.Promotion.Forced {
+			how = "promoted (forced)"
+		}
+		what = fmt.Sprintf("%s %s by %s, replacing %s", how, st.Revision, orNone(st.Promotion.By), orNone(st.Promotion.From))
 	case st.Changed:
 		what = "activated " + st.Revision
 	default:
@@ -200,7 +207,32 @@ func reloadLine(st engine.ReloadStatus) string {
 	if st.Origin != "" {
 		line += "  from " + st.Origin
 	}
-	return line
+	return line + reloadDetails(st)
+}
+
+// reloadDetails is what reloadLine's words leave out of a reload attempt:
+// its candidate, the revision it replaced, how long it took, the triggers
+// it answered, the files it skipped and its promotion's record.
+func reloadDetails(st engine.ReloadStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  (in %s", st.Duration)
+	if st.Candidate != "" {
+		fmt.Fprintf(&b, ", candidate %s", st.Candidate)
+	}
+	if st.From != "" {
+		fmt.Fprintf(&b, ", replacing %s", st.From)
+	}
+	if st.Coalesced > 0 {
+		fmt.Fprintf(&b, ", %d triggers", st.Coalesced)
+	}
+	b.WriteString(")")
+	for _, f := range st.Skipped {
+		fmt.Fprintf(&b, "\n  skipped %s: %s", f.File, f.Reason)
+	}
+	if p := st.Promotion; p != nil {
+		fmt.Fprintf(&b, "\n  promotion of %s at %s from %s; the source had %s", p.Revision, p.At.UTC().Format(time.RFC3339Nano), orNone(p.Origin), orNone(p.SourceRevision))
+	}
+	return b.String()
 }
 
 func writeProblems(w io.Writer, indent string, probs []engine.Problem) {

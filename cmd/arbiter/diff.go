@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff"
@@ -132,9 +133,15 @@ func loadSide(ctx context.Context, p, schemas string, keys policybundle.Keys) (*
 }
 
 func writeDiffText(w io.Writer, rep *diff.Report) {
+	if rep.Old != "" || rep.New != "" {
+		fmt.Fprintf(w, "old %s, new %s\n", orNone(rep.Old), orNone(rep.New))
+	}
+	if len(rep.Solvers) > 0 {
+		fmt.Fprintf(w, "solvers %s\n", strings.Join(rep.Solvers, ", "))
+	}
 	for _, name := range rep.Names() {
 		d := rep.Decisions[name]
-		fmt.Fprintf(w, "decision %s\n", name)
+		fmt.Fprintf(w, "decision %s (%ss)\n", name, strconv.FormatFloat(d.Seconds, 'f', -1, 64))
 		for _, q := range diff.Questions {
 			a, q := d.Get(q), diff.QuestionName(q)
 			switch a.Verdict {
@@ -167,6 +174,9 @@ func writeDiffText(w io.Writer, rep *diff.Report) {
 							}
 						}
 						fmt.Fprintf(w, "      fired %s (%s:%d): %s\n", r.Reason, r.File, r.Line, strings.Join(ev, ", "))
+						if r.Title != "" || r.Description != "" {
+							fmt.Fprintf(w, "        %s: %s\n", r.Title, r.Description)
+						}
 					}
 				}
 			}

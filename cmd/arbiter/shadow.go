@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -103,6 +108,10 @@ type candidateView struct {
 	LoadedAt  time.Time `json:"loaded_at"`
 }
 
+// shadowShown are the members of GET /v1/shadow that shadowStatus
+// formats; the others it prints leaf by leaf (writeLeaves).
+var shadowShown = []string{"candidate", "live_revision", "stats", "promotable", "refusals", "progress", "report"}
+
 func shadowStatus(ctx context.Context, cl *client) int {
 	stdout := cl.stdout
 	var doc struct {
@@ -114,26 +123,36 @@ func shadowStatus(ctx context.Context, cl *client) int {
 		Progress   string         `json:"progress"`
 		Report     *shadow.Report `json:"report"`
 	}
-	if printed, code := cl.call(ctx, http.MethodGet, "/v1/shadow", nil, &doc); printed || code != exitOK {
+	var all map[string]any
+	if printed, code := cl.call(ctx, http.MethodGet, "/v1/shadow", nil, &doc, &all); printed || code != exitOK {
 		return code
 	}
 	if doc.Candidate == nil {
 		fmt.Fprintf(stdout, "no candidate in shadow; live %s\n", orNone(doc.Live))
-		return exitOK
-	}
-	fmt.Fprintf(stdout, "candidate  %s from %s (live %s)\n", doc.Candidate.Revision, doc.Candidate.Origin, orNone(doc.Live))
-	s := doc.Stats
-	fmt.Fprintf(stdout, "gate       %s", doc.Progress)
-	if doc.Promotable {
-		fmt.Fprintln(stdout, ": promotable")
 	} else {
-		fmt.Fprintln(stdout, ": not promotable")
-		for _, r := range doc.Refusals {
-			fmt.Fprintf(stdout, "  %s\n", r)
+		c := doc.Candidate
+		fmt.Fprintf(stdout, "candidate  %s from %s (live %s)\n", c.Revision, c.Origin, orNone(doc.Live))
+		fmt.Fprintf(stdout, "loaded     by %s at %s; decisions %s\n", orNone(c.LoadedBy), c.LoadedAt.UTC().Format(time.RFC3339Nano), orNone(strings.Join(c.Decisions, ", ")))
+		fmt.Fprintf(stdout, "gate       %s", doc.Progress)
+		if doc.Promotable {
+			fmt.Fprintln(stdout, ": promotable")
+		} else {
+			fmt.Fprintln(stdout, ": not promotable")
+			for _, r := range doc.Refusals {
+				fmt.Fprintf(stdout, "  %s\n", r)
+			}
+		}
+		s := doc.Stats
+		seconds := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) + "s" }
+		fmt.Fprintf(stdout, "stats      %d sampled, %d judged, %d dropped, %d expired, %d abandoned, %d unjudged, %d queued, %d in flight, %d paused\n",
+			s.Sampled, s.Judged, s.Dropped, s.Expired, s.Abandoned, s.Unjudged, s.Queued, s.InFlight, s.Paused)
+		fmt.Fprintf(stdout, "time       %s evaluating, %s throttled, %s paused\n", seconds(s.EvaluationSeconds), seconds(s.ThrottledSeconds), seconds(s.PausedSeconds))
+	}
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		if !slices.Contains(shadowShown, k) {
+			writeLeaves(stdout, k, all[k])
 		}
 	}
-	fmt.Fprintf(stdout, "stats      %d sampled, %d judged, %d dropped, %d expired, %d abandoned, %d unjudged, %d queued\n",
-		s.Sampled, s.Judged, s.Dropped, s.Expired, s.Abandoned, s.Unjudged, s.Queued)
 	if doc.Report != nil {
 		doc.Report.WriteText(stdout)
 	}
@@ -145,17 +164,32 @@ func shadowPromote(ctx context.Context, cl *client, force bool, revision string)
 	var doc struct {
 		Promotion shadow.Promotion `json:"promotion"`
 	}
-	if printed, code := cl.call(ctx, http.MethodPost, "/v1/shadow/promote", map[string]any{"force": force, "revision": revision}, &doc); printed || code != exitOK {
+	var all map[string]any
+	if printed, code := cl.call(ctx, http.MethodPost, "/v1/shadow/promote", map[string]any{"force": force, "revision": revision}, &doc, &all); printed || code != exitOK {
 		return code
 	}
 	p := doc.Promotion
 	how := "promoted"
 	if p.Forced {
-		how = "promoted (forced past the gate)"
+		how = "promoted (forced)"
 	}
-	fmt.Fprintf(stdout, "%s %s, replacing %s\n", how, p.Revision, orNone(p.From))
+	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", how, p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
 	for _, r := range p.Refusals {
 		fmt.Fprintf(stdout, "  %s\n", r)
+	}
+	p.Report.WriteText(stdout)
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		if k != "promotion" {
+			writeLeaves(stdout, k, all[k])
+		}
+	}
+	if b, err := json.Marshal(struct {
+		Gate     shadow.Gate       `json:"gate"`
+		Evidence []shadow.Evidence `json:"evidence"`
+	}{p.Gate, p.Evidence}); err == nil {
+		var rest any
+		_ = json.Unmarshal(b, &rest)
+		writeLeaves(stdout, "promotion", rest)
 	}
 	return exitOK
 }
