@@ -91,9 +91,7 @@ func docCommands(t *testing.T) *cobra.Command {
 		t.Fatal(err)
 	}
 	t.Chdir(dir)
-	root, _ := rootCommand()
-	root.InitDefaultHelpCmd()
-	root.InitDefaultCompletionCmd()
+	root, _ := rootCommand(nil, nil, nil)
 	host, _ := os.Hostname()
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

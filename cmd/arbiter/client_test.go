@@ -27,9 +27,10 @@ var (
 	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
 	addrRE = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 	upRE   = regexp.MustCompile(`(?m)^uptime .*$`)
-	// What a run measures, and the memory budgets this machine's cgroup
-	// sizes: not the golden file's (the JSON check holds them).
-	measuredRE = regexp.MustCompile(`(?m)\(in [^,)]+|^time  .*$|^memory/.*\n`)
+	// What a run measures, the memory budgets this machine's cgroup sizes
+	// and the binary's version: not the golden file's (the JSON check
+	// holds them).
+	measuredRE = regexp.MustCompile(`(?m)\(in [^,)]+|^time  .*$|^memory/.*\n|^version  .*$`)
 )
 
 // TestClientCommandsGolden: what arbiter status, reloads and shadow print
@@ -70,6 +71,8 @@ func TestClientCommandsGolden(t *testing.T) {
 				return "(in <duration>"
 			case strings.HasPrefix(m, "time"):
 				return "time       <measured>"
+			case strings.HasPrefix(m, "version"):
+				return "version    <version>"
 			}
 			return ""
 		})

@@ -296,7 +296,7 @@ func TestIdleConnectionsCannotExhaustDescriptors(t *testing.T) {
 func TestEveryCommandHelp(t *testing.T) {
 	ruleedit.Skip(t)
 	t.Parallel()
-	root, _ := rootCommand()
+	root, _ := rootCommand(nil, nil, nil)
 	for _, c := range append(root.Commands(), root) {
 		for _, sub := range append(c.Commands(), c) {
 			path := strings.Fields(sub.CommandPath())[1:]
@@ -460,7 +460,7 @@ func TestFolderDefaults(t *testing.T) {
 	}
 }
 
-// TestSignalStopsEveryCommand: every command of the command table but
+// TestSignalStopsEveryCommand: every command (main.go's commands) but
 // those that stop themselves (serve) stops on SIGTERM and SIGINT with exit
 // status 130, whatever it is blocked on. Each is held running by something
 // that never ends, and signalled only once the test has seen it there:

@@ -41,9 +41,10 @@ func commands() []*command {
 		reloadsCommand(), shadowCommand(), versionCommand()}
 }
 
-// rootCommand is arbiter and its commands; byCobra finds each one's
-// command of this file by its cobra command.
-func rootCommand() (root *cobra.Command, byCobra map[*cobra.Command]*command) {
+// rootCommand is arbiter and its commands, reading stdin and writing
+// stdout and stderr (nil: the process's); byCobra finds each one's command
+// of this file by its cobra command.
+func rootCommand(stdin io.Reader, stdout, stderr io.Writer) (root *cobra.Command, byCobra map[*cobra.Command]*command) {
 	root = &cobra.Command{
 		Use:   "arbiter",
 		Short: "A policy decision service: Rego policies over schema-validated input",
@@ -71,16 +72,20 @@ command line does not.`,
 			byCobra[sub.Command] = sub
 		}
 	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	// Before ExecuteC would: the reference pages show them too, and the
+	// completion command takes its output when it is made.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
 	return root, byCobra
 }
 
 // run runs the command line args: the entry of main and of the tests.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root, byCobra := rootCommand()
+	root, byCobra := rootCommand(stdin, stdout, stderr)
 	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	if len(args) == 0 {
 		root.SetOut(stderr)
 		_ = root.Help()
