@@ -29,7 +29,7 @@ TEST_PKGS ?= ./...
 # they compute, so more of them run at once than the machine has cores.
 GOTEST    := $(GO) test $(RACE) -count=1 -parallel 8 $(TESTFLAGS)
 
-.PHONY: all build run test test-all test-race test-norace test-policies ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick diff-corpus fleet clean
+.PHONY: all build run test test-all test-race test-norace test-policies ui-e2e rule-edit ci check opa-check fmt lint regal vet bench bench-quick fuzz fuzz-quick diff-corpus fleet man clean
 
 all: build
 
@@ -241,5 +241,11 @@ diff-corpus:
 fleet: build
 	FLEET=1 ARBITER_BIN=$(abspath $(ARBITER)) $(GO) test -count=1 -v -timeout 15m -run '^TestFleet$$' ./fleet/
 
+# The man pages of every command, from the commands themselves (cobra's doc
+# package, in cmd/arbiter's TestCLIDocs); not committed: docs/cli/ has the
+# same pages in Markdown.
+man:
+	$(GO) test -count=1 -run '^TestCLIDocs$$' ./cmd/arbiter/ -man $(CURDIR)/build/man
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build

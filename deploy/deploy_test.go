@@ -128,12 +128,10 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 
 	// Every ARBITER_ variable set must be one `arbiter serve` reads, as its
-	// usage lists them.
+	// usage names them ([$ARBITER_ADDR]).
 	reads := map[string]bool{}
-	for _, line := range strings.Split(serveHelp(t), "\n") {
-		if name, _, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok && strings.HasPrefix(name, "ARBITER_") {
-			reads[name] = true
-		}
+	for _, m := range regexp.MustCompile(`\[\$(ARBITER_[A-Z0-9_]+)\]`).FindAllStringSubmatch(serveHelp(t), -1) {
+		reads[m[1]] = true
 	}
 	var names []string
 	for k := range cm.Data {

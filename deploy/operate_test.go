@@ -47,31 +47,23 @@ func serveHelp(t *testing.T) string {
 	return helpText
 }
 
-var flagLine = regexp.MustCompile(`^  -(\S+)`)
+var flagLine = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)`)
 
 // flagDefault is the default of serve's flag name as its usage prints it
-// ("" for a zero value, which flag.PrintDefaults leaves out).
+// ("" for a zero value, which pflag leaves out).
 func flagDefault(t *testing.T, name string) string {
 	t.Helper()
-	found, def := false, ""
 	for _, line := range strings.Split(serveHelp(t), "\n") {
-		if m := flagLine.FindStringSubmatch(line); m != nil {
-			if found {
-				break
-			}
-			found = m[1] == name
-			continue
-		}
-		if found {
+		if m := flagLine.FindStringSubmatch(line); m != nil && m[1] == name {
+			def := ""
 			if i := strings.LastIndex(line, "(default "); i >= 0 {
 				def = strings.TrimSuffix(strings.TrimSpace(line[i+len("(default "):]), ")")
 			}
+			return def
 		}
 	}
-	if !found {
-		t.Fatalf("arbiter serve has no flag -%s", name)
-	}
-	return def
+	t.Fatalf("arbiter serve has no flag --%s", name)
+	return ""
 }
 
 // manifest is kubernetes.yaml's objects by kind, as maps.

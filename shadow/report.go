@@ -199,7 +199,7 @@ func (r Report) WriteText(w io.Writer) {
 func writeClasses(w io.Writer, indent string, classes []ClassCount) {
 	for _, c := range classes {
 		line := fmt.Sprintf("%s%-16s %d", indent, c.Class, c.Count)
-		if c.Class != Same && len(c.Examples) > 0 {
+		if len(c.Examples) > 0 {
 			more := ""
 			if uint64(len(c.Examples)) < c.Count {
 				more = fmt.Sprintf(" (first %d)", len(c.Examples))

@@ -17,8 +17,10 @@ import (
 // cmdBuild packs the three folders into one OPA bundle that carries
 // everything a revision needs (policies, data, schemas, the gate's tests and
 // fixtures), after running that gate on the packed files themselves.
-func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newCommand("build", "[--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG]] [flags]")
+func buildCommand() *command {
+	fs := newCommand("build", "Pack the folders into one gated OPA bundle, optionally signed", `Pack the policy, schema and test folders into one OPA bundle that carries everything a
+revision needs, after running that gate on the packed files; with --diff-against, the
+semantic diff of the previous revision against this one goes into the signed manifest.`, exitError)
 	var f folders
 	f.register(fs, true)
 	var o policybundle.BuildOptions
@@ -31,49 +33,53 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&o.SkipGate, "no-gate", false, "pack files that fail their own tests (only to test that a fleet refuses them)")
 	against := fs.String("diff-against", "", "the revision this one follows (a bundle file, a folder with policies/ and schemas/, or a policy folder): arbiter diff of it against this one, written into the signed manifest for replicas to show and use")
 	budget := fs.Duration("diff-budget", diff.DefaultBudget, "with --diff-against: arbiter diff's --budget")
-	if done, code := fs.parse(args, stdout, stderr, exitError); done {
-		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "arbiter build: unexpected arguments %q\n", fs.Args())
-		return exitError
-	}
-	o.Policies, o.Schemas, o.Tests = f.policies, f.schemas, f.tests
-	if *against != "" {
-		rep, err := buildDiff(ctx, *against, f, o.Revision, *budget)
+	fs.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		if err := f.missing(); err != nil {
+			fmt.Fprintf(stderr, "arbiter build: %v\n", err)
+			return exitError
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "arbiter build: unexpected arguments %q\n", fs.Args())
+			return exitError
+		}
+		o.Policies, o.Schemas, o.Tests = f.policies, f.schemas, f.tests
+		if *against != "" {
+			rep, err := buildDiff(ctx, *against, f, o.Revision, *budget)
+			if err != nil {
+				fmt.Fprintf(stderr, "arbiter build: --diff-against: %v\n", err)
+				return exitError
+			}
+			if o.Diff, err = json.Marshal(rep); err != nil {
+				return exitError
+			}
+			for _, name := range rep.Names() {
+				fmt.Fprintf(stderr, "arbiter build: diff against %s: decision %s: refuse_to_allow %s\n", rep.Old, name, rep.Decisions[name].RefuseToAllow.Verdict)
+			}
+		}
+		raw, rev, err := policybundle.Build(ctx, o)
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter build: --diff-against: %v\n", err)
+			fmt.Fprintf(stderr, "arbiter build: %v\n", err)
 			return exitError
 		}
-		if o.Diff, err = json.Marshal(rep); err != nil {
+		if *out == "-" {
+			if _, err := stdout.Write(raw); err != nil {
+				return exitError
+			}
+		} else if err := writeFileAtomic(*out, raw); err != nil {
+			fmt.Fprintf(stderr, "arbiter build: %v\n", err)
 			return exitError
 		}
-		for _, name := range rep.Names() {
-			fmt.Fprintf(stderr, "arbiter build: diff against %s: decision %s: refuse_to_allow %s\n", rep.Old, name, rep.Decisions[name].RefuseToAllow.Verdict)
-		}
+		fmt.Fprintf(stderr, "arbiter build: %s revision %s content %s signed %t: %d policy, %d schema, %d test files, %d bytes\n",
+			*out, rev.Manifest.Revision, rev.ContentHash(), rev.Signed, len(rev.Files.Policies), len(rev.Files.Schemas), len(rev.Files.Tests), len(raw))
+		return exitOK
 	}
-	raw, rev, err := policybundle.Build(ctx, o)
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter build: %v\n", err)
-		return exitError
-	}
-	if *out == "-" {
-		if _, err := stdout.Write(raw); err != nil {
-			return exitError
-		}
-	} else if err := writeFileAtomic(*out, raw); err != nil {
-		fmt.Fprintf(stderr, "arbiter build: %v\n", err)
-		return exitError
-	}
-	fmt.Fprintf(stderr, "arbiter build: %s revision %s content %s signed %t: %d policy, %d schema, %d test files, %d bytes\n",
-		*out, rev.Manifest.Revision, rev.ContentHash(), rev.Signed, len(rev.Files.Policies), len(rev.Files.Schemas), len(rev.Files.Tests), len(raw))
-	return exitOK
+	return fs
 }
 
 // buildDiff diffs the revision at against (as arbiter diff loads a side)
 // against the folders being built, named revision when it is set.
 func buildDiff(ctx context.Context, against string, f folders, revision string, budget time.Duration) (*diff.Report, error) {
-	old, err := loadSide(ctx, against, f.schemas)
+	old, err := loadSide(ctx, against, f.schemas, policybundle.Keys{})
 	if err != nil {
 		return nil, err
 	}

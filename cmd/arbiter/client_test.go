@@ -3,15 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/decisionlog"
 
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
@@ -23,6 +27,10 @@ var (
 	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
 	addrRE = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 	upRE   = regexp.MustCompile(`(?m)^uptime .*$`)
+	// What a run measures, the memory budgets this machine's cgroup sizes
+	// and the binary's version: not the golden file's (the JSON check
+	// holds them).
+	measuredRE = regexp.MustCompile(`(?m)\(in [^,)]+|^time  .*$|^memory/.*\n|^version  .*$`)
 )
 
 // TestClientCommandsGolden: what arbiter status, reloads and shadow print
@@ -45,9 +53,29 @@ func TestClientCommandsGolden(t *testing.T) {
 	run := func(args ...string) {
 		stdout, stderr, code := runCLI(t, nil, append(args, "--server", s.url)...)
 		fmt.Fprintf(&out, "### arbiter %s\nexit %d\n%s%s\n", strings.Join(args, " "), code, stdout, stderr)
+		if code != exitOK || args[0] == "shadow" && args[1] != "status" {
+			return // not a read: asked again, it would answer otherwise
+		}
+		js, stderr, code := runCLI(t, nil, append(args, "--server", s.url, "--format", "json")...)
+		var doc any
+		if err := json.Unmarshal([]byte(js), &doc); code != exitOK || err != nil {
+			t.Fatalf("arbiter %s --format json: exit %d, %v\n%s", strings.Join(args, " "), code, err, stderr)
+		}
+		textHasJSON(t, strings.Join(args, " "), stdout, "", doc)
 	}
 	mask := func() []byte {
 		text := upRE.ReplaceAllString(out.String(), "uptime     <uptime>")
+		text = measuredRE.ReplaceAllStringFunc(text, func(m string) string {
+			switch {
+			case strings.HasPrefix(m, "(in "):
+				return "(in <duration>"
+			case strings.HasPrefix(m, "time"):
+				return "time       <measured>"
+			case strings.HasPrefix(m, "version"):
+				return "version    <version>"
+			}
+			return ""
+		})
 		text = timeRE.ReplaceAllString(text, "<time>")
 		text = addrRE.ReplaceAllString(text, "<addr>")
 		for rev, name := range revisions {
@@ -93,6 +121,44 @@ func TestClientCommandsGolden(t *testing.T) {
 	run("reloads")
 	run("shadow", "bogus")
 	golden.Check(t, "testdata/golden/client_commands.golden", mask())
+}
+
+// textHasJSON: every string and number of the JSON answer doc (at the
+// pointer at) is in the text the same command printed: what --format json
+// shows, --format text shows too. A time is looked for to the second, as
+// RFC 3339; the members named in shownOtherwise are in the text in
+// another form.
+func textHasJSON(t *testing.T, cmd, text, at string, doc any) {
+	t.Helper()
+	shownOtherwise := map[string]string{
+		"uptime_seconds": "a duration in seconds (uptime 3s)",
+		"duration_ns":    "a duration (in 499.6ms)",
+		"seconds":        "how long one run took: the text and the JSON are two runs (arbiter diff)",
+	}
+	switch v := doc.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if _, ok := shownOtherwise[k]; !ok {
+				textHasJSON(t, cmd, text, at+"/"+k, e)
+			}
+		}
+	case []any:
+		for i, e := range v {
+			textHasJSON(t, cmd, text, fmt.Sprintf("%s/%d", at, i), e)
+		}
+	case string:
+		want := v
+		if tm, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			want = tm.UTC().Format(time.RFC3339)[:len("2006-01-02T15:04:05")]
+		}
+		if !strings.Contains(text, want) && !strings.Contains(text, decisionlog.Shown(v)) {
+			t.Errorf("arbiter %s: --format json has %s = %q, the text lacks it:\n%s", cmd, at, v, text)
+		}
+	case float64:
+		if want := strconv.FormatFloat(v, 'f', -1, 64); !strings.Contains(text, want) {
+			t.Errorf("arbiter %s: --format json has %s = %s, the text lacks it:\n%s", cmd, at, want, text)
+		}
+	}
 }
 
 // The commands for a running server send ARBITER_TOKEN as the bearer

@@ -96,102 +96,103 @@ func (s *storeQuery) open(ctx context.Context) (*decisionstore.Reader, func(), e
 // cmdDecisions lists stored decisions, newest first: "what did it say
 // about run X" without a browser. It exits 0 when decisions were listed,
 // 1 when none matches, and 2 on bad arguments or a store it cannot read.
-func cmdDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("decisions", "--store URL [filters] [flags]")
+func decisionsCommand() *command {
+	c := newCommand("decisions --store URL", "List the decisions a decision store holds, newest first", `List the decisions of every replica that a decision store holds, newest first, with the
+pages' filters and an input field by JSON pointer and value.`, exitInput)
 	var q storeQuery
 	q.register(c, "decisions")
 	limit := c.Int("limit", 50, "decisions listed at most")
 	before := c.String("before", "", "list from this cursor on (the one a longer list ends with), not from the newest")
 	format := c.String("format", "text", "output format: text (one line per decision) or json (the stored records)")
-	if done, code := c.parse(args, stdout, stderr, exitInput); done {
-		return code
-	}
-	cur, err := decisionstore.ParseCursor(*before)
-	switch {
-	case q.dsn == "":
-		fmt.Fprintln(stderr, "arbiter decisions: --store URL is required")
-		return exitInput
-	case c.NArg() > 0:
-		fmt.Fprintf(stderr, "arbiter decisions: unexpected argument %q\n", c.Arg(0))
-		return exitInput
-	case *format != "text" && *format != "json":
-		fmt.Fprintf(stderr, "arbiter decisions: --format must be text or json, not %q\n", *format)
-		return exitInput
-	case *limit <= 0:
-		fmt.Fprintln(stderr, "arbiter decisions: --limit must be positive")
-		return exitInput
-	case err != nil:
-		fmt.Fprintf(stderr, "arbiter decisions: --before: %v\n", err)
-		return exitInput
-	}
-	f, err := q.filter(time.Now())
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
-		return exitInput
-	}
-	r, closeStore, err := q.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
-		return exitInput
-	}
-	defer closeStore()
-	list := r.List // the text shows the columns: no record is read
-	if *format == "json" {
-		list = r.ListRecords
-	}
-	rows, next, err := list(ctx, f, cur, *limit)
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
-		return exitInput
-	}
-	if *format == "json" {
-		type stored struct {
-			Replica string             `json:"replica"`
-			Outcome string             `json:"outcome"`
-			Reasons []string           `json:"reasons"`
-			Record  decisionlog.Record `json:"record"`
-			// Partial is the record not shown whole (Record is then
-			// what the row's columns say): its size and first bytes.
-			Partial *decisionstore.Partial `json:"partial,omitempty"`
+	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		cur, err := decisionstore.ParseCursor(*before)
+		switch {
+		case q.dsn == "":
+			fmt.Fprintln(stderr, "arbiter decisions: --store URL is required")
+			return exitInput
+		case c.NArg() > 0:
+			fmt.Fprintf(stderr, "arbiter decisions: unexpected argument %q\n", c.Arg(0))
+			return exitInput
+		case *format != "text" && *format != "json":
+			fmt.Fprintf(stderr, "arbiter decisions: --format must be text or json, not %q\n", *format)
+			return exitInput
+		case *limit <= 0:
+			fmt.Fprintln(stderr, "arbiter decisions: --limit must be positive")
+			return exitInput
+		case err != nil:
+			fmt.Fprintf(stderr, "arbiter decisions: --before: %v\n", err)
+			return exitInput
 		}
-		out := struct {
-			Decisions []stored `json:"decisions"`
-			Next      string   `json:"next,omitempty"`
-		}{Decisions: []stored{}, Next: next.String()}
-		for _, row := range rows {
-			reasons := row.Reasons
-			if reasons == nil {
-				reasons = []string{}
+		f, err := q.filter(time.Now())
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
+			return exitInput
+		}
+		r, closeStore, err := q.open(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
+			return exitInput
+		}
+		defer closeStore()
+		list := r.List // the text shows the columns: no record is read
+		if *format == "json" {
+			list = r.ListRecords
+		}
+		rows, next, err := list(ctx, f, cur, *limit)
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
+			return exitInput
+		}
+		if *format == "json" {
+			type stored struct {
+				Replica string             `json:"replica"`
+				Outcome string             `json:"outcome"`
+				Reasons []string           `json:"reasons"`
+				Record  decisionlog.Record `json:"record"`
+				// Partial is the record not shown whole (Record is then
+				// what the row's columns say): its size and first bytes.
+				Partial *decisionstore.Partial `json:"partial,omitempty"`
 			}
-			out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record, row.Partial})
-			if p := row.Partial; p != nil {
-				fmt.Fprintf(stderr, "arbiter decisions: the stored record of %s (%s) is shown in part, its row's columns and first bytes: %d bytes, %s\n",
-					decisionlog.Shown(row.Record.DecisionID), decisionlog.Shown(row.Replica), p.Bytes, p.Why)
+			out := struct {
+				Decisions []stored `json:"decisions"`
+				Next      string   `json:"next,omitempty"`
+			}{Decisions: []stored{}, Next: next.String()}
+			for _, row := range rows {
+				reasons := row.Reasons
+				if reasons == nil {
+					reasons = []string{}
+				}
+				out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record, row.Partial})
+				if p := row.Partial; p != nil {
+					fmt.Fprintf(stderr, "arbiter decisions: the stored record of %s (%s) is shown in part, its row's columns and first bytes: %d bytes, %s\n",
+						decisionlog.Shown(row.Record.DecisionID), decisionlog.Shown(row.Replica), p.Bytes, p.Why)
+				}
+			}
+			writeJSON(stdout, out)
+		} else if len(rows) > 0 {
+			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME (UTC)\tREPLICA\tDECISION\tOUTCOME\tREASONS\tCALLER\tREVISION\tID")
+			for _, row := range rows {
+				rec := row.Record
+				why := strings.Join(row.Reasons, ",")
+				if rec.Error != nil {
+					why = rec.Error.Code
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rec.Time.UTC().Format("2006-01-02 15:04:05.000"),
+					decisionlog.Shown(row.Replica), decisionlog.Shown(rec.Decision), decisionlog.Shown(row.Outcome), decisionlog.Shown(why), decisionlog.Shown(rec.Caller), decisionlog.Shown(shortRev(rec.Revision)), decisionlog.Shown(rec.DecisionID))
+			}
+			tw.Flush()
+			if !next.IsZero() {
+				fmt.Fprintf(stderr, "arbiter decisions: more decisions match; the next ones: --before %s\n", next)
 			}
 		}
-		writeJSON(stdout, out)
-	} else if len(rows) > 0 {
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME (UTC)\tREPLICA\tDECISION\tOUTCOME\tREASONS\tCALLER\tREVISION\tID")
-		for _, row := range rows {
-			rec := row.Record
-			why := strings.Join(row.Reasons, ",")
-			if rec.Error != nil {
-				why = rec.Error.Code
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rec.Time.UTC().Format("2006-01-02 15:04:05.000"),
-				decisionlog.Shown(row.Replica), decisionlog.Shown(rec.Decision), decisionlog.Shown(row.Outcome), decisionlog.Shown(why), decisionlog.Shown(rec.Caller), decisionlog.Shown(shortRev(rec.Revision)), decisionlog.Shown(rec.DecisionID))
+		if len(rows) == 0 {
+			fmt.Fprintln(stderr, "arbiter decisions: no stored decision matches")
+			return exitError
 		}
-		tw.Flush()
-		if !next.IsZero() {
-			fmt.Fprintf(stderr, "arbiter decisions: more decisions match; the next ones: --before %s\n", next)
-		}
+		return exitOK
 	}
-	if len(rows) == 0 {
-		fmt.Fprintln(stderr, "arbiter decisions: no stored decision matches")
-		return exitError
-	}
-	return exitOK
+	return c
 }
 
 func shortRev(s string) string {

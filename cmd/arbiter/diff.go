@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff"
@@ -21,8 +22,15 @@ import (
 // questions), proved absent or shown. It exits 0 when no refuse_to_allow
 // exists (proved), 1 when one was found, 2 when an answer is unknown or the
 // command failed.
-func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("diff", "OLD NEW [flags]   (each a policy folder, a folder with policies/ and schemas/, or a bundle file)")
+func diffCommand() *command {
+	c := newCommand("diff OLD NEW", "Prove whether an edit newly allows, refuses or fails an input", `For each decision, whether an input exists that OLD refuses and NEW allows (and the other
+questions), proved absent (by an SMT solver) or shown with a confirmed example. OLD and
+NEW are each a policy folder, a folder with policies/ and schemas/, or a bundle file.
+A signed bundle is read without verifying its signature unless --verification-key is
+given (as opa build names it): then each bundle side must be signed with that key, or the
+diff refuses it; a folder side has no signature to verify.
+Exit 0: no refuse_to_allow exists (proved); 1: one was found; 2: a verdict is unknown, or
+the command failed.`, exitInput)
 	// OLD and NEW name the policies; the schemas and the fixtures (the
 	// examples' starting points) come from the usual folders.
 	var f folders
@@ -33,46 +41,54 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	solver := c.String("solver", "", "the SMT solvers to run side by side, comma-separated: z3, cvc5 (names on PATH or paths; default: those on PATH)")
 	budget := c.Duration("budget", diff.DefaultBudget, "time the solvers may spend on one decision's questions together; a question not decided within it is unknown")
 	c.fromEnv("solver", "budget")
-	if done, code := c.parse(args, stdout, stderr, exitInput); done {
-		return code
-	}
-	if c.NArg() != 2 {
-		fmt.Fprintln(stderr, "arbiter diff: OLD and NEW are required")
-		return exitInput
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(stderr, "arbiter diff: --format must be text or json, not %q\n", *format)
-		return exitInput
-	}
-	var snaps [2]*engine.Snapshot
-	for i, p := range c.Args() {
-		s, err := loadSide(ctx, p, f.schemas)
-		if err != nil {
-			fmt.Fprintf(stderr, "arbiter diff: loading %s: %v\n", p, err)
+	var keys policybundle.Keys
+	c.StringVar(&keys.File, "verification-key", "", "PEM public key (or HMAC secret) file that each bundle side must be signed with, as opa build --verification-key (default: a signature is not verified)")
+	c.StringVar(&keys.ID, "verification-key-id", "", "id of the verification key, a signature's kid must name it, as opa build's (default: default)")
+	c.StringVar(&keys.Algorithm, "signing-alg", "RS256", "algorithm of the verification key, as opa build --signing-alg")
+	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		if c.NArg() != 2 {
+			fmt.Fprintln(stderr, "arbiter diff: OLD and NEW are required")
 			return exitInput
 		}
-		snaps[i] = s
-	}
-	var fixtures []engine.Fixture
-	if f.tests != "" {
-		fx, err := engine.LoadFixtures(f.tests)
+		if *format != "text" && *format != "json" {
+			fmt.Fprintf(stderr, "arbiter diff: --format must be text or json, not %q\n", *format)
+			return exitInput
+		}
+		if _, err := keys.VerificationConfig(); err != nil {
+			fmt.Fprintf(stderr, "arbiter diff: --verification-key: %v\n", err)
+			return exitInput
+		}
+		var snaps [2]*engine.Snapshot
+		for i, p := range c.Args() {
+			s, err := loadSide(ctx, p, f.schemas, keys)
+			if err != nil {
+				fmt.Fprintf(stderr, "arbiter diff: loading %s: %v\n", p, err)
+				return exitInput
+			}
+			snaps[i] = s
+		}
+		var fixtures []engine.Fixture
+		if f.tests != "" {
+			fx, err := engine.LoadFixtures(f.tests)
+			if err != nil {
+				fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
+				return exitInput
+			}
+			fixtures = fx
+		}
+		rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver), Budget: *budget})
 		if err != nil {
 			fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
 			return exitInput
 		}
-		fixtures = fx
+		if *format == "json" {
+			writeJSON(stdout, rep)
+		} else {
+			writeDiffText(stdout, rep)
+		}
+		return diffExit(rep)
 	}
-	rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver), Budget: *budget})
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
-		return exitInput
-	}
-	if *format == "json" {
-		writeJSON(stdout, rep)
-	} else {
-		writeDiffText(stdout, rep)
-	}
-	return diffExit(rep)
+	return c
 }
 
 func diffExit(rep *diff.Report) int {
@@ -88,15 +104,23 @@ func diffExit(rep *diff.Report) int {
 	return code
 }
 
-// loadSide loads one revision: a bundle file, a folder holding policies/
-// and schemas/, or a policy folder with the schemas of --schemas.
-func loadSide(ctx context.Context, p, schemas string) (*engine.Snapshot, error) {
+// loadSide loads one revision: a bundle file (verified with keys when they
+// name a key), a folder holding policies/ and schemas/, or a policy folder
+// with the schemas of --schemas.
+func loadSide(ctx context.Context, p, schemas string, keys policybundle.Keys) (*engine.Snapshot, error) {
 	st, err := os.Stat(p)
 	if err != nil {
 		return nil, err
 	}
 	if !st.IsDir() {
-		rev, err := policybundle.ReadLocalFile(p, policybundle.Limits{})
+		var rev *policybundle.Revision
+		if keys.File == "" {
+			rev, err = policybundle.ReadLocalFile(p, policybundle.Limits{})
+		} else if vc, verr := keys.VerificationConfig(); verr != nil {
+			return nil, verr
+		} else {
+			rev, err = policybundle.ReadFile(p, vc, policybundle.Limits{})
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -109,9 +133,15 @@ func loadSide(ctx context.Context, p, schemas string) (*engine.Snapshot, error) 
 }
 
 func writeDiffText(w io.Writer, rep *diff.Report) {
+	if rep.Old != "" || rep.New != "" {
+		fmt.Fprintf(w, "old %s, new %s\n", orNone(rep.Old), orNone(rep.New))
+	}
+	if len(rep.Solvers) > 0 {
+		fmt.Fprintf(w, "solvers %s\n", strings.Join(rep.Solvers, ", "))
+	}
 	for _, name := range rep.Names() {
 		d := rep.Decisions[name]
-		fmt.Fprintf(w, "decision %s\n", name)
+		fmt.Fprintf(w, "decision %s (%ss)\n", name, strconv.FormatFloat(d.Seconds, 'f', -1, 64))
 		for _, q := range diff.Questions {
 			a, q := d.Get(q), diff.QuestionName(q)
 			switch a.Verdict {
@@ -144,6 +174,9 @@ func writeDiffText(w io.Writer, rep *diff.Report) {
 							}
 						}
 						fmt.Fprintf(w, "      fired %s (%s:%d): %s\n", r.Reason, r.File, r.Line, strings.Join(ev, ", "))
+						if r.Title != "" || r.Description != "" {
+							fmt.Fprintf(w, "        %s: %s\n", r.Title, r.Description)
+						}
 					}
 				}
 			}

@@ -50,19 +50,31 @@ func TestDiffCommand(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("same revision: exit %d, want 0\n%s%s", code, out, stderr)
 	}
-	golden.Check(t, "testdata/diff/same.txt", golden.Mask([]byte(out), dir))
+	// How long each decision took, and the solvers this machine has, are
+	// not the golden file's.
+	measured := func(text string) []byte {
+		text = regexp.MustCompile(`(?m)^solvers .*\n`).ReplaceAllString(text, "")
+		return golden.Mask([]byte(regexp.MustCompile(`(?m)^(decision \S+) \([0-9.]+s\)$`).ReplaceAllString(text, "$1 (<seconds>)")), dir)
+	}
+	golden.Check(t, "testdata/diff/same.txt", measured(out))
 
 	testfiles.Edit(t, filepath.Join(new, "policies", "decisions", "quota_check", "data.json"), `"limit": 10`, `"limit": 11`)
 	out, stderr, code = runCLI(t, nil, append(append([]string{"diff"}, tests...), old, new)...)
 	if code != exitError {
 		t.Fatalf("raised limit: exit %d, want 1\n%s%s", code, out, stderr)
 	}
-	golden.Check(t, "testdata/diff/raised_limit.txt", golden.Mask([]byte(out), dir))
+	golden.Check(t, "testdata/diff/raised_limit.txt", measured(out))
+	text := out
 	// The documented form: the flags after the operands.
 	out, _, code = runCLI(t, nil, append([]string{"diff", old, new, "--format", "json"}, tests...)...)
 	if code != exitError {
 		t.Fatalf("raised limit, json: exit %d, want 1", code)
 	}
+	var doc any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	textHasJSON(t, "diff", text, "", doc) // seconds aside: two runs
 	out = secondsField.ReplaceAllString(out, `"seconds": 0`)
 	golden.Check(t, "testdata/diff/raised_limit.json", golden.Mask([]byte(out), dir))
 
@@ -103,6 +115,14 @@ func TestServeDiffsEachReload(t *testing.T) {
 	if d.Old != first || d.New != st.Revision || d.Report.Decisions[quotaDecision].RefuseToAllow.Verdict != diff.Found || len(d.Report.Decisions[quotaDecision].RefuseToAllow.Example) == 0 {
 		t.Errorf("/v1/status diff %+v, want %v against %s with a found refuse_to_allow example", d, first, st.Revision)
 	}
+	// arbiter status shows the verdicts and the example, as its JSON does.
+	text, _, code := runCLI(t, nil, "status", "--server", srv.url)
+	js, _, _ := runCLI(t, nil, "status", "--server", srv.url, "--format", "json")
+	var doc any
+	if err := json.Unmarshal([]byte(js), &doc); code != exitOK || err != nil || !strings.Contains(text, "refuse_to_allow: found") {
+		t.Fatalf("arbiter status: exit %d, %v\n%s", code, err, text)
+	}
+	textHasJSON(t, "status", text, "", doc)
 	wait.Until(t, 10*time.Second, "the warning in the log", func() bool {
 		return strings.Contains(srv.stderr.String(), "diff: the new revision allows an input the old one refuses")
 	})
@@ -356,5 +376,58 @@ func setLimit(t *testing.T, root, from, to string) {
 	testfiles.Edit(t, filepath.Join(root, "policies", "decisions", quotaDecision, "data.json"), from, to)
 	if _, _, code := runCLI(t, nil, append([]string{"test", "--update"}, folderArgs(root)...)...); code != exitOK {
 		t.Fatalf("test --update: exit %d", code)
+	}
+}
+
+// TestDiffSignedBundles: arbiter diff reads signed bundles without a key
+// (their signature unverified, as -h says), and with opa build's
+// --verification-key, --verification-key-id and --signing-alg verifies each
+// bundle side: a bundle signed with another key, or not signed, is refused
+// by name, before anything is compared.
+func TestDiffSignedBundles(t *testing.T) {
+	t.Parallel()
+	root := copyQuota(t)
+	dir := t.TempDir()
+	private, public := writeKeyPair(t, dir)
+	_, otherPublic := writeKeyPair(t, t.TempDir())
+	build := func(name string, sign ...string) string {
+		t.Helper()
+		out := filepath.Join(dir, name)
+		args := append(append([]string{"build", "--output", out}, folderArgs(root)...), sign...)
+		if _, stderr, code := runCLI(t, nil, args...); code != exitOK {
+			t.Fatalf("arbiter build %s: exit %d\n%s", name, code, stderr)
+		}
+		return out
+	}
+	signed := build("signed.tar.gz", "--signing-key", private, "--signing-key-id", "ops")
+	unsigned := build("unsigned.tar.gz")
+	verify := func(key string) []string {
+		return []string{"--verification-key", key, "--verification-key-id", "ops", "--signing-alg", "RS256"}
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		refused string // the bundle refused, "" for none
+	}{
+		{"signed, no key", []string{signed, signed}, ""},
+		{"signed, its key", append([]string{signed, signed}, verify(public)...), ""},
+		{"signed, another key", append([]string{signed, signed}, verify(otherPublic)...), signed},
+		{"signed and unsigned, its key", append([]string{signed, unsigned}, verify(public)...), unsigned},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{"diff"}, tc.args...), "--format", "json", "--budget", "2s", "--tests", "")
+			stdout, stderr, code := runCLI(t, nil, args...)
+			if tc.refused == "" {
+				var rep diff.Report
+				if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Decisions) == 0 || strings.Contains(stderr, "loading") {
+					t.Fatalf("exit %d, want a report (%v)\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
+				}
+				return
+			}
+			if code != exitInput || stdout != "" || !strings.Contains(stderr, "loading "+tc.refused+": ") {
+				t.Fatalf("exit %d, want 2 refusing %s\nstdout:\n%s\nstderr:\n%s", code, tc.refused, stdout, stderr)
+			}
+		})
 	}
 }

@@ -39,7 +39,7 @@ func (f *inputFlags) check() error {
 	case f.maxInputValues < 0:
 		return fmt.Errorf("--max-input-values must not be negative")
 	}
-	return nil
+	return f.folders.missing()
 }
 
 func (f *inputFlags) config() engine.Config {
@@ -84,54 +84,56 @@ func (f *inputFlags) readOrReport(name string, stdin io.Reader, stdout, stderr i
 	return body, 0, true
 }
 
-func cmdEval(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("eval", "--decision NAME --input FILE|- [flags]")
+func evalCommand() *command {
+	c := newCommand("eval --decision NAME --input FILE|-", "Decide one input, as the server would", `Decide one input with the policies of the folders: the answer's JSON document, or with
+--format text the result on one line and, with --explain, the reason rules that fired, then
+those that held, with the values each read. Exit 2 when the input is refused (the error document on stdout).`, exitError)
 	var f inputFlags
 	f.register(c)
 	explain := c.Bool("explain", false, "add each reason rule's outcome, title and description")
 	format := c.String("format", "json", "json (the answer's document), or text: the result and, with --explain, each reason rule that fired, then each that held, with the values it read")
-	if done, code := c.parse(args, stdout, stderr, exitError); done {
-		return code
-	}
-	err := f.check()
-	if err == nil && *format != "json" && *format != "text" {
-		err = fmt.Errorf("--format %q: want json or text", *format)
-	}
-	if err != nil || c.NArg() > 0 {
-		fmt.Fprintf(stderr, "arbiter eval: %v\n", orArgs(err, c.Args()))
-		return exitError
-	}
-	body, code, ok := f.readOrReport("eval", stdin, stdout, stderr)
-	if !ok {
-		return code
-	}
-	snap, err := engine.Load(ctx, f.config())
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter eval: %v\n", err)
-		return exitError
-	}
-	d, err := snap.Decide(ctx, f.decision, body, engine.Options{Explain: *explain})
-	if err != nil {
-		e := engine.AsError(err)
+	c.run = func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
+		err := f.check()
+		if err == nil && *format != "json" && *format != "text" {
+			err = fmt.Errorf("--format %q: want json or text", *format)
+		}
+		if err != nil || c.NArg() > 0 {
+			fmt.Fprintf(stderr, "arbiter eval: %v\n", orArgs(err, c.Args()))
+			return exitError
+		}
+		body, code, ok := f.readOrReport("eval", stdin, stdout, stderr)
+		if !ok {
+			return code
+		}
+		snap, err := engine.Load(ctx, f.config())
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter eval: %v\n", err)
+			return exitError
+		}
+		d, err := snap.Decide(ctx, f.decision, body, engine.Options{Explain: *explain})
+		if err != nil {
+			e := engine.AsError(err)
+			if *format == "text" {
+				writeErrorText(stdout, e)
+			} else {
+				writeJSON(stdout, e.Document())
+			}
+			if e.Err != nil {
+				fmt.Fprintf(stderr, "arbiter eval: %v\n", e.Err)
+			}
+			if inputRefused(e.Code) {
+				return exitInput
+			}
+			return exitError
+		}
 		if *format == "text" {
-			writeErrorText(stdout, e)
+			writeDecisionText(stdout, d)
 		} else {
-			writeJSON(stdout, e.Document())
+			writeJSON(stdout, d)
 		}
-		if e.Err != nil {
-			fmt.Fprintf(stderr, "arbiter eval: %v\n", e.Err)
-		}
-		if inputRefused(e.Code) {
-			return exitInput
-		}
-		return exitError
+		return exitOK
 	}
-	if *format == "text" {
-		writeDecisionText(stdout, d)
-	} else {
-		writeJSON(stdout, d)
-	}
-	return exitOK
+	return c
 }
 
 // writeDecisionText prints a decision for people: its result on one line,

@@ -1,146 +1,178 @@
 package main
 
 import (
-	"errors"
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// command is one subcommand's flag set, with the flags that an environment
-// variable may set (ARBITER_ + the flag name in upper case, - as _, unless
-// the flag names its variable: fromEnvAs).
+// command is one arbiter command: its cobra command with its flag set at
+// hand (c.StringVar, c.Args), the exit status of a bad flag, variable or
+// argument, and what it runs once its flags and variables are parsed.
 type command struct {
-	*flag.FlagSet
-	operands []string // the arguments that are not flags, in order
-	synopsis string
-	env      []string
-	envKeys  map[string]string // flag name -> its variable, where fromEnvAs named it
+	*cobra.Command
+	*pflag.FlagSet
+	bad int
+	// stopsItself: the command handles a signal on its own (serve finishes
+	// the requests in flight and drains the decision log first); any other
+	// command is stopped at once.
+	stopsItself bool
+	run         func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int
+	code        int        // what run returned
+	subs        []*command // shadow's load, status, promote, clear
 }
 
-func newCommand(name, synopsis string) *command {
-	c := &command{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis}
-	c.Usage = func() {
-		fmt.Fprintln(c.Output(), strings.TrimSpace("Usage: arbiter "+name+" "+synopsis))
-		hasFlags := false
-		c.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprintf(c.Output(), "\nFlags:\n")
-			c.PrintDefaults()
-		}
-		if len(c.env) > 0 {
-			fmt.Fprintf(c.Output(), "\nEnvironment (the flag wins):\n")
-			for _, n := range c.env {
-				fmt.Fprintf(c.Output(), "  %s\tfor -%s\n", c.envKey(n), n)
-			}
-		}
+// newCommand is a command of the line use ("diff OLD NEW"), described by
+// short (one line) and long (more, or ""), whose bad flags, variables and
+// arguments exit bad. Its flags may stand anywhere among its operands
+// (arbiter diff OLD NEW --format json), and "--" ends them.
+func newCommand(use, short, long string, bad int) *command {
+	c := &command{Command: &cobra.Command{Use: use, Short: short, Long: long}, bad: bad}
+	c.FlagSet = c.Command.Flags()
+	c.RunE = func(cc *cobra.Command, _ []string) error {
+		c.code = c.execute(cc)
+		return nil
 	}
 	return c
 }
 
-// flagSetWatcher is a stdout that wants to see each command's flag set,
-// complete, before it is parsed: TestFlagDocs renders docs/CLI.md's flag
-// tables from the flag sets themselves, so the tables cannot drift from
-// the code (and no global holds a test hook).
-type flagSetWatcher interface{ sawFlags(*command) }
+// Args are the operands: the arguments that are not flags, in order.
+func (c *command) Args() []string { return c.FlagSet.Args() }
 
-// fromEnv marks flags that their environment variable sets.
-func (c *command) fromEnv(names ...string) { c.env = append(c.env, names...) }
+// NArg is how many operands there are.
+func (c *command) NArg() int { return c.FlagSet.NArg() }
+
+// Arg is the i-th operand, "" past the end.
+func (c *command) Arg(i int) string { return c.FlagSet.Arg(i) }
+
+// Name is the command's name, as cobra knows it.
+func (c *command) Name() string { return c.Command.Name() }
+
+// execute applies the environment to the flags the command line left
+// unset, then runs the command. Every command but one that stops itself
+// is stopped at once by a signal, whatever it is doing: they hold nothing
+// that needs a clean stop, and may be blocked in a read that never ends (a
+// FIFO, a terminal).
+func (c *command) execute(cc *cobra.Command) int {
+	stdin, stdout, stderr := cc.InOrStdin(), cc.OutOrStdout(), cc.ErrOrStderr()
+	if err := applyEnv(cc.Flags()); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cc.CommandPath(), err)
+		return c.bad
+	}
+	ctx := cc.Context()
+	if c.stopsItself {
+		return c.run(ctx, stdin, stdout, stderr)
+	}
+	done := make(chan int, 1)
+	go func() { done <- c.run(ctx, stdin, stdout, stderr) }()
+	select {
+	case code := <-done:
+		return code
+	case <-ctx.Done():
+		fmt.Fprintf(stderr, "%s: interrupted\n", cc.CommandPath())
+		return exitInterrupted
+	}
+}
+
+// envAnnotation is the annotation of a flag that names its variable.
+const envAnnotation = "arbiter_env"
+
+// fromEnv marks flags that their environment variable sets: ARBITER_ and
+// the flag's name in upper case, - as _.
+func (c *command) fromEnv(names ...string) {
+	for _, n := range names {
+		c.fromEnvAs(n, "ARBITER_"+strings.ToUpper(strings.ReplaceAll(n, "-", "_")))
+	}
+}
 
 // fromEnvAs marks a flag that the variable key sets, when the flag's own
 // name would make another: one variable for one setting across commands
 // (--store of the tools reads ARBITER_DECISION_STORE, as serve's
-// --decision-store does).
+// --decision-store does). The usage string names the variable, so that
+// -h, the reference pages and the man pages show it.
 func (c *command) fromEnvAs(name, key string) {
-	c.fromEnv(name)
-	if c.envKeys == nil {
-		c.envKeys = map[string]string{}
+	f := c.Lookup(name)
+	if f == nil {
+		panic("fromEnv: no flag --" + name)
 	}
-	c.envKeys[name] = key
+	_ = c.SetAnnotation(name, envAnnotation, []string{key})
+	f.Usage += " [$" + key + "]"
 }
 
-// envKey is the variable that sets the flag name.
-func (c *command) envKey(name string) string {
-	if k, ok := c.envKeys[name]; ok {
-		return k
-	}
-	return envName(name)
-}
-
-func envName(flagName string) string {
-	return "ARBITER_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// parseInterspersed parses flags wherever they stand among the operands
-// (arbiter diff OLD NEW --format json), as OPA's and most CLIs do; "--"
-// ends the flags, and what follows it is operands only.
-func (c *command) parseInterspersed(args []string) error {
-	c.operands = nil
-	for {
-		if err := c.Parse(args); err != nil {
-			return err
+// applyEnv sets each flag that the command line left unset from its
+// variable, as the command line would: a value the flag does not accept is
+// an error naming the variable (ARBITER_MAX_BODY_BYTES=32MiB must not
+// silently mean the default).
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		key := f.Annotations[envAnnotation]
+		if err != nil || f.Changed || len(key) == 0 {
+			return
 		}
-		rest := c.FlagSet.Args()
-		if len(rest) == 0 {
-			return nil
-		}
-		// Parse stops at the first operand, or after "--" (which it drops).
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			c.operands = append(c.operands, rest...)
-			return nil
-		}
-		c.operands = append(c.operands, rest[0])
-		args = rest[1:]
-	}
-}
-
-// Args are the operands: the arguments that are not flags.
-func (c *command) Args() []string { return c.operands }
-
-// NArg is how many operands there are.
-func (c *command) NArg() int { return len(c.operands) }
-
-// Arg is the i-th operand, "" past the end.
-func (c *command) Arg(i int) string {
-	if i < 0 || i >= len(c.operands) {
-		return ""
-	}
-	return c.operands[i]
-}
-
-// parse applies the environment, then the arguments (which win). A value
-// the flag does not accept is an error, from the environment as from the
-// command line: ARBITER_MAX_BODY_BYTES=32MiB must not silently mean the
-// default. It returns done when the command should stop with code: after
-// -h (usage on stdout, 0) or on a bad flag or variable (stderr, bad).
-func (c *command) parse(args []string, stdout, stderr io.Writer, bad int) (done bool, code int) {
-	if w, ok := stdout.(flagSetWatcher); ok {
-		w.sawFlags(c)
-	}
-	c.SetOutput(io.Discard) // errors are printed once, below
-	for _, name := range c.env {
-		key := c.envKey(name)
-		if v, ok := os.LookupEnv(key); ok {
-			if err := c.Set(name, v); err != nil {
-				fmt.Fprintf(stderr, "arbiter %s: %s=%q: %v\n", c.Name(), key, v, err)
-				return true, bad
+		if v, ok := os.LookupEnv(key[0]); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %v", key[0], v, e)
 			}
 		}
+	})
+	return err
+}
+
+// flagError adds to an unknown flag the likeliest one meant, as cobra does
+// for a command: "did you mean --format?" after --fromat, and after
+// -format (Go's flag package took one dash before a long name; pflag,
+// cobra's, takes two).
+func flagError(cc *cobra.Command, err error) error {
+	msg := err.Error()
+	var typed string
+	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+		typed = name
+	} else if _, word, ok := strings.Cut(msg, "' in -"); ok && strings.HasPrefix(msg, "unknown shorthand flag: ") {
+		typed = word
 	}
-	err := c.parseInterspersed(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		c.SetOutput(stdout)
-		c.Usage()
-		return true, exitOK
-	case err != nil:
-		fmt.Fprintf(stderr, "arbiter %s: %v\n", c.Name(), err)
-		c.SetOutput(stderr)
-		c.Usage()
-		return true, bad
+	typed, _, _ = strings.Cut(typed, "=")
+	if typed == "" {
+		return err
 	}
-	c.SetOutput(stderr)
-	return false, 0
+	best, bestDist := "", 3 // at most two edits away, or a prefix
+	cc.Flags().VisitAll(func(f *pflag.Flag) {
+		d := levenshtein(typed, f.Name)
+		if strings.HasPrefix(f.Name, typed) && len(typed) > 1 {
+			d = min(d, 1)
+		}
+		if d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	if best == "" {
+		return err
+	}
+	return fmt.Errorf("%w\n\nDid you mean this?\n\t--%s", err, best)
+}
+
+// levenshtein is the edit distance between a and b.
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"slices"
 	"strings"
@@ -26,18 +27,62 @@ func TestFlagsAmongOperands(t *testing.T) {
 		{[]string{"--", "--format"}, "text", []string{"--format"}},
 		{nil, "text", nil},
 	} {
-		c := newCommand("x", "")
-		format := c.String("format", "text", "")
-		if done, code := c.parse(tc.args, io.Discard, io.Discard, exitInput); done {
-			t.Fatalf("%q: done with exit %d", tc.args, code)
+		c := diffCommand()
+		if err := c.ParseFlags(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
 		}
-		if *format != tc.format || !slices.Equal(c.Args(), tc.operands) || c.NArg() != len(tc.operands) {
-			t.Errorf("%q: --format %q, operands %q; want %q, %q", tc.args, *format, c.Args(), tc.format, tc.operands)
+		format, _ := c.GetString("format")
+		if format != tc.format || !slices.Equal(c.Args(), tc.operands) || c.NArg() != len(tc.operands) {
+			t.Errorf("%q: --format %q, operands %q; want %q, %q", tc.args, format, c.Args(), tc.format, tc.operands)
 		}
 	}
-	c := newCommand("x", "")
-	if done, code := c.parse([]string{"old", "--nope"}, io.Discard, io.Discard, exitInput); !done || code != exitInput {
-		t.Errorf("an unknown flag after an operand: done %v, exit %d; want refused", done, code)
+}
+
+// TestMistypedCommandLine: a mistyped command or flag is refused with the
+// command's exit status for bad arguments, what was likely meant and the
+// command's usage line, not every flag; -h has those. Go's flag package
+// took one dash before a long flag, pflag takes two: -format suggests
+// --format.
+func TestMistypedCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"serv"}, exitError, []string{`unknown command "serv"`, "serve", "Usage: arbiter [command]"}},
+		{[]string{"diff", "old", "new", "--fromat", "json"}, exitInput, []string{"unknown flag: --fromat", "--format", "Usage: arbiter diff OLD NEW [flags]"}},
+		{[]string{"eval", "-format", "text"}, exitError, []string{"--format", "Usage: arbiter eval --decision NAME --input FILE|- [flags]"}},
+		{[]string{"shadow", "promot"}, exitError, []string{"did you mean promote?"}},
+		{[]string{"test", "--verbos"}, exitError, []string{"--verbose"}},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+		if code != tc.code || stdout.Len() > 0 {
+			t.Errorf("arbiter %q: exit %d, stdout %q; want exit %d, nothing on stdout", tc.args, code, stdout.String(), tc.code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("arbiter %q: stderr lacks %q:\n%s", tc.args, w, stderr.String())
+			}
+		}
+		if lines := strings.Count(stderr.String(), "\n"); lines > 8 {
+			t.Errorf("arbiter %q: %d lines on stderr, want the usage line, not every flag:\n%s", tc.args, lines, stderr.String())
+		}
+	}
+}
+
+// TestCompletion: arbiter completion writes cobra's completion script for
+// each shell, naming the commands.
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		var stdout, stderr strings.Builder
+		if code := run(context.Background(), []string{"completion", shell}, strings.NewReader(""), &stdout, &stderr); code != exitOK || !strings.Contains(stdout.String(), "arbiter") {
+			t.Errorf("arbiter completion %s: exit %d, %d bytes\n%s", shell, code, stdout.Len(), stderr.String())
+		}
+	}
+	var stdout strings.Builder
+	if code := run(context.Background(), []string{"__complete", "sha"}, strings.NewReader(""), &stdout, io.Discard); code != exitOK || !strings.Contains(stdout.String(), "shadow") {
+		t.Errorf("completing arbiter sha: exit %d %q", code, stdout.String())
 	}
 }
 
@@ -50,5 +95,21 @@ func TestReplicaIDIsBounded(t *testing.T) {
 	}
 	if err := (&fleetConfig{replicaID: "replica-1"}).validate(); err != nil {
 		t.Errorf("--replica-id replica-1: %v", err)
+	}
+}
+
+// TestMissingFolderNamesItsFlag: every command that loads the folders says,
+// of a policy folder that does not exist, which flag or variable sets it.
+func TestMissingFolderNamesItsFlag(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, args := range [][]string{
+		{"eval", "--decision", "d", "--input", "-"}, {"bench", "--decision", "d", "--input", "-"},
+		{"check"}, {"test"}, {"build"}, {"replay", "--log", "var"},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), args, strings.NewReader("{}"), &stdout, &stderr)
+		if code == exitOK || !strings.Contains(stderr.String(), "set it with --policies or ARBITER_POLICIES") {
+			t.Errorf("arbiter %q in an empty folder: exit %d\n%s", args, code, stderr.String())
+		}
 	}
 }

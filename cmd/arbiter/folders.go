@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -24,6 +28,22 @@ func (f *folders) register(c *command, withTests bool) {
 		c.StringVar(&f.tests, "tests", in("policy_test"), "folder of Rego tests and fixtures ('' for none)")
 		c.fromEnv("tests")
 	}
+}
+
+// missing says which flag or variable sets a policy or schema folder that
+// does not exist: "lstat policies: no such file or directory" alone does
+// not say where the name came from.
+func (f *folders) missing() error {
+	for _, d := range []struct{ name, dir string }{{"policies", f.policies}, {"schemas", f.schemas}} {
+		how := fmt.Sprintf("set it with --%s or ARBITER_%s (the default is the %s/ of the working directory, or of the root of its git repository)", d.name, strings.ToUpper(d.name), d.name)
+		if d.dir == "" {
+			return fmt.Errorf("no %s folder: %s", d.name, how)
+		}
+		if _, err := os.Stat(d.dir); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("the %s folder %s does not exist: %s", d.name, d.dir, how)
+		}
+	}
+	return nil
 }
 
 // defaultFolder is the default of the folder flag name: name in repoRoot,

@@ -7,51 +7,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
+	"strings"
 	"syscall"
+
+	opaversion "github.com/open-policy-agent/opa/v1/version"
+	"github.com/spf13/cobra"
 )
-
-const usage = `arbiter: a policy decision service (Rego policies over schema-validated input)
-
-Usage:
-  arbiter serve   [--addr HOST:PORT] [--policies DIR] [--schemas DIR] [--tests DIR]
-                  [--decision-log PATH|-] [--max-body-bytes N] [--eval-timeout D]
-                  [--auth-token-file F] [--tls-cert-file F --tls-key-file F [--tls-client-ca-file F]]
-                  [--insecure-listen]   (see arbiter serve -h for every flag)
-  arbiter eval    --decision NAME --input FILE|- [--explain] [--format json|text] [--max-body-bytes N]
-                  [--max-input-values N] [--policies DIR] [--schemas DIR]
-  arbiter check   [--policies DIR] [--schemas DIR] [--tests DIR]
-  arbiter test    [--policies DIR] [--schemas DIR] [--tests DIR] [--coverage] [--threshold N]
-                  [--run REGEX] [--format text|json] [-v] [--update]
-  arbiter build   [--output FILE] [--revision REV] [--signing-key KEY [--signing-alg ALG] [--signing-key-id ID]]
-                  [--claims-file FILE] [--no-gate] [--diff-against PREVIOUS [--diff-budget D]] [--policies DIR] [--schemas DIR]
-                  [--tests DIR]   (an OPA bundle of one revision, with its diff against PREVIOUS)
-  arbiter replay  --log FILE|DIR [--log ...] [FILE|DIR ...] | --store URL [--since D] [--until D] [filters]
-                  [--workers N] [--examples N] [--policies DIR] [--schemas DIR] [--format text|json]
-                  filters: [--decision NAME] [--outcome O] [--reason R] [--revision PREFIX] [--caller C]
-                  [--replica ID] [--path P] [--input "/run/runId = run-7f3a" ...]
-  arbiter decisions --store URL [--since D] [--until D] [filters] [--limit N] [--before CURSOR]
-                  [--format text|json]   (every replica's stored decisions, newest first)
-                  filters: [--decision NAME] [--outcome O] [--reason R] [--revision PREFIX] [--caller C]
-                  [--replica ID] [--path P] [--input "/run/runId = run-7f3a" ...]
-  arbiter diff    OLD NEW [--format text|json] [--schemas DIR] [--tests DIR] [--solver z3,cvc5] [--budget D]
-                  (does an edit open an allowance? proved absent, or an example)
-  arbiter bench   --decision NAME --input FILE|- [--duration D] [--max-body-bytes N] [--max-input-values N]
-                  [--policies DIR] [--schemas DIR] [--format text|json]
-  arbiter status  [--server URL] [--token T] [--tls-ca-file F] [--format text|json]
-                  (the running server's revision, last reload and bundles)
-  arbiter reloads [--server URL] [--token T] [--tls-ca-file F] [--format text|json]
-                  (its reload history, newest first)
-  arbiter shadow  load DIR|BUNDLE [--schemas DIR] [--tests DIR] | status | promote [--force] [--revision REV]
-                  | clear  [--server URL] [--token T] [--tls-ca-file F] [--format text|json]
-  arbiter version
-
-Every command takes -h. status, reloads and shadow talk to a running arbiter serve
-(--server, default http://127.0.0.1:8181; ARBITER_SERVER, ARBITER_TOKEN); an error
-answer prints its code and message and exits 2. Folders default to the policies/, schemas/ and
-policy_test/ of the working directory, or of the root of its git repository
-(ARBITER_POLICIES, ARBITER_SCHEMAS and ARBITER_TESTS override them).
-`
 
 // Exit codes. Each command documents which it uses.
 const (
@@ -70,83 +31,84 @@ func main() {
 	os.Exit(code)
 }
 
-// subcommand is one entry of the command table.
-type subcommand struct {
-	name string
-	run  func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int
-	// stopsItself: the command handles a signal on its own (serve finishes
-	// the requests in flight and drains the decision log first); any other
-	// command is stopped at once by run.
-	stopsItself bool
+// commands builds arbiter's commands afresh, in the order of the reference
+// pages (run is called many times in one test process): run dispatches on
+// them and the tests walk them, so that a new command is held to what every
+// command promises (-h, and a signal stops it) without a test edit.
+func commands() []*command {
+	return []*command{serveCommand(), evalCommand(), checkCommand(), testCommand(), buildCommand(),
+		replayCommand(), decisionsCommand(), diffCommand(), benchCommand(), statusCommand(),
+		reloadsCommand(), shadowCommand(), versionCommand()}
 }
 
-// commands is every command of arbiter, in the order of the usage text: run
-// dispatches on it and the tests walk it, so that a new command is held to
-// what every command promises (-h, and a signal stops it) without a test edit.
-var commands = []subcommand{
-	{"serve", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdServe(ctx, args, stdout, stderr)
-	}, true},
-	{"eval", cmdEval, false},
-	{"check", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdCheck(ctx, args, stdout, stderr)
-	}, false},
-	{"test", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdTest(ctx, args, stdout, stderr)
-	}, false},
-	{"build", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdBuild(ctx, args, stdout, stderr)
-	}, false},
-	{"replay", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdReplay(ctx, args, stdout, stderr)
-	}, false},
-	{"decisions", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdDecisions(ctx, args, stdout, stderr)
-	}, false},
-	{"diff", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdDiff(ctx, args, stdout, stderr)
-	}, false},
-	{"bench", cmdBench, false},
-	{"status", cmdStatus, false},
-	{"reloads", cmdReloads, false},
-	{"shadow", cmdShadow, false},
-	{"version", func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-		return cmdVersion(args, stdout, stderr)
-	}, false},
+// rootCommand is arbiter and its commands, reading stdin and writing
+// stdout and stderr (nil: the process's); byCobra finds each one's command
+// of this file by its cobra command.
+func rootCommand(stdin io.Reader, stdout, stderr io.Writer) (root *cobra.Command, byCobra map[*cobra.Command]*command) {
+	root = &cobra.Command{
+		Use:   "arbiter",
+		Short: "A policy decision service: Rego policies over schema-validated input",
+		Long: `arbiter: a policy decision service (Rego policies over schema-validated input).
+
+status, reloads and shadow talk to a running arbiter serve (--server, default
+http://127.0.0.1:8181; ARBITER_SERVER, ARBITER_TOKEN); an error answer prints its code and
+message and exits 2. Folders default to the policies/, schemas/ and policy_test/ of the
+working directory, or of the root of its git repository (ARBITER_POLICIES, ARBITER_SCHEMAS
+and ARBITER_TESTS override them). A flag's [$ARBITER_...] variable sets it when the
+command line does not.`,
+		Version:           buildVersion() + " (opa " + opaversion.Version + ")",
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		DisableAutoGenTag: true, // the reference pages stay the same from one day to the next
+	}
+	root.SetVersionTemplate("arbiter {{.Version}}\n")
+	root.SetFlagErrorFunc(flagError)
+	byCobra = map[*cobra.Command]*command{}
+	for _, c := range commands() {
+		root.AddCommand(c.Command)
+		byCobra[c.Command] = c
+		for _, sub := range c.subs {
+			c.AddCommand(sub.Command)
+			byCobra[sub.Command] = sub
+		}
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	// Before ExecuteC would: the reference pages show them too, and the
+	// completion command takes its output when it is made.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	return root, byCobra
 }
 
+// run runs the command line args: the entry of main and of the tests.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root, byCobra := rootCommand(stdin, stdout, stderr)
+	root.SetArgs(args)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		root.SetOut(stderr)
+		_ = root.Help()
 		return exitError
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "--version":
-		cmd = "version"
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
+	cc, err := root.ExecuteContextC(ctx)
+	c := byCobra[cc]
+	if err == nil {
+		if c == nil || c.run == nil { // help, completion, --version
+			return exitOK
+		}
+		return c.code
 	}
-	i := slices.IndexFunc(commands, func(c subcommand) bool { return c.name == cmd })
-	if i < 0 {
-		fmt.Fprintf(stderr, "arbiter: unknown command %q\n\n%s", cmd, usage)
+	// A mistyped command or flag: the error, what was likely meant, and
+	// the command's usage line; not every flag (-h has them).
+	fmt.Fprintf(stderr, "%s: %v\n", cc.CommandPath(), strings.TrimRight(err.Error(), "\n"))
+	use := cc.UseLine()
+	if !cc.Runnable() {
+		use = cc.CommandPath() + " [command]"
+	}
+	fmt.Fprintf(stderr, "Usage: %s\nRun '%s --help' for more.\n", use, cc.CommandPath())
+	if c == nil {
 		return exitError
 	}
-	c := commands[i]
-	if c.stopsItself {
-		return c.run(ctx, rest, stdin, stdout, stderr)
-	}
-	// The other commands hold nothing that needs a clean stop, and may be
-	// blocked in a read that never ends (a FIFO, a terminal): a signal
-	// stops them at once, whatever they are doing.
-	done := make(chan int, 1)
-	go func() { done <- c.run(ctx, rest, stdin, stdout, stderr) }()
-	select {
-	case code := <-done:
-		return code
-	case <-ctx.Done():
-		fmt.Fprintf(stderr, "arbiter %s: interrupted\n", cmd)
-		return exitInterrupted
-	}
+	return c.bad
 }

@@ -28,29 +28,6 @@ func docBlock(t *testing.T, file, heading string) string {
 	return block
 }
 
-// TestReadmeCommandLine: the synopsis block of docs/CLI.md (the README
-// links it) shows each command with the flags of the usage text (serve's
-// flags have their own table there, as its usage defers to -h; every
-// command's flag table is TestFlagDocs').
-func TestReadmeCommandLine(t *testing.T) {
-	t.Parallel()
-	block := docBlock(t, "docs/CLI.md", "## Synopsis")
-	documented := synopses(strings.ReplaceAll("\n"+block, "\narbiter ", "\n  arbiter "))
-	for name, synopsis := range usageSynopses(t) {
-		doc, ok := documented[name]
-		if !ok {
-			t.Errorf("docs/CLI.md's synopsis block lacks arbiter %s", name)
-			continue
-		}
-		if strings.Contains(synopsis, "-h for every flag") {
-			continue
-		}
-		if got, want := synopsisFlags(doc), synopsisFlags(synopsis); !maps.Equal(got, want) {
-			t.Errorf("docs/CLI.md shows arbiter %s with %v, the usage text with %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
-		}
-	}
-}
-
 // TestReadmeLayout: the layout block of docs/ARCHITECTURE.md (the README
 // links it) has one line per folder, and
 // every Go package of the repository (every folder holding .go files,

@@ -27,8 +27,8 @@ import (
 // nothing changed but records or lines were skipped (masked, cut off,
 // corrupt), and 2 on bad arguments, policies that do not load or a log that
 // cannot be read.
-func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("replay", "--log FILE|DIR [--log FILE|DIR ...] [FILE|DIR ...] | --store URL [filters] [flags]")
+func replayCommand() *command {
+	c := newCommand("replay [--log FILE|DIR ...] [FILE|DIR ...] | --store URL", "Decide recorded inputs again with other policies: the impact report", "", exitInput)
 	var f folders
 	f.register(c, false)
 	var logs []string
@@ -41,124 +41,127 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	format := c.String("format", "text", "output format: text or json")
 	examples := c.Int("examples", shadow.DefaultExamples, "decision ids the impact report keeps per decision and class")
 	workers := c.Int("workers", 0, "records decided in parallel, 0: one per CPU (GOMAXPROCS); the report is the same for any number")
-	if done, code := c.parse(args, stdout, stderr, exitInput); done {
-		return code
-	}
-	logs = append(logs, c.Args()...)
-	filter, ferr := q.filter(time.Now())
-	switch {
-	case len(logs) == 0 && q.dsn == "":
-		fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR is required, or --store URL")
-		return exitInput
-	case len(logs) > 0 && q.dsn != "":
-		fmt.Fprintln(stderr, "arbiter replay: --log and --store are two sources: give one")
-		return exitInput
-	case ferr != nil:
-		fmt.Fprintf(stderr, "arbiter replay: %v\n", ferr)
-		return exitInput
-	case q.dsn == "" && !reflect.DeepEqual(filter, decisionstore.Filter{}):
-		fmt.Fprintln(stderr, "arbiter replay: the filters read a decision store: they need --store")
-		return exitInput
-	case *workers < 0:
-		fmt.Fprintln(stderr, "arbiter replay: --workers must not be negative")
-		return exitInput
-	case *format != "text" && *format != "json":
-		fmt.Fprintf(stderr, "arbiter replay: --format must be text or json, not %q\n", *format)
-		return exitInput
-	case *examples <= 0:
-		fmt.Fprintln(stderr, "arbiter replay: --examples must be positive")
-		return exitInput
-	}
-	var files []string
-	if len(logs) > 0 {
-		var err error
-		if files, err = replay.Files(logs); err != nil {
+	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		logs = append(logs, c.Args()...)
+		filter, ferr := q.filter(time.Now())
+		if ferr == nil {
+			ferr = f.missing()
+		}
+		switch {
+		case len(logs) == 0 && q.dsn == "":
+			fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR is required, or --store URL")
+			return exitInput
+		case len(logs) > 0 && q.dsn != "":
+			fmt.Fprintln(stderr, "arbiter replay: --log and --store are two sources: give one")
+			return exitInput
+		case ferr != nil:
+			fmt.Fprintf(stderr, "arbiter replay: %v\n", ferr)
+			return exitInput
+		case q.dsn == "" && !reflect.DeepEqual(filter, decisionstore.Filter{}):
+			fmt.Fprintln(stderr, "arbiter replay: the filters read a decision store: they need --store")
+			return exitInput
+		case *workers < 0:
+			fmt.Fprintln(stderr, "arbiter replay: --workers must not be negative")
+			return exitInput
+		case *format != "text" && *format != "json":
+			fmt.Fprintf(stderr, "arbiter replay: --format must be text or json, not %q\n", *format)
+			return exitInput
+		case *examples <= 0:
+			fmt.Fprintln(stderr, "arbiter replay: --examples must be positive")
+			return exitInput
+		}
+		var files []string
+		if len(logs) > 0 {
+			var err error
+			if files, err = replay.Files(logs); err != nil {
+				fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
+				return exitInput
+			}
+		}
+		snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter replay: loading the policies: %v\n", err)
+			return exitInput
+		}
+		opts := replay.Options{Examples: *examples, Workers: *workers}
+		progress := newProgress(stderr)
+		opts.Progress = progress.update
+		var rep *replay.Report
+		if q.dsn == "" {
+			rep, err = replay.Run(ctx, snap, files, opts)
+		} else {
+			var r *decisionstore.Reader
+			var closeStore func()
+			if r, closeStore, err = q.open(ctx); err != nil {
+				fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
+				return exitInput
+			}
+			defer closeStore()
+			// Promotions too, which replay counts as files show them.
+			filter.Kinds = []string{decisionstore.KindDecision, decisionstore.KindPromotion}
+			rep, err = replay.RunStream(ctx, snap, func(ctx context.Context, fn func(string, decisionlog.Record, string) error) error {
+				return r.Stream(ctx, filter, func(row decisionstore.Row) error {
+					if p := row.Partial; p != nil {
+						return fn(row.Replica, row.Record, fmt.Sprintf("its %d-byte stored record is not read: %s", p.Bytes, p.Why))
+					}
+					return fn(row.Replica, row.Record, "")
+				})
+			}, opts)
+		}
+		progress.done()
+		if err != nil {
 			fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
 			return exitInput
 		}
-	}
-	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter replay: loading the policies: %v\n", err)
-		return exitInput
-	}
-	opts := replay.Options{Examples: *examples, Workers: *workers}
-	progress := newProgress(stderr)
-	opts.Progress = progress.update
-	var rep *replay.Report
-	if q.dsn == "" {
-		rep, err = replay.Run(ctx, snap, files, opts)
-	} else {
-		var r *decisionstore.Reader
-		var closeStore func()
-		if r, closeStore, err = q.open(ctx); err != nil {
-			fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
-			return exitInput
-		}
-		defer closeStore()
-		// Promotions too, which replay counts as files show them.
-		filter.Kinds = []string{decisionstore.KindDecision, decisionstore.KindPromotion}
-		rep, err = replay.RunStream(ctx, snap, func(ctx context.Context, fn func(string, decisionlog.Record, string) error) error {
-			return r.Stream(ctx, filter, func(row decisionstore.Row) error {
-				if p := row.Partial; p != nil {
-					return fn(row.Replica, row.Record, fmt.Sprintf("its %d-byte stored record is not read: %s", p.Bytes, p.Why))
-				}
-				return fn(row.Replica, row.Record, "")
-			})
-		}, opts)
-	}
-	progress.done()
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
-		return exitInput
-	}
 
-	if *format == "json" {
-		writeJSON(stdout, rep)
-	} else {
-		for _, w := range rep.Warnings {
-			fmt.Fprintf(stderr, "arbiter replay: warning: %s\n", w)
-		}
-		// Every value of a record is printed through decisionlog.Shown:
-		// the records came from requests, and a store's rows from whoever
-		// can write the database.
-		for _, ch := range rep.Changed { // the most dangerous class first
-			at := fmt.Sprintf("%s:%d", ch.File, ch.Line)
-			if ch.File == "" {
-				at = "replica " + decisionlog.Shown(ch.Replica)
+		if *format == "json" {
+			writeJSON(stdout, rep)
+		} else {
+			for _, w := range rep.Warnings {
+				fmt.Fprintf(stderr, "arbiter replay: warning: %s\n", w)
 			}
-			was := "(none)"
-			if ch.Old.Revision != "" {
-				was = decisionlog.Shown(ch.Old.Revision)
+			// Every value of a record is printed through decisionlog.Shown:
+			// the records came from requests, and a store's rows from whoever
+			// can write the database.
+			for _, ch := range rep.Changed { // the most dangerous class first
+				at := fmt.Sprintf("%s:%d", ch.File, ch.Line)
+				if ch.File == "" {
+					at = "replica " + decisionlog.Shown(ch.Replica)
+				}
+				was := "(none)"
+				if ch.Old.Revision != "" {
+					was = decisionlog.Shown(ch.Old.Revision)
+				}
+				fmt.Fprintf(stdout, "changed %s %s (%s): %s: revision %s -> %s: %s -> %s\n",
+					decisionlog.Shown(ch.DecisionID), decisionlog.Shown(ch.Decision), at, ch.Class, was, ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
 			}
-			fmt.Fprintf(stdout, "changed %s %s (%s): %s: revision %s -> %s: %s -> %s\n",
-				decisionlog.Shown(ch.DecisionID), decisionlog.Shown(ch.Decision), at, ch.Class, was, ch.New.Revision, ch.Old.Describe(ch.New), ch.New.Describe(ch.Old))
-		}
-		fmt.Fprintf(stdout, "impact of revision %s: ", rep.Summary.NewRevision)
-		rep.Impact.WriteText(stdout)
-		s := rep.Summary
-		old := "none"
-		if len(s.OldRevisions) > 0 {
-			shown := make([]string, len(s.OldRevisions))
-			for i, r := range s.OldRevisions {
-				shown[i] = decisionlog.Shown(r)
+			fmt.Fprintf(stdout, "impact of revision %s: ", rep.Summary.NewRevision)
+			rep.Impact.WriteText(stdout)
+			s := rep.Summary
+			old := "none"
+			if len(s.OldRevisions) > 0 {
+				shown := make([]string, len(s.OldRevisions))
+				for i, r := range s.OldRevisions {
+					shown[i] = decisionlog.Shown(r)
+				}
+				old = strings.Join(shown, ", ")
 			}
-			old = strings.Join(shown, ", ")
+			from := fmt.Sprintf("%d files", len(s.Files))
+			if s.Store {
+				from = "the decision store"
+			}
+			fmt.Fprintf(stdout, "replayed %d decisions from %s: %d changed, %d unchanged, %d skipped (revision %s -> %s)\n",
+				s.Replayed, from, s.Changed, s.Unchanged, s.Skipped, old, s.NewRevision)
 		}
-		from := fmt.Sprintf("%d files", len(s.Files))
-		if s.Store {
-			from = "the decision store"
+		switch {
+		case rep.Summary.Changed > 0:
+			return exitError
+		case rep.Summary.Skipped > 0:
+			return exitSkipped
 		}
-		fmt.Fprintf(stdout, "replayed %d decisions from %s: %d changed, %d unchanged, %d skipped (revision %s -> %s)\n",
-			s.Replayed, from, s.Changed, s.Unchanged, s.Skipped, old, s.NewRevision)
+		return exitOK
 	}
-	switch {
-	case rep.Summary.Changed > 0:
-		return exitError
-	case rep.Summary.Skipped > 0:
-		return exitSkipped
-	}
-	return exitOK
+	return c
 }
 
 // progress shows on a terminal how many records replay took, on one line

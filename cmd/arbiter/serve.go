@@ -15,11 +15,24 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
-func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, done, code := parseServe(args, stdout, stderr)
-	if done {
-		return code
+func serveCommand() *command {
+	fs := newCommand("serve", "Serve decisions over HTTP, reloading the policies when they change",
+		`Serve the decisions of the policy folders, or of a polled OPA bundle, over HTTP, with the
+reload gate, the decision log, the pages at /ui and the shadow candidate. SIGTERM and SIGINT
+stop it gracefully. Exit 3: stopped, but decision records were not written.`, exitError)
+	fs.stopsItself = true
+	c := registerServe(fs)
+	fs.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		if err := c.settle(fs); err != nil {
+			fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
+			return exitError
+		}
+		return serveWith(ctx, c, stdout, stderr)
 	}
+	return fs
+}
+
+func serveWith(ctx context.Context, c *serveConfig, stdout, stderr io.Writer) int {
 	log, err := newLogger(c.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
@@ -38,7 +51,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	log.Info("memory", "limit_bytes", c.memory.LimitBytes, "source", c.memory.Source, "cgroup_limit_bytes", c.memory.CgroupBytes,
 		"max_inflight_bytes", c.maxInflightBytes, "max_inflight_values", c.maxInflightValues,
 		"decision_log_queue_bytes", c.logQueueBytes, "shadow_queue_bytes", c.shadowQueueBytes, "decision_log_upload_queue_bytes", c.uploadQueueBytes)
-	code, err = serve(ctx, c, log, stdout)
+	code, err := serve(ctx, c, log, stdout)
 	if err != nil {
 		log.Error("arbiter serve stopped", "err", err)
 		return exitError

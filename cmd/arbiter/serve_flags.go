@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/server/ui"
+	"github.com/spf13/pflag"
 )
 
 // serveConfig is every setting of `arbiter serve`, parsed and validated here
@@ -86,8 +86,9 @@ const (
 	defaultDiffMemory = 2 << 30
 )
 
-func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, int) {
-	fs := newCommand("serve", "[flags]")
+// registerServe adds serve's flags to fs, parsed into the config it
+// returns.
+func registerServe(fs *command) *serveConfig {
 	c := &serveConfig{memoryLimit: defaultMemoryLimit}
 	c.folders.register(fs, true)
 	c.fleetConfig.register(fs)
@@ -141,16 +142,18 @@ func parseServe(args []string, stdout, stderr io.Writer) (*serveConfig, bool, in
 		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
 		"reload-timeout", "test-timeout", "diff-timeout", "diff-memory", "diff-gate", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
 		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent", "ui-trace-url")
-	if done, code := fs.parse(args, stdout, stderr, exitError); done {
-		return nil, true, code
-	}
+	return c
+}
+
+// settle validates the config once its flags and variables are parsed, and
+// notes which were given.
+func (c *serveConfig) settle(fs *command) error {
 	if err := c.validate(fs); err != nil {
-		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
-		return nil, true, exitError
+		return err
 	}
 	c.set = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
-	return c, false, 0
+	fs.Visit(func(f *pflag.Flag) { c.set[f.Name] = true })
+	return nil
 }
 
 func (c *serveConfig) validate(fs *command) error {
@@ -233,6 +236,8 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 type byteSize int64
 
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Type() string { return "size" }
 
 func (b *byteSize) Set(s string) error {
 	num, mult := strings.TrimSpace(s), int64(1)

@@ -1,208 +1,211 @@
 package main
 
 import (
-	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/arbiter-dev/arbiter/diff"
-	"github.com/arbiter-dev/arbiter/engine"
-	"github.com/arbiter-dev/arbiter/internal/redact"
-	"github.com/arbiter-dev/arbiter/policybundle"
-	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
-// shadowConfig is what `arbiter serve` takes to run a candidate revision
-// in shadow (package shadow).
-type shadowConfig struct {
-	shadowPolicies, shadowSchemas, shadowTests string
-	shadowBundleURL                            string
-	shadowRate                                 float64
-	shadowQueue                                int
-	shadowQueueBytes                           int64
-	shadowWorkers                              int
-	shadowCPU                                  float64
-	shadowTimeout                              time.Duration
-	shadowExamples                             int
-	shadowMinDecisions                         uint64
-	shadowForbid                               string
-	shadowAdmins                               string
-}
-
-// defaultShadowMinDecisions is the fewest judged decisions the default
-// promotion gate asks for.
-const defaultShadowMinDecisions = 100
-
-func (s *shadowConfig) register(fs *command) {
-	fs.StringVar(&s.shadowPolicies, "shadow-policies", "", "run the revision of this policy folder in shadow beside the live one, from the start")
-	fs.StringVar(&s.shadowSchemas, "shadow-schemas", "", "schema folder of the shadow candidate (default: --schemas)")
-	fs.StringVar(&s.shadowTests, "shadow-tests", "", "test folder that gates the shadow candidate (default: --tests)")
-	fs.StringVar(&s.shadowBundleURL, "shadow-bundle-url", "", "run the revisions of this OPA bundle in shadow (as --bundle-url; verified with the --bundle-verification-* key, polled as --bundle-poll-*)")
-	fs.Float64Var(&s.shadowRate, "shadow-rate", shadow.DefaultRate, "fraction of live decisions the candidate decides too, in (0, 1]")
-	fs.IntVar(&s.shadowQueue, "shadow-queue", shadow.DefaultQueue, "decisions that may wait for the candidate; more are dropped and counted")
-	fs.Int64Var(&s.shadowQueueBytes, "shadow-queue-bytes", shadow.DefaultQueueBytes, "bytes of inputs that may wait for the candidate")
-	fs.IntVar(&s.shadowWorkers, "shadow-workers", shadow.DefaultWorkers, "candidate evaluations at once")
-	fs.Float64Var(&s.shadowCPU, "shadow-cpu", shadow.DefaultCPU, "cores the candidate's evaluations may use on average (a token bucket of evaluation time)")
-	fs.DurationVar(&s.shadowTimeout, "shadow-timeout", shadow.DefaultTimeout, "longest wall-clock time of one candidate decision, paused for live traffic and its CPU budget included; past it the decision is counted expired, not judged (the candidate's --eval-timeout counts only the time it runs)")
-	fs.IntVar(&s.shadowExamples, "shadow-examples", shadow.DefaultExamples, "decision ids kept per decision and class in the impact report")
-	fs.Uint64Var(&s.shadowMinDecisions, "shadow-min-decisions", defaultShadowMinDecisions, "promotion gate: fewest decisions the candidate must have judged")
-	fs.StringVar(&s.shadowForbid, "shadow-forbid", "refuse_to_allow,candidate_error", "promotion gate: comma-separated classes of which one decision refuses a promotion")
-	fs.StringVar(&s.shadowAdmins, "shadow-admins", "", "comma-separated callers (token file names or client certificate common names) that may load, clear and promote candidates; empty with --auth-token-file or --tls-client-ca-file: nobody may (without authentication: any caller)")
-	fs.fromEnv("shadow-policies", "shadow-schemas", "shadow-tests", "shadow-bundle-url", "shadow-rate", "shadow-queue", "shadow-queue-bytes",
-		"shadow-workers", "shadow-cpu", "shadow-timeout", "shadow-examples", "shadow-min-decisions", "shadow-forbid", "shadow-admins")
-}
-
-func (s *shadowConfig) validate() error {
-	if _, err := s.forbidden(); err != nil {
-		return err
+// shadowCommand drives the candidate in shadow of a running server (the
+// /v1/shadow routes): load, status, promote, clear.
+func shadowCommand() *command {
+	c := newCommand("shadow", "Load, judge, promote or clear a candidate in shadow on a running server",
+		`Drive the candidate that a running arbiter serve decides beside the live revision, in
+shadow: it never answers a caller; its report shows which decisions it would change.`, exitError)
+	// Without a known subcommand, the subcommands' flags are not to be
+	// parsed: what is missing is the subcommand.
+	c.FParseErrWhitelist.UnknownFlags = true
+	c.run = func(_ context.Context, _ io.Reader, _, stderr io.Writer) int {
+		msg := "want load, status, promote or clear"
+		if c.NArg() > 0 {
+			if s := c.SuggestionsFor(c.Arg(0)); len(s) > 0 {
+				msg = fmt.Sprintf("unknown command %q: did you mean %s?", c.Arg(0), s[0])
+			} else {
+				msg = fmt.Sprintf("unknown command %q: %s", c.Arg(0), msg)
+			}
+		}
+		fmt.Fprintf(stderr, "arbiter shadow: %s\n", msg)
+		return exitError
 	}
-	switch {
-	case !(s.shadowRate > 0 && s.shadowRate <= 1):
-		return errors.New("--shadow-rate must be above 0 and at most 1")
-	case s.shadowQueue <= 0 || s.shadowQueueBytes <= 0 || s.shadowWorkers <= 0 || s.shadowExamples <= 0:
-		return errors.New("--shadow-queue, --shadow-queue-bytes, --shadow-workers and --shadow-examples must be positive")
-	case !(s.shadowCPU > 0):
-		return errors.New("--shadow-cpu must be positive")
-	case s.shadowTimeout <= 0:
-		return errors.New("--shadow-timeout must be positive")
-	case s.shadowPolicies != "" && s.shadowBundleURL != "":
-		return errors.New("--shadow-policies and --shadow-bundle-url are two sources of one candidate: pass one")
+	var schemas, tests, revision string
+	var force bool
+	load := clientCommand("load DIR|BUNDLE", "Put a policy folder or a bundle file in shadow",
+		`Put the revision of a policy folder (with the server's schemas and tests unless --schemas,
+--tests) or of a bundle file (verified with the server's --bundle-verification-* key) in
+shadow. The paths are the server's, made absolute here.`, 1, func(ctx context.Context, cl *client, args []string) int {
+			return shadowLoad(ctx, cl, args[0], schemas, tests)
+		})
+	load.StringVar(&schemas, "schemas", "", "schema folder of a folder candidate (default: the server's)")
+	load.StringVar(&tests, "tests", "", "test folder that gates a folder candidate (default: the server's)")
+	promote := clientCommand("promote", "Make the candidate live through the promotion gate",
+		"Make the candidate in shadow live through the promotion gate (POST /v1/shadow/promote), or\npast it with --force, recorded as forced.", 0,
+		func(ctx context.Context, cl *client, _ []string) int { return shadowPromote(ctx, cl, force, revision) })
+	promote.BoolVar(&force, "force", false, "even when the promotion gate refuses (recorded as forced)")
+	promote.StringVar(&revision, "revision", "", "only if the candidate in shadow is this revision (the one whose report you read)")
+	c.subs = []*command{load,
+		clientCommand("status", "Show the candidate, the progress toward the gate and the impact report",
+			"Print GET /v1/shadow: the candidate, the progress toward the promotion gate (judged 57 of\n100), why it would refuse, the stats and the impact report.", 0,
+			func(ctx context.Context, cl *client, _ []string) int { return shadowStatus(ctx, cl) }),
+		promote,
+		clientCommand("clear", "Drop the candidate in shadow", "Drop the candidate in shadow (DELETE /v1/shadow).", 0,
+			func(ctx context.Context, cl *client, _ []string) int { return shadowClear(ctx, cl) }),
 	}
-	return nil
+	return c
 }
 
-func (s *shadowConfig) forbidden() ([]shadow.Class, error) {
-	out := []shadow.Class{}
-	for _, f := range strings.Split(s.shadowForbid, ",") {
-		if f = strings.TrimSpace(f); f == "" {
+// shadowLoad puts the revision of a policy folder (with the server's
+// schemas and tests unless given) or of a bundle file in shadow. The paths
+// are the server's: made absolute here, for a server on the same machine.
+func shadowLoad(ctx context.Context, cl *client, path, schemas, tests string) int {
+	body := map[string]string{}
+	for k, v := range map[string]string{"policies": path, "schemas": schemas, "tests": tests} {
+		if v == "" {
 			continue
 		}
-		c, ok := shadow.ParseClass(f)
-		if !ok {
-			return nil, fmt.Errorf("--shadow-forbid: %q is not a class (%v)", f, shadow.Classes)
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-// shadowing is the shadow a server runs: the candidate holder and its
-// workers, and the bundle source of candidates when there is one.
-type shadowing struct {
-	sh     *shadow.Shadow
-	source *policybundle.Source
-	srv    *server.ShadowConfig
-}
-
-// newShadowing starts the shadow's workers and loads the candidate of
-// --shadow-policies through the gate (a failure is a failed start, as a
-// live revision's is). Candidates are built with the live configuration
-// (deadline, limits, self-check), so a promoted one runs as a reload would.
-func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, diffs *diff.Runner, log *slog.Logger) (*shadowing, error) {
-	forbid, _ := c.forbidden()
-	var admins []string
-	for _, a := range strings.Split(c.shadowAdmins, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			admins = append(admins, a)
-		}
-	}
-	scfg := shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
-		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, MinDecisions: c.shadowMinDecisions, DecisionLog: c.decisionLog, Logger: log}
-	if diffs != nil {
-		scfg.Prover = diffs
-	}
-	sh := shadow.New(scfg)
-	s := &shadowing{sh: sh}
-	s.srv = &server.ShadowConfig{
-		Shadow:  sh,
-		Engine:  eng,
-		Schemas: ecfg.Schemas,
-		Tests:   ecfg.Tests,
-		Gate:    shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
-		Admins:  admins,
-		Bundle: func(path string) (engine.Source, error) {
-			vc, err := policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg}.VerificationConfig()
-			if err != nil {
-				return nil, err
-			}
-			rev, err := policybundle.ReadFile(path, vc, c.limits)
-			if err != nil {
-				return nil, err
-			}
-			return rev.Source(), nil
-		},
-	}
-	if c.shadowPolicies != "" {
-		cand := engine.Folders(c.shadowPolicies, cmp.Or(c.shadowSchemas, ecfg.Schemas), cmp.Or(c.shadowTests, ecfg.Tests))
-		snap, err := eng.Judge(ctx, cand)
+		abs, err := filepath.Abs(v)
 		if err != nil {
-			_ = sh.Close(context.Background())
-			return nil, fmt.Errorf("loading the shadow candidate: %w", err)
+			return cl.fail(err)
 		}
-		sh.Set(&shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now()})
-		log.Info("candidate in shadow", "revision", snap.Revision, "origin", cand.Origin(), "rate", c.shadowRate, "cpu", c.shadowCPU)
+		body[k] = abs
 	}
-	if c.shadowBundleURL != "" {
-		src, err := policybundle.NewSource(c.sourceConfig(c.shadowBundleURL, shadowBundleName, log), func(ctx context.Context, rev *policybundle.Revision) (*engine.Snapshot, error) {
-			snap, err := eng.Judge(ctx, rev.Source())
-			if err != nil {
-				return nil, err
+	fi, err := os.Stat(body["policies"])
+	if err != nil {
+		return cl.fail(err)
+	}
+	if !fi.IsDir() {
+		if schemas != "" || tests != "" {
+			return cl.fail(errors.New("a bundle carries its schemas and tests: --schemas and --tests are for a folder"))
+		}
+		body = map[string]string{"bundle": body["policies"]}
+	}
+	var doc struct {
+		Candidate candidateView `json:"candidate"`
+	}
+	if printed, code := cl.call(ctx, http.MethodPost, "/v1/shadow", body, &doc); printed || code != exitOK {
+		return code
+	}
+	fmt.Fprintf(cl.stdout, "in shadow: %s from %s\n", doc.Candidate.Revision, doc.Candidate.Origin)
+	return exitOK
+}
+
+type candidateView struct {
+	Revision  string    `json:"policy_revision"`
+	Origin    string    `json:"origin"`
+	LoadedBy  string    `json:"loaded_by"`
+	Decisions []string  `json:"decisions"`
+	LoadedAt  time.Time `json:"loaded_at"`
+}
+
+// shadowShown are the members of GET /v1/shadow that shadowStatus
+// formats; the others it prints leaf by leaf (writeLeaves).
+var shadowShown = []string{"candidate", "live_revision", "stats", "promotable", "refusals", "progress", "report"}
+
+func shadowStatus(ctx context.Context, cl *client) int {
+	stdout := cl.stdout
+	var doc struct {
+		Candidate  *candidateView `json:"candidate"`
+		Live       string         `json:"live_revision"`
+		Stats      shadow.Stats   `json:"stats"`
+		Promotable bool           `json:"promotable"`
+		Refusals   []string       `json:"refusals"`
+		Progress   string         `json:"progress"`
+		Report     *shadow.Report `json:"report"`
+	}
+	var all map[string]any
+	if printed, code := cl.call(ctx, http.MethodGet, "/v1/shadow", nil, &doc, &all); printed || code != exitOK {
+		return code
+	}
+	if doc.Candidate == nil {
+		fmt.Fprintf(stdout, "no candidate in shadow; live %s\n", orNone(doc.Live))
+	} else {
+		c := doc.Candidate
+		fmt.Fprintf(stdout, "candidate  %s from %s (live %s)\n", c.Revision, c.Origin, orNone(doc.Live))
+		fmt.Fprintf(stdout, "loaded     by %s at %s; decisions %s\n", orNone(c.LoadedBy), c.LoadedAt.UTC().Format(time.RFC3339Nano), orNone(strings.Join(c.Decisions, ", ")))
+		fmt.Fprintf(stdout, "gate       %s", doc.Progress)
+		if doc.Promotable {
+			fmt.Fprintln(stdout, ": promotable")
+		} else {
+			fmt.Fprintln(stdout, ": not promotable")
+			for _, r := range doc.Refusals {
+				fmt.Fprintf(stdout, "  %s\n", r)
 			}
-			// The origin is shown (status, pages, the promotion's record):
-			// the URL's secrets are not.
-			origin := "bundle " + redact.URL(c.shadowBundleURL)
-			sh.Set(&shadow.Candidate{Snapshot: snap, Origin: origin, LoadedAt: time.Now()})
-			log.Info("candidate in shadow", "revision", snap.Revision, "origin", origin)
-			return snap, nil
-		})
-		if err != nil {
-			_ = sh.Close(context.Background())
-			return nil, fmt.Errorf("--shadow-bundle-url: %w", err)
 		}
-		s.source = src
+		s := doc.Stats
+		seconds := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) + "s" }
+		fmt.Fprintf(stdout, "stats      %d sampled, %d judged, %d dropped, %d expired, %d abandoned, %d unjudged, %d queued, %d in flight, %d paused\n",
+			s.Sampled, s.Judged, s.Dropped, s.Expired, s.Abandoned, s.Unjudged, s.Queued, s.InFlight, s.Paused)
+		fmt.Fprintf(stdout, "time       %s evaluating, %s throttled, %s paused\n", seconds(s.EvaluationSeconds), seconds(s.ThrottledSeconds), seconds(s.PausedSeconds))
 	}
-	return s, nil
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		if !slices.Contains(shadowShown, k) {
+			writeLeaves(stdout, k, all[k])
+		}
+	}
+	if doc.Report != nil {
+		doc.Report.WriteText(stdout)
+	}
+	return exitOK
 }
 
-// shadowBundleName names the shadow's bundle in status, metrics and logs.
-const shadowBundleName = "shadow"
-
-// register adds the shadow's metrics (and its bundle source's) to reg.
-func (s *shadowing) register(reg *prometheus.Registry) {
-	reg.MustRegister(s.sh.Collector())
-	if s.source != nil {
-		// The live bundle source describes the same metrics; these differ
-		// by their bundle label, so they are collected unchecked.
-		reg.MustRegister(unchecked{s.source.Collector()})
+func shadowPromote(ctx context.Context, cl *client, force bool, revision string) int {
+	stdout := cl.stdout
+	var doc struct {
+		Promotion shadow.Promotion `json:"promotion"`
 	}
+	var all map[string]any
+	if printed, code := cl.call(ctx, http.MethodPost, "/v1/shadow/promote", map[string]any{"force": force, "revision": revision}, &doc, &all); printed || code != exitOK {
+		return code
+	}
+	p := doc.Promotion
+	how := "promoted"
+	if p.Forced {
+		how = "promoted (forced)"
+	}
+	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", how, p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
+	for _, r := range p.Refusals {
+		fmt.Fprintf(stdout, "  %s\n", r)
+	}
+	p.Report.WriteText(stdout)
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		if k != "promotion" {
+			writeLeaves(stdout, k, all[k])
+		}
+	}
+	if b, err := json.Marshal(struct {
+		Gate     shadow.Gate       `json:"gate"`
+		Evidence []shadow.Evidence `json:"evidence"`
+	}{p.Gate, p.Evidence}); err == nil {
+		var rest any
+		_ = json.Unmarshal(b, &rest)
+		writeLeaves(stdout, "promotion", rest)
+	}
+	return exitOK
 }
 
-// unchecked is a collector that describes nothing, so that the registry
-// does not refuse a second collector of the same descriptors.
-type unchecked struct{ prometheus.Collector }
-
-func (unchecked) Describe(chan<- *prometheus.Desc) {}
-
-func (s *shadowing) start(ctx context.Context) {
-	if s.source != nil {
-		s.source.Start(ctx)
+func shadowClear(ctx context.Context, cl *client) int {
+	stdout := cl.stdout
+	var doc struct {
+		Cleared *candidateView `json:"cleared"`
 	}
-}
-
-// stop ends polling and the shadow's evaluations, before the decision log
-// closes: an outcome the candidate reaches meanwhile is still logged.
-func (s *shadowing) stop(ctx context.Context, log *slog.Logger) {
-	if s.source != nil {
-		s.source.Stop(ctx)
+	if printed, code := cl.call(ctx, http.MethodDelete, "/v1/shadow", nil, &doc); printed || code != exitOK {
+		return code
 	}
-	if err := s.sh.Close(ctx); err != nil {
-		log.Warn("shadow evaluations still running at stop", "err", err)
+	if doc.Cleared == nil {
+		fmt.Fprintln(stdout, "no candidate was in shadow")
+		return exitOK
 	}
+	fmt.Fprintf(stdout, "cleared %s\n", doc.Cleared.Revision)
+	return exitOK
 }

@@ -11,73 +11,77 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
-func cmdTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("test", "[--policies DIR] [--schemas DIR] [--tests DIR] [flags]")
+func testCommand() *command {
+	c := newCommand("test", "Run the Rego tests and every fixture through the engine", "", exitError)
 	var f folders
 	f.register(c, true)
 	coverage := c.Bool("coverage", false, "report coverage of the policy files by the Rego tests")
 	threshold := c.Float64("threshold", 0, "fail when coverage is below this percentage (implies --coverage)")
 	runRe := c.String("run", "", "only run tests and fixtures whose name matches this regular expression")
 	format := c.String("format", "text", "output format: text or json")
-	verbose := c.Bool("v", false, "list every test, not only failures")
+	verbose := c.BoolP("verbose", "v", false, "list every test, not only failures")
 	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field and naming on stderr those whose name or note repeats a word only the old result had; then run the tests")
-	if done, code := c.parse(args, stdout, stderr, exitError); done {
-		return code
-	}
-	if c.NArg() > 0 {
-		fmt.Fprintf(stderr, "arbiter test: %v\n", orArgs(nil, c.Args()))
-		return exitError
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(stderr, "arbiter test: --format must be text or json, not %q\n", *format)
-		return exitError
-	}
-	if f.tests == "" {
-		fmt.Fprintln(stderr, "arbiter test: --tests is empty: nothing to run")
-		return exitError
-	}
-	var upd *updateReport
-	if *update {
-		var code int
-		upd, code = updateFixtures(ctx, f, *runRe, stderr)
-		if upd != nil && *format == "text" {
-			upd.print(stdout)
+	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		if err := f.missing(); err != nil {
+			fmt.Fprintf(stderr, "arbiter test: %v\n", err)
+			return exitError
 		}
-		if code != exitOK {
-			return code
+		if c.NArg() > 0 {
+			fmt.Fprintf(stderr, "arbiter test: %v\n", orArgs(nil, c.Args()))
+			return exitError
 		}
-	}
-	rep, err := engine.RunTests(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas},
-		engine.TestOptions{Tests: f.tests, Run: *runRe, Coverage: *coverage || *threshold > 0})
-	if err != nil {
-		fmt.Fprintf(stderr, "arbiter test: %v\n", err)
-		return exitError
-	}
-	pass, fail, skip := rep.Counts()
-	belowThreshold := *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold
-	if *format == "json" {
-		writeJSON(stdout, struct {
-			*engine.TestReport
-			Update *updateReport `json:"update,omitempty"`
-		}{rep, upd})
-	} else {
-		printText(stdout, rep, *verbose)
-		if rep.Coverage != nil {
-			fmt.Fprintf(stdout, "coverage: %.1f%% of policy lines\n", rep.Coverage.Percent)
-			for _, nc := range rep.Coverage.NotCovered {
-				fmt.Fprintf(stdout, "  not covered: %s\n", nc)
+		if *format != "text" && *format != "json" {
+			fmt.Fprintf(stderr, "arbiter test: --format must be text or json, not %q\n", *format)
+			return exitError
+		}
+		if f.tests == "" {
+			fmt.Fprintln(stderr, "arbiter test: --tests is empty: nothing to run")
+			return exitError
+		}
+		var upd *updateReport
+		if *update {
+			var code int
+			upd, code = updateFixtures(ctx, f, *runRe, stderr)
+			if upd != nil && *format == "text" {
+				upd.print(stdout)
+			}
+			if code != exitOK {
+				return code
 			}
 		}
-		fmt.Fprintf(stdout, "summary: %d passed, %d failed, %d skipped\n", pass, fail, skip)
+		rep, err := engine.RunTests(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas},
+			engine.TestOptions{Tests: f.tests, Run: *runRe, Coverage: *coverage || *threshold > 0})
+		if err != nil {
+			fmt.Fprintf(stderr, "arbiter test: %v\n", err)
+			return exitError
+		}
+		pass, fail, skip := rep.Counts()
+		belowThreshold := *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold
+		if *format == "json" {
+			writeJSON(stdout, struct {
+				*engine.TestReport
+				Update *updateReport `json:"update,omitempty"`
+			}{rep, upd})
+		} else {
+			printText(stdout, rep, *verbose)
+			if rep.Coverage != nil {
+				fmt.Fprintf(stdout, "coverage: %.1f%% of policy lines\n", rep.Coverage.Percent)
+				for _, nc := range rep.Coverage.NotCovered {
+					fmt.Fprintf(stdout, "  not covered: %s\n", nc)
+				}
+			}
+			fmt.Fprintf(stdout, "summary: %d passed, %d failed, %d skipped\n", pass, fail, skip)
+		}
+		if belowThreshold {
+			fmt.Fprintf(stderr, "arbiter test: coverage %.1f%% is below the threshold %.1f%%\n", rep.Coverage.Percent, *threshold)
+			return exitError
+		}
+		if fail > 0 || pass == 0 {
+			return exitError
+		}
+		return exitOK
 	}
-	if belowThreshold {
-		fmt.Fprintf(stderr, "arbiter test: coverage %.1f%% is below the threshold %.1f%%\n", rep.Coverage.Percent, *threshold)
-		return exitError
-	}
-	if fail > 0 || pass == 0 {
-		return exitError
-	}
-	return exitOK
+	return c
 }
 
 func printText(w io.Writer, rep *engine.TestReport, verbose bool) {

@@ -43,10 +43,7 @@ func TestPagesBesideTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, done, code := parseServe([]string{"--decision-log", ""}, io.Discard, io.Discard)
-	if done {
-		t.Fatalf("parseServe: exit %d", code)
-	}
+	c := parseServe(t, "--decision-log", "")
 	pg := newPages(c, eng, nil, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pipe, err := decisionlog.Open(decisionlog.Options{Mask: []string{"/" + member}, Sinks: []decisionlog.Sink{pg.ring}})
 	if err != nil {
@@ -125,10 +122,7 @@ func TestPagesShowTheShadowCandidate(t *testing.T) {
 		t.Fatalf("summary %+v %v: want the empty report of a loaded candidate", sum, ok)
 	}
 
-	c, done, code := parseServe([]string{"--decision-log", ""}, io.Discard, io.Discard)
-	if done {
-		t.Fatalf("parseServe: exit %d", code)
-	}
+	c := parseServe(t, "--decision-log", "")
 	pg := newPages(c, eng, sp, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pg.ring.Write([]decisionlog.Record{
 		{DecisionID: "promotion-1", Path: "/v1/shadow/promote", Promotion: json.RawMessage(`{"promoted":true}`)},
@@ -137,4 +131,18 @@ func TestPagesShowTheShadowCandidate(t *testing.T) {
 	if pg.ring.Len() != 0 {
 		t.Error("a promotion or a shadow outcome record is listed among the decisions")
 	}
+}
+
+// parseServe is serve's config from the command line args.
+func parseServe(t *testing.T, args ...string) *serveConfig {
+	t.Helper()
+	fs := newCommand("serve", "", "", exitError)
+	c := registerServe(fs)
+	if err := fs.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.settle(fs); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -8,17 +9,17 @@ import (
 	opaversion "github.com/open-policy-agent/opa/v1/version"
 )
 
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("version", "")
-	if done, code := c.parse(args, stdout, stderr, exitError); done {
-		return code
+func versionCommand() *command {
+	c := newCommand("version", "Print arbiter's version and OPA's", "", exitError)
+	c.run = func(_ context.Context, _ io.Reader, stdout, stderr io.Writer) int {
+		if c.NArg() > 0 {
+			fmt.Fprintf(stderr, "arbiter version: no arguments expected, got %q\n", c.Args())
+			return exitError
+		}
+		fmt.Fprintf(stdout, "arbiter %s (opa %s)\n", buildVersion(), opaversion.Version)
+		return exitOK
 	}
-	if c.NArg() > 0 {
-		fmt.Fprintf(stderr, "arbiter version: no arguments expected, got %q\n", c.Args())
-		return exitError
-	}
-	fmt.Fprintf(stdout, "arbiter %s (opa %s)\n", buildVersion(), opaversion.Version)
-	return exitOK
+	return c
 }
 
 // version is the release, set when building: the Makefile and the
