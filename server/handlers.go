@@ -277,8 +277,10 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, t *ticket) ([]
 			return nil, s.overloaded()
 		}
 		// Sized once and not cleared first (the read fills it): net/http
-		// ends the body at its Content-Length, so it never grows.
-		buf = make([]byte, 0, r.ContentLength)
+		// ends the body at its Content-Length, so it never grows. The
+		// spare byte is where a reader that says EOF only after the last
+		// byte (a handler called directly) says it.
+		buf = make([]byte, 0, r.ContentLength+1)
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	for {
