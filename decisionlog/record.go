@@ -114,15 +114,21 @@ type Shadow struct {
 	DurationNS int64           `json:"duration_ns"`
 }
 
-// InputDocument is the record's input document: the body of
-// /v1/decisions/NAME, or the input member of a Data API body (Path under
-// /v1/data/); nil when it has none. The upload's events and the decision
+// Wrapped reports whether the record's Input is a Data API body as
+// received, whose input member is the input document: a failed request's
+// on /v1/data/. A decision logs the input document it unwrapped.
+func (rec Record) Wrapped() bool {
+	return rec.Error != nil && strings.HasPrefix(rec.Path, "/v1/data/")
+}
+
+// InputDocument is the record's input document: its Input, or the input
+// member of a Data API body (Wrapped); nil when it has none. The upload's events and the decision
 // store's input column hold it.
 func (rec Record) InputDocument() []byte {
 	if len(rec.Input) == 0 { // JSON by construction: the strict parser's, or masked
 		return nil
 	}
-	if !strings.HasPrefix(rec.Path, "/v1/data/") {
+	if !rec.Wrapped() {
 		return rec.Input
 	}
 	var wrapped struct {

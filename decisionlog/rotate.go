@@ -61,20 +61,36 @@ func (r *rotatingFile) open(flag int) error {
 // Write appends p, rotating first when the file holds something and p
 // would take it past max. Callers write whole lines, so that no record is
 // split between files.
-func (r *rotatingFile) Write(p []byte) (int, error) {
+func (r *rotatingFile) Write(p []byte) (int, error) { return r.writeParts(p) }
+
+// writeParts appends parts, which together are whole lines, as Write
+// appends their concatenation: a rotation comes before them all, never
+// between two.
+func (r *rotatingFile) writeParts(parts ...[]byte) (int, error) {
 	if r.f == nil { // a failed rotation: try again
 		if err := r.Rotate(); err != nil {
 			return 0, err
 		}
 	}
-	if r.size > 0 && r.size+int64(len(p)) > r.max {
+	total := int64(0)
+	for _, p := range parts {
+		total += int64(len(p))
+	}
+	if r.size > 0 && r.size+total > r.max {
 		if err := r.Rotate(); err != nil {
 			return 0, err
 		}
 	}
-	n, err := r.f.Write(p)
-	r.size += int64(n)
-	return n, err
+	written := 0
+	for _, p := range parts {
+		n, err := r.f.Write(p)
+		r.size += int64(n)
+		written += n
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
 }
 
 // Rotate syncs and closes the file, renames it to the next backup's name

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -184,8 +187,16 @@ func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) 
 
 // checkResult validates a result against the result schema, with the
 // library, and encodes it. A result that breaks its schema is a
-// policy_error: the caller refuses.
+// policy_error: the caller refuses. A result whose encoding passed before
+// is not validated again (validResults).
 func (def *decisionDef) checkResult(result ast.Value) (json.RawMessage, error) {
+	out, err := jsonenc.AppendValue(nil, result)
+	if err != nil {
+		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a value that is not JSON", Err: err}
+	}
+	if def.valid.has(out) {
+		return out, nil
+	}
 	doc, err := ast.JSON(result)
 	if err != nil {
 		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a value that is not JSON", Err: err}
@@ -193,11 +204,54 @@ func (def *decisionDef) checkResult(result ast.Value) (json.RawMessage, error) {
 	if err := def.result.Validate(doc); err != nil {
 		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a result that does not match the result schema of decision " + def.name, Violations: input.Violations(err), Err: err}
 	}
-	out, err := jsonenc.AppendValue(nil, result)
-	if err != nil {
-		return nil, &Error{Code: CodePolicyError, Message: "the policy returned a value that is not JSON", Err: err}
-	}
+	def.valid.add(out)
 	return out, nil
+}
+
+// validResults are the encodings of results that passed their decision's
+// result schema: a decision has few distinct results (an allowance, a
+// refusal and its reasons), and equal bytes are the same JSON document, the
+// only thing validation reads, so the same result is not validated again
+// (the check was a tenth of a typical decision's CPU). Only results that
+// passed are kept, at most maxValidResults of at most maxValidResultBytes
+// each, for the life of the Snapshot; any other is validated.
+type validResults struct {
+	mu   sync.Mutex // adders
+	seen atomic.Pointer[map[string]struct{}]
+}
+
+const (
+	maxValidResults     = 256
+	maxValidResultBytes = 1 << 10
+)
+
+func (v *validResults) has(b []byte) bool {
+	m := v.seen.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[string(b)]
+	return ok
+}
+
+// add keeps b; readers never lock: each addition publishes a new map.
+func (v *validResults) add(b []byte) {
+	if len(b) > maxValidResultBytes {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var old map[string]struct{}
+	if p := v.seen.Load(); p != nil {
+		old = *p
+	}
+	if len(old) >= maxValidResults {
+		return
+	}
+	m := make(map[string]struct{}, len(old)+1)
+	maps.Copy(m, old)
+	m[string(b)] = struct{}{}
+	v.seen.Store(&m)
 }
 
 // summarize reads the conventional "reasons" member of a result, and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,9 +157,14 @@ func TestDecideFailsClosedOnPolicyFaults(t *testing.T) {
 			cfg := quotaConfig(root)
 			cfg.EvalTimeout = tt.timeout
 			s := mustLoad(t, cfg)
-			e := decideErr(t, s, "quota_check", `{"tenant":"t","used":1,"suspended":true}`, Options{})
-			if e.Code != tt.wantCode || !strings.Contains(e.Message, tt.wantMsg) {
-				t.Fatalf("got %s: %s; want %s containing %q", e.Code, e.Message, tt.wantCode, tt.wantMsg)
+			for range 2 { // the same fault again: a refused result is never taken as checked
+				e := decideErr(t, s, "quota_check", `{"tenant":"t","used":1,"suspended":true}`, Options{})
+				if e.Code != tt.wantCode || !strings.Contains(e.Message, tt.wantMsg) {
+					t.Fatalf("got %s: %s; want %s containing %q", e.Code, e.Message, tt.wantCode, tt.wantMsg)
+				}
+			}
+			if m := s.decisions["quota_check"].valid.seen.Load(); m != nil {
+				t.Errorf("results kept as checked after a fault: %v", *m)
 			}
 		})
 	}
@@ -175,5 +181,29 @@ func TestExplainIsOptIn(t *testing.T) {
 	}
 	if len(d.Reasons) != 0 {
 		t.Errorf("reasons = %v", d.Reasons)
+	}
+}
+
+// A result that passed its schema is kept by its encoding and not
+// validated again; one too large, or past the bound, is validated each
+// time.
+func TestValidResultsKeepWhatPassed(t *testing.T) {
+	s := mustLoad(t, quotaConfig(quota))
+	def := s.decisions["quota_check"]
+	d, err := s.Decide(context.Background(), "quota_check", []byte(`{"tenant":"t","used":1}`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !def.valid.has(d.Result) {
+		t.Fatalf("the result %s that passed is not kept", d.Result)
+	}
+	var v validResults
+	big := []byte(`"` + strings.Repeat("x", maxValidResultBytes) + `"`)
+	v.add(big)
+	for i := range maxValidResults + 1 {
+		v.add([]byte(strconv.Itoa(i)))
+	}
+	if v.has(big) || !v.has([]byte("0")) || !v.has([]byte(strconv.Itoa(maxValidResults-1))) || v.has([]byte(strconv.Itoa(maxValidResults))) {
+		t.Errorf("kept %d results: want the first %d of at most %d bytes", len(*v.seen.Load()), maxValidResults, maxValidResultBytes)
 	}
 }

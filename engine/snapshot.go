@@ -52,7 +52,8 @@ type decisionDef struct {
 	inputSchema *jsonschema.Schema
 	input       *input.Schema // the input schema, prepared for the one-pass walk
 	result      *jsonschema.Schema
-	inputDoc    any // the input schema as loaded, for GET /v1/decisions
+	valid       validResults // results that passed result, by their encoding
+	inputDoc    any          // the input schema as loaded, for GET /v1/decisions
 	resultDoc   any
 	outcomeKey  string   // result member that labels metrics, see OutcomeKeyword
 	runID       []string // members that lead to the run id in the input, see RunIDKeyword

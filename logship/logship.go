@@ -295,7 +295,7 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 	if in := rec.InputDocument(); in != nil {
 		// The record was masked by the pipeline: its pointers are from the
 		// record's root, the event's from the input document's parent.
-		data := strings.HasPrefix(rec.Path, "/v1/data/")
+		data := rec.Wrapped()
 		for _, p := range rec.Masked {
 			switch {
 			case !data || p == "/input":

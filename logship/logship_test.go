@@ -71,7 +71,7 @@ func TestEventsAreOPAEvents(t *testing.T) {
 	u.Write([]decisionlog.Record{masked(t, mask, record(1))})
 	dataRec := record(2)
 	dataRec.Path = "/v1/data/decisions/some_decision/decision"
-	dataRec.Input = []byte(`{"input": {"n": 1e3, "secret": {"token": "t"}}}`)
+	dataRec.Input = []byte(`{"n": 1e3, "secret": {"token": "t"}}`) // a decision logs the input it unwrapped
 	u.Write([]decisionlog.Record{masked(t, mask, dataRec)})
 	refused := record(3)
 	refused.Result, refused.Input = nil, nil
@@ -220,6 +220,10 @@ func TestEventInputOfDataAPIBody(t *testing.T) {
 	rec := record(1)
 	rec.Path = "/v1/data/decisions/x/decision"
 	rec.Input = []byte(`{"input": {"a": [1, 2]}}`)
+	if got := string(rec.InputDocument()); got != string(rec.Input) {
+		t.Fatalf("a decision's input on the Data API path is the input it unwrapped, %s; got %s", rec.Input, got)
+	}
+	rec.Result, rec.Error = nil, &decisionlog.RecordError{Code: "input_schema_invalid"} // a failed request logs its body
 	if got := string(rec.InputDocument()); got != `{"a": [1, 2]}` {
 		t.Fatalf("input of a Data API body: %s", got)
 	}

@@ -271,36 +271,35 @@ const readChunk = 64 << 10
 // client is gone or the read deadline passes (request_timeout). It returns
 // what was read in every case.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request, t *ticket) ([]byte, error) {
-	var buf bytes.Buffer
+	var buf []byte
 	if r.ContentLength > 0 {
 		if !t.takeBytes(r.ContentLength) {
 			return nil, s.overloaded()
 		}
-		buf.Grow(int(r.ContentLength))
+		// Sized once and not cleared first (the read fills it): net/http
+		// ends the body at its Content-Length, so it never grows. The
+		// spare byte is where a reader that says EOF only after the last
+		// byte (a handler called directly) says it.
+		buf = make([]byte, 0, r.ContentLength+1)
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	for {
-		// Read into the space there is, growing only when none is left: a
-		// buffer sized from Content-Length is never grown (and copied) again
-		// for its last chunk.
-		if buf.Available() == 0 {
-			buf.Grow(readChunk)
+		if len(buf) == cap(buf) { // a body of unknown length: the buffer doubles
+			buf = append(make([]byte, 0, max(readChunk, 2*len(buf))), buf...)
 		}
-		n, err := body.Read(buf.AvailableBuffer()[:min(readChunk, buf.Available())])
-		if n > 0 {
-			buf.Write(buf.AvailableBuffer()[:n])
-			if int64(buf.Len()) > t.bytes && !t.takeBytes(int64(buf.Len())-t.bytes) {
-				return buf.Bytes(), s.overloaded()
-			}
+		n, err := body.Read(buf[len(buf):min(cap(buf), len(buf)+readChunk)])
+		buf = buf[:len(buf)+n]
+		if n > 0 && int64(len(buf)) > t.bytes && !t.takeBytes(int64(len(buf))-t.bytes) {
+			return buf, s.overloaded()
 		}
 		switch {
 		case err == io.EOF:
-			return buf.Bytes(), nil
+			return buf, nil
 		case err != nil:
 			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-				return buf.Bytes(), s.tooLarge()
+				return buf, s.tooLarge()
 			}
-			return buf.Bytes(), &engine.Error{Code: CodeRequestTimeout, Message: "the request body was not fully received (read deadline passed or client gone)", Err: err}
+			return buf, &engine.Error{Code: CodeRequestTimeout, Message: "the request body was not fully received (read deadline passed or client gone)", Err: err}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,5 +128,57 @@ func FuzzDecode(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: got %#v, encoding/json %#v", data, got, want)
 		}
+		lookupsAgree(t, data, got, nil)
 	})
+}
+
+// lookupsAgree checks that Lookup finds, at every member path of v (the
+// document data decoded, up to three members deep), what Decode built
+// there, and nothing at a member v does not have.
+func lookupsAgree(t *testing.T, data []byte, v any, path []string) {
+	t.Helper()
+	got, found, err := Lookup(data, path)
+	if err != nil || !found || !reflect.DeepEqual(got, v) {
+		t.Fatalf("Lookup(%q, %q) = %#v, %v, %v; want %#v", data, path, got, found, err, v)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok || len(path) == 3 {
+		return
+	}
+	missing := append(slices.Clone(path), "\x00 not a member")
+	if got, found, err := Lookup(data, missing); found || err != nil {
+		t.Fatalf("Lookup(%q, %q) = %#v, %v, %v; want nothing", data, missing, got, found, err)
+	}
+	for k, m := range obj {
+		lookupsAgree(t, data, m, append(slices.Clone(path), k))
+	}
+}
+
+func TestLookup(t *testing.T) {
+	doc := `{"skip": {"a": [1, {"b": "\u0041"}], "c": null}, "run\u0041": {"id": "r-1", "n": 2}, "s": "x"}`
+	tests := []struct {
+		path    []string
+		want    any
+		found   bool
+		wantErr string
+	}{
+		{path: []string{"runA", "id"}, want: "r-1", found: true}, // an escaped key, after a member skipped
+		{path: []string{"runA"}, want: map[string]any{"id": "r-1", "n": json.Number("2")}, found: true},
+		{path: []string{"runA", "none"}},
+		{path: []string{"s", "id"}}, // not an object on the way
+		{path: []string{"none"}},
+	}
+	for _, tt := range tests {
+		got, found, err := Lookup([]byte(doc), tt.path)
+		if err != nil || found != tt.found || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("Lookup(%q) = %#v, %v, %v; want %#v, %v", tt.path, got, found, err, tt.want, tt.found)
+		}
+	}
+	// Before the member, Decode's rules hold: a malformed value skipped is an error.
+	for _, bad := range []string{`{"a": [1,], "id": 1}`, `{"a": "\x", "id": 1}`, `{"a": tru, "id": 1}`, `{"a" 1, "id": 1}`, `{"a": {` + strings.Repeat("[", MaxDepth) + `}`} {
+		var se *SyntaxError
+		if _, _, err := Lookup([]byte(bad), []string{"id"}); !errors.As(err, &se) {
+			t.Errorf("Lookup(%.40q) = %v, want a SyntaxError", bad, err)
+		}
+	}
 }

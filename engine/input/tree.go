@@ -181,3 +181,76 @@ func Value(doc any) (ast.Value, error) {
 	}
 	return ast.InterfaceToValue(c)
 }
+
+// Lookup returns the value at the object members tokens in data, decoded
+// as Decode decodes it, and whether there is one; what comes before it is
+// scanned, not built, and nothing after it is read. It is for documents
+// the one pass accepted: it does not look for duplicate keys, which that
+// pass refused, and takes the first.
+func Lookup(data []byte, tokens []string) (any, bool, error) {
+	d := treeDecoder{scanner: scanner{data: data}}
+	if err := d.start(); err != nil {
+		return nil, false, err
+	}
+	for depth, tok := range tokens {
+		if d.pos >= len(d.data) || d.data[d.pos] != '{' || d.open('}') {
+			return nil, false, nil
+		}
+		for {
+			raw, escaped, _, err := d.key()
+			if err != nil {
+				return nil, false, err
+			}
+			if !escaped && string(raw) == tok || escaped && d.text(raw, true) == tok {
+				break
+			}
+			if err := d.skip(depth + 1); err != nil {
+				return nil, false, err
+			}
+			if done, err := d.next('}', "object"); err != nil || done {
+				return nil, false, err
+			}
+		}
+	}
+	v, err := d.value(len(tokens))
+	return v, err == nil, err
+}
+
+// skip scans one value with Decode's rules but builds nothing.
+func (d *treeDecoder) skip(depth int) error {
+	if d.pos >= len(d.data) {
+		return d.errorf(d.pos, "unexpected end of input")
+	}
+	switch c := d.data[d.pos]; c {
+	case '{', '[':
+		if depth+1 > MaxDepth {
+			return d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
+		}
+		close, what := byte('}'), "object"
+		if c == '[' {
+			close, what = ']', "array"
+		}
+		if d.open(close) {
+			return nil
+		}
+		for {
+			if close == '}' {
+				if _, _, _, err := d.key(); err != nil {
+					return err
+				}
+			}
+			if err := d.skip(depth + 1); err != nil {
+				return err
+			}
+			if done, err := d.next(close, what); err != nil || done {
+				return err
+			}
+		}
+	case '"':
+		_, _, err := d.str()
+		return err
+	default:
+		_, err := d.value(depth) // a literal or a number: nothing to build
+		return err
+	}
+}
