@@ -140,7 +140,7 @@ those that held, with the values each read. Exit 2 when the input is refused (th
 // then, when it was explained, the reason rules that fired, then those that
 // held (did not fire), each with the values it read.
 func writeDecisionText(w io.Writer, d *engine.Decision) {
-	fmt.Fprintf(w, "%s (revision %s): %s\n", d.Name, d.Revision, d.Result)
+	fmt.Fprintf(w, "%s (revision %s, decision %s): %s\n", d.Name, d.Revision, d.ID, d.Result)
 	if d.Explanation == nil {
 		return
 	}
@@ -164,6 +164,9 @@ func writeDecisionText(w io.Writer, d *engine.Decision) {
 // writeRuleText prints one reason rule and the values it read, one a line.
 func writeRuleText(w io.Writer, verb string, r engine.RuleOutcome) {
 	fmt.Fprintf(w, "%s %s %s: %s  (%s:%d)\n", verb, r.Rank, r.Reason, r.Title, r.File, r.Line)
+	if r.Description != "" {
+		fmt.Fprintf(w, "  %s\n", r.Description)
+	}
 	for _, ev := range r.Read() {
 		at := ev.Path
 		if ev.Data != "" {

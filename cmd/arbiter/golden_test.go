@@ -25,7 +25,7 @@ func TestEvalExplainGolden(t *testing.T) {
 	for _, format := range []string{"json", "text"} {
 		for _, in := range []string{`{"tenant": "t", "used": 10, "suspended": true}`, `{"tenant": "t", "used": 1}`, `{"tenant": "t", "used": -1}`} {
 			stdout, stderr, code := runCLI(t, []byte(in), append([]string{"eval", "--format", format}, args...)...)
-			stdout = textRevision.ReplaceAllString(stdout, "(revision <revision>)")
+			stdout = textRevision.ReplaceAllString(stdout, "(revision <revision>, decision <id>)")
 			fmt.Fprintf(&out, "### arbiter eval --explain --format %s <<< %s\nexit %d\n%s\n", format, in, code, golden.Mask([]byte(stdout), quota))
 			if stderr != "" && code == 0 {
 				t.Errorf("%s: stderr %s", in, stderr)
@@ -35,8 +35,8 @@ func TestEvalExplainGolden(t *testing.T) {
 	golden.Check(t, "testdata/golden/eval_explain.golden", out.Bytes())
 }
 
-// textRevision is the revision in eval's text format.
-var textRevision = regexp.MustCompile(`\(revision [0-9a-f]+\)`)
+// textRevision is the revision and decision id in eval's text format.
+var textRevision = regexp.MustCompile(`\(revision [0-9a-f]+, decision [0-9a-f-]+\)`)
 
 // TestCheckCompiledGolden: `arbiter check` says, per decision, whether it
 // runs compiled (engine/ireval) or on topdown and why, as

@@ -92,20 +92,20 @@ func printText(w io.Writer, rep *engine.TestReport, verbose bool) {
 		fmt.Fprintf(w, "SKIP  file %s: %s\n", s.File, s.Reason)
 	}
 	for _, t := range rep.Results {
+		loc := t.File
+		if t.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", t.File, t.Line)
+		}
 		switch {
 		case t.Skip:
 			if verbose {
-				fmt.Fprintf(w, "SKIP  %s %s\n", t.Kind, t.Name)
+				fmt.Fprintf(w, "SKIP  %s %s (%s)\n", t.Kind, t.Name, loc)
 			}
 		case t.Pass:
 			if verbose {
-				fmt.Fprintf(w, "PASS  %s %s (%s)\n", t.Kind, t.Name, t.Duration)
+				fmt.Fprintf(w, "PASS  %s %s (%s, %s)\n", t.Kind, t.Name, loc, t.Duration)
 			}
 		default:
-			loc := t.File
-			if t.Line > 0 {
-				loc = fmt.Sprintf("%s:%d", t.File, t.Line)
-			}
 			fmt.Fprintf(w, "FAIL  %s %s (%s)\n      %s\n", t.Kind, t.Name, loc, t.Message)
 		}
 	}
