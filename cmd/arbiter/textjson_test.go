@@ -21,14 +21,19 @@ func TestLocalCommandsTextShowsTheirJSON(t *testing.T) {
 	limit5 := quotaCopy(t, `{"limit": 5}`)
 	repo := func(p string) string { return filepath.Join("..", "..", p) }
 	folders := []string{"--policies", repo("policies"), "--schemas", repo("schemas")}
-	for _, args := range [][]string{
-		append([]string{"eval", "--decision", "bootstrap_restart", "--input", repo("docs/examples/bootstrap_restart_allowed.json"), "--explain"}, folders...),
-		append([]string{"eval", "--decision", "bootstrap_restart", "--input", repo("docs/examples/bootstrap_restart_connected.json"), "--explain"}, folders...),
-		append([]string{"test", "-v", "--tests", repo("policy_test"), "--run", "attempt"}, folders...),
-		{"replay", "--log", log, "--policies", limit5, "--schemas", quotaSchemas},
+	quota := []string{"--policies", quotaPolicies, "--schemas", quotaSchemas}
+	for _, tc := range []struct {
+		args  []string
+		stdin string
+	}{
+		{append([]string{"eval", "--decision", quotaDecision, "--input", "-", "--explain"}, quota...), `{"tenant": "t", "used": 10, "suspended": true}`},
+		{append([]string{"eval", "--decision", quotaDecision, "--input", "-", "--explain"}, quota...), `{"tenant": "t", "used": 1}`},
+		{append([]string{"test", "-v", "--tests", repo("policy_test"), "--run", "attempt"}, folders...), ""},
+		{[]string{"replay", "--log", log, "--policies", limit5, "--schemas", quotaSchemas}, ""},
 	} {
-		text, _, code := runCLI(t, nil, append(args, "--format", "text")...)
-		js, stderr, jcode := runCLI(t, nil, append(args, "--format", "json")...)
+		args := tc.args
+		text, _, code := runCLI(t, []byte(tc.stdin), append(args, "--format", "text")...)
+		js, stderr, jcode := runCLI(t, []byte(tc.stdin), append(args, "--format", "json")...)
 		var doc any
 		if err := json.Unmarshal([]byte(js), &doc); err != nil || code != jcode {
 			t.Fatalf("arbiter %s: text exit %d, json exit %d, %v\n%s%s", strings.Join(args, " "), code, jcode, err, js, stderr)
