@@ -297,7 +297,10 @@ func TestReplayBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := runReplay(t, append(tc.args, "--schemas", quotaSchemas)...)
+			// The folders are given: outside a git checkout (the rule
+			// edit's copy) the default policies/ is not found, and that
+			// error comes first. A later --policies wins.
+			code, stdout, stderr := runReplay(t, append([]string{"--policies", quotaPolicies, "--schemas", quotaSchemas}, tc.args...)...)
 			if code != exitInput {
 				t.Errorf("exit %d, want 2\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 			}
