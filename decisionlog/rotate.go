@@ -192,34 +192,39 @@ func Files(path string) ([]string, error) {
 // FilesIn lists the decision logs in dir by the writer's naming, oldest
 // first: for each log (a regular file whose name is not a backup's and
 // does not start with a dot, as the lock file's does), its backups oldest
-// first, then the log; a backup whose log is gone is still listed.
+// first, then the log; a backup whose log is gone is still listed. One
+// reading of the folder.
 func FilesIn(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	logs := map[string]bool{}
+	logs := map[string][]string{} // log -> itself (when present) after its backups, once sorted
 	for _, e := range entries {
 		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		if log, ok := logOf(p); !ok {
-			logs[p] = true
-		} else if _, seen := logs[log]; !seen {
-			logs[log] = false // until the log itself is seen
+		log, ok := logOf(p)
+		if !ok {
+			log = p
 		}
+		logs[log] = append(logs[log], p)
 	}
 	var out []string
 	for _, log := range slices.Sorted(maps.Keys(logs)) {
-		files, err := Files(log)
-		if err != nil {
-			return nil, err
-		}
-		if !logs[log] { // gone: only its backups
-			files = files[1:]
-		}
-		slices.Reverse(files)
+		files := logs[log]
+		// A backup's name is the log's stem, "-" and a time: they sort
+		// oldest first, and before the log itself ("-" < ".").
+		slices.SortFunc(files, func(a, b string) int {
+			switch {
+			case a == log:
+				return 1
+			case b == log:
+				return -1
+			}
+			return strings.Compare(a, b)
+		})
 		out = append(out, files...)
 	}
 	return out, nil

@@ -163,7 +163,7 @@ func (u *Uploader) Stats() Stats {
 	st := u.b.Stats()
 	return Stats{
 		Sent: st.Sent, DroppedFull: u.b.Dropped(queue.Full) + u.b.Dropped(queue.Closed),
-		DroppedStop: u.b.Dropped(decisionlog.DropShutdown), DroppedLarge: u.b.Dropped(dropTooLarge) + u.b.Dropped("unencodable"),
+		DroppedStop: u.b.Dropped(decisionlog.DropShutdown), DroppedLarge: u.b.Dropped(dropTooLarge),
 		Queued: st.Queued, QueuedBytes: st.QueuedBytes, UploadsOK: st.SendsOK, UploadsFailed: st.SendsFailed,
 	}
 }

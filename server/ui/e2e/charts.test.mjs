@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, copyFileSync, cpSync, readdirSync, appendFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startArbiter, api, fixtures, launch, outDir, repoRoot } from './harness.mjs';
+import { startArbiter, api, fixtures, launch, openPage, outDir, repoRoot } from './harness.mjs';
 
 const replica = 'replica-charts';
 let srv, browser, answers, candidate;
@@ -50,16 +50,7 @@ after(async () => {
   await srv?.stop();
 });
 
-async function open(path) {
-  const p = await browser.newPage();
-  await p.goto(srv.base + path);
-  if (/\/ui\/login/.test(p.url())) {
-    await p.fill('#token', srv.token);
-    await p.keyboard.press('Enter');
-    await p.waitForURL(u => !/\/ui\/login/.test(u.pathname));
-  }
-  return p;
-}
+const open = path => openPage(browser, srv, path);
 
 // counts sums a chart's segments by reason ('other' for the lumped rest).
 async function counts(p, id) {

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startArbiter, launch, outDir, repoRoot } from './harness.mjs';
+import { startArbiter, launch, openPage, outDir, repoRoot } from './harness.mjs';
 
 let srv, browser, cand;
 
@@ -47,17 +47,7 @@ async function admin(method, path, body) {
   return { status: res.status, json: await res.json() };
 }
 
-async function page(path) {
-  const p = await browser.newPage();
-  await p.goto(srv.base + path);
-  if (/\/ui\/login/.test(p.url())) {
-    await p.fill('#token', srv.token);
-    await p.keyboard.press('Enter');
-    await p.waitForURL(u => !/\/ui\/login/.test(u.pathname));
-    await p.goto(srv.base + path);
-  }
-  return p;
-}
+const page = path => openPage(browser, srv, path);
 
 // fits asserts that nothing on the page is wider than the 1280 px window,
 // the page or any box holding a table.

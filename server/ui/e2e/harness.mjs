@@ -165,3 +165,17 @@ export function logLines(srv) {
   if (!existsSync(srv.log)) return 0;
   return readFileSync(srv.log, 'utf8').split('\n').filter(l => l.trim() !== '').length;
 }
+
+// openPage opens path of srv in a new page of browser, signing in with
+// srv's token when the page asks for it (and opening path again then).
+export async function openPage(browser, srv, path) {
+  const p = await browser.newPage();
+  await p.goto(srv.base + path);
+  if (/\/ui\/login/.test(p.url())) {
+    await p.fill('#token', srv.token);
+    await p.keyboard.press('Enter');
+    await p.waitForURL(u => !/\/ui\/login/.test(u.pathname));
+    await p.goto(srv.base + path);
+  }
+  return p;
+}
