@@ -166,6 +166,17 @@ export function logLines(srv) {
   return readFileSync(srv.log, 'utf8').split('\n').filter(l => l.trim() !== '').length;
 }
 
+// logged waits until the decision log holds the record of decision id
+// (the log is written in batches, after the answer), up to 30 s.
+export async function logged(srv, id) {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (existsSync(srv.log) && readFileSync(srv.log, 'utf8').includes(`"decision_id":"${id}"`)) return;
+    await new Promise(r => setTimeout(r, 20));
+  }
+  throw new Error(`decision ${id} is not in the decision log after 30 s`);
+}
+
 // openPage opens path of srv in a new page of browser, signing in with
 // srv's token when the page asks for it (and opening path again then).
 export async function openPage(browser, srv, path) {

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, copyFileSync, writeFileSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { startArbiter, api, fixtures, getPointer, setPointer, launch, logLines, outDir, repoRoot } from './harness.mjs';
+import { startArbiter, api, fixtures, getPointer, setPointer, launch, logLines, logged, outDir, repoRoot } from './harness.mjs';
 
 let srv, browser, flip;
 // Where the decision page links a trace (--ui-trace-url); nothing listens.
@@ -135,7 +135,9 @@ test('filter to a refusal, open it, read its evidence, flip it with a what-if', 
 
   // What if: the input with the allowed values at the evidence pointers
   // (its explanation asked of the API first: that one is logged).
-  const held = (await api(srv, 'POST', `/v1/decisions/${flip.fx.decision}?explain=true`, flip.fixedInput)).json.explanation;
+  const asked = (await api(srv, 'POST', `/v1/decisions/${flip.fx.decision}?explain=true`, flip.fixedInput)).json;
+  const held = asked.explanation;
+  await logged(srv, asked.decision_id);
   const linesBefore = logLines(srv);
   await page.fill('#w-input', JSON.stringify(flip.fixedInput, null, 2));
   await page.click('#w-run');
@@ -184,10 +186,8 @@ test('filter to a refusal, open it, read its evidence, flip it with a what-if', 
   // Nothing evaluated from the page is logged: a marker decision made after
   // it is the only new record.
   const marker = await api(srv, 'POST', `/v1/decisions/${flip.fx.decision}`, flip.fx.input);
-  const deadline = Date.now() + 30_000;
-  while (logLines(srv) < linesBefore + 1 && Date.now() < deadline) await new Promise(r => setTimeout(r, 20));
+  await logged(srv, marker.json.decision_id);
   assert.equal(logLines(srv), linesBefore + 1, 'the decision log gained a record for the what-if');
-  assert.ok(marker.json.decision_id);
   await page.close();
 });
 
