@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // The bounds of a chart of refusals: whatever the window and the data,
@@ -84,15 +86,9 @@ type RefusalQuery struct {
 }
 
 func (q RefusalQuery) bounds() RefusalQuery {
-	if q.Series <= 0 {
-		q.Series = DefaultSeries
-	}
-	if q.Groups <= 0 {
-		q.Groups = DefaultGroups
-	}
-	if q.MaxRefusals <= 0 {
-		q.MaxRefusals = DefaultMaxRefusals
-	}
+	q.Series = defaults.Positive(q.Series, DefaultSeries)
+	q.Groups = defaults.Positive(q.Groups, DefaultGroups)
+	q.MaxRefusals = defaults.Positive(q.MaxRefusals, DefaultMaxRefusals)
 	q.Filter.Since, q.Filter.Until = q.Window.Since, q.Window.Until
 	return q
 }

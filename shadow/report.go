@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // DefaultExamples is how many decision ids a report keeps per decision and
@@ -86,9 +87,7 @@ type tallyRow struct {
 // NewTally returns a Tally keeping at most examples ids per decision and
 // class (DefaultExamples when examples <= 0).
 func NewTally(examples int) *Tally {
-	if examples <= 0 {
-		examples = DefaultExamples
-	}
+	examples = defaults.Positive(examples, DefaultExamples)
 	return &Tally{examples: examples, per: map[string]*tallyRow{}, owed: map[string]bool{}}
 }
 
