@@ -122,9 +122,7 @@ func NewBatcher[T any](cfg BatchConfig) *Batcher[T] {
 	if cfg.Redact == nil {
 		cfg.Redact = func(err error) string { return err.Error() }
 	}
-	if cfg.Unit == "" {
-		cfg.Unit = "records"
-	}
+	cfg.Unit = cmp.Or(cfg.Unit, "records")
 	if cfg.After == nil {
 		cfg.After = time.After
 	}

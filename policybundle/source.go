@@ -222,16 +222,10 @@ func splitURL(raw string) (service, path string, oci bool, err error) {
 
 func pollingConfig(cfg SourceConfig) (download.Config, error) {
 	secs := func(d time.Duration) *int64 {
-		s := int64((d + time.Second - 1) / time.Second)
-		if s < 1 {
-			s = 1
-		}
+		s := max(1, int64((d+time.Second-1)/time.Second))
 		return &s
 	}
-	min, max := cfg.MinDelay, cfg.MaxDelay
-	if min <= 0 {
-		min = 10 * time.Second
-	}
+	min, max := defaults.Positive(cfg.MinDelay, 10*time.Second), cfg.MaxDelay
 	if max < min {
 		max = 2 * min
 	}
@@ -399,10 +393,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 		s.log.Debug("bundle unchanged: the active revision, with the same content", "bundle", s.cfg.Name, "revision", revision, "etag", u.ETag)
 		return nil
 	}
-	if replaced == "" {
-		replaced = "(none)"
-	}
-	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", revision, "replaced", replaced, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
+	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", revision, "replaced", cmp.Or(replaced, "(none)"), "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
 	return nil
 }
 

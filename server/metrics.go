@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"sync/atomic"
 	"time"
 
@@ -112,10 +113,7 @@ func (m *metrics) label(name string) string {
 
 func (m *metrics) observeDecision(d *engine.Decision, elapsed time.Duration) {
 	label := m.label(d.Name)
-	outcome := d.Outcome
-	if outcome == "" {
-		outcome = noOutcome
-	}
+	outcome := cmp.Or(d.Outcome, noOutcome)
 	m.decisions.WithLabelValues(label, outcome).Inc()
 	for _, r := range d.Reasons {
 		m.reasons.WithLabelValues(label, r).Inc()

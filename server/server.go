@@ -225,10 +225,7 @@ func (s *server) routes() http.Handler {
 // allowedMethods lists the methods routed for the request's path, for the
 // Allow header of a 405 (chi only computes it for its own default handler).
 func allowedMethods(mux chi.Routes, r *http.Request) []string {
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
-	}
+	path := cmp.Or(r.URL.RawPath, r.URL.Path)
 	var out []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if mux.Match(chi.NewRouteContext(), m, path) {
