@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -237,11 +238,7 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 // top are the n keys of counts with the highest counts (ties by name,
 // bytewise, as the store's COLLATE "C"), and how many others there are.
 func top(counts map[string]int, n int) ([]string, int) {
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int {
+	keys := slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
 		return cmp.Or(cmp.Compare(counts[b], counts[a]), strings.Compare(a, b))
 	})
 	if len(keys) <= n {

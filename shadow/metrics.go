@@ -1,7 +1,8 @@
 package shadow
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,12 +35,7 @@ var (
 func (s *Shadow) Collector() prometheus.Collector {
 	return scrape.Collector(func(ch chan<- prometheus.Metric) {
 		s.classMu.Lock()
-		names := make([]string, 0, len(s.classes))
-		for n := range s.classes {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(s.classes)) {
 			for i, cl := range Classes {
 				scrape.Counter(ch, descDecisions, s.classes[n][i], n, string(cl))
 			}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -147,11 +146,7 @@ func (t *Tally) add(decision string, c Class, id string) {
 func (t *Tally) Report() Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	names := make([]string, 0, len(t.per))
-	for n := range t.per {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(t.per))
 	var all tallyRow
 	rep := Report{Dropped: t.dropped, LaterJudged: t.later, Decisions: make([]DecisionReport, 0, len(names))}
 	for _, n := range names {
@@ -229,7 +224,7 @@ func (g Gate) Refusals(r Report) []string {
 	}
 	// In report order, so refuse_to_allow comes first here too.
 	for _, c := range Classes {
-		if !containsClass(g.Forbidden, c) || r.Count(c) == 0 {
+		if !slices.Contains(g.Forbidden, c) || r.Count(c) == 0 {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%d decisions are %s (forbidden), e.g. %s", r.Count(c), c, strings.Join(r.Examples(c), " ")))
@@ -258,18 +253,9 @@ func (g Gate) Stricter(minDecisions uint64, forbid []Class) Gate {
 		out.Forbidden = []Class{}
 	}
 	for _, c := range forbid {
-		if !containsClass(out.Forbidden, c) {
+		if !slices.Contains(out.Forbidden, c) {
 			out.Forbidden = append(out.Forbidden, c)
 		}
 	}
 	return out
-}
-
-func containsClass(list []Class, c Class) bool {
-	for _, x := range list {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }
