@@ -1,6 +1,7 @@
 package decisionlog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -117,15 +118,11 @@ type pendingRecord struct {
 // NewBatcher is a Batcher with an empty queue; Start starts its loop, and
 // Close stops it.
 func NewBatcher[T any](cfg BatchConfig) *Batcher[T] {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Redact == nil {
 		cfg.Redact = func(err error) string { return err.Error() }
 	}
-	if cfg.Unit == "" {
-		cfg.Unit = "records"
-	}
+	cfg.Unit = cmp.Or(cfg.Unit, "records")
 	if cfg.After == nil {
 		cfg.After = time.After
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
@@ -62,10 +63,7 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 }
 
 func (l *fileSink) open(opts Options) error {
-	mb := opts.MaxMegabytes
-	if mb <= 0 {
-		mb = DefaultMaxMegabytes
-	}
+	mb := defaults.Positive(opts.MaxMegabytes, DefaultMaxMegabytes)
 	backups := opts.MaxBackups
 	switch {
 	case backups == 0:
@@ -106,9 +104,7 @@ func endsWithNewline(path string, n int64) bool {
 // record larger than the file may be is not written (add). The reader
 // bounds lines with it.
 func MaxLineBytes(maxMegabytes int) int64 {
-	if maxMegabytes <= 0 {
-		maxMegabytes = DefaultMaxMegabytes
-	}
+	maxMegabytes = defaults.Positive(maxMegabytes, DefaultMaxMegabytes)
 	return int64(maxMegabytes) << 20
 }
 

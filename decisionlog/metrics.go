@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/internal/queue"
+	"github.com/arbiter-dev/arbiter/internal/scrape"
 )
 
 var droppedDesc = prometheus.NewDesc("arbiter_decision_log_dropped_total",
@@ -13,16 +14,12 @@ var droppedDesc = prometheus.NewDesc("arbiter_decision_log_dropped_total",
 // Collector exports the records the file did not write, by reason, read at
 // scrape time. The other sinks count their own (the upload: logship's
 // metrics).
-func (l *Logger) Collector() prometheus.Collector { return collector{l} }
-
-type collector struct{ l *Logger }
-
-func (c collector) Describe(ch chan<- *prometheus.Desc) { ch <- droppedDesc }
-
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	for _, r := range c.l.droppedByReason() {
-		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(r.n), r.reason)
-	}
+func (l *Logger) Collector() prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		for _, r := range l.droppedByReason() {
+			scrape.Counter(ch, droppedDesc, r.n, r.reason)
+		}
+	}, droppedDesc)
 }
 
 type reasonCount struct {

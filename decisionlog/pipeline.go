@@ -9,6 +9,7 @@
 package decisionlog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -124,9 +125,7 @@ func Open(opts Options) (*Logger, error) {
 		return nil, errors.New("decision log: no path (use - for stdout) and no sink")
 	}
 	l := &Logger{log: opts.Logger, now: opts.now, sinks: opts.Sinks, refuse: opts.Refuse, done: make(chan struct{})}
-	if l.log == nil {
-		l.log = slog.Default()
-	}
+	l.log = cmp.Or(l.log, slog.Default())
 	if l.now == nil {
 		l.now = time.Now
 	}

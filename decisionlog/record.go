@@ -3,6 +3,7 @@
 package decisionlog
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -163,9 +164,7 @@ func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) 
 	if failed {
 		return OutcomeError, nil
 	}
-	if outcomeKey == "" {
-		outcomeKey = DefaultOutcomeKey
-	}
+	outcomeKey = cmp.Or(outcomeKey, DefaultOutcomeKey)
 	var res map[string]json.RawMessage
 	if json.Unmarshal(result, &res) != nil {
 		return "", nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,15 +49,9 @@ type DecisionInput struct {
 // MatchesAny reports whether a record of decision with that input passes
 // AnyInput (true when AnyInput is empty), as the store's query does.
 func (f Filter) MatchesAny(decision string, input []byte) bool {
-	if len(f.AnyInput) == 0 {
-		return true
-	}
-	for _, m := range f.AnyInput {
-		if m.Decision == decision && m.Match.Match(input) {
-			return true
-		}
-	}
-	return false
+	return len(f.AnyInput) == 0 || slices.ContainsFunc(f.AnyInput, func(m DecisionInput) bool {
+		return m.Decision == decision && m.Match.Match(input)
+	})
 }
 
 // InputMatch is one input field and the value it must hold: the filter
@@ -121,17 +116,7 @@ func ParseInputMatch(s string) (InputMatch, error) {
 func isNumber(v []byte) bool { return v[0] == '-' || v[0] >= '0' && v[0] <= '9' }
 
 // isIndex reports whether a token reads as an array index.
-func isIndex(t string) bool {
-	if t == "" {
-		return false
-	}
-	for _, c := range t {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
+func isIndex(t string) bool { return t != "" && strings.Trim(t, "0123456789") == "" }
 
 // String is the filter as ParseInputMatch reads it back.
 func (m InputMatch) String() string { return m.Pointer + " = " + string(m.Value) }

@@ -1,6 +1,12 @@
 package decisionstore
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/arbiter-dev/arbiter/internal/scrape"
+)
 
 var (
 	writtenDesc = prometheus.NewDesc("arbiter_decision_store_written_total",
@@ -23,35 +29,23 @@ var (
 )
 
 // Collector exports s's totals, read at scrape time.
-func (s *Sink) Collector() prometheus.Collector { return collector{s} }
-
-type collector struct{ s *Sink }
-
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{writtenDesc, droppedDesc, queuedDesc, lagDesc, writesDesc, lastWriteDesc, failingDesc, unreadableDesc} {
-		ch <- d
-	}
-}
-
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
-	ch <- prometheus.MustNewConstMetric(writtenDesc, prometheus.CounterValue, float64(st.Written))
-	for _, r := range DropReasons {
-		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(st.Dropped[r]), r)
-	}
-	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(st.Queued))
-	ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, st.LagSeconds)
-	ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(st.WritesOK), "ok")
-	ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(st.WritesFailed), "failed")
-	last := 0.0
-	if st.LastWrite != nil {
-		last = float64(st.LastWrite.UnixNano()) / 1e9
-	}
-	ch <- prometheus.MustNewConstMetric(lastWriteDesc, prometheus.GaugeValue, last)
-	failing := 0.0
-	if st.LastError != "" {
-		failing = 1
-	}
-	ch <- prometheus.MustNewConstMetric(failingDesc, prometheus.GaugeValue, failing)
-	ch <- prometheus.MustNewConstMetric(unreadableDesc, prometheus.CounterValue, float64(c.s.reader.Unreadable()))
+func (s *Sink) Collector() prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		st := s.Stats()
+		scrape.Counter(ch, writtenDesc, st.Written)
+		for _, r := range DropReasons {
+			scrape.Counter(ch, droppedDesc, st.Dropped[r], r)
+		}
+		scrape.Gauge(ch, queuedDesc, st.Queued)
+		scrape.Gauge(ch, lagDesc, st.LagSeconds)
+		scrape.Counter(ch, writesDesc, st.WritesOK, "ok")
+		scrape.Counter(ch, writesDesc, st.WritesFailed, "failed")
+		var last time.Time
+		if st.LastWrite != nil {
+			last = *st.LastWrite
+		}
+		scrape.Gauge(ch, lastWriteDesc, scrape.Unix(last))
+		scrape.Gauge(ch, failingDesc, map[bool]int{true: 1}[st.LastError != ""])
+		scrape.Counter(ch, unreadableDesc, s.reader.Unreadable())
+	}, writtenDesc, droppedDesc, queuedDesc, lagDesc, writesDesc, lastWriteDesc, failingDesc, unreadableDesc)
 }

@@ -265,14 +265,9 @@ func head(line []byte) string {
 }
 
 // query runs the rows query q (rowColumns, recordColumn and the rest),
-// its records loaded up to maxRecord bytes.
-func (r *Reader) query(ctx context.Context, q string, maxRecord int64, args ...any) ([]Row, error) {
-	return r.queryRuns(ctx, q, maxRecord, false, args...)
-}
-
-// queryRuns is query, its rows with the run id column (runColumn) when
-// runs.
-func (r *Reader) queryRuns(ctx context.Context, q string, maxRecord int64, runs bool, args ...any) ([]Row, error) {
+// its records loaded up to maxRecord bytes, its rows with the run id
+// column (runColumn) when runs.
+func (r *Reader) query(ctx context.Context, q string, maxRecord int64, runs bool, args ...any) ([]Row, error) {
 	rows, err := r.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -331,12 +326,12 @@ func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, m
 		runsJSON, _ = json.Marshal(runs)
 	}
 	q, args := listQuery(f, before, limit, maxRecord, runsJSON)
-	out, err := r.queryRuns(ctx, q, maxRecord, runs != nil, args...)
+	out, err := r.query(ctx, q, maxRecord, runs != nil, args...)
 	if err == nil && (len(f.Input) > 0 || len(f.AnyInput) > 0) && len(out) <= limit {
 		// Not a page among the newest listProbeRows: a rarer value,
 		// found through the input's index.
 		q, args = listByInputQuery(f, before, limit, maxRecord, runsJSON)
-		out, err = r.queryRuns(ctx, q, maxRecord, runs != nil, args...)
+		out, err = r.query(ctx, q, maxRecord, runs != nil, args...)
 	}
 	if err != nil {
 		return nil, Cursor{}, fmt.Errorf("decision store: listing: %w", err)
@@ -450,7 +445,7 @@ func (r *Reader) Count(ctx context.Context, f Filter, max int) (n int, more bool
 // newest, should two replicas have logged one id).
 func (r *Reader) Get(ctx context.Context, id string) (Row, bool, error) {
 	got, err := r.query(ctx, "SELECT "+rowColumns+recordColumn(3, 4)+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT 1",
-		r.MaxRecordBytes, id, KindDecision, r.MaxRecordBytes, HeadBytes)
+		r.MaxRecordBytes, false, id, KindDecision, r.MaxRecordBytes, HeadBytes)
 	if err != nil {
 		return Row{}, false, fmt.Errorf("decision store: reading decision %s: %w", id, err)
 	}
@@ -468,7 +463,7 @@ func (r *Reader) Get(ctx context.Context, id string) (Row, bool, error) {
 // code).
 func (r *Reader) Shadows(ctx context.Context, id string, limit int) ([]Row, error) {
 	got, err := r.query(ctx, "SELECT "+rowColumns+recordColumn(3, 4)+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT $5",
-		r.MaxRecordBytes, id, KindShadow, r.MaxRecordBytes, HeadBytes, limit)
+		r.MaxRecordBytes, false, id, KindShadow, r.MaxRecordBytes, HeadBytes, limit)
 	if err != nil {
 		return nil, fmt.Errorf("decision store: reading the shadow outcomes of %s: %w", id, err)
 	}
@@ -574,7 +569,7 @@ func (r *Reader) Stream(ctx context.Context, f Filter, fn func(Row) error) error
 		" ORDER BY time, decision_id, kind LIMIT " + strconv.Itoa(r.batch)
 	var after Cursor // year 1, before any row: every row's key is greater
 	for {
-		batch, err := r.query(ctx, q, maxRecord, append(args, after.Time, after.ID, after.Kind)...)
+		batch, err := r.query(ctx, q, maxRecord, false, append(args, after.Time, after.ID, after.Kind)...)
 		if err != nil {
 			return fmt.Errorf("decision store: reading: %w", err)
 		}

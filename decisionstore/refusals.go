@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // The bounds of a chart of refusals: whatever the window and the data,
@@ -84,15 +87,9 @@ type RefusalQuery struct {
 }
 
 func (q RefusalQuery) bounds() RefusalQuery {
-	if q.Series <= 0 {
-		q.Series = DefaultSeries
-	}
-	if q.Groups <= 0 {
-		q.Groups = DefaultGroups
-	}
-	if q.MaxRefusals <= 0 {
-		q.MaxRefusals = DefaultMaxRefusals
-	}
+	q.Series = defaults.Positive(q.Series, DefaultSeries)
+	q.Groups = defaults.Positive(q.Groups, DefaultGroups)
+	q.MaxRefusals = defaults.Positive(q.MaxRefusals, DefaultMaxRefusals)
 	q.Filter.Since, q.Filter.Until = q.Window.Since, q.Window.Until
 	return q
 }
@@ -241,11 +238,7 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 // top are the n keys of counts with the highest counts (ties by name,
 // bytewise, as the store's COLLATE "C"), and how many others there are.
 func top(counts map[string]int, n int) ([]string, int) {
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int {
+	keys := slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
 		return cmp.Or(cmp.Compare(counts[b], counts[a]), strings.Compare(a, b))
 	})
 	if len(keys) <= n {

@@ -2,6 +2,7 @@ package decisionstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 	"github.com/arbiter-dev/arbiter/internal/redact"
 )
@@ -132,18 +134,10 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.BatchRecords <= 0 {
-		cfg.BatchRecords = DefaultBatchRecords
-	}
-	if cfg.MaxRetryDelay <= 0 {
-		cfg.MaxRetryDelay = 10 * time.Second
-	}
-	if cfg.FlushInterval <= 0 {
-		cfg.FlushInterval = DefaultFlushInterval
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.BatchRecords = defaults.Positive(cfg.BatchRecords, DefaultBatchRecords)
+	cfg.MaxRetryDelay = defaults.Positive(cfg.MaxRetryDelay, 10*time.Second)
+	cfg.FlushInterval = defaults.Positive(cfg.FlushInterval, DefaultFlushInterval)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}

@@ -1,7 +1,6 @@
 package diff
 
 import (
-	"fmt"
 	"math/big"
 	"strings"
 
@@ -91,6 +90,31 @@ func (c *bcall) integer(i int) (*smt.Term, *smt.Term, bool) {
 	return c.b().App("to_int", smt.Int, c.vs().num(t)), c.b().Not(c.an().kindIs(c.args[i], mNum, c.side())), true
 }
 
+// each is get (str, integer) of the first n arguments: their terms, the
+// conditions that they fail, and whether all of them have terms (each is
+// read even when one before has none).
+func (c *bcall) each(n int, get func(int) (*smt.Term, *smt.Term, bool)) ([]*smt.Term, []*smt.Term, bool) {
+	ts, errs, all := make([]*smt.Term, n), make([]*smt.Term, n), true
+	for i := range n {
+		var ok bool
+		ts[i], errs[i], ok = get(i)
+		all = all && ok
+	}
+	return ts, errs, all
+}
+
+// strFn is a builtin of n strings whose result f computes from their
+// terms; it fails when one of them is not a string.
+func strFn(n int, f func(c *bcall, s []*smt.Term) val) encoder {
+	return func(c *bcall) bres {
+		s, errs, ok := c.each(n, c.str)
+		if !ok {
+			return bres{}
+		}
+		return c.value(f(c, s), c.b().Or(errs...))
+	}
+}
+
 func (c *bcall) num(n *smt.Term) val {
 	return sym{t: c.vs().numV(c.b().App("to_real", smt.Real, n)), m: mNum}
 }
@@ -131,8 +155,8 @@ func init() {
 		"endswith":          strPred("str.suffixof", true),
 		"contains":          strPred("str.contains", false),
 		"indexof":           indexof,
-		"trim_prefix":       trimPrefix,
-		"trim_suffix":       trimSuffix,
+		"trim_prefix":       trim("str.prefixof"),
+		"trim_suffix":       trim("str.suffixof"),
 		"replace":           replace,
 		"concat":            concat,
 		"sprintf":           sprintf,
@@ -278,28 +302,27 @@ func arith(op string) encoder {
 				return setOp("minus")(c)
 			}
 		}
-		x, ex, ok1 := c.integer(0)
-		y, ey, ok2 := c.integer(1)
-		if !ok1 || !ok2 {
+		xy, errs, ok := c.each(2, c.integer)
+		if !ok {
 			return bres{}
 		}
-		return c.value(c.num(b.App(op, smt.Int, x, y)), b.Or(ex, ey))
+		return c.value(c.num(b.App(op, smt.Int, xy...)), b.Or(errs...))
 	}
 }
 
 // rem is x % y on integers: Go's truncated remainder; y = 0 fails.
 func rem(c *bcall) bres {
 	b := c.b()
-	x, ex, ok1 := c.integer(0)
-	y, ey, ok2 := c.integer(1)
-	if !ok1 || !ok2 {
+	xy, errs, ok := c.each(2, c.integer)
+	if !ok {
 		return bres{}
 	}
+	x, y := xy[0], xy[1]
 	ax := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)
 	ay := b.Ite(b.Cmp("<", y, b.IntLit(0)), b.App("-", smt.Int, y), y)
 	m := b.App("mod", smt.Int, ax, ay) // both non-negative: truncated
 	r := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, m), m)
-	return c.value(c.num(r), b.Or(ex, ey, b.Eq(y, b.IntLit(0))))
+	return c.value(c.num(r), b.Or(append(errs, b.Eq(y, b.IntLit(0)))...))
 }
 
 func abs(c *bcall) bres {
@@ -313,72 +336,43 @@ func abs(c *bcall) bres {
 
 // strPred is startswith, endswith or contains: both strings, else fails.
 func strPred(fn string, swap bool) encoder {
-	return func(c *bcall) bres {
-		b := c.b()
-		s, es, ok1 := c.str(0)
-		p, ep, ok2 := c.str(1)
-		if !ok1 || !ok2 {
-			return bres{}
-		}
-		var t *smt.Term
+	return strFn(2, func(c *bcall, s []*smt.Term) val {
 		if swap {
-			t = b.App(fn, smt.Bool, p, s) // (str.prefixof prefix s)
-		} else {
-			t = b.App(fn, smt.Bool, s, p) // (str.contains s sub)
+			s[0], s[1] = s[1], s[0] // (str.prefixof prefix s); (str.contains s sub)
 		}
-		return c.value(sym{t: c.vs().boolV(t), m: mBool}, b.Or(es, ep))
-	}
+		return sym{t: c.vs().boolV(c.b().App(fn, smt.Bool, s...)), m: mBool}
+	})
 }
 
 // indexof counts characters (code points), as OPA does; -1 when absent.
-func indexof(c *bcall) bres {
-	b := c.b()
-	s, es, ok1 := c.str(0)
-	p, ep, ok2 := c.str(1)
-	if !ok1 || !ok2 {
-		return bres{}
-	}
-	return c.value(c.num(b.App("str.indexof", smt.Int, s, p, b.IntLit(0))), b.Or(es, ep))
-}
+var indexof = strFn(2, func(c *bcall, s []*smt.Term) val {
+	return c.num(c.b().App("str.indexof", smt.Int, s[0], s[1], c.b().IntLit(0)))
+})
 
-func trimPrefix(c *bcall) bres {
-	b := c.b()
-	s, es, ok1 := c.str(0)
-	p, ep, ok2 := c.str(1)
-	if !ok1 || !ok2 {
-		return bres{}
-	}
-	ls, lp := b.App("str.len", smt.Int, s), b.App("str.len", smt.Int, p)
-	r := b.Ite(b.App("str.prefixof", smt.Bool, p, s), b.App("str.substr", smt.String, s, lp, b.App("-", smt.Int, ls, lp)), s)
-	return c.value(c.strVal(r), b.Or(es, ep))
-}
-
-func trimSuffix(c *bcall) bres {
-	b := c.b()
-	s, es, ok1 := c.str(0)
-	p, ep, ok2 := c.str(1)
-	if !ok1 || !ok2 {
-		return bres{}
-	}
-	ls, lp := b.App("str.len", smt.Int, s), b.App("str.len", smt.Int, p)
-	r := b.Ite(b.App("str.suffixof", smt.Bool, p, s), b.App("str.substr", smt.String, s, b.IntLit(0), b.App("-", smt.Int, ls, lp)), s)
-	return c.value(c.strVal(r), b.Or(es, ep))
+// trim is trim_prefix (str.prefixof) or trim_suffix (str.suffixof).
+func trim(fix string) encoder {
+	return strFn(2, func(c *bcall, t []*smt.Term) val {
+		b, s, p := c.b(), t[0], t[1]
+		ls, lp := b.App("str.len", smt.Int, s), b.App("str.len", smt.Int, p)
+		if fix == "str.prefixof" {
+			return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, lp, b.App("-", smt.Int, ls, lp)), s))
+		}
+		return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, b.IntLit(0), b.App("-", smt.Int, ls, lp)), s))
+	})
 }
 
 // replace is Go's strings.ReplaceAll, which SMT-LIB's str.replace_all is
 // except for an empty old string.
 func replace(c *bcall) bres {
 	b := c.b()
-	s, es, ok1 := c.str(0)
-	o, eo, ok2 := c.str(1)
-	n, en, ok3 := c.str(2)
-	if !ok1 || !ok2 || !ok3 {
+	t, errs, ok := c.each(3, c.str)
+	if !ok {
 		return bres{}
 	}
 	empty, _ := b.StrLit("")
 	g := c.gap("replace of an empty string")
-	r := b.Ite(b.Eq(o, empty), c.vs().str(c.an().uf("replace", sV, g, c.args...)), b.App("str.replace_all", smt.String, s, o, n))
-	return c.value(c.strVal(r), b.Or(es, eo, en))
+	r := b.Ite(b.Eq(t[1], empty), c.vs().str(c.an().uf("replace", sV, g, c.args...)), b.App("str.replace_all", smt.String, t...))
+	return c.value(c.strVal(r), b.Or(errs...))
 }
 
 // concat joins the strings of an array (or, sorted, of a set of
@@ -757,5 +751,3 @@ func setOp(op string) encoder {
 		return c.value(out, nil)
 	}
 }
-
-var _ = fmt.Sprint

@@ -10,6 +10,7 @@ package logship
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -26,6 +27,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/util"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/opalog"
 	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
@@ -106,24 +108,12 @@ func (s Stats) Dropped() uint64 { return s.DroppedFull + s.DroppedStop + s.Dropp
 
 // New checks cfg and starts the upload loop; Close stops it.
 func New(cfg Config) (*Uploader, error) {
-	if cfg.Resource == "" {
-		cfg.Resource = "/logs"
-	}
-	if cfg.BatchEvents <= 0 {
-		cfg.BatchEvents = 1000
-	}
-	if cfg.BatchBytes <= 0 {
-		cfg.BatchBytes = 1 << 20
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
-	}
-	if cfg.MaxRetryDelay <= 0 {
-		cfg.MaxRetryDelay = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Resource = cmp.Or(cfg.Resource, "/logs")
+	cfg.BatchEvents = defaults.Positive(cfg.BatchEvents, 1000)
+	cfg.BatchBytes = defaults.Positive(cfg.BatchBytes, 1<<20)
+	cfg.Interval = defaults.Positive(cfg.Interval, time.Second)
+	cfg.MaxRetryDelay = defaults.Positive(cfg.MaxRetryDelay, 10*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
 		return nil, fmt.Errorf("decision-log service %s: want an http(s) URL", redact.URL(cfg.URL))
 	}

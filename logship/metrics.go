@@ -1,6 +1,10 @@
 package logship
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/arbiter-dev/arbiter/internal/scrape"
+)
 
 var (
 	eventsDesc = prometheus.NewDesc("arbiter_decision_log_upload_events_total",
@@ -16,34 +20,17 @@ var (
 )
 
 // Collector exports u's totals, read at scrape time.
-func (u *Uploader) Collector() prometheus.Collector { return collector{u} }
-
-type collector struct{ u *Uploader }
-
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- eventsDesc
-	ch <- uploadsDesc
-	ch <- queuedDesc
-	ch <- queuedBytesDesc
-	ch <- lastOKDesc
-}
-
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.u.Stats()
-	ev := func(v uint64, result, reason string) {
-		ch <- prometheus.MustNewConstMetric(eventsDesc, prometheus.CounterValue, float64(v), result, reason)
-	}
-	ev(s.Sent, "sent", "")
-	ev(s.DroppedFull, "dropped", "buffer_full")
-	ev(s.DroppedStop, "dropped", "shutdown")
-	ev(s.DroppedLarge, "dropped", "too_large")
-	ch <- prometheus.MustNewConstMetric(uploadsDesc, prometheus.CounterValue, float64(s.UploadsOK), "ok")
-	ch <- prometheus.MustNewConstMetric(uploadsDesc, prometheus.CounterValue, float64(s.UploadsFailed), "failed")
-	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(s.Queued))
-	ch <- prometheus.MustNewConstMetric(queuedBytesDesc, prometheus.GaugeValue, float64(s.QueuedBytes))
-	last := 0.0
-	if t := c.u.LastSuccess(); !t.IsZero() {
-		last = float64(t.UnixNano()) / 1e9
-	}
-	ch <- prometheus.MustNewConstMetric(lastOKDesc, prometheus.GaugeValue, last)
+func (u *Uploader) Collector() prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		s := u.Stats()
+		scrape.Counter(ch, eventsDesc, s.Sent, "sent", "")
+		scrape.Counter(ch, eventsDesc, s.DroppedFull, "dropped", "buffer_full")
+		scrape.Counter(ch, eventsDesc, s.DroppedStop, "dropped", "shutdown")
+		scrape.Counter(ch, eventsDesc, s.DroppedLarge, "dropped", "too_large")
+		scrape.Counter(ch, uploadsDesc, s.UploadsOK, "ok")
+		scrape.Counter(ch, uploadsDesc, s.UploadsFailed, "failed")
+		scrape.Gauge(ch, queuedDesc, s.Queued)
+		scrape.Gauge(ch, queuedBytesDesc, s.QueuedBytes)
+		scrape.Gauge(ch, lastOKDesc, scrape.Unix(u.LastSuccess()))
+	}, eventsDesc, uploadsDesc, queuedDesc, queuedBytesDesc, lastOKDesc)
 }

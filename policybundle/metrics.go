@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/arbiter-dev/arbiter/internal/scrape"
 )
 
 var (
@@ -18,42 +20,26 @@ var (
 )
 
 // Collector exports s's counts and times, read at scrape time.
-func (s *Source) Collector() prometheus.Collector { return sourceCollector{s} }
-
-type sourceCollector struct{ s *Source }
-
-func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- requestsDesc
-	ch <- loadsDesc
-	ch <- lastDesc
-	ch <- activeDesc
-}
-
-func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
-	st, n := c.s.Status(), c.s.Counts()
-	name := st.Name
-	counter := func(d *prometheus.Desc, v uint64, label string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name, label)
-	}
-	counter(requestsDesc, n.Requests-n.NotModified-n.DownloadFailed-n.Stalled, "downloaded")
-	counter(requestsDesc, n.NotModified, "not_modified")
-	counter(requestsDesc, n.DownloadFailed, "failed")
-	counter(requestsDesc, n.Stalled, "stalled")
-	counter(loadsDesc, n.Loaded, "activated")
-	counter(loadsDesc, n.ReadFailed, "refused_read")
-	counter(loadsDesc, n.GateFailed, "refused_gate")
-	counter(loadsDesc, n.Unchanged, "unchanged")
-	for event, t := range map[string]time.Time{
-		"request": st.LastRequest, "successful_request": st.LastSuccessfulRequest,
-		"successful_download": st.LastSuccessfulDownload, "successful_activation": st.LastSuccessfulActivation,
-	} {
-		v := 0.0
-		if !t.IsZero() {
-			v = float64(t.UnixNano()) / 1e9
+func (s *Source) Collector() prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		st, n := s.Status(), s.Counts()
+		name := st.Name
+		scrape.Counter(ch, requestsDesc, n.Requests-n.NotModified-n.DownloadFailed-n.Stalled, name, "downloaded")
+		scrape.Counter(ch, requestsDesc, n.NotModified, name, "not_modified")
+		scrape.Counter(ch, requestsDesc, n.DownloadFailed, name, "failed")
+		scrape.Counter(ch, requestsDesc, n.Stalled, name, "stalled")
+		scrape.Counter(ch, loadsDesc, n.Loaded, name, "activated")
+		scrape.Counter(ch, loadsDesc, n.ReadFailed, name, "refused_read")
+		scrape.Counter(ch, loadsDesc, n.GateFailed, name, "refused_gate")
+		scrape.Counter(ch, loadsDesc, n.Unchanged, name, "unchanged")
+		for event, t := range map[string]time.Time{
+			"request": st.LastRequest, "successful_request": st.LastSuccessfulRequest,
+			"successful_download": st.LastSuccessfulDownload, "successful_activation": st.LastSuccessfulActivation,
+		} {
+			scrape.Gauge(ch, lastDesc, scrape.Unix(t), name, event)
 		}
-		ch <- prometheus.MustNewConstMetric(lastDesc, prometheus.GaugeValue, v, name, event)
-	}
-	if st.ActiveRevision != "" {
-		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, 1, name, st.ActiveRevision)
-	}
+		if st.ActiveRevision != "" {
+			scrape.Gauge(ch, activeDesc, 1, name, st.ActiveRevision)
+		}
+	}, requestsDesc, loadsDesc, lastDesc, activeDesc)
 }

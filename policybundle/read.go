@@ -3,14 +3,16 @@ package policybundle
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -141,10 +143,7 @@ func (k Keys) VerificationConfig() (*bundle.VerificationConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the verification key: %w", err)
 	}
-	alg := k.Algorithm
-	if alg == "" {
-		alg = "RS256"
-	}
+	alg := cmp.Or(k.Algorithm, "RS256")
 	if !keys.IsSupportedAlgorithm(alg) {
 		return nil, fmt.Errorf("verification key algorithm %q is not supported", alg)
 	}
@@ -152,10 +151,7 @@ func (k Keys) VerificationConfig() (*bundle.VerificationConfig, error) {
 	// a PEM whose base64 holds a long run between two slashes fails that
 	// stat with "file name too long".
 	kc := &keys.Config{Key: string(pem), Algorithm: alg, Scope: k.Scope}
-	id := k.ID
-	if id == "" {
-		id = "default"
-	}
+	id := cmp.Or(k.ID, "default")
 	return bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{id: kc}, id, k.Scope, nil), nil
 }
 
@@ -255,13 +251,8 @@ func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin str
 func fileSet(files map[string][]byte) (engine.FileSet, bool, error) {
 	var fs engine.FileSet
 	signed := false
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
 	var errs []error
-	for _, p := range paths {
+	for _, p := range slices.Sorted(maps.Keys(files)) {
 		if p == signaturesFile {
 			signed = true
 			continue

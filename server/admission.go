@@ -23,16 +23,17 @@ type budget struct {
 	used atomic.Int64
 }
 
-// take adds n to what a request holds (held, before the call) and reports
-// whether the budget allows it. A request may always take when nothing else
+// take adds n to what a request holds (*held) when the budget allows it,
+// and reports whether it did. A request may always take when nothing else
 // is held, so that a budget smaller than one request slows it down rather
 // than refusing it forever.
-func (b *budget) take(n, held int64) bool {
+func (b *budget) take(n int64, held *int64) bool {
 	now := b.used.Add(n)
-	if now > b.max && now-held-n > 0 {
+	if now > b.max && now-*held-n > 0 {
 		b.used.Add(-n)
 		return false
 	}
+	*held += n
 	return true
 }
 
@@ -50,21 +51,8 @@ type ticket struct {
 	bytes, values int64
 }
 
-func (t *ticket) takeBytes(n int64) bool {
-	if !t.a.bytes.take(n, t.bytes) {
-		return false
-	}
-	t.bytes += n
-	return true
-}
-
-func (t *ticket) takeValues(n int64) bool {
-	if !t.a.values.take(n, t.values) {
-		return false
-	}
-	t.values += n
-	return true
-}
+func (t *ticket) takeBytes(n int64) bool  { return t.a.bytes.take(n, &t.bytes) }
+func (t *ticket) takeValues(n int64) bool { return t.a.values.take(n, &t.values) }
 
 func (t *ticket) release() {
 	t.a.bytes.give(t.bytes)

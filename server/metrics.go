@@ -1,12 +1,14 @@
 package server
 
 import (
+	"cmp"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/scrape"
 )
 
 // unknownLabel stands for every decision name the active Snapshot does not
@@ -33,35 +35,31 @@ type nameSet struct {
 }
 
 func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission) *metrics {
+	counters := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string, used *atomic.Int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(used.Load()) })
+	}
 	m := &metrics{
 		eng: eng,
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "arbiter_decisions_total",
-			Help: "Decision requests answered, by decision and outcome (\"error\" when no decision was made).",
-		}, []string{"decision", "outcome"}),
-		reasons: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "arbiter_refusal_reasons_total",
-			Help: "Reasons listed in decision results, by decision and reason.",
-		}, []string{"decision", "reason"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "arbiter_rejected_inputs_total",
-			Help: "Decision requests answered with an error, by decision and error code.",
-		}, []string{"decision", "code"}),
+		decisions: counters("arbiter_decisions_total",
+			"Decision requests answered, by decision and outcome (\"error\" when no decision was made).", "decision", "outcome"),
+		reasons: counters("arbiter_refusal_reasons_total",
+			"Reasons listed in decision results, by decision and reason.", "decision", "reason"),
+		rejected: counters("arbiter_rejected_inputs_total",
+			"Decision requests answered with an error, by decision and error code.", "decision", "code"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "arbiter_decision_duration_seconds",
 			Help:    "Time to answer a decision request, from routing to response.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"decision"}),
 	}
-	reg.MustRegister(m.decisions, m.reasons, m.rejected, m.duration, revisionCollector{eng},
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "arbiter_inflight_bytes",
-			Help: "Body bytes of the decision requests being read or decided (admission budget: --max-inflight-bytes).",
-		}, func() float64 { return float64(adm.bytes.used.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "arbiter_inflight_values",
-			Help: "JSON values of the decision requests being read or decided (admission budget: --max-inflight-values).",
-		}, func() float64 { return float64(adm.values.used.Load()) }))
+	reg.MustRegister(m.decisions, m.reasons, m.rejected, m.duration, revisionCollector(eng),
+		gauge("arbiter_inflight_bytes",
+			"Body bytes of the decision requests being read or decided (admission budget: --max-inflight-bytes).", &adm.bytes.used),
+		gauge("arbiter_inflight_values",
+			"JSON values of the decision requests being read or decided (admission budget: --max-inflight-values).", &adm.values.used))
 	if cfg.ReloadCounts != nil {
 		for _, result := range []string{"ok", "failed"} {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -85,10 +83,10 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission
 		}, func() float64 { return 1 }))
 	}
 	if cfg.CompiledDisagreements != nil {
-		reg.MustRegister(disagreementCollector{cfg.CompiledDisagreements})
+		reg.MustRegister(disagreementCollector(cfg.CompiledDisagreements))
 	}
 	if cfg.SelfCheckCounts != nil {
-		reg.MustRegister(selfCheckCollector{cfg.SelfCheckCounts})
+		reg.MustRegister(selfCheckCollector(cfg.SelfCheckCounts))
 	}
 	return m
 }
@@ -115,10 +113,7 @@ func (m *metrics) label(name string) string {
 
 func (m *metrics) observeDecision(d *engine.Decision, elapsed time.Duration) {
 	label := m.label(d.Name)
-	outcome := d.Outcome
-	if outcome == "" {
-		outcome = noOutcome
-	}
+	outcome := cmp.Or(d.Outcome, noOutcome)
 	m.decisions.WithLabelValues(label, outcome).Inc()
 	for _, r := range d.Reasons {
 		m.reasons.WithLabelValues(label, r).Inc()
@@ -133,50 +128,44 @@ func (m *metrics) observeError(name string, code engine.Code, elapsed time.Durat
 	m.duration.WithLabelValues(label).Observe(elapsed.Seconds())
 }
 
+var (
+	revisionDesc = prometheus.NewDesc("arbiter_policy_revision_info",
+		"The active policy revision (always 1).", []string{"revision"}, nil)
+	disagreementDesc = prometheus.NewDesc("arbiter_compiled_disagreements_total",
+		"Sampled decisions on which the compiled evaluation and topdown disagreed (each turns the compiled path off for the decision until the next reload).",
+		[]string{"decision"}, nil)
+	selfCheckDesc = prometheus.NewDesc("arbiter_selfcheck_samples_total",
+		"Compiled decisions sampled by the self-check, by outcome: checked (decided again by topdown), dropped (the queue was full by count or bytes) or too_large (an input over the self-check's byte bound, never copied).",
+		[]string{"outcome"}, nil)
+)
+
 // revisionCollector exports the active revision as an info metric, read at
 // scrape time so that it follows reloads without hooks.
-type revisionCollector struct{ eng Engine }
-
-var revisionDesc = prometheus.NewDesc("arbiter_policy_revision_info",
-	"The active policy revision (always 1).", []string{"revision"}, nil)
-
-func (c revisionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- revisionDesc }
-
-func (c revisionCollector) Collect(ch chan<- prometheus.Metric) {
-	if snap := c.eng.Snapshot(); snap != nil {
-		ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, 1, snap.Revision)
-	}
+func revisionCollector(eng Engine) prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		if snap := eng.Snapshot(); snap != nil {
+			scrape.Gauge(ch, revisionDesc, 1, snap.Revision)
+		}
+	}, revisionDesc)
 }
 
 // disagreementCollector exports the self-check's disagreements between a
 // compiled program and topdown, per decision, read at scrape time.
-type disagreementCollector struct{ counts func() map[string]uint64 }
-
-var disagreementDesc = prometheus.NewDesc("arbiter_compiled_disagreements_total",
-	"Sampled decisions on which the compiled evaluation and topdown disagreed (each turns the compiled path off for the decision until the next reload).",
-	[]string{"decision"}, nil)
-
-func (c disagreementCollector) Describe(ch chan<- *prometheus.Desc) { ch <- disagreementDesc }
-
-func (c disagreementCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, n := range c.counts() {
-		ch <- prometheus.MustNewConstMetric(disagreementDesc, prometheus.CounterValue, float64(n), name)
-	}
+func disagreementCollector(counts func() map[string]uint64) prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		for name, n := range counts() {
+			scrape.Counter(ch, disagreementDesc, n, name)
+		}
+	}, disagreementDesc)
 }
 
 // selfCheckCollector exports what became of the self-check's samples, read
 // at scrape time.
-type selfCheckCollector struct{ counts func() engine.SelfCheckCounts }
-
-var selfCheckDesc = prometheus.NewDesc("arbiter_selfcheck_samples_total",
-	"Compiled decisions sampled by the self-check, by outcome: checked (decided again by topdown), dropped (the queue was full by count or bytes) or too_large (an input over the self-check's byte bound, never copied).",
-	[]string{"outcome"}, nil)
-
-func (c selfCheckCollector) Describe(ch chan<- *prometheus.Desc) { ch <- selfCheckDesc }
-
-func (c selfCheckCollector) Collect(ch chan<- prometheus.Metric) {
-	n := c.counts()
-	ch <- prometheus.MustNewConstMetric(selfCheckDesc, prometheus.CounterValue, float64(n.Checked), "checked")
-	ch <- prometheus.MustNewConstMetric(selfCheckDesc, prometheus.CounterValue, float64(n.Dropped), "dropped")
-	ch <- prometheus.MustNewConstMetric(selfCheckDesc, prometheus.CounterValue, float64(n.TooLarge), "too_large")
+func selfCheckCollector(counts func() engine.SelfCheckCounts) prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		n := counts()
+		scrape.Counter(ch, selfCheckDesc, n.Checked, "checked")
+		scrape.Counter(ch, selfCheckDesc, n.Dropped, "dropped")
+		scrape.Counter(ch, selfCheckDesc, n.TooLarge, "too_large")
+	}, selfCheckDesc)
 }

@@ -212,11 +212,12 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 }
 
 // admin refuses a caller that may not change what runs, and returns who
-// is asking: the authenticated caller, or the remote address. With
+// is asking: the authenticated caller, or the remote address; then it
+// reads the body into body (readAdminBody), unless body is nil. With
 // authentication on and no admin named, nobody may: a caller allowed to
 // ask for decisions (host preparation's token) must not be able to load a
 // folder the server can read and promote it.
-func (s *server) admin(w http.ResponseWriter, r *http.Request) (string, bool) {
+func (s *server) admin(w http.ResponseWriter, r *http.Request, body any) (string, bool) {
 	caller := callerOf(r.Context())
 	authenticated := s.auth != nil || s.cfg.ClientCerts || caller != "" || (r.TLS != nil && len(r.TLS.VerifiedChains) > 0)
 	switch admins := s.cfg.Shadow.Admins; {
@@ -230,7 +231,7 @@ func (s *server) admin(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if caller == "" {
 		caller = "unauthenticated " + r.RemoteAddr
 	}
-	return caller, true
+	return caller, body == nil || readAdminBody(w, r, body)
 }
 
 // readAdminBody decodes a small JSON body strictly into v; an empty body
@@ -259,12 +260,9 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, v any) bool {
 // shadowLoad loads a candidate from folders and puts it in shadow. The
 // load is not tied to the request's lifetime, as a reload is not.
 func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
-	by, ok := s.admin(w, r)
-	if !ok {
-		return
-	}
 	var src ShadowSource
-	if !readAdminBody(w, r, &src) {
+	by, ok := s.admin(w, r, &src)
+	if !ok {
 		return
 	}
 	sc := s.cfg.Shadow
@@ -311,7 +309,7 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) shadowClear(w http.ResponseWriter, r *http.Request) {
-	by, ok := s.admin(w, r)
+	by, ok := s.admin(w, r, nil)
 	if !ok {
 		return
 	}
@@ -339,12 +337,9 @@ type promoteRequest struct {
 // forced). Every attempt that reached the gate is a record of the
 // decision log: who, what, on which evidence, and the outcome.
 func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
-	by, ok := s.admin(w, r)
-	if !ok {
-		return
-	}
 	var req promoteRequest
-	if !readAdminBody(w, r, &req) {
+	by, ok := s.admin(w, r, &req)
+	if !ok {
 		return
 	}
 	// The body may only make the operator's gate stricter; "force" is the

@@ -1,9 +1,12 @@
 package shadow
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/arbiter-dev/arbiter/internal/scrape"
 )
 
 var (
@@ -29,44 +32,30 @@ var (
 
 // Collector returns the shadow's Prometheus metrics. The counters add up
 // over every candidate the process has shadowed (Stats counts one).
-func (s *Shadow) Collector() prometheus.Collector { return collector{s} }
-
-type collector struct{ s *Shadow }
-
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descSampled, descDropped, descQueued, descEval, descThrottled, descPaused, descCandidate, descPromotions} {
-		ch <- d
-	}
-}
-
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.s
-	s.classMu.Lock()
-	names := make([]string, 0, len(s.classes))
-	for n := range s.classes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		for i, cl := range Classes {
-			ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(s.classes[n][i]), n, string(cl))
+func (s *Shadow) Collector() prometheus.Collector {
+	return scrape.Collector(func(ch chan<- prometheus.Metric) {
+		s.classMu.Lock()
+		for _, n := range slices.Sorted(maps.Keys(s.classes)) {
+			for i, cl := range Classes {
+				scrape.Counter(ch, descDecisions, s.classes[n][i], n, string(cl))
+			}
 		}
-	}
-	s.classMu.Unlock()
-	st := s.stats(&s.total)
-	ch <- prometheus.MustNewConstMetric(descSampled, prometheus.CounterValue, float64(st.Sampled))
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Dropped), "queue_full")
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Abandoned), "abandoned")
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Expired), "expired")
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Unjudged), "unjudged")
-	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(st.Queued))
-	ch <- prometheus.MustNewConstMetric(descEval, prometheus.CounterValue, st.EvaluationSeconds)
-	ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, st.ThrottledSeconds)
-	ch <- prometheus.MustNewConstMetric(descPaused, prometheus.CounterValue, st.PausedSeconds)
-	if cand := s.Candidate(); cand != nil {
-		ch <- prometheus.MustNewConstMetric(descCandidate, prometheus.GaugeValue, 1, cand.Snapshot.Revision)
-	}
-	for i, r := range []string{"promoted", "forced", "refused"} {
-		ch <- prometheus.MustNewConstMetric(descPromotions, prometheus.CounterValue, float64(s.promotions[i].Load()), r)
-	}
+		s.classMu.Unlock()
+		st := s.stats(&s.total)
+		scrape.Counter(ch, descSampled, st.Sampled)
+		scrape.Counter(ch, descDropped, st.Dropped, "queue_full")
+		scrape.Counter(ch, descDropped, st.Abandoned, "abandoned")
+		scrape.Counter(ch, descDropped, st.Expired, "expired")
+		scrape.Counter(ch, descDropped, st.Unjudged, "unjudged")
+		scrape.Gauge(ch, descQueued, st.Queued)
+		scrape.Counter(ch, descEval, st.EvaluationSeconds)
+		scrape.Counter(ch, descThrottled, st.ThrottledSeconds)
+		scrape.Counter(ch, descPaused, st.PausedSeconds)
+		if cand := s.Candidate(); cand != nil {
+			scrape.Gauge(ch, descCandidate, 1, cand.Snapshot.Revision)
+		}
+		for i, r := range []string{"promoted", "forced", "refused"} {
+			scrape.Counter(ch, descPromotions, s.promotions[i].Load(), r)
+		}
+	}, descDecisions, descSampled, descDropped, descQueued, descEval, descThrottled, descPaused, descCandidate, descPromotions)
 }

@@ -5,11 +5,11 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // DefaultExamples is how many decision ids a report keeps per decision and
@@ -86,9 +86,7 @@ type tallyRow struct {
 // NewTally returns a Tally keeping at most examples ids per decision and
 // class (DefaultExamples when examples <= 0).
 func NewTally(examples int) *Tally {
-	if examples <= 0 {
-		examples = DefaultExamples
-	}
+	examples = defaults.Positive(examples, DefaultExamples)
 	return &Tally{examples: examples, per: map[string]*tallyRow{}, owed: map[string]bool{}}
 }
 
@@ -148,11 +146,7 @@ func (t *Tally) add(decision string, c Class, id string) {
 func (t *Tally) Report() Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	names := make([]string, 0, len(t.per))
-	for n := range t.per {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(t.per))
 	var all tallyRow
 	rep := Report{Dropped: t.dropped, LaterJudged: t.later, Decisions: make([]DecisionReport, 0, len(names))}
 	for _, n := range names {
@@ -230,7 +224,7 @@ func (g Gate) Refusals(r Report) []string {
 	}
 	// In report order, so refuse_to_allow comes first here too.
 	for _, c := range Classes {
-		if !containsClass(g.Forbidden, c) || r.Count(c) == 0 {
+		if !slices.Contains(g.Forbidden, c) || r.Count(c) == 0 {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%d decisions are %s (forbidden), e.g. %s", r.Count(c), c, strings.Join(r.Examples(c), " ")))
@@ -259,18 +253,9 @@ func (g Gate) Stricter(minDecisions uint64, forbid []Class) Gate {
 		out.Forbidden = []Class{}
 	}
 	for _, c := range forbid {
-		if !containsClass(out.Forbidden, c) {
+		if !slices.Contains(out.Forbidden, c) {
 			out.Forbidden = append(out.Forbidden, c)
 		}
 	}
 	return out
-}
-
-func containsClass(list []Class, c Class) bool {
-	for _, x := range list {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }
