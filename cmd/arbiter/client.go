@@ -125,8 +125,7 @@ func (c *client) call(ctx context.Context, method, path string, body any, outs .
 }
 
 func (c *client) fail(err error) int {
-	fmt.Fprintf(c.stderr, "arbiter %s: %v\n", c.name, err)
-	return exitError
+	return say(c.stderr, exitError, "arbiter %s: %v", c.name, err)
 }
 
 // refused prints an error answer: the code and message of its error
@@ -144,8 +143,7 @@ func (c *client) refused(status string, raw []byte) int {
 		Promotion *shadow.Promotion `json:"promotion"`
 	}
 	if json.Unmarshal(raw, &doc) != nil || doc.Error.Code == "" && doc.Code == "" {
-		fmt.Fprintf(c.stderr, "arbiter %s: the server answered %s\n", c.name, status)
-		return exitRefused
+		return say(c.stderr, exitRefused, "arbiter %s: the server answered %s", c.name, status)
 	}
 	code, msg := string(doc.Error.Code), doc.Error.Message
 	if code == "" {
@@ -172,13 +170,11 @@ func clientCommand(use, short, long string, nargs int, run func(ctx context.Cont
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		name := strings.TrimPrefix(c.CommandPath(), "arbiter ")
 		if c.NArg() != nargs {
-			fmt.Fprintf(stderr, "arbiter %s: want %d argument(s), got %q\n", name, nargs, c.Args())
-			return exitError
+			return say(stderr, exitError, "arbiter %s: want %d argument(s), got %q", name, nargs, c.Args())
 		}
 		cl, err := f.client(name, stdout, stderr)
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter %s: %v\n", name, err)
-			return exitError
+			return say(stderr, exitError, "arbiter %s: %v", name, err)
 		}
 		return run(ctx, cl, c.Args())
 	}

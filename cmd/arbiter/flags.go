@@ -74,8 +74,7 @@ func (c *command) execute(cc *cobra.Command) int {
 	case code := <-done:
 		return code
 	case <-ctx.Done():
-		fmt.Fprintf(stderr, "%s: interrupted\n", cc.CommandPath())
-		return exitInterrupted
+		return say(stderr, exitInterrupted, "%s: interrupted", cc.CommandPath())
 	}
 }
 

@@ -24,8 +24,7 @@ stop it gracefully. Exit 3: stopped, but decision records were not written.`, ex
 	c := registerServe(fs)
 	fs.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if err := c.settle(fs); err != nil {
-			fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter serve: %v", err)
 		}
 		return serveWith(ctx, c, stdout, stderr)
 	}
@@ -35,8 +34,7 @@ stop it gracefully. Exit 3: stopped, but decision records were not written.`, ex
 func serveWith(ctx context.Context, c *serveConfig, stdout, stderr io.Writer) int {
 	log, err := newLogger(c.logLevel, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
-		return exitError
+		return say(stderr, exitError, "arbiter serve: %v", err)
 	}
 	// A memory limit bounds the heap however many large requests arrive
 	// together (admission control bounds what they hold; the limit makes

@@ -36,8 +36,7 @@ shadow: it never answers a caller; its report shows which decisions it would cha
 				msg = fmt.Sprintf("unknown command %q: %s", c.Arg(0), msg)
 			}
 		}
-		fmt.Fprintf(stderr, "arbiter shadow: %s\n", msg)
-		return exitError
+		return say(stderr, exitError, "arbiter shadow: %s", msg)
 	}
 	var schemas, tests, revision string
 	var force bool
@@ -96,8 +95,7 @@ func shadowLoad(ctx context.Context, cl *client, path, schemas, tests string) in
 	if printed, code := cl.call(ctx, http.MethodPost, "/v1/shadow", body, &doc); printed || code != exitOK {
 		return code
 	}
-	fmt.Fprintf(cl.stdout, "in shadow: %s from %s\n", doc.Candidate.Revision, doc.Candidate.Origin)
-	return exitOK
+	return say(cl.stdout, exitOK, "in shadow: %s from %s", doc.Candidate.Revision, doc.Candidate.Origin)
 }
 
 type candidateView struct {
@@ -203,9 +201,7 @@ func shadowClear(ctx context.Context, cl *client) int {
 		return code
 	}
 	if doc.Cleared == nil {
-		fmt.Fprintln(stdout, "no candidate was in shadow")
-		return exitOK
+		return say(stdout, exitOK, "no candidate was in shadow")
 	}
-	fmt.Fprintf(stdout, "cleared %s\n", doc.Cleared.Revision)
-	return exitOK
+	return say(stdout, exitOK, "cleared %s", doc.Cleared.Revision)
 }
