@@ -3,6 +3,7 @@ package policybundle
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -141,10 +142,7 @@ func (k Keys) VerificationConfig() (*bundle.VerificationConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the verification key: %w", err)
 	}
-	alg := k.Algorithm
-	if alg == "" {
-		alg = "RS256"
-	}
+	alg := cmp.Or(k.Algorithm, "RS256")
 	if !keys.IsSupportedAlgorithm(alg) {
 		return nil, fmt.Errorf("verification key algorithm %q is not supported", alg)
 	}
@@ -152,10 +150,7 @@ func (k Keys) VerificationConfig() (*bundle.VerificationConfig, error) {
 	// a PEM whose base64 holds a long run between two slashes fails that
 	// stat with "file name too long".
 	kc := &keys.Config{Key: string(pem), Algorithm: alg, Scope: k.Scope}
-	id := k.ID
-	if id == "" {
-		id = "default"
-	}
+	id := cmp.Or(k.ID, "default")
 	return bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{id: kc}, id, k.Scope, nil), nil
 }
 

@@ -2,6 +2,7 @@ package policybundle
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/plugins/rest"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/opalog"
 	"github.com/arbiter-dev/arbiter/internal/redact"
 )
@@ -133,24 +135,16 @@ type Counts struct {
 
 // NewSource checks cfg and prepares the downloader; Start begins polling.
 func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*engine.Snapshot, error)) (*Source, error) {
-	if cfg.Name == "" {
-		cfg.Name = DefaultName
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Set(&cfg.Name, DefaultName)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	// The URL may be signed in its query (a presigned S3 URL, a token):
 	// every line of this source, OPA's downloader's too, hides it.
 	cfg.Logger = redact.Logger(cfg.Logger, cfg.URL)
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
 	}
-	if cfg.DownloadTimeout <= 0 {
-		cfg.DownloadTimeout = DefaultDownloadTimeout
-	}
-	if cfg.StallTimeout <= 0 {
-		cfg.StallTimeout = DefaultStallTimeout
-	}
+	defaults.Set(&cfg.DownloadTimeout, DefaultDownloadTimeout)
+	defaults.Set(&cfg.StallTimeout, DefaultStallTimeout)
 	vc, err := cfg.Keys.VerificationConfig()
 	if err != nil {
 		return nil, err
@@ -235,9 +229,7 @@ func pollingConfig(cfg SourceConfig) (download.Config, error) {
 		return &s
 	}
 	min, max := cfg.MinDelay, cfg.MaxDelay
-	if min <= 0 {
-		min = 10 * time.Second
-	}
+	defaults.Set(&min, 10*time.Second)
 	if max < min {
 		max = 2 * min
 	}
@@ -405,10 +397,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 		s.log.Debug("bundle unchanged: the active revision, with the same content", "bundle", s.cfg.Name, "revision", revision, "etag", u.ETag)
 		return nil
 	}
-	if replaced == "" {
-		replaced = "(none)"
-	}
-	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", revision, "replaced", replaced, "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
+	s.log.Info("bundle activated", "bundle", s.cfg.Name, "revision", revision, "replaced", cmp.Or(replaced, "(none)"), "etag", u.ETag, "signed", rev.Signed, "size", u.Size)
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -217,9 +218,7 @@ type run struct {
 }
 
 func newRun(snap *engine.Snapshot, opts Options) *run {
-	if opts.Workers <= 0 {
-		opts.Workers = runtime.GOMAXPROCS(0)
-	}
+	defaults.Set(&opts.Workers, runtime.GOMAXPROCS(0))
 	return &run{snap: snap, opts: opts, tally: shadow.NewTally(opts.Examples), seenRev: map[string]bool{},
 		rep: &Report{Changed: []Change{}, Warnings: []string{}, Summary: Summary{OldRevisions: []string{}, NewRevision: snap.Revision}}}
 }

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // Engine is what the server needs from the decision engine.
@@ -163,33 +165,15 @@ func New(cfg Config, eng Engine) http.Handler { return newServer(cfg, eng).route
 
 // newServer fills in cfg's defaults and makes the server.
 func newServer(cfg Config, eng Engine) *server {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.MaxInputValues <= 0 {
-		cfg.MaxInputValues = DefaultMaxInputValues
-	}
-	if cfg.MaxInflightBytes <= 0 {
-		cfg.MaxInflightBytes = DefaultMaxInflightBytes
-	}
-	if cfg.MaxInflightValues <= 0 {
-		cfg.MaxInflightValues = DefaultMaxInflightValues
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
-	if cfg.MinBodyRate <= 0 {
-		cfg.MinBodyRate = DefaultMinBodyRate
-	}
-	if cfg.BodyGrace <= 0 {
-		cfg.BodyGrace = DefaultBodyGrace
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
-	}
+	defaults.Set(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	defaults.Set(&cfg.MaxInputValues, DefaultMaxInputValues)
+	defaults.Set(&cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	defaults.Set(&cfg.MaxInflightValues, DefaultMaxInflightValues)
+	defaults.Set(&cfg.RequestTimeout, DefaultRequestTimeout)
+	defaults.Set(&cfg.MinBodyRate, DefaultMinBodyRate)
+	defaults.Set(&cfg.BodyGrace, DefaultBodyGrace)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.Registry = cmp.Or(cfg.Registry, prometheus.NewRegistry())
 	s := &server{
 		cfg:     cfg,
 		eng:     eng,
@@ -241,10 +225,7 @@ func (s *server) routes() http.Handler {
 // allowedMethods lists the methods routed for the request's path, for the
 // Allow header of a 405 (chi only computes it for its own default handler).
 func allowedMethods(mux chi.Routes, r *http.Request) []string {
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
-	}
+	path := cmp.Or(r.URL.RawPath, r.URL.Path)
 	var out []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if mux.Match(chi.NewRouteContext(), m, path) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // DefaultExamples is how many decision ids a report keeps per decision and
@@ -86,9 +88,7 @@ type tallyRow struct {
 // NewTally returns a Tally keeping at most examples ids per decision and
 // class (DefaultExamples when examples <= 0).
 func NewTally(examples int) *Tally {
-	if examples <= 0 {
-		examples = DefaultExamples
-	}
+	defaults.Set(&examples, DefaultExamples)
 	return &Tally{examples: examples, per: map[string]*tallyRow{}, owed: map[string]bool{}}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
@@ -160,22 +161,11 @@ func New(cfg Config) *Shadow {
 	}
 	lim := queue.Limits{Items: cfg.Queue, Bytes: cfg.QueueBytes}.Or(queue.Limits{Items: DefaultQueue, Bytes: DefaultQueueBytes})
 	cfg.Queue, cfg.QueueBytes = lim.Items, lim.Bytes
-	if cfg.Workers <= 0 {
-		cfg.Workers = DefaultWorkers
-	}
-	if cfg.CPU <= 0 {
-		cfg.CPU = DefaultCPU
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Examples <= 0 {
-		cfg.Examples = DefaultExamples
-	}
-	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	defaults.Set(&cfg.Workers, DefaultWorkers)
+	defaults.Set(&cfg.CPU, DefaultCPU)
+	defaults.Set(&cfg.Timeout, DefaultTimeout)
+	defaults.Set(&cfg.Examples, DefaultExamples)
+	s := &Shadow{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	for range cfg.Workers {
 		s.wg.Add(1)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // Entry is one decision as the pages show it: the decision-log record and
@@ -113,15 +114,9 @@ type Ring struct {
 
 // NewRing returns an empty Ring.
 func NewRing(cfg RingConfig) *Ring {
-	if cfg.Size <= 0 {
-		cfg.Size = DefaultRingSize
-	}
-	if cfg.Bytes <= 0 {
-		cfg.Bytes = DefaultRingBytes
-	}
-	if cfg.MaxKeptInput <= 0 {
-		cfg.MaxKeptInput = DefaultMaxKeptInput
-	}
+	defaults.Set(&cfg.Size, DefaultRingSize)
+	defaults.Set(&cfg.Bytes, DefaultRingBytes)
+	defaults.Set(&cfg.MaxKeptInput, DefaultMaxKeptInput)
 	return &Ring{cfg: cfg, entries: make([]Entry, cfg.Size), subs: map[chan Entry]struct{}{}}
 }
 
