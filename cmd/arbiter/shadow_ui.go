@@ -38,22 +38,7 @@ func (p shadowPages) Summary(context.Context) (ui.ShadowSummary, bool) {
 	if !ok {
 		return ui.ShadowSummary{}, false
 	}
-	classes := func(cs []shadow.ClassCount) []ui.ShadowClass {
-		out := make([]ui.ShadowClass, len(cs))
-		for i, c := range cs {
-			out[i] = ui.ShadowClass{Class: string(c.Class), Count: c.Count, Examples: c.Examples}
-		}
-		return out
-	}
-	sum := ui.ShadowSummary{Total: r.Total, Classes: classes(r.Classes)}
 	proofs := p.sh.Proofs()
-	sum.Refusals = append(p.gate.Refusals(r), p.gate.ProofRefusals(proofs)...)
-	sum.Promotable = len(sum.Refusals) == 0
-	for _, e := range r.Evidence(proofs) {
-		sum.Evidence = append(sum.Evidence, ui.ShadowEvidence{Class: string(e.Class), Evidence: e.Evidence, Summary: e.Summary})
-	}
-	for _, d := range r.Decisions {
-		sum.Decisions = append(sum.Decisions, ui.ShadowDecision{Decision: d.Decision, Total: d.Total, Classes: classes(d.Classes)})
-	}
-	return sum, true
+	refusals := append(p.gate.Refusals(r), p.gate.ProofRefusals(proofs)...)
+	return ui.ShadowSummary{Report: r, Refusals: refusals, Promotable: len(refusals) == 0, Evidence: r.Evidence(proofs)}, true
 }

@@ -118,7 +118,7 @@ func TestPagesShowTheShadowCandidate(t *testing.T) {
 		break
 	}
 	sum, ok := sp.Summary(context.Background())
-	if !ok || sum.Total != 0 || len(sum.Classes) == 0 {
+	if !ok || sum.Report.Total != 0 || len(sum.Report.Classes) == 0 {
 		t.Fatalf("summary %+v %v: want the empty report of a loaded candidate", sum, ok)
 	}
 

@@ -18,6 +18,7 @@ package ui
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -43,7 +44,9 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
 //go:embed templates/*.html
@@ -92,24 +95,16 @@ type Shadow interface {
 	Summary(ctx context.Context) (ShadowSummary, bool)
 }
 
-// ShadowSummary is the impact of a shadow candidate: how many live
-// decisions it was shown, and how many fell in each class of change, with
-// a few example decision ids; and the promotion gate's verdict on it.
+// ShadowSummary is the impact of a shadow candidate (its report: how many
+// live decisions it was shown, and how many fell in each class of change,
+// with a few example decision ids) and the promotion gate's verdict on it.
 type ShadowSummary struct {
-	Total     uint64
-	Classes   []ShadowClass
-	Decisions []ShadowDecision
+	Report shadow.Report
 	// Promotable says whether the gate would promote it now, Refusals
 	// why not, and Evidence the gate's strongest evidence per class.
 	Promotable bool
 	Refusals   []string
-	Evidence   []ShadowEvidence
-}
-
-// ShadowEvidence is the promotion gate's strongest evidence on one class:
-// proved, found, replayed, shadowed or none, said in a sentence.
-type ShadowEvidence struct {
-	Class, Evidence, Summary string
+	Evidence   []shadow.Evidence
 }
 
 // Diffs are the semantic diffs of revisions (package diff's Runner): of
@@ -118,20 +113,6 @@ type ShadowEvidence struct {
 type Diffs interface {
 	Get(old, new string) (diff.Status, bool)
 	Shadow() (diff.Status, bool)
-}
-
-// ShadowClass is one class of change (the candidate's words) and its count.
-type ShadowClass struct {
-	Class    string
-	Count    uint64
-	Examples []string // decision ids
-}
-
-// ShadowDecision is the impact on one decision.
-type ShadowDecision struct {
-	Decision string
-	Total    uint64
-	Classes  []ShadowClass
 }
 
 // Config is what New needs. Recent and Decider are required.
@@ -190,21 +171,11 @@ type handler struct {
 // authenticate: mount it behind the API's authentication (Bridge lets a
 // browser carry the token).
 func New(cfg Config) http.Handler {
-	if cfg.Prefix == "" {
-		cfg.Prefix = "/ui"
-	}
-	if cfg.PageSize <= 0 {
-		cfg.PageSize = DefaultPageSize
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 16 << 20
-	}
-	if cfg.EvalTimeout <= 0 {
-		cfg.EvalTimeout = 30 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Set(&cfg.Prefix, "/ui")
+	defaults.Set(&cfg.PageSize, DefaultPageSize)
+	defaults.Set(&cfg.MaxBodyBytes, 16<<20)
+	defaults.Set(&cfg.EvalTimeout, 30*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	h := &handler{cfg: cfg, log: cfg.Logger}
 	h.pages = parseTemplates(cfg.Prefix, h.toneFor)
 

@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
 // The repository's policies and fixtures: the pages know no decision, so
@@ -829,7 +830,7 @@ func TestWhatIfBesideTheCandidate(t *testing.T) {
 		t.Fatal("no quota fixture that the scaled data decides differently")
 	}
 	ring := NewRing(RingConfig{})
-	sh := &fakeShadow{cand: cand, summary: ShadowSummary{Total: 7, Decisions: []ShadowDecision{{Decision: name, Total: 7, Classes: []ShadowClass{{Class: "example-class", Count: 3, Examples: []string{"example-id-1"}}}}}}}
+	sh := &fakeShadow{cand: cand, summary: ShadowSummary{Report: shadow.Report{Total: 7, Decisions: []shadow.DecisionReport{{Decision: name, Total: 7, Classes: []shadow.ClassCount{{Class: "example-class", Count: 3, Examples: []string{"example-id-1"}}}}}}}}
 	srv := httptest.NewServer(New(Config{Recent: ring, Decider: live, Shadow: sh}))
 	defer srv.Close()
 	h := &harness{srv: srv}
