@@ -89,6 +89,16 @@ func (c *command) fromEnv(names ...string) {
 	}
 }
 
+// fromEnvAll marks every flag registered so far that no variable sets
+// yet, as fromEnv does.
+func (c *command) fromEnvAll() {
+	c.VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Annotations[envAnnotation]; !ok {
+			c.fromEnv(f.Name)
+		}
+	})
+}
+
 // fromEnvAs marks a flag that the variable key sets, when the flag's own
 // name would make another: one variable for one setting across commands
 // (--store of the tools reads ARBITER_DECISION_STORE, as serve's

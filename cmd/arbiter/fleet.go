@@ -62,10 +62,6 @@ func (f *fleetConfig) register(fs *command) {
 	fs.DurationVar(&f.logRetryMax, "decision-log-upload-max-retry-delay", 10*time.Second, "cap of the backoff between retries of a failed upload")
 	fs.DurationVar(&f.uploadDeadline, "decision-log-upload-shutdown-timeout", 10*time.Second, "how long a stopping replica keeps trying to upload what is queued")
 	fs.StringVar(&f.replicaID, "replica-id", host, "this replica's id, at most 512 bytes: the id label of its uploaded decisions and the replica of its stored ones")
-	fs.fromEnv("bundle-url", "bundle-name", "bundle-verification-key-file", "bundle-verification-key-id", "bundle-verification-key-alg",
-		"bundle-poll-min-delay", "bundle-poll-max-delay", "bundle-long-poll-timeout", "bundle-max-bytes", "bundle-max-unpacked-bytes",
-		"bundle-max-files", "bundle-download-timeout", "bundle-download-stall-timeout", "decision-log-service", "decision-log-upload-max-events", "decision-log-upload-queue-bytes",
-		"decision-log-upload-interval", "decision-log-upload-max-retry-delay", "decision-log-upload-shutdown-timeout", "replica-id")
 }
 
 func (f *fleetConfig) validate() error {
@@ -209,17 +205,23 @@ func (f *fleet) unloaded() error {
 // when it did not make a revision live: the replica stays not ready, and
 // its later polls keep trying.
 func (f *fleet) sayAtStart(ctx context.Context, eng *engine.Engine, log *slog.Logger) {
-	if f.source == nil {
-		return
+	if f.source != nil {
+		afterClose(ctx, f.source.Polled(), func() {
+			if eng.Snapshot() == nil {
+				log.Error("no policy revision at start: not ready until a bundle activates", "problem", f.unloaded().Error())
+			}
+		})
 	}
+}
+
+// afterClose runs f once ch is closed, in the background, unless ctx ends
+// first.
+func afterClose(ctx context.Context, ch <-chan struct{}, f func()) {
 	go func() {
 		select {
 		case <-ctx.Done():
-			return
-		case <-f.source.Polled():
-		}
-		if eng.Snapshot() == nil {
-			log.Error("no policy revision at start: not ready until a bundle activates", "problem", f.unloaded().Error())
+		case <-ch:
+			f()
 		}
 	}()
 }

@@ -137,11 +137,7 @@ func registerServe(fs *command) *serveConfig {
 	fs.StringVar(&c.uiTraceURL, "ui-trace-url", "", "a trace in your tracing UI, an http(s) URL with "+ui.TraceIDPlaceholder+" where the trace id goes (http://jaeger:16686/trace/"+ui.TraceIDPlaceholder+"): a decision's page links its trace id there ('' shows it as text)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "HOST:PORT serving /metrics without authentication, for Prometheus when the API needs a token or a client certificate (off when empty)")
-	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
-		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
-		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
-		"reload-timeout", "test-timeout", "diff-timeout", "diff-memory", "diff-gate", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
-		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent", "ui-trace-url")
+	fs.fromEnvAll() // every flag of serve: its variable sets it
 	return c
 }
 

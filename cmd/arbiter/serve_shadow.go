@@ -55,8 +55,6 @@ func (s *shadowConfig) register(fs *command) {
 	fs.Uint64Var(&s.shadowMinDecisions, "shadow-min-decisions", defaultShadowMinDecisions, "promotion gate: fewest decisions the candidate must have judged")
 	fs.StringVar(&s.shadowForbid, "shadow-forbid", "refuse_to_allow,candidate_error", "promotion gate: comma-separated classes of which one decision refuses a promotion")
 	fs.StringVar(&s.shadowAdmins, "shadow-admins", "", "comma-separated callers (token file names or client certificate common names) that may load, clear and promote candidates; empty with --auth-token-file or --tls-client-ca-file: nobody may (without authentication: any caller)")
-	fs.fromEnv("shadow-policies", "shadow-schemas", "shadow-tests", "shadow-bundle-url", "shadow-rate", "shadow-queue", "shadow-queue-bytes",
-		"shadow-workers", "shadow-cpu", "shadow-timeout", "shadow-examples", "shadow-min-decisions", "shadow-forbid", "shadow-admins")
 }
 
 func (s *shadowConfig) validate() error {

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -146,11 +144,7 @@ func shadowStatus(ctx context.Context, cl *client) int {
 			s.Sampled, s.Judged, s.Dropped, s.Expired, s.Abandoned, s.Unjudged, s.Queued, s.InFlight, s.Paused)
 		fmt.Fprintf(stdout, "time       %s evaluating, %s throttled, %s paused\n", seconds(s.EvaluationSeconds), seconds(s.ThrottledSeconds), seconds(s.PausedSeconds))
 	}
-	for _, k := range slices.Sorted(maps.Keys(all)) {
-		if !slices.Contains(shadowShown, k) {
-			writeLeaves(stdout, k, all[k])
-		}
-	}
+	writeOthers(stdout, all, shadowShown...)
 	if doc.Report != nil {
 		doc.Report.WriteText(stdout)
 	}
@@ -176,11 +170,7 @@ func shadowPromote(ctx context.Context, cl *client, force bool, revision string)
 		fmt.Fprintf(stdout, "  %s\n", r)
 	}
 	p.Report.WriteText(stdout)
-	for _, k := range slices.Sorted(maps.Keys(all)) {
-		if k != "promotion" {
-			writeLeaves(stdout, k, all[k])
-		}
-	}
+	writeOthers(stdout, all, "promotion")
 	if b, err := json.Marshal(struct {
 		Gate     shadow.Gate       `json:"gate"`
 		Evidence []shadow.Evidence `json:"evidence"`

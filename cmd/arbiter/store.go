@@ -26,7 +26,6 @@ func (s *storeConfig) register(fs *command) {
 	fs.StringVar(&s.storeURL, "decision-store", "", "also write every decision record (decisions, refused inputs, shadow outcomes, promotions) to this PostgreSQL database, postgres://USER:PASSWORD@HOST:PORT/DB, off the answer path; its schema arbiter_store is migrated on start")
 	fs.DurationVar(&s.storeRetention, "decision-store-retention", decisionstore.DefaultRetention, "drop the decision store's days older than this (whole daily partitions, checked on start and hourly); 0 keeps them all")
 	fs.Int64Var(&s.storeQueueBytes, "decision-store-queue-bytes", decisionstore.DefaultQueueBytes, "bytes of records that may wait for the decision store (while it is slow or away); past it records are dropped from the store and counted")
-	fs.fromEnv("decision-store", "decision-store-retention", "decision-store-queue-bytes")
 }
 
 func (s *storeConfig) validate() error {
@@ -103,18 +102,12 @@ func (s *store) stop(log *slog.Logger) {
 // queue, /v1/status' store.last_error and arbiter_decision_store_failing say
 // it meanwhile.
 func (s *store) sayAtStart(ctx context.Context, log *slog.Logger) {
-	if s.sink == nil {
-		return
+	if s.sink != nil {
+		afterClose(ctx, s.sink.Tried(), func() {
+			if st := s.sink.Stats(); st.LastError != "" {
+				log.Error("decision store unusable at start: decisions are answered, their records wait for it",
+					"problem", fmt.Sprintf("--decision-store %s: %s", st.URL, st.LastError))
+			}
+		})
 	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.sink.Tried():
-		}
-		if st := s.sink.Stats(); st.LastError != "" {
-			log.Error("decision store unusable at start: decisions are answered, their records wait for it",
-				"problem", fmt.Sprintf("--decision-store %s: %s", st.URL, st.LastError))
-		}
-	}()
 }
