@@ -120,12 +120,9 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 // startEngine makes the first revision live and says what it is.
 func (a *assembly) startEngine(ctx context.Context) error {
 	c, log := a.c, a.log
-	a.ecfg = engine.Config{
-		Policies: c.policies, Schemas: c.schemas, Tests: c.tests,
-		EvalTimeout: c.evalTimeout, TestTimeout: c.testTimeout, ReloadTimeout: c.reloadTimeout,
-		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
-		SelfCheck: selfCheck(c.selfCheckRate, log),
-	}
+	a.ecfg = c.engine
+	a.ecfg.Policies, a.ecfg.Schemas, a.ecfg.Tests = c.policies, c.schemas, c.tests
+	a.ecfg.MaxInputValues, a.ecfg.SelfCheck = int(c.api.MaxInputValues), selfCheck(c.selfCheckRate, log)
 	// The semantic diff of each revision made live against the one it
 	// replaced, and of the shadow candidate against the live one: in the
 	// background, one at a time, never holding up an activation.
@@ -212,8 +209,9 @@ func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 			mask = append(mask, p)
 		}
 	}
-	dlog, err := decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, Sinks: sinks, QueueBytes: c.logQueueBytes,
-		Refuse: c.logFull == "refuse", MaxMegabytes: c.logMaxMB, MaxBackups: c.logMaxBackups, Mask: mask, Logger: log})
+	o := c.records
+	o.Path, o.Stdout, o.Sinks, o.Refuse, o.Mask, o.Logger = c.decisionLog, stdout, sinks, c.logFull == "refuse", mask, log
+	dlog, err := decisionlog.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("opening the decision log: %w", err)
 	}
@@ -238,32 +236,12 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 	a.reg = prometheus.NewRegistry()
 	reg := a.reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	scfg := server.Config{
-		MaxBodyBytes:      c.maxBodyBytes,
-		MaxInputValues:    c.maxInputValues,
-		MaxInflightBytes:  c.maxInflightBytes,
-		MaxInflightValues: c.maxInflightValues,
-		RequestTimeout:    min(c.requestTimeout, c.readTimeout),
-		MinBodyRate:       c.minBodyRate,
-		BodyGrace:         c.headerTimeout,
-		RefuseUnlogged:    c.logFull == "refuse",
-		Tokens:            a.tokens,
-		Logger:            a.log,
-		DecisionLog:       sink,
-		Registry:          reg,
-		ReloadCounts:      a.eng.ReloadCounts,
-		BundleStatus:      fl.bundleStatus,
-		StoreStatus:       a.ds.status,
-		BundleStuck:       fl.bundleStuck,
-		Unloaded:          fl.unloaded,
-		Memory:            c.memory,
-		Tracer:            a.tr.tracer(),
-		Version:           buildVersion(),
-		Dropping:          drops.dropping,
-		Stopping:          a.stopping,
-		Shadow:            a.sh.srv,
-		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
-	}
+	scfg := c.api
+	scfg.RequestTimeout, scfg.BodyGrace = min(c.requestTimeout, c.readTimeout), c.headerTimeout
+	scfg.RefuseUnlogged, scfg.Tokens, scfg.Logger, scfg.DecisionLog, scfg.Registry = c.logFull == "refuse", a.tokens, a.log, sink, reg
+	scfg.ReloadCounts, scfg.BundleStatus, scfg.StoreStatus, scfg.BundleStuck, scfg.Unloaded = a.eng.ReloadCounts, fl.bundleStatus, a.ds.status, fl.bundleStuck, fl.unloaded
+	scfg.Memory, scfg.Tracer, scfg.Version, scfg.Dropping, scfg.Stopping, scfg.Shadow = c.memory, a.tr.tracer(), buildVersion(), drops.dropping, a.stopping, a.sh.srv
+	scfg.ClientCerts = c.tlsClientCA != "" // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	if a.diffs != nil {
 		scfg.Diffs = a.diffs
 	}
@@ -282,7 +260,7 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 	if dlog != nil { // without a file too: a record the queue refused reaches no sink
 		reg.MustRegister(dlog.Collector())
 	}
-	a.conns = server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
+	a.conns = server.NewConnLimiter(c.connectionCap(), c.api.MinBodyRate)
 	conns := a.conns
 	a.srv = &http.Server{
 		Handler:           a.tr.handler(server.New(scfg, a.eng)),

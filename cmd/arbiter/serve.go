@@ -47,8 +47,8 @@ func serveWith(ctx context.Context, c *serveConfig, stdout, stderr io.Writer) in
 	}
 	c.memory = planMemory(c, c.set, cgroupProvider())
 	log.Info("memory", "limit_bytes", c.memory.LimitBytes, "source", c.memory.Source, "cgroup_limit_bytes", c.memory.CgroupBytes,
-		"max_inflight_bytes", c.maxInflightBytes, "max_inflight_values", c.maxInflightValues,
-		"decision_log_queue_bytes", c.logQueueBytes, "shadow_queue_bytes", c.shadowQueueBytes, "decision_log_upload_queue_bytes", c.uploadQueueBytes)
+		"max_inflight_bytes", c.api.MaxInflightBytes, "max_inflight_values", c.api.MaxInflightValues,
+		"decision_log_queue_bytes", c.records.QueueBytes, "shadow_queue_bytes", c.sampling.QueueBytes, "decision_log_upload_queue_bytes", c.uploadQueueBytes)
 	code, err := serve(ctx, c, log, stdout)
 	if err != nil {
 		log.Error("arbiter serve stopped", "err", err)

@@ -52,7 +52,7 @@ func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.
 	}
 	p.handler = ui.New(ui.Config{Diffs: uiDiffs,
 		Recent: p.ring, Archive: archive, Store: store, Decider: eng, Reloads: eng, Shadow: shadow, Logger: log,
-		MaxBodyBytes: c.maxBodyBytes, EvalTimeout: 2*c.evalTimeout + 5*time.Second, Login: login,
+		MaxBodyBytes: c.api.MaxBodyBytes, EvalTimeout: 2*c.engine.EvalTimeout + 5*time.Second, Login: login,
 		Closing: p.closing, TraceURL: c.uiTraceURL,
 	})
 	return p
