@@ -203,14 +203,8 @@ func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 	if c.decisionLog == "" && len(sinks) == 0 {
 		return nil, nil
 	}
-	var mask []string
-	for _, p := range strings.Split(c.logMask, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			mask = append(mask, p)
-		}
-	}
 	o := c.records
-	o.Path, o.Stdout, o.Sinks, o.Refuse, o.Mask, o.Logger = c.decisionLog, stdout, sinks, c.logFull == "refuse", mask, log
+	o.Path, o.Stdout, o.Sinks, o.Refuse, o.Mask, o.Logger = c.decisionLog, stdout, sinks, c.logFull == "refuse", splitList(c.logMask), log
 	dlog, err := decisionlog.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("opening the decision log: %w", err)
@@ -318,21 +312,6 @@ func (a *assembly) watchReloads(ctx context.Context) func() {
 		}
 	}()
 	return func() { signal.Stop(hup) }
-}
-
-// serveSide starts the side listeners: profiles and metrics.
-func (a *assembly) serveSide(ctx context.Context) error {
-	if a.c.debugAddr != "" {
-		if err := serveDebug(ctx, a.c.debugAddr, a.log); err != nil {
-			return err
-		}
-	}
-	if a.c.metricsAddr != "" {
-		if err := serveMetrics(ctx, a.c.metricsAddr, a.reg, a.log); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // run serves on the listener, and starts the bundle polls, the upload and

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,10 +69,7 @@ func (s *shadowConfig) validate() error {
 
 func (s *shadowConfig) forbidden() ([]shadow.Class, error) {
 	out := []shadow.Class{}
-	for _, f := range strings.Split(s.shadowForbid, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
+	for _, f := range splitList(s.shadowForbid) {
 		c, ok := shadow.ParseClass(f)
 		if !ok {
 			return nil, fmt.Errorf("--shadow-forbid: %q is not a class (%v)", f, shadow.Classes)
@@ -97,12 +93,6 @@ type shadowing struct {
 // (deadline, limits, self-check), so a promoted one runs as a reload would.
 func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, diffs *diff.Runner, log *slog.Logger) (*shadowing, error) {
 	forbid, _ := c.forbidden()
-	var admins []string
-	for _, a := range strings.Split(c.shadowAdmins, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			admins = append(admins, a)
-		}
-	}
 	scfg := c.sampling
 	scfg.DecisionLog, scfg.Logger = c.decisionLog, log
 	if diffs != nil {
@@ -116,7 +106,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		Schemas: ecfg.Schemas,
 		Tests:   ecfg.Tests,
 		Gate:    shadow.Gate{MinDecisions: c.sampling.MinDecisions, Forbidden: forbid},
-		Admins:  admins,
+		Admins:  splitList(c.shadowAdmins),
 		Bundle: func(path string) (engine.Source, error) {
 			vc, err := policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg}.VerificationConfig()
 			if err != nil {
