@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -91,11 +92,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 			Path: r.URL.Path, Input: d.Input, InputOneLine: d.InputOneLine, Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		}
-		outcome := d.Outcome
-		if outcome == "" {
-			outcome = noOutcome
-		}
-		s.endSpan(q, &rec, outcome, "")
+		s.endSpan(q, &rec, cmp.Or(d.Outcome, noOutcome), "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
 		logged := s.record(rec)
 		if !logged && s.cfg.RefuseUnlogged {

@@ -194,7 +194,7 @@ func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 		if a.ds.sink != nil {
 			fleetPages = ui.FromStore(a.ds.sink.Reader())
 		}
-		a.pg = newPages(c, a.eng, shadowPages{a.sh.sh, a.sh.srv.Gate}, a.diffs, fleetPages, len(a.tokens) > 0, log)
+		a.pg = newPages(c, a.eng, a.sh, a.diffs, fleetPages, len(a.tokens) > 0, log)
 		sinks = append(sinks, a.pg.ring)
 	}
 	if c.decisionLog == "" {

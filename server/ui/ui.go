@@ -84,15 +84,17 @@ type Reloads interface {
 	ReloadHistory() []engine.ReloadStatus
 }
 
-// Shadow is a candidate revision evaluated beside the live one.
+// Shadow is a candidate revision evaluated beside the live one: package
+// shadow's Shadow. A what-if decides directly on the candidate's Snapshot,
+// so nothing is logged or judged.
 type Shadow interface {
-	// Candidate is the candidate's revision, when one is loaded.
-	Candidate() (revision string, ok bool)
-	// DecideCandidate decides with the candidate, without logging.
-	DecideCandidate(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
-	// Summary is the impact of the candidate on the live decisions it was
+	// Candidate is the candidate in shadow, nil when none is loaded.
+	Candidate() *shadow.Candidate
+	// Report is the impact of the candidate on the live decisions it was
 	// shown, as GET /v1/shadow reports it; false when there is none.
-	Summary(ctx context.Context) (ShadowSummary, bool)
+	Report() (shadow.Report, bool)
+	// Proofs are the semantic diff's verdicts on the candidate.
+	Proofs() shadow.Proofs
 }
 
 // ShadowSummary is the impact of a shadow candidate (its report: how many
@@ -126,8 +128,11 @@ type Config struct {
 	Decider Decider
 	Reloads Reloads // may be nil
 	Shadow  Shadow  // may be nil: no shadow evaluation in this process
-	Diffs   Diffs   // may be nil: no diff runs in this process
-	Logger  *slog.Logger
+	// ShadowGate is the default promotion gate, whose verdict the policy
+	// page shows beside the candidate's report.
+	ShadowGate shadow.Gate
+	Diffs      Diffs // may be nil: no diff runs in this process
+	Logger     *slog.Logger
 
 	// Prefix is where the pages are mounted; default "/ui".
 	Prefix string
@@ -866,8 +871,12 @@ func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.cfg.Shadow != nil {
 		d.Shadow = true
-		d.Candidate, _ = h.cfg.Shadow.Candidate()
-		d.Summary, d.HasSum = h.cfg.Shadow.Summary(r.Context())
+		d.Candidate, _ = h.candidate()
+		if rep, ok := h.cfg.Shadow.Report(); ok {
+			proofs, gate := h.cfg.Shadow.Proofs(), h.cfg.ShadowGate
+			d.Summary.Refusals = append(gate.Refusals(rep), gate.ProofRefusals(proofs)...)
+			d.Summary.Report, d.Summary.Evidence, d.Summary.Promotable, d.HasSum = rep, rep.Evidence(proofs), len(d.Summary.Refusals) == 0, true
+		}
 		if h.cfg.Diffs != nil && d.Candidate != "" {
 			if ds, ok := h.cfg.Diffs.Shadow(); ok && ds.New == d.Candidate {
 				d.Diff = viewDiff(ds)
