@@ -17,10 +17,12 @@ var (
 		"The active bundle's manifest revision (always 1).", []string{"bundle", "revision"}, nil)
 )
 
-// Collector exports s's counts and times, read at scrape time.
-func (s *Source) Collector() prometheus.Collector { return sourceCollector{s} }
+// Collector exports the counts and times of sources (a nil one has none),
+// read at scrape time and told apart by their bundle label: one collector
+// for them all, as a registry takes one collector of a descriptor.
+func Collector(sources ...*Source) prometheus.Collector { return sourceCollector(sources) }
 
-type sourceCollector struct{ s *Source }
+type sourceCollector []*Source
 
 func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- requestsDesc
@@ -30,7 +32,15 @@ func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
-	st, n := c.s.Status(), c.s.Counts()
+	for _, s := range c {
+		if s != nil {
+			s.collect(ch)
+		}
+	}
+}
+
+func (s *Source) collect(ch chan<- prometheus.Metric) {
+	st, n := s.Status(), s.Counts()
 	name := st.Name
 	counter := func(d *prometheus.Desc, v uint64, label string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name, label)

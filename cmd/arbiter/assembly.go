@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/redact"
+	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/arbiter-dev/arbiter/watch"
@@ -229,7 +230,16 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 	}}
 	a.reg = prometheus.NewRegistry()
 	reg := a.reg
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The live bundle's and the shadow's bundle's metrics, by their bundle
+	// label; the shadow's; the upload's and the store's when they are on.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		policybundle.Collector(fl.source, a.sh.source), a.sh.sh.Collector())
+	if fl.upload != nil {
+		reg.MustRegister(fl.upload.Collector())
+	}
+	if a.ds.sink != nil {
+		reg.MustRegister(a.ds.sink.Collector())
+	}
 	scfg := c.api
 	scfg.RequestTimeout, scfg.BodyGrace = min(c.requestTimeout, c.readTimeout), c.headerTimeout
 	scfg.RefuseUnlogged, scfg.Tokens, scfg.Logger, scfg.DecisionLog, scfg.Registry = c.logFull == "refuse", a.tokens, a.log, sink, reg
@@ -248,9 +258,6 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		scfg.CompiledDisagreements = a.ecfg.SelfCheck.Disagreements
 		scfg.SelfCheckCounts = a.ecfg.SelfCheck.Counts
 	}
-	fl.register(reg)
-	a.sh.register(reg)
-	a.ds.register(reg)
 	if dlog != nil { // without a file too: a record the queue refused reaches no sink
 		reg.MustRegister(dlog.Collector())
 	}

@@ -8,8 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/redact"
@@ -125,16 +123,6 @@ func (f *fleetConfig) sourceConfig(url, name string, log *slog.Logger) policybun
 		Keys:     policybundle.Keys{File: f.keyFile, ID: f.keyID, Algorithm: f.keyAlg},
 		MinDelay: f.pollMin, MaxDelay: f.pollMax, LongPoll: f.longPoll, Logger: log,
 		Limits: f.limits, DownloadTimeout: f.dlTimeout, StallTimeout: f.stallTimeout,
-	}
-}
-
-// register adds the bundle and upload metrics to reg.
-func (f *fleet) register(reg *prometheus.Registry) {
-	if f.source != nil {
-		reg.MustRegister(f.source.Collector())
-	}
-	if f.upload != nil {
-		reg.MustRegister(f.upload.Collector())
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/redact"
@@ -153,22 +151,6 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 
 // shadowBundleName names the shadow's bundle in status, metrics and logs.
 const shadowBundleName = "shadow"
-
-// register adds the shadow's metrics (and its bundle source's) to reg.
-func (s *shadowing) register(reg *prometheus.Registry) {
-	reg.MustRegister(s.sh.Collector())
-	if s.source != nil {
-		// The live bundle source describes the same metrics; these differ
-		// by their bundle label, so they are collected unchecked.
-		reg.MustRegister(unchecked{s.source.Collector()})
-	}
-}
-
-// unchecked is a collector that describes nothing, so that the registry
-// does not refuse a second collector of the same descriptors.
-type unchecked struct{ prometheus.Collector }
-
-func (unchecked) Describe(chan<- *prometheus.Desc) {}
 
 func (s *shadowing) start(ctx context.Context) {
 	if s.source != nil {

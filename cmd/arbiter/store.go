@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server/ui"
@@ -63,13 +61,6 @@ func newStore(c *serveConfig, eng *engine.Engine, log *slog.Logger) (*store, err
 	log.Info("decision store", "url", sink.Stats().URL, "replica", c.replicaID, "retention", c.storeRetention)
 	s.sink = sink
 	return s, nil
-}
-
-// register adds the store's metrics to reg.
-func (s *store) register(reg *prometheus.Registry) {
-	if s.sink != nil {
-		reg.MustRegister(s.sink.Collector())
-	}
 }
 
 // status is /v1/status's store member (nil without a store).
