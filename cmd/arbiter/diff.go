@@ -185,10 +185,8 @@ func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
 	_ = json.Unmarshal(doc, &v)
 	var walk func(v any, ptr, indent, key string, last bool)
 	mark := func(ptr string) string {
-		for _, f := range fields {
-			if f == ptr {
-				return "   <-"
-			}
+		if slices.Contains(fields, ptr) {
+			return "   <-"
 		}
 		return ""
 	}

@@ -142,13 +142,8 @@ func updateFixtures(ctx context.Context, f folders, runRe string, stderr io.Writ
 		return nil, exitError
 	}
 	changes, probs, err := snap.UpdateFixtures(ctx, f.tests, run)
-	u := &updateReport{Updated: changes, NotUpdated: probs}
-	if u.Updated == nil {
-		u.Updated = []engine.FixtureChange{}
-	}
-	if u.NotUpdated == nil {
-		u.NotUpdated = []engine.Problem{}
-	}
+	// Empty lists, not null, in --format json.
+	u := &updateReport{Updated: append([]engine.FixtureChange{}, changes...), NotUpdated: append([]engine.Problem{}, probs...)}
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter test: --update: %v\n", err)
 		return u, exitError
