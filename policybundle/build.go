@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -202,11 +204,7 @@ func sign(files map[string][]byte, o BuildOptions) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
+	paths := slices.Sorted(maps.Keys(files))
 	infos := make([]bundle.FileInfo, 0, len(paths))
 	for _, p := range paths {
 		var v any = files[p]

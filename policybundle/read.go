@@ -9,9 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -250,11 +251,7 @@ func read(raw []byte, vc *bundle.VerificationConfig, skipVerify bool, origin str
 func fileSet(files map[string][]byte) (engine.FileSet, bool, error) {
 	var fs engine.FileSet
 	signed := false
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
+	paths := slices.Sorted(maps.Keys(files))
 	var errs []error
 	for _, p := range paths {
 		if p == signaturesFile {

@@ -1,7 +1,8 @@
 package shadow
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,11 +43,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	s.classMu.Lock()
-	names := make([]string, 0, len(s.classes))
-	for n := range s.classes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(s.classes))
 	for _, n := range names {
 		for i, cl := range Classes {
 			ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(s.classes[n][i]), n, string(cl))

@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -148,11 +147,7 @@ func (t *Tally) add(decision string, c Class, id string) {
 func (t *Tally) Report() Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	names := make([]string, 0, len(t.per))
-	for n := range t.per {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(t.per))
 	var all tallyRow
 	rep := Report{Dropped: t.dropped, LaterJudged: t.later, Decisions: make([]DecisionReport, 0, len(names))}
 	for _, n := range names {

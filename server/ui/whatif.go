@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -245,11 +246,7 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 			}
 		}
 	}
-	members := make([]string, 0, len(known))
-	for m := range known {
-		members = append(members, m)
-	}
-	sort.Strings(members)
+	members := slices.Sorted(maps.Keys(known))
 	best, bestN := "", 0
 	for _, m := range members {
 		n := 0
