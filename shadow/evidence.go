@@ -2,6 +2,7 @@ package shadow
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/arbiter-dev/arbiter/engine"
 )
@@ -112,7 +113,7 @@ func (g Gate) ProofRefusals(p Proofs) []string {
 	var out []string
 	running := false
 	for _, c := range Proved {
-		if !containsClass(g.Forbidden, c) {
+		if !slices.Contains(g.Forbidden, c) {
 			continue
 		}
 		switch pr := p.of(c); pr.Verdict {

@@ -225,7 +225,7 @@ func (g Gate) Refusals(r Report) []string {
 	}
 	// In report order, so refuse_to_allow comes first here too.
 	for _, c := range Classes {
-		if !containsClass(g.Forbidden, c) || r.Count(c) == 0 {
+		if !slices.Contains(g.Forbidden, c) || r.Count(c) == 0 {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%d decisions are %s (forbidden), e.g. %s", r.Count(c), c, strings.Join(r.Examples(c), " ")))
@@ -254,18 +254,9 @@ func (g Gate) Stricter(minDecisions uint64, forbid []Class) Gate {
 		out.Forbidden = []Class{}
 	}
 	for _, c := range forbid {
-		if !containsClass(out.Forbidden, c) {
+		if !slices.Contains(out.Forbidden, c) {
 			out.Forbidden = append(out.Forbidden, c)
 		}
 	}
 	return out
-}
-
-func containsClass(list []Class, c Class) bool {
-	for _, x := range list {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }

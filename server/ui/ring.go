@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -256,18 +257,7 @@ func match(f Filter, e Entry) bool {
 	if len(f.AnyInput) > 0 && !matchesRun(f, e) {
 		return false
 	}
-	if f.Reason != "" {
-		if e.ErrorCode() == f.Reason {
-			return true
-		}
-		for _, r := range e.Reasons {
-			if r == f.Reason {
-				return true
-			}
-		}
-		return false
-	}
-	return true
+	return f.Reason == "" || e.ErrorCode() == f.Reason || slices.Contains(e.Reasons, f.Reason)
 }
 
 // Page is one page of entries, newest first.
