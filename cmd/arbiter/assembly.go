@@ -228,41 +228,40 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		}
 		return n
 	}}
-	a.reg = prometheus.NewRegistry()
-	reg := a.reg
-	// The live bundle's and the shadow's bundle's metrics, by their bundle
-	// label; the shadow's; the upload's and the store's when they are on.
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		policybundle.Collector(fl.source, a.sh.source), a.sh.sh.Collector())
-	if fl.upload != nil {
-		reg.MustRegister(fl.upload.Collector())
-	}
-	if a.ds.sink != nil {
-		reg.MustRegister(a.ds.sink.Collector())
-	}
 	scfg := c.api
 	scfg.RequestTimeout, scfg.BodyGrace = min(c.requestTimeout, c.readTimeout), c.headerTimeout
-	scfg.RefuseUnlogged, scfg.Tokens, scfg.Logger, scfg.DecisionLog, scfg.Registry = c.logFull == "refuse", a.tokens, a.log, sink, reg
-	scfg.ReloadCounts, scfg.BundleStatus, scfg.StoreStatus, scfg.BundleStuck, scfg.Unloaded = a.eng.ReloadCounts, fl.bundleStatus, a.ds.status, fl.bundleStuck, fl.unloaded
+	scfg.RefuseUnlogged, scfg.Tokens, scfg.Logger, scfg.DecisionLog, scfg.ReloadCounts = c.logFull == "refuse", a.tokens, a.log, sink, a.eng.ReloadCounts
 	scfg.Memory, scfg.Tracer, scfg.Version, scfg.Dropping, scfg.Stopping, scfg.Shadow = c.memory, a.tr.tracer(), buildVersion(), drops.dropping, a.stopping, a.sh.srv
 	scfg.ClientCerts = c.tlsClientCA != "" // authenticated, as with tokens: --shadow-admins must name who changes what runs
+	// The live bundle's and the shadow's bundle's metrics, by their bundle
+	// label, and the shadow's; the others' when they are on.
+	scfg.Registry = prometheus.NewRegistry()
+	a.reg = scfg.Registry
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		policybundle.Collector(fl.source, a.sh.source), a.sh.sh.Collector())
+	if fl.source != nil {
+		scfg.BundleStatus, scfg.BundleStuck, scfg.Unloaded = fl.bundleStatus, fl.bundleStuck, fl.unloaded
+	}
+	if fl.upload != nil {
+		a.reg.MustRegister(fl.upload.Collector())
+	}
+	if a.ds.sink != nil {
+		a.reg.MustRegister(a.ds.sink.Collector())
+		scfg.StoreStatus = func() any { return a.ds.sink.Stats() }
+	}
+	if dlog != nil { // without a file too: a record the queue refused reaches no sink
+		a.reg.MustRegister(dlog.Collector())
+	}
 	if a.diffs != nil {
 		scfg.Diffs = a.diffs
 	}
-	var onShutdown []func() // run as Shutdown begins, beside closing the listeners
 	if a.pg != nil {
 		scfg.UI = a.pg.handler
-		onShutdown = append(onShutdown, a.pg.endStreams) // a live stream never ends by itself
 	}
 	if a.ecfg.SelfCheck != nil {
-		scfg.CompiledDisagreements = a.ecfg.SelfCheck.Disagreements
-		scfg.SelfCheckCounts = a.ecfg.SelfCheck.Counts
-	}
-	if dlog != nil { // without a file too: a record the queue refused reaches no sink
-		reg.MustRegister(dlog.Collector())
+		scfg.CompiledDisagreements, scfg.SelfCheckCounts = a.ecfg.SelfCheck.Disagreements, a.ecfg.SelfCheck.Counts
 	}
 	a.conns = server.NewConnLimiter(c.connectionCap(), c.api.MinBodyRate)
-	conns := a.conns
 	a.srv = &http.Server{
 		Handler:           a.tr.handler(server.New(scfg, a.eng)),
 		ReadHeaderTimeout: c.headerTimeout,
@@ -271,12 +270,12 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		IdleTimeout:       c.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig:         a.tlsConfig,
-		ConnState:         conns.ConnState,
-		ConnContext:       conns.ConnContext,
+		ConnState:         a.conns.ConnState,
+		ConnContext:       a.conns.ConnContext,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
-	for _, f := range onShutdown {
-		a.srv.RegisterOnShutdown(f)
+	if a.pg != nil {
+		a.srv.RegisterOnShutdown(a.pg.endStreams) // as Shutdown begins: a live stream never ends by itself
 	}
 }
 

@@ -127,18 +127,13 @@ func (f *fleetConfig) sourceConfig(url, name string, log *slog.Logger) policybun
 }
 
 // bundleStatus is the bundles member of /v1/status, as OPA reports it.
+// It and bundleStuck and unloaded are the server's only with a bundle.
 func (f *fleet) bundleStatus() any {
-	if f.source == nil {
-		return nil
-	}
 	return map[string]policybundle.Status{f.cfg.bundleName: f.source.Status()}
 }
 
 // bundleStuck says why the bundle's polls are stuck (nil when they are not).
 func (f *fleet) bundleStuck() error {
-	if f.source == nil {
-		return nil
-	}
 	return f.source.Stuck(time.Now())
 }
 
@@ -168,9 +163,6 @@ func (f *fleet) stop(log *slog.Logger) error {
 // unloaded says, naming the flag to look at, why no revision of the bundle
 // is live: /health/ready's reason and the start's one line.
 func (f *fleet) unloaded() error {
-	if f.source == nil {
-		return nil
-	}
 	url := redact.URL(f.cfg.bundleURL)
 	fail := f.source.Failure()
 	switch fail.Kind {

@@ -63,14 +63,6 @@ func newStore(c *serveConfig, eng *engine.Engine, log *slog.Logger) (*store, err
 	return s, nil
 }
 
-// status is /v1/status's store member (nil without a store).
-func (s *store) status() any {
-	if s.sink == nil {
-		return nil
-	}
-	return s.sink.Stats()
-}
-
 // stop writes what is queued, within the shutdown timeout, after the
 // pipeline closed (so that nothing more arrives), and logs the account.
 func (s *store) stop(log *slog.Logger) {
