@@ -150,10 +150,7 @@ pages' filters and an input field by JSON pointer and value.`, exitInput)
 				Next      string   `json:"next,omitempty"`
 			}{Decisions: []stored{}, Next: next.String()}
 			for _, row := range rows {
-				reasons := row.Reasons
-				if reasons == nil {
-					reasons = []string{}
-				}
+				reasons := append([]string{}, row.Reasons...) // [], not null
 				out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record, row.Partial})
 				if p := row.Partial; p != nil {
 					fmt.Fprintf(stderr, "arbiter decisions: the stored record of %s (%s) is shown in part, its row's columns and first bytes: %d bytes, %s\n",

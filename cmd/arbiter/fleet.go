@@ -18,16 +18,11 @@ import (
 // fleetConfig is what a replica of a fleet adds to `arbiter serve`: its
 // policies from a bundle, its decisions shipped to a log service.
 type fleetConfig struct {
-	bundleURL      string
-	bundleName     string
-	keyFile, keyID string
-	keyAlg         string
-	pollMin        time.Duration
-	pollMax        time.Duration
-	longPoll       time.Duration
-	limits         policybundle.Limits
-	dlTimeout      time.Duration
-	stallTimeout   time.Duration
+	bundleURL  string
+	bundleName string
+	// polls is how a bundle is polled, verified and bounded, as the flags
+	// say: the live one's and the shadow's (sourceConfig).
+	polls policybundle.SourceConfig
 
 	logService       string
 	logMaxEvents     int64
@@ -42,17 +37,17 @@ func (f *fleetConfig) register(fs *command) {
 	host, _ := os.Hostname()
 	fs.StringVar(&f.bundleURL, "bundle-url", "", "serve the revision of this OPA bundle instead of the folders: http(s)://HOST/PATH, oci://HOST/REPO:TAG or oci+http://HOST/REPO:TAG")
 	fs.StringVar(&f.bundleName, "bundle-name", policybundle.DefaultName, "the bundle's name in status, metrics and decision logs")
-	fs.StringVar(&f.keyFile, "bundle-verification-key-file", "", "PEM public key (or HMAC secret) bundles must be signed with; unsigned or tampered bundles are then refused")
-	fs.StringVar(&f.keyID, "bundle-verification-key-id", "", "id of the verification key, a signature's kid must name it (default: default, as OPA)")
-	fs.StringVar(&f.keyAlg, "bundle-verification-key-alg", "RS256", "signature algorithm of the verification key")
-	fs.DurationVar(&f.pollMin, "bundle-poll-min-delay", 10*time.Second, "shortest wait between two bundle polls (whole seconds)")
-	fs.DurationVar(&f.pollMax, "bundle-poll-max-delay", 20*time.Second, "longest wait between two bundle polls, and the cap of the retry backoff")
-	fs.DurationVar(&f.longPoll, "bundle-long-poll-timeout", 0, "ask an OPA-style bundle server to hold each poll this long (0: plain polling)")
-	fs.Int64Var(&f.limits.Bytes, "bundle-max-bytes", policybundle.DefaultLimits.Bytes, "largest bundle download (compressed); a larger one is refused as it arrives")
-	fs.Int64Var(&f.limits.UnpackedBytes, "bundle-max-unpacked-bytes", policybundle.DefaultLimits.UnpackedBytes, "most bytes a bundle may unpack to, counted before anything is kept")
-	fs.IntVar(&f.limits.Files, "bundle-max-files", policybundle.DefaultLimits.Files, "most files (tarball entries) in a bundle")
-	fs.DurationVar(&f.dlTimeout, "bundle-download-timeout", policybundle.DefaultDownloadTimeout, "deadline of each bundle download, headers and body (after the long-poll wait); past it the download is cut off as stalled")
-	fs.DurationVar(&f.stallTimeout, "bundle-download-stall-timeout", policybundle.DefaultStallTimeout, "a bundle download that receives less than 1 KiB in this long is cut off as stalled (its minimum rate)")
+	fs.StringVar(&f.polls.Keys.File, "bundle-verification-key-file", "", "PEM public key (or HMAC secret) bundles must be signed with; unsigned or tampered bundles are then refused")
+	fs.StringVar(&f.polls.Keys.ID, "bundle-verification-key-id", "", "id of the verification key, a signature's kid must name it (default: default, as OPA)")
+	fs.StringVar(&f.polls.Keys.Algorithm, "bundle-verification-key-alg", "RS256", "signature algorithm of the verification key")
+	fs.DurationVar(&f.polls.MinDelay, "bundle-poll-min-delay", 10*time.Second, "shortest wait between two bundle polls (whole seconds)")
+	fs.DurationVar(&f.polls.MaxDelay, "bundle-poll-max-delay", 20*time.Second, "longest wait between two bundle polls, and the cap of the retry backoff")
+	fs.DurationVar(&f.polls.LongPoll, "bundle-long-poll-timeout", 0, "ask an OPA-style bundle server to hold each poll this long (0: plain polling)")
+	fs.Int64Var(&f.polls.Limits.Bytes, "bundle-max-bytes", policybundle.DefaultLimits.Bytes, "largest bundle download (compressed); a larger one is refused as it arrives")
+	fs.Int64Var(&f.polls.Limits.UnpackedBytes, "bundle-max-unpacked-bytes", policybundle.DefaultLimits.UnpackedBytes, "most bytes a bundle may unpack to, counted before anything is kept")
+	fs.IntVar(&f.polls.Limits.Files, "bundle-max-files", policybundle.DefaultLimits.Files, "most files (tarball entries) in a bundle")
+	fs.DurationVar(&f.polls.DownloadTimeout, "bundle-download-timeout", policybundle.DefaultDownloadTimeout, "deadline of each bundle download, headers and body (after the long-poll wait); past it the download is cut off as stalled")
+	fs.DurationVar(&f.polls.StallTimeout, "bundle-download-stall-timeout", policybundle.DefaultStallTimeout, "a bundle download that receives less than 1 KiB in this long is cut off as stalled (its minimum rate)")
 	fs.StringVar(&f.logService, "decision-log-service", "", "upload decisions as OPA EventV1 gzip batches to this service (POST URL/logs)")
 	fs.Int64Var(&f.logMaxEvents, "decision-log-upload-max-events", logship.DefaultMaxEvents, "events that may wait for upload; more are dropped and counted")
 	fs.Int64Var(&f.uploadQueueBytes, "decision-log-upload-queue-bytes", logship.DefaultQueueBytes, "bytes of events that may wait for upload, the batch being retried included (each sized as its decision-log record); more are dropped and counted")
@@ -64,13 +59,13 @@ func (f *fleetConfig) register(fs *command) {
 
 func (f *fleetConfig) validate() error {
 	if f.bundleURL != "" {
-		if _, err := (policybundle.Keys{File: f.keyFile, ID: f.keyID, Algorithm: f.keyAlg}).VerificationConfig(); err != nil {
+		if _, err := f.polls.Keys.VerificationConfig(); err != nil {
 			return fmt.Errorf("--bundle-verification-key-file: %w", err)
 		}
-		if f.pollMin < time.Second || f.pollMax < f.pollMin {
+		if f.polls.MinDelay < time.Second || f.polls.MaxDelay < f.polls.MinDelay {
 			return errors.New("--bundle-poll-min-delay must be at least 1s and --bundle-poll-max-delay at least as long")
 		}
-		if f.limits.Bytes <= 0 || f.limits.UnpackedBytes <= 0 || f.limits.Files <= 0 || f.dlTimeout <= 0 || f.stallTimeout <= 0 {
+		if f.polls.Limits.Bytes <= 0 || f.polls.Limits.UnpackedBytes <= 0 || f.polls.Limits.Files <= 0 || f.polls.DownloadTimeout <= 0 || f.polls.StallTimeout <= 0 {
 			return errors.New("--bundle-max-bytes, --bundle-max-unpacked-bytes, --bundle-max-files, --bundle-download-timeout and --bundle-download-stall-timeout must be positive")
 		}
 	}
@@ -118,12 +113,9 @@ func newFleet(c *serveConfig, eng *engine.Engine, log *slog.Logger) (*fleet, err
 
 // sourceConfig is how a bundle at url is polled, verified and bounded.
 func (f *fleetConfig) sourceConfig(url, name string, log *slog.Logger) policybundle.SourceConfig {
-	return policybundle.SourceConfig{
-		URL: url, Name: name,
-		Keys:     policybundle.Keys{File: f.keyFile, ID: f.keyID, Algorithm: f.keyAlg},
-		MinDelay: f.pollMin, MaxDelay: f.pollMax, LongPoll: f.longPoll, Logger: log,
-		Limits: f.limits, DownloadTimeout: f.dlTimeout, StallTimeout: f.stallTimeout,
-	}
+	sc := f.polls
+	sc.URL, sc.Name, sc.Logger = url, name, log
+	return sc
 }
 
 // bundleStatus is the bundles member of /v1/status, as OPA reports it.
@@ -169,10 +161,10 @@ func (f *fleet) unloaded() error {
 	case policybundle.FailedDownload:
 		return fmt.Errorf("--bundle-url %s: the bundle server cannot be reached or did not serve the bundle: %v", url, fail.Err)
 	case policybundle.FailedSignature:
-		if f.cfg.keyFile == "" {
+		if f.cfg.polls.Keys.File == "" {
 			return fmt.Errorf("--bundle-verification-key-file is not set and the bundle at --bundle-url %s does not read without it: %v", url, fail.Err)
 		}
-		return fmt.Errorf("--bundle-verification-key-file %s: the bundle's signature does not verify with this key (--bundle-verification-key-alg %s): %v", f.cfg.keyFile, f.cfg.keyAlg, fail.Err)
+		return fmt.Errorf("--bundle-verification-key-file %s: the bundle's signature does not verify with this key (--bundle-verification-key-alg %s): %v", f.cfg.polls.Keys.File, f.cfg.polls.Keys.Algorithm, fail.Err)
 	case policybundle.FailedRead:
 		return fmt.Errorf("--bundle-url %s: the bundle does not read: %v", url, fail.Err)
 	case policybundle.FailedGate:

@@ -106,11 +106,11 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		Gate:    shadow.Gate{MinDecisions: c.sampling.MinDecisions, Forbidden: forbid},
 		Admins:  splitList(c.shadowAdmins),
 		Bundle: func(path string) (engine.Source, error) {
-			vc, err := policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg}.VerificationConfig()
+			vc, err := c.polls.Keys.VerificationConfig()
 			if err != nil {
 				return nil, err
 			}
-			rev, err := policybundle.ReadFile(path, vc, c.limits)
+			rev, err := policybundle.ReadFile(path, vc, c.polls.Limits)
 			if err != nil {
 				return nil, err
 			}
