@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -151,7 +152,7 @@ func flagError(cc *cobra.Command, err error) error {
 	}
 	best, bestDist := "", 3 // at most two edits away, or a prefix
 	cc.Flags().VisitAll(func(f *pflag.Flag) {
-		d := levenshtein(typed, f.Name)
+		d := levenshtein.ComputeDistance(typed, f.Name)
 		if strings.HasPrefix(f.Name, typed) && len(typed) > 1 {
 			d = min(d, 1)
 		}
@@ -163,25 +164,4 @@ func flagError(cc *cobra.Command, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w\n\nDid you mean this?\n\t--%s", err, best)
-}
-
-// levenshtein is the edit distance between a and b.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
