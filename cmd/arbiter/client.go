@@ -150,13 +150,9 @@ func (c *client) refused(status string, raw []byte) int {
 		code, msg = doc.Code, doc.Message
 	}
 	fmt.Fprintf(c.stderr, "arbiter %s: %s: %s\n", c.name, code, msg)
-	for _, p := range doc.Problems {
-		fmt.Fprintf(c.stderr, "  %s\n", p)
-	}
+	writeIndented(c.stderr, doc.Problems)
 	if doc.Promotion != nil {
-		for _, r := range doc.Promotion.Refusals {
-			fmt.Fprintf(c.stderr, "  %s\n", r)
-		}
+		writeIndented(c.stderr, doc.Promotion.Refusals)
 	}
 	return exitRefused
 }
@@ -231,8 +227,10 @@ func reloadDetails(st engine.ReloadStatus) string {
 	return b.String()
 }
 
-func writeProblems(w io.Writer, indent string, probs []engine.Problem) {
-	for _, p := range probs {
-		fmt.Fprintf(w, "%s%s\n", indent, p)
+// writeIndented prints each of items on a line of its own, indented under
+// what it belongs to (problems, refusals).
+func writeIndented[T any](w io.Writer, items []T) {
+	for _, it := range items {
+		fmt.Fprintf(w, "  %v\n", it)
 	}
 }

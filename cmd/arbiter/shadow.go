@@ -134,9 +134,7 @@ func shadowStatus(ctx context.Context, cl *client) int {
 			fmt.Fprintln(stdout, ": promotable")
 		} else {
 			fmt.Fprintln(stdout, ": not promotable")
-			for _, r := range doc.Refusals {
-				fmt.Fprintf(stdout, "  %s\n", r)
-			}
+			writeIndented(stdout, doc.Refusals)
 		}
 		s := doc.Stats
 		seconds := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) + "s" }
@@ -166,9 +164,7 @@ func shadowPromote(ctx context.Context, cl *client, force bool, revision string)
 		how = "promoted (forced)"
 	}
 	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", how, p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
-	for _, r := range p.Refusals {
-		fmt.Fprintf(stdout, "  %s\n", r)
-	}
+	writeIndented(stdout, p.Refusals)
 	p.Report.WriteText(stdout)
 	writeOthers(stdout, all, "promotion")
 	if b, err := json.Marshal(struct {

@@ -78,7 +78,7 @@ func printStatus(ctx context.Context, cl *client, _ []string) int {
 	}
 	fmt.Fprintf(w, "reload     %s\n", st.Reload)
 	fmt.Fprintf(w, "last       %s\n", reloadLine(st.LastReload))
-	writeProblems(w, "  ", st.LastReload.Problems)
+	writeIndented(w, st.LastReload.Problems)
 	writeOthers(w, doc, statusShown...)
 	fmt.Fprintf(w, "started    %s\n", st.StartedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "uptime     %s\n", (time.Duration(st.Uptime) * time.Second).String())
