@@ -185,11 +185,7 @@ func reloadLine(st engine.ReloadStatus) string {
 	case !st.OK:
 		what = fmt.Sprintf("refused (%d problem(s)); %s keeps serving", len(st.Problems), orNone(st.Revision))
 	case st.Promotion != nil:
-		how := "promoted"
-		if st.Promotion.Forced {
-			how = "promoted (forced)"
-		}
-		what = fmt.Sprintf("%s %s by %s, replacing %s", how, st.Revision, orNone(st.Promotion.By), orNone(st.Promotion.From))
+		what = fmt.Sprintf("%s %s by %s, replacing %s", promoted(st.Promotion.Forced), st.Revision, orNone(st.Promotion.By), orNone(st.Promotion.From))
 	case st.Changed:
 		what = "activated " + st.Revision
 	default:
@@ -200,6 +196,14 @@ func reloadLine(st engine.ReloadStatus) string {
 		line += "  from " + st.Origin
 	}
 	return line + reloadDetails(st)
+}
+
+// promoted says how a promotion went live: past a refusing gate, forced.
+func promoted(forced bool) string {
+	if forced {
+		return "promoted (forced)"
+	}
+	return "promoted"
 }
 
 // reloadDetails is what reloadLine's words leave out of a reload attempt:

@@ -159,11 +159,7 @@ func shadowPromote(ctx context.Context, cl *client, force bool, revision string)
 		return code
 	}
 	p := doc.Promotion
-	how := "promoted"
-	if p.Forced {
-		how = "promoted (forced)"
-	}
-	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", how, p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
+	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", promoted(p.Forced), p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
 	writeIndented(stdout, p.Refusals)
 	p.Report.WriteText(stdout)
 	writeOthers(stdout, all, "promotion")
