@@ -233,6 +233,12 @@ func (s *server) admin(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return caller, true
 }
 
+// adminBody is admin, then readAdminBody of what the admin sent.
+func (s *server) adminBody(w http.ResponseWriter, r *http.Request, v any) (string, bool) {
+	by, ok := s.admin(w, r)
+	return by, ok && readAdminBody(w, r, v)
+}
+
 // readAdminBody decodes a small JSON body strictly into v; an empty body
 // leaves v as it is.
 func readAdminBody(w http.ResponseWriter, r *http.Request, v any) bool {
@@ -259,12 +265,9 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, v any) bool {
 // shadowLoad loads a candidate from folders and puts it in shadow. The
 // load is not tied to the request's lifetime, as a reload is not.
 func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
-	by, ok := s.admin(w, r)
-	if !ok {
-		return
-	}
 	var src ShadowSource
-	if !readAdminBody(w, r, &src) {
+	by, ok := s.adminBody(w, r, &src)
+	if !ok {
 		return
 	}
 	sc := s.cfg.Shadow
@@ -339,12 +342,9 @@ type promoteRequest struct {
 // forced). Every attempt that reached the gate is a record of the
 // decision log: who, what, on which evidence, and the outcome.
 func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
-	by, ok := s.admin(w, r)
-	if !ok {
-		return
-	}
 	var req promoteRequest
-	if !readAdminBody(w, r, &req) {
+	by, ok := s.adminBody(w, r, &req)
+	if !ok {
 		return
 	}
 	// The body may only make the operator's gate stricter; "force" is the
