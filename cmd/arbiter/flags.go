@@ -62,8 +62,7 @@ func (c *command) Name() string { return c.Command.Name() }
 func (c *command) execute(cc *cobra.Command) int {
 	stdin, stdout, stderr := cc.InOrStdin(), cc.OutOrStdout(), cc.ErrOrStderr()
 	if err := applyEnv(cc.Flags()); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", cc.CommandPath(), err)
-		return c.bad
+		return say(stderr, c.bad, "%s: %v", cc.CommandPath(), err)
 	}
 	ctx := cc.Context()
 	if c.stopsItself {
@@ -73,10 +72,14 @@ func (c *command) execute(cc *cobra.Command) int {
 	go func() { done <- c.run(ctx, stdin, stdout, stderr) }()
 	select {
 	case code := <-done:
-		return code
+		// A run the signal cut short (its request cancelled) may end
+		// first: it was interrupted all the same.
+		if ctx.Err() == nil {
+			return code
+		}
 	case <-ctx.Done():
-		return say(stderr, exitInterrupted, "%s: interrupted", cc.CommandPath())
 	}
+	return say(stderr, exitInterrupted, "%s: interrupted", cc.CommandPath())
 }
 
 // envAnnotation is the annotation of a flag that names its variable.
