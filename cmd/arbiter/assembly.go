@@ -331,10 +331,13 @@ func (a *assembly) run(ctx context.Context) <-chan error {
 			errc <- a.srv.Serve(a.ln)
 		}
 	}()
-	a.fl.start(ctx)
+	for _, src := range []*policybundle.Source{a.fl.source, a.sh.source} { // the live bundle's polls, the shadow's
+		if src != nil {
+			src.Start(ctx)
+		}
+	}
 	a.fl.sayAtStart(ctx, a.eng, a.log)
 	a.ds.sayAtStart(ctx, a.log)
-	a.sh.start(ctx)
 	a.log.Info("listening", "addr", a.ln.Addr().String(), "tls", a.tlsConfig != nil, "mtls", a.c.tlsClientCA != "", "auth_tokens", len(a.tokens), "max_connections", a.c.connectionCap())
 	return errc
 }

@@ -129,12 +129,6 @@ func (f *fleet) bundleStuck() error {
 	return f.source.Stuck(time.Now())
 }
 
-func (f *fleet) start(ctx context.Context) {
-	if f.source != nil {
-		f.source.Start(ctx)
-	}
-}
-
 // stop ends polling and uploads what is queued (within the upload
 // shutdown timeout); what could not be sent is counted and reported.
 func (f *fleet) stop(log *slog.Logger) error {

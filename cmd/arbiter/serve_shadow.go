@@ -152,12 +152,6 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 // shadowBundleName names the shadow's bundle in status, metrics and logs.
 const shadowBundleName = "shadow"
 
-func (s *shadowing) start(ctx context.Context) {
-	if s.source != nil {
-		s.source.Start(ctx)
-	}
-}
-
 // stop ends polling and the shadow's evaluations, before the decision log
 // closes: an outcome the candidate reaches meanwhile is still logged.
 func (s *shadowing) stop(ctx context.Context, log *slog.Logger) {
