@@ -19,27 +19,37 @@ var (
 		"The active bundle's manifest revision (always 1).", []string{"bundle", "revision"}, nil)
 )
 
-// Collector exports s's counts and times, read at scrape time.
-func (s *Source) Collector() prometheus.Collector {
+// Collector exports the counts and times of sources (a nil one has none),
+// read at scrape time and told apart by their bundle label: one collector
+// for them all, as a registry takes one collector of a descriptor.
+func Collector(sources ...*Source) prometheus.Collector {
 	return scrape.Collector(func(ch chan<- prometheus.Metric) {
-		st, n := s.Status(), s.Counts()
-		name := st.Name
-		scrape.Counter(ch, requestsDesc, n.Requests-n.NotModified-n.DownloadFailed-n.Stalled, name, "downloaded")
-		scrape.Counter(ch, requestsDesc, n.NotModified, name, "not_modified")
-		scrape.Counter(ch, requestsDesc, n.DownloadFailed, name, "failed")
-		scrape.Counter(ch, requestsDesc, n.Stalled, name, "stalled")
-		scrape.Counter(ch, loadsDesc, n.Loaded, name, "activated")
-		scrape.Counter(ch, loadsDesc, n.ReadFailed, name, "refused_read")
-		scrape.Counter(ch, loadsDesc, n.GateFailed, name, "refused_gate")
-		scrape.Counter(ch, loadsDesc, n.Unchanged, name, "unchanged")
-		for event, t := range map[string]time.Time{
-			"request": st.LastRequest, "successful_request": st.LastSuccessfulRequest,
-			"successful_download": st.LastSuccessfulDownload, "successful_activation": st.LastSuccessfulActivation,
-		} {
-			scrape.Gauge(ch, lastDesc, scrape.Unix(t), name, event)
-		}
-		if st.ActiveRevision != "" {
-			scrape.Gauge(ch, activeDesc, 1, name, st.ActiveRevision)
+		for _, s := range sources {
+			if s != nil {
+				s.collect(ch)
+			}
 		}
 	}, requestsDesc, loadsDesc, lastDesc, activeDesc)
+}
+
+func (s *Source) collect(ch chan<- prometheus.Metric) {
+	st, n := s.Status(), s.Counts()
+	name := st.Name
+	scrape.Counter(ch, requestsDesc, n.Requests-n.NotModified-n.DownloadFailed-n.Stalled, name, "downloaded")
+	scrape.Counter(ch, requestsDesc, n.NotModified, name, "not_modified")
+	scrape.Counter(ch, requestsDesc, n.DownloadFailed, name, "failed")
+	scrape.Counter(ch, requestsDesc, n.Stalled, name, "stalled")
+	scrape.Counter(ch, loadsDesc, n.Loaded, name, "activated")
+	scrape.Counter(ch, loadsDesc, n.ReadFailed, name, "refused_read")
+	scrape.Counter(ch, loadsDesc, n.GateFailed, name, "refused_gate")
+	scrape.Counter(ch, loadsDesc, n.Unchanged, name, "unchanged")
+	for event, t := range map[string]time.Time{
+		"request": st.LastRequest, "successful_request": st.LastSuccessfulRequest,
+		"successful_download": st.LastSuccessfulDownload, "successful_activation": st.LastSuccessfulActivation,
+	} {
+		scrape.Gauge(ch, lastDesc, scrape.Unix(t), name, event)
+	}
+	if st.ActiveRevision != "" {
+		scrape.Gauge(ch, activeDesc, 1, name, st.ActiveRevision)
+	}
 }

@@ -135,10 +135,10 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 		before := step.count(src.Counts())
 		srv.publish(step.raw)
 		wait.Until(t, 30*time.Second, step.name+" refused", func() bool { return step.count(src.Counts()) > before })
-		if got := counterValue(t, src.Collector(), step.metric); got < 1 {
+		if got := counterValue(t, Collector(src), step.metric); got < 1 {
 			t.Errorf("%s: %s is %v", step.name, step.metric, got)
 		}
-		if got := counterValue(t, src.Collector(), `arbiter_bundle_loads_total{result="refused_read"}`); got != 0 {
+		if got := counterValue(t, Collector(src), `arbiter_bundle_loads_total{result="refused_read"}`); got != 0 {
 			t.Errorf("%s: refused_read is %v; signatures are checked by the download", step.name, got)
 		}
 		st := src.Status()

@@ -218,7 +218,7 @@ type run struct {
 }
 
 func newRun(snap *engine.Snapshot, opts Options) *run {
-	opts.Workers = defaults.Positive(opts.Workers, runtime.GOMAXPROCS(0))
+	defaults.Set(&opts.Workers, runtime.GOMAXPROCS(0))
 	return &run{snap: snap, opts: opts, tally: shadow.NewTally(opts.Examples), seenRev: map[string]bool{},
 		rep: &Report{Changed: []Change{}, Warnings: []string{}, Summary: Summary{OldRevisions: []string{}, NewRevision: snap.Revision}}}
 }

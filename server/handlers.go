@@ -92,8 +92,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 			Path: r.URL.Path, Input: d.Input, InputOneLine: d.InputOneLine, Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
 		}
-		outcome := cmp.Or(d.Outcome, noOutcome)
-		s.endSpan(q, &rec, outcome, "")
+		s.endSpan(q, &rec, cmp.Or(d.Outcome, noOutcome), "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
 		logged := s.record(rec)
 		if !logged && s.cfg.RefuseUnlogged {

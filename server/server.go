@@ -165,13 +165,13 @@ func New(cfg Config, eng Engine) http.Handler { return newServer(cfg, eng).route
 
 // newServer fills in cfg's defaults and makes the server.
 func newServer(cfg Config, eng Engine) *server {
-	cfg.MaxBodyBytes = defaults.Positive(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
-	cfg.MaxInputValues = defaults.Positive(cfg.MaxInputValues, DefaultMaxInputValues)
-	cfg.MaxInflightBytes = defaults.Positive(cfg.MaxInflightBytes, DefaultMaxInflightBytes)
-	cfg.MaxInflightValues = defaults.Positive(cfg.MaxInflightValues, DefaultMaxInflightValues)
-	cfg.RequestTimeout = defaults.Positive(cfg.RequestTimeout, DefaultRequestTimeout)
-	cfg.MinBodyRate = defaults.Positive(cfg.MinBodyRate, DefaultMinBodyRate)
-	cfg.BodyGrace = defaults.Positive(cfg.BodyGrace, DefaultBodyGrace)
+	defaults.Set(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	defaults.Set(&cfg.MaxInputValues, DefaultMaxInputValues)
+	defaults.Set(&cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	defaults.Set(&cfg.MaxInflightValues, DefaultMaxInflightValues)
+	defaults.Set(&cfg.RequestTimeout, DefaultRequestTimeout)
+	defaults.Set(&cfg.MinBodyRate, DefaultMinBodyRate)
+	defaults.Set(&cfg.BodyGrace, DefaultBodyGrace)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.Registry = cmp.Or(cfg.Registry, prometheus.NewRegistry())
 	s := &server{

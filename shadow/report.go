@@ -86,7 +86,7 @@ type tallyRow struct {
 // NewTally returns a Tally keeping at most examples ids per decision and
 // class (DefaultExamples when examples <= 0).
 func NewTally(examples int) *Tally {
-	examples = defaults.Positive(examples, DefaultExamples)
+	defaults.Set(&examples, DefaultExamples)
 	return &Tally{examples: examples, per: map[string]*tallyRow{}, owed: map[string]bool{}}
 }
 

@@ -161,12 +161,11 @@ func New(cfg Config) *Shadow {
 	}
 	lim := queue.Limits{Items: cfg.Queue, Bytes: cfg.QueueBytes}.Or(queue.Limits{Items: DefaultQueue, Bytes: DefaultQueueBytes})
 	cfg.Queue, cfg.QueueBytes = lim.Items, lim.Bytes
-	cfg.Workers = defaults.Positive(cfg.Workers, DefaultWorkers)
-	cfg.CPU = defaults.Positive(cfg.CPU, DefaultCPU)
-	cfg.Timeout = defaults.Positive(cfg.Timeout, DefaultTimeout)
-	cfg.Examples = defaults.Positive(cfg.Examples, DefaultExamples)
-	s := &Shadow{cfg: cfg, log: cfg.Logger, budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
-	s.log = cmp.Or(s.log, slog.Default())
+	defaults.Set(&cfg.Workers, DefaultWorkers)
+	defaults.Set(&cfg.CPU, DefaultCPU)
+	defaults.Set(&cfg.Timeout, DefaultTimeout)
+	defaults.Set(&cfg.Examples, DefaultExamples)
+	s := &Shadow{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	for range cfg.Workers {
 		s.wg.Add(1)

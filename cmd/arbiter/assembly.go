@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/redact"
+	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/arbiter-dev/arbiter/watch"
@@ -120,12 +121,9 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 // startEngine makes the first revision live and says what it is.
 func (a *assembly) startEngine(ctx context.Context) error {
 	c, log := a.c, a.log
-	a.ecfg = engine.Config{
-		Policies: c.policies, Schemas: c.schemas, Tests: c.tests,
-		EvalTimeout: c.evalTimeout, TestTimeout: c.testTimeout, ReloadTimeout: c.reloadTimeout,
-		MaxFileBytes: c.maxFileBytes, MaxInputValues: int(c.maxInputValues),
-		SelfCheck: selfCheck(c.selfCheckRate, log),
-	}
+	a.ecfg = c.engine
+	a.ecfg.Policies, a.ecfg.Schemas, a.ecfg.Tests = c.policies, c.schemas, c.tests
+	a.ecfg.MaxInputValues, a.ecfg.SelfCheck = int(c.api.MaxInputValues), selfCheck(c.selfCheckRate, log)
 	// The semantic diff of each revision made live against the one it
 	// replaced, and of the shadow candidate against the live one: in the
 	// background, one at a time, never holding up an activation.
@@ -197,7 +195,7 @@ func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 		if a.ds.sink != nil {
 			fleetPages = ui.FromStore(a.ds.sink.Reader())
 		}
-		a.pg = newPages(c, a.eng, shadowPages{a.sh.sh, a.sh.srv.Gate}, a.diffs, fleetPages, len(a.tokens) > 0, log)
+		a.pg = newPages(c, a.eng, a.sh, a.diffs, fleetPages, len(a.tokens) > 0, log)
 		sinks = append(sinks, a.pg.ring)
 	}
 	if c.decisionLog == "" {
@@ -206,14 +204,9 @@ func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 	if c.decisionLog == "" && len(sinks) == 0 {
 		return nil, nil
 	}
-	var mask []string
-	for _, p := range strings.Split(c.logMask, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			mask = append(mask, p)
-		}
-	}
-	dlog, err := decisionlog.Open(decisionlog.Options{Path: c.decisionLog, Stdout: stdout, Sinks: sinks, QueueBytes: c.logQueueBytes,
-		Refuse: c.logFull == "refuse", MaxMegabytes: c.logMaxMB, MaxBackups: c.logMaxBackups, Mask: mask, Logger: log})
+	o := c.records
+	o.Path, o.Stdout, o.Sinks, o.Refuse, o.Mask, o.Logger = c.decisionLog, stdout, sinks, c.logFull == "refuse", splitList(c.logMask), log
+	dlog, err := decisionlog.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("opening the decision log: %w", err)
 	}
@@ -235,55 +228,40 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		}
 		return n
 	}}
-	a.reg = prometheus.NewRegistry()
-	reg := a.reg
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	scfg := server.Config{
-		MaxBodyBytes:      c.maxBodyBytes,
-		MaxInputValues:    c.maxInputValues,
-		MaxInflightBytes:  c.maxInflightBytes,
-		MaxInflightValues: c.maxInflightValues,
-		RequestTimeout:    min(c.requestTimeout, c.readTimeout),
-		MinBodyRate:       c.minBodyRate,
-		BodyGrace:         c.headerTimeout,
-		RefuseUnlogged:    c.logFull == "refuse",
-		Tokens:            a.tokens,
-		Logger:            a.log,
-		DecisionLog:       sink,
-		Registry:          reg,
-		ReloadCounts:      a.eng.ReloadCounts,
-		BundleStatus:      fl.bundleStatus,
-		StoreStatus:       a.ds.status,
-		BundleStuck:       fl.bundleStuck,
-		Unloaded:          fl.unloaded,
-		Memory:            c.memory,
-		Tracer:            a.tr.tracer(),
-		Version:           buildVersion(),
-		Dropping:          drops.dropping,
-		Stopping:          a.stopping,
-		Shadow:            a.sh.srv,
-		ClientCerts:       c.tlsClientCA != "", // authenticated, as with tokens: --shadow-admins must name who changes what runs
+	scfg := c.api
+	scfg.RequestTimeout, scfg.BodyGrace = min(c.requestTimeout, c.readTimeout), c.headerTimeout
+	scfg.RefuseUnlogged, scfg.Tokens, scfg.Logger, scfg.DecisionLog, scfg.ReloadCounts = c.logFull == "refuse", a.tokens, a.log, sink, a.eng.ReloadCounts
+	scfg.Memory, scfg.Tracer, scfg.Version, scfg.Dropping, scfg.Stopping, scfg.Shadow = c.memory, a.tr.tracer(), buildVersion(), drops.dropping, a.stopping, a.sh.srv
+	scfg.ClientCerts = c.tlsClientCA != "" // authenticated, as with tokens: --shadow-admins must name who changes what runs
+	// The live bundle's and the shadow's bundle's metrics, by their bundle
+	// label, and the shadow's; the others' when they are on.
+	scfg.Registry = prometheus.NewRegistry()
+	a.reg = scfg.Registry
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		policybundle.Collector(fl.source, a.sh.source), a.sh.sh.Collector())
+	if fl.source != nil {
+		scfg.BundleStatus, scfg.BundleStuck, scfg.Unloaded = fl.bundleStatus, fl.bundleStuck, fl.unloaded
+	}
+	if fl.upload != nil {
+		a.reg.MustRegister(fl.upload.Collector())
+	}
+	if a.ds.sink != nil {
+		a.reg.MustRegister(a.ds.sink.Collector())
+		scfg.StoreStatus = func() any { return a.ds.sink.Stats() }
+	}
+	if dlog != nil { // without a file too: a record the queue refused reaches no sink
+		a.reg.MustRegister(dlog.Collector())
 	}
 	if a.diffs != nil {
 		scfg.Diffs = a.diffs
 	}
-	var onShutdown []func() // run as Shutdown begins, beside closing the listeners
 	if a.pg != nil {
 		scfg.UI = a.pg.handler
-		onShutdown = append(onShutdown, a.pg.endStreams) // a live stream never ends by itself
 	}
 	if a.ecfg.SelfCheck != nil {
-		scfg.CompiledDisagreements = a.ecfg.SelfCheck.Disagreements
-		scfg.SelfCheckCounts = a.ecfg.SelfCheck.Counts
+		scfg.CompiledDisagreements, scfg.SelfCheckCounts = a.ecfg.SelfCheck.Disagreements, a.ecfg.SelfCheck.Counts
 	}
-	fl.register(reg)
-	a.sh.register(reg)
-	a.ds.register(reg)
-	if dlog != nil { // without a file too: a record the queue refused reaches no sink
-		reg.MustRegister(dlog.Collector())
-	}
-	a.conns = server.NewConnLimiter(c.connectionCap(), c.minBodyRate)
-	conns := a.conns
+	a.conns = server.NewConnLimiter(c.connectionCap(), c.api.MinBodyRate)
 	a.srv = &http.Server{
 		Handler:           a.tr.handler(server.New(scfg, a.eng)),
 		ReadHeaderTimeout: c.headerTimeout,
@@ -292,12 +270,12 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		IdleTimeout:       c.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig:         a.tlsConfig,
-		ConnState:         conns.ConnState,
-		ConnContext:       conns.ConnContext,
+		ConnState:         a.conns.ConnState,
+		ConnContext:       a.conns.ConnContext,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
-	for _, f := range onShutdown {
-		a.srv.RegisterOnShutdown(f)
+	if a.pg != nil {
+		a.srv.RegisterOnShutdown(a.pg.endStreams) // as Shutdown begins: a live stream never ends by itself
 	}
 }
 
@@ -342,21 +320,6 @@ func (a *assembly) watchReloads(ctx context.Context) func() {
 	return func() { signal.Stop(hup) }
 }
 
-// serveSide starts the side listeners: profiles and metrics.
-func (a *assembly) serveSide(ctx context.Context) error {
-	if a.c.debugAddr != "" {
-		if err := serveDebug(ctx, a.c.debugAddr, a.log); err != nil {
-			return err
-		}
-	}
-	if a.c.metricsAddr != "" {
-		if err := serveMetrics(ctx, a.c.metricsAddr, a.reg, a.log); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // run serves on the listener, and starts the bundle polls, the upload and
 // shadow; the server's end is sent on the channel it returns.
 func (a *assembly) run(ctx context.Context) <-chan error {
@@ -368,10 +331,13 @@ func (a *assembly) run(ctx context.Context) <-chan error {
 			errc <- a.srv.Serve(a.ln)
 		}
 	}()
-	a.fl.start(ctx)
+	for _, src := range []*policybundle.Source{a.fl.source, a.sh.source} { // the live bundle's polls, the shadow's
+		if src != nil {
+			src.Start(ctx)
+		}
+	}
 	a.fl.sayAtStart(ctx, a.eng, a.log)
 	a.ds.sayAtStart(ctx, a.log)
-	a.sh.start(ctx)
 	a.log.Info("listening", "addr", a.ln.Addr().String(), "tls", a.tlsConfig != nil, "mtls", a.c.tlsClientCA != "", "auth_tokens", len(a.tokens), "max_connections", a.c.connectionCap())
 	return errc
 }

@@ -34,8 +34,7 @@ before it ships.`, exitError)
 			err = fmt.Errorf("--format must be text or json, not %q", *format)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter bench: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter bench: %v", err)
 		}
 		body, code, ok := f.readOrReport("bench", stdin, stdout, stderr)
 		if !ok {
@@ -43,8 +42,7 @@ before it ships.`, exitError)
 		}
 		snap, err := engine.Load(ctx, f.config())
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter bench: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter bench: %v", err)
 		}
 		// One decision first: an input that gives an error is not worth timing.
 		if _, err := snap.Decide(ctx, f.decision, body, engine.Options{}); err != nil {
@@ -54,8 +52,7 @@ before it ships.`, exitError)
 		// testing.Benchmark reads its run time from the test flags.
 		testing.Init()
 		if err := flag.Set("test.benchtime", duration.String()); err != nil {
-			fmt.Fprintf(stderr, "arbiter bench: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter bench: %v", err)
 		}
 		var failed error
 		r := testing.Benchmark(func(b *testing.B) {
@@ -68,8 +65,7 @@ before it ships.`, exitError)
 			}
 		})
 		if failed != nil {
-			fmt.Fprintf(stderr, "arbiter bench: %v\n", failed)
-			return exitError
+			return say(stderr, exitError, "arbiter bench: %v", failed)
 		}
 		res := struct {
 			Decisions   int     `json:"decisions"`

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -35,19 +36,16 @@ semantic diff of the previous revision against this one goes into the signed man
 	budget := fs.Duration("diff-budget", diff.DefaultBudget, "with --diff-against: arbiter diff's --budget")
 	fs.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if err := f.missing(); err != nil {
-			fmt.Fprintf(stderr, "arbiter build: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter build: %v", err)
 		}
 		if fs.NArg() > 0 {
-			fmt.Fprintf(stderr, "arbiter build: unexpected arguments %q\n", fs.Args())
-			return exitError
+			return say(stderr, exitError, "arbiter build: unexpected arguments %q", fs.Args())
 		}
 		o.Policies, o.Schemas, o.Tests = f.policies, f.schemas, f.tests
 		if *against != "" {
 			rep, err := buildDiff(ctx, *against, f, o.Revision, *budget)
 			if err != nil {
-				fmt.Fprintf(stderr, "arbiter build: --diff-against: %v\n", err)
-				return exitError
+				return say(stderr, exitError, "arbiter build: --diff-against: %v", err)
 			}
 			if o.Diff, err = json.Marshal(rep); err != nil {
 				return exitError
@@ -58,16 +56,14 @@ semantic diff of the previous revision against this one goes into the signed man
 		}
 		raw, rev, err := policybundle.Build(ctx, o)
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter build: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter build: %v", err)
 		}
 		if *out == "-" {
 			if _, err := stdout.Write(raw); err != nil {
 				return exitError
 			}
 		} else if err := writeFileAtomic(*out, raw); err != nil {
-			fmt.Fprintf(stderr, "arbiter build: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter build: %v", err)
 		}
 		fmt.Fprintf(stderr, "arbiter build: %s revision %s content %s signed %t: %d policy, %d schema, %d test files, %d bytes\n",
 			*out, rev.Manifest.Revision, rev.ContentHash(), rev.Signed, len(rev.Files.Policies), len(rev.Files.Schemas), len(rev.Files.Tests), len(raw))
@@ -105,15 +101,8 @@ func writeFileAtomic(name string, data []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
+	_, werr := tmp.Write(data)
+	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), name)

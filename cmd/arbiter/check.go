@@ -16,20 +16,17 @@ evaluator runs and those on topdown. Each problem is printed as file:line: messa
 	f.register(c, true)
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if err := f.missing(); err != nil {
-			fmt.Fprintf(stderr, "arbiter check: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter check: %v", err)
 		}
 		if c.NArg() > 0 {
-			fmt.Fprintf(stderr, "arbiter check: %v\n", orArgs(nil, c.Args()))
-			return exitError
+			return say(stderr, exitError, "arbiter check: %v", orArgs(nil, c.Args()))
 		}
 		probs := engine.Check(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas}, f.tests)
 		for _, p := range probs {
 			fmt.Fprintln(stdout, p.String())
 		}
 		if len(probs) > 0 {
-			fmt.Fprintf(stderr, "arbiter check: %d problem(s)\n", len(probs))
-			return exitError
+			return say(stderr, exitError, "arbiter check: %d problem(s)", len(probs))
 		}
 		// Which decisions run compiled (engine/ireval) and which on topdown.
 		infos, err := engine.CompiledDecisions(engine.Config{Policies: f.policies, Schemas: f.schemas})
@@ -44,8 +41,7 @@ evaluator runs and those on topdown. Each problem is printed as file:line: messa
 				fmt.Fprintf(stdout, "decision %s: runs on topdown: %s\n", ci.Decision, ci.Reason)
 			}
 		}
-		fmt.Fprintln(stdout, "arbiter check: ok")
-		return exitOK
+		return say(stdout, exitOK, "arbiter check: ok")
 	}
 	return c
 }

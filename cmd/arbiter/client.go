@@ -125,8 +125,7 @@ func (c *client) call(ctx context.Context, method, path string, body any, outs .
 }
 
 func (c *client) fail(err error) int {
-	fmt.Fprintf(c.stderr, "arbiter %s: %v\n", c.name, err)
-	return exitError
+	return say(c.stderr, exitError, "arbiter %s: %v", c.name, err)
 }
 
 // refused prints an error answer: the code and message of its error
@@ -144,21 +143,16 @@ func (c *client) refused(status string, raw []byte) int {
 		Promotion *shadow.Promotion `json:"promotion"`
 	}
 	if json.Unmarshal(raw, &doc) != nil || doc.Error.Code == "" && doc.Code == "" {
-		fmt.Fprintf(c.stderr, "arbiter %s: the server answered %s\n", c.name, status)
-		return exitRefused
+		return say(c.stderr, exitRefused, "arbiter %s: the server answered %s", c.name, status)
 	}
 	code, msg := string(doc.Error.Code), doc.Error.Message
 	if code == "" {
 		code, msg = doc.Code, doc.Message
 	}
 	fmt.Fprintf(c.stderr, "arbiter %s: %s: %s\n", c.name, code, msg)
-	for _, p := range doc.Problems {
-		fmt.Fprintf(c.stderr, "  %s\n", p)
-	}
+	writeIndented(c.stderr, doc.Problems)
 	if doc.Promotion != nil {
-		for _, r := range doc.Promotion.Refusals {
-			fmt.Fprintf(c.stderr, "  %s\n", r)
-		}
+		writeIndented(c.stderr, doc.Promotion.Refusals)
 	}
 	return exitRefused
 }
@@ -172,13 +166,11 @@ func clientCommand(use, short, long string, nargs int, run func(ctx context.Cont
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		name := strings.TrimPrefix(c.CommandPath(), "arbiter ")
 		if c.NArg() != nargs {
-			fmt.Fprintf(stderr, "arbiter %s: want %d argument(s), got %q\n", name, nargs, c.Args())
-			return exitError
+			return say(stderr, exitError, "arbiter %s: want %d argument(s), got %q", name, nargs, c.Args())
 		}
 		cl, err := f.client(name, stdout, stderr)
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter %s: %v\n", name, err)
-			return exitError
+			return say(stderr, exitError, "arbiter %s: %v", name, err)
 		}
 		return run(ctx, cl, c.Args())
 	}
@@ -193,11 +185,7 @@ func reloadLine(st engine.ReloadStatus) string {
 	case !st.OK:
 		what = fmt.Sprintf("refused (%d problem(s)); %s keeps serving", len(st.Problems), orNone(st.Revision))
 	case st.Promotion != nil:
-		how := "promoted"
-		if st.Promotion.Forced {
-			how = "promoted (forced)"
-		}
-		what = fmt.Sprintf("%s %s by %s, replacing %s", how, st.Revision, orNone(st.Promotion.By), orNone(st.Promotion.From))
+		what = fmt.Sprintf("%s %s by %s, replacing %s", promoted(st.Promotion.Forced), st.Revision, orNone(st.Promotion.By), orNone(st.Promotion.From))
 	case st.Changed:
 		what = "activated " + st.Revision
 	default:
@@ -208,6 +196,14 @@ func reloadLine(st engine.ReloadStatus) string {
 		line += "  from " + st.Origin
 	}
 	return line + reloadDetails(st)
+}
+
+// promoted says how a promotion went live: past a refusing gate, forced.
+func promoted(forced bool) string {
+	if forced {
+		return "promoted (forced)"
+	}
+	return "promoted"
 }
 
 // reloadDetails is what reloadLine's words leave out of a reload attempt:
@@ -235,8 +231,10 @@ func reloadDetails(st engine.ReloadStatus) string {
 	return b.String()
 }
 
-func writeProblems(w io.Writer, indent string, probs []engine.Problem) {
-	for _, p := range probs {
-		fmt.Fprintf(w, "%s%s\n", indent, p)
+// writeIndented prints each of items on a line of its own, indented under
+// what it belongs to (problems, refusals).
+func writeIndented[T any](w io.Writer, items []T) {
+	for _, it := range items {
+		fmt.Fprintf(w, "  %v\n", it)
 	}
 }

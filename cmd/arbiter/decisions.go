@@ -108,30 +108,23 @@ pages' filters and an input field by JSON pointer and value.`, exitInput)
 		cur, err := decisionstore.ParseCursor(*before)
 		switch {
 		case q.dsn == "":
-			fmt.Fprintln(stderr, "arbiter decisions: --store URL is required")
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: --store URL is required")
 		case c.NArg() > 0:
-			fmt.Fprintf(stderr, "arbiter decisions: unexpected argument %q\n", c.Arg(0))
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: unexpected argument %q", c.Arg(0))
 		case *format != "text" && *format != "json":
-			fmt.Fprintf(stderr, "arbiter decisions: --format must be text or json, not %q\n", *format)
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: --format must be text or json, not %q", *format)
 		case *limit <= 0:
-			fmt.Fprintln(stderr, "arbiter decisions: --limit must be positive")
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: --limit must be positive")
 		case err != nil:
-			fmt.Fprintf(stderr, "arbiter decisions: --before: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: --before: %v", err)
 		}
 		f, err := q.filter(time.Now())
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: %v", err)
 		}
 		r, closeStore, err := q.open(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: %v", err)
 		}
 		defer closeStore()
 		list := r.List // the text shows the columns: no record is read
@@ -140,8 +133,7 @@ pages' filters and an input field by JSON pointer and value.`, exitInput)
 		}
 		rows, next, err := list(ctx, f, cur, *limit)
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter decisions: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter decisions: %v", err)
 		}
 		if *format == "json" {
 			type stored struct {
@@ -158,10 +150,7 @@ pages' filters and an input field by JSON pointer and value.`, exitInput)
 				Next      string   `json:"next,omitempty"`
 			}{Decisions: []stored{}, Next: next.String()}
 			for _, row := range rows {
-				reasons := row.Reasons
-				if reasons == nil {
-					reasons = []string{}
-				}
+				reasons := append([]string{}, row.Reasons...) // [], not null
 				out.Decisions = append(out.Decisions, stored{row.Replica, row.Outcome, reasons, row.Record, row.Partial})
 				if p := row.Partial; p != nil {
 					fmt.Fprintf(stderr, "arbiter decisions: the stored record of %s (%s) is shown in part, its row's columns and first bytes: %d bytes, %s\n",
@@ -187,8 +176,7 @@ pages' filters and an input field by JSON pointer and value.`, exitInput)
 			}
 		}
 		if len(rows) == 0 {
-			fmt.Fprintln(stderr, "arbiter decisions: no stored decision matches")
-			return exitError
+			return say(stderr, exitError, "arbiter decisions: no stored decision matches")
 		}
 		return exitOK
 	}

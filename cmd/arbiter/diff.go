@@ -47,23 +47,19 @@ the command failed.`, exitInput)
 	c.StringVar(&keys.Algorithm, "signing-alg", "RS256", "algorithm of the verification key, as opa build --signing-alg")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if c.NArg() != 2 {
-			fmt.Fprintln(stderr, "arbiter diff: OLD and NEW are required")
-			return exitInput
+			return say(stderr, exitInput, "arbiter diff: OLD and NEW are required")
 		}
 		if *format != "text" && *format != "json" {
-			fmt.Fprintf(stderr, "arbiter diff: --format must be text or json, not %q\n", *format)
-			return exitInput
+			return say(stderr, exitInput, "arbiter diff: --format must be text or json, not %q", *format)
 		}
 		if _, err := keys.VerificationConfig(); err != nil {
-			fmt.Fprintf(stderr, "arbiter diff: --verification-key: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter diff: --verification-key: %v", err)
 		}
 		var snaps [2]*engine.Snapshot
 		for i, p := range c.Args() {
 			s, err := loadSide(ctx, p, f.schemas, keys)
 			if err != nil {
-				fmt.Fprintf(stderr, "arbiter diff: loading %s: %v\n", p, err)
-				return exitInput
+				return say(stderr, exitInput, "arbiter diff: loading %s: %v", p, err)
 			}
 			snaps[i] = s
 		}
@@ -71,15 +67,13 @@ the command failed.`, exitInput)
 		if f.tests != "" {
 			fx, err := engine.LoadFixtures(f.tests)
 			if err != nil {
-				fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
-				return exitInput
+				return say(stderr, exitInput, "arbiter diff: %v", err)
 			}
 			fixtures = fx
 		}
 		rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver), Budget: *budget})
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter diff: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter diff: %v", err)
 		}
 		if *format == "json" {
 			writeJSON(stdout, rep)
@@ -191,10 +185,8 @@ func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
 	_ = json.Unmarshal(doc, &v)
 	var walk func(v any, ptr, indent, key string, last bool)
 	mark := func(ptr string) string {
-		for _, f := range fields {
-			if f == ptr {
-				return "   <-"
-			}
+		if slices.Contains(fields, ptr) {
+			return "   <-"
 		}
 		return ""
 	}

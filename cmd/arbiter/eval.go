@@ -98,8 +98,7 @@ those that held, with the values each read. Exit 2 when the input is refused (th
 			err = fmt.Errorf("--format %q: want json or text", *format)
 		}
 		if err != nil || c.NArg() > 0 {
-			fmt.Fprintf(stderr, "arbiter eval: %v\n", orArgs(err, c.Args()))
-			return exitError
+			return say(stderr, exitError, "arbiter eval: %v", orArgs(err, c.Args()))
 		}
 		body, code, ok := f.readOrReport("eval", stdin, stdout, stderr)
 		if !ok {
@@ -107,8 +106,7 @@ those that held, with the values each read. Exit 2 when the input is refused (th
 		}
 		snap, err := engine.Load(ctx, f.config())
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter eval: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter eval: %v", err)
 		}
 		d, err := snap.Decide(ctx, f.decision, body, engine.Options{Explain: *explain})
 		if err != nil {

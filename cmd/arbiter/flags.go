@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -61,8 +62,7 @@ func (c *command) Name() string { return c.Command.Name() }
 func (c *command) execute(cc *cobra.Command) int {
 	stdin, stdout, stderr := cc.InOrStdin(), cc.OutOrStdout(), cc.ErrOrStderr()
 	if err := applyEnv(cc.Flags()); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", cc.CommandPath(), err)
-		return c.bad
+		return say(stderr, c.bad, "%s: %v", cc.CommandPath(), err)
 	}
 	ctx := cc.Context()
 	if c.stopsItself {
@@ -72,11 +72,14 @@ func (c *command) execute(cc *cobra.Command) int {
 	go func() { done <- c.run(ctx, stdin, stdout, stderr) }()
 	select {
 	case code := <-done:
-		return code
+		// A run the signal cut short (its request cancelled) may end
+		// first: it was interrupted all the same.
+		if ctx.Err() == nil {
+			return code
+		}
 	case <-ctx.Done():
-		fmt.Fprintf(stderr, "%s: interrupted\n", cc.CommandPath())
-		return exitInterrupted
 	}
+	return say(stderr, exitInterrupted, "%s: interrupted", cc.CommandPath())
 }
 
 // envAnnotation is the annotation of a flag that names its variable.
@@ -88,6 +91,16 @@ func (c *command) fromEnv(names ...string) {
 	for _, n := range names {
 		c.fromEnvAs(n, "ARBITER_"+strings.ToUpper(strings.ReplaceAll(n, "-", "_")))
 	}
+}
+
+// fromEnvAll marks every flag registered so far that no variable sets
+// yet, as fromEnv does.
+func (c *command) fromEnvAll() {
+	c.VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Annotations[envAnnotation]; !ok {
+			c.fromEnv(f.Name)
+		}
+	})
 }
 
 // fromEnvAs marks a flag that the variable key sets, when the flag's own
@@ -142,7 +155,7 @@ func flagError(cc *cobra.Command, err error) error {
 	}
 	best, bestDist := "", 3 // at most two edits away, or a prefix
 	cc.Flags().VisitAll(func(f *pflag.Flag) {
-		d := levenshtein(typed, f.Name)
+		d := levenshtein.ComputeDistance(typed, f.Name)
 		if strings.HasPrefix(f.Name, typed) && len(typed) > 1 {
 			d = min(d, 1)
 		}
@@ -154,25 +167,4 @@ func flagError(cc *cobra.Command, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w\n\nDid you mean this?\n\t--%s", err, best)
-}
-
-// levenshtein is the edit distance between a and b.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

@@ -112,3 +112,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	return c.bad
 }
+
+// say prints one line, a format and its values, on w and returns code:
+// most commands end so, an error on stderr and their exit status.
+func say(w io.Writer, code int, format string, a ...any) int {
+	fmt.Fprintf(w, format+"\n", a...)
+	return code
+}

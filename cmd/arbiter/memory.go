@@ -115,10 +115,10 @@ func planMemory(c *serveConfig, set map[string]bool, cgroup memlimit.Provider) *
 		fitted float64
 	}
 	budgets := []budget{
-		{"max-inflight-bytes", &c.maxInflightBytes, server.DefaultMaxInflightBytes, l * admissionBytesShare},
-		{"max-inflight-values", &c.maxInflightValues, server.DefaultMaxInflightValues, l * admissionValuesShare / bytesPerValue},
-		{"decision-log-queue-bytes", &c.logQueueBytes, decisionlog.DefaultQueueBytes, l * queueShare * decisionlog.DefaultQueueBytes / queues},
-		{"shadow-queue-bytes", &c.shadowQueueBytes, shadow.DefaultQueueBytes, l * queueShare * shadow.DefaultQueueBytes / queues},
+		{"max-inflight-bytes", &c.api.MaxInflightBytes, server.DefaultMaxInflightBytes, l * admissionBytesShare},
+		{"max-inflight-values", &c.api.MaxInflightValues, server.DefaultMaxInflightValues, l * admissionValuesShare / bytesPerValue},
+		{"decision-log-queue-bytes", &c.records.QueueBytes, decisionlog.DefaultQueueBytes, l * queueShare * decisionlog.DefaultQueueBytes / queues},
+		{"shadow-queue-bytes", &c.sampling.QueueBytes, shadow.DefaultQueueBytes, l * queueShare * shadow.DefaultQueueBytes / queues},
 	}
 	if c.logService != "" {
 		budgets = append(budgets, budget{"decision-log-upload-queue-bytes", &c.uploadQueueBytes, logship.DefaultQueueBytes, l * queueShare * logship.DefaultQueueBytes / queues})

@@ -23,7 +23,7 @@ func printReloads(ctx context.Context, cl *client, _ []string) int {
 	}
 	for _, st := range doc.Reloads {
 		fmt.Fprintln(stdout, reloadLine(st))
-		writeProblems(stdout, "  ", st.Problems)
+		writeIndented(stdout, st.Problems)
 	}
 	return exitOK
 }

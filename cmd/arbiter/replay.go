@@ -49,39 +49,30 @@ func replayCommand() *command {
 		}
 		switch {
 		case len(logs) == 0 && q.dsn == "":
-			fmt.Fprintln(stderr, "arbiter replay: --log FILE|DIR is required, or --store URL")
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: --log FILE|DIR is required, or --store URL")
 		case len(logs) > 0 && q.dsn != "":
-			fmt.Fprintln(stderr, "arbiter replay: --log and --store are two sources: give one")
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: --log and --store are two sources: give one")
 		case ferr != nil:
-			fmt.Fprintf(stderr, "arbiter replay: %v\n", ferr)
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: %v", ferr)
 		case q.dsn == "" && !reflect.DeepEqual(filter, decisionstore.Filter{}):
-			fmt.Fprintln(stderr, "arbiter replay: the filters read a decision store: they need --store")
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: the filters read a decision store: they need --store")
 		case *workers < 0:
-			fmt.Fprintln(stderr, "arbiter replay: --workers must not be negative")
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: --workers must not be negative")
 		case *format != "text" && *format != "json":
-			fmt.Fprintf(stderr, "arbiter replay: --format must be text or json, not %q\n", *format)
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: --format must be text or json, not %q", *format)
 		case *examples <= 0:
-			fmt.Fprintln(stderr, "arbiter replay: --examples must be positive")
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: --examples must be positive")
 		}
 		var files []string
 		if len(logs) > 0 {
 			var err error
 			if files, err = replay.Files(logs); err != nil {
-				fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
-				return exitInput
+				return say(stderr, exitInput, "arbiter replay: %v", err)
 			}
 		}
 		snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter replay: loading the policies: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: loading the policies: %v", err)
 		}
 		opts := replay.Options{Examples: *examples, Workers: *workers}
 		progress := newProgress(stderr)
@@ -93,8 +84,7 @@ func replayCommand() *command {
 			var r *decisionstore.Reader
 			var closeStore func()
 			if r, closeStore, err = q.open(ctx); err != nil {
-				fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
-				return exitInput
+				return say(stderr, exitInput, "arbiter replay: %v", err)
 			}
 			defer closeStore()
 			// Promotions too, which replay counts as files show them.
@@ -110,8 +100,7 @@ func replayCommand() *command {
 		}
 		progress.done()
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter replay: %v\n", err)
-			return exitInput
+			return say(stderr, exitInput, "arbiter replay: %v", err)
 		}
 
 		if *format == "json" {

@@ -24,8 +24,7 @@ stop it gracefully. Exit 3: stopped, but decision records were not written.`, ex
 	c := registerServe(fs)
 	fs.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if err := c.settle(fs); err != nil {
-			fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter serve: %v", err)
 		}
 		return serveWith(ctx, c, stdout, stderr)
 	}
@@ -35,8 +34,7 @@ stop it gracefully. Exit 3: stopped, but decision records were not written.`, ex
 func serveWith(ctx context.Context, c *serveConfig, stdout, stderr io.Writer) int {
 	log, err := newLogger(c.logLevel, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter serve: %v\n", err)
-		return exitError
+		return say(stderr, exitError, "arbiter serve: %v", err)
 	}
 	// A memory limit bounds the heap however many large requests arrive
 	// together (admission control bounds what they hold; the limit makes
@@ -49,8 +47,8 @@ func serveWith(ctx context.Context, c *serveConfig, stdout, stderr io.Writer) in
 	}
 	c.memory = planMemory(c, c.set, cgroupProvider())
 	log.Info("memory", "limit_bytes", c.memory.LimitBytes, "source", c.memory.Source, "cgroup_limit_bytes", c.memory.CgroupBytes,
-		"max_inflight_bytes", c.maxInflightBytes, "max_inflight_values", c.maxInflightValues,
-		"decision_log_queue_bytes", c.logQueueBytes, "shadow_queue_bytes", c.shadowQueueBytes, "decision_log_upload_queue_bytes", c.uploadQueueBytes)
+		"max_inflight_bytes", c.api.MaxInflightBytes, "max_inflight_values", c.api.MaxInflightValues,
+		"decision_log_queue_bytes", c.records.QueueBytes, "shadow_queue_bytes", c.sampling.QueueBytes, "decision_log_upload_queue_bytes", c.uploadQueueBytes)
 	code, err := serve(ctx, c, log, stdout)
 	if err != nil {
 		log.Error("arbiter serve stopped", "err", err)

@@ -25,49 +25,43 @@ type serveConfig struct {
 	folders
 	fleetConfig
 	shadowConfig
-	storeConfig       // the decision store (store.go)
-	addr              string
-	decisionLog       string
-	logMaxMB          int
-	logMaxBackups     int
-	logQueueBytes     int64
-	logMask           string
-	logFull           string
-	maxBodyBytes      int64
-	maxInputValues    int64
-	maxInflightBytes  int64
-	maxInflightValues int64
-	maxConnections    int
-	maxFileBytes      int64
-	evalTimeout       time.Duration
-	requestTimeout    time.Duration
-	diffTimeout       time.Duration
-	diffMemory        byteSize
-	diffGate          bool
-	readTimeout       time.Duration
-	headerTimeout     time.Duration
-	minBodyRate       int64
-	idleTimeout       time.Duration
-	shutdownTimeout   time.Duration
-	shutdownDelay     time.Duration
-	debounce          time.Duration
-	reloadTimeout     time.Duration
-	testTimeout       time.Duration
-	tokenFile         string
-	tlsCert           string
-	tlsKey            string
-	tlsClientCA       string
-	insecureListen    bool
-	logLevel          string
-	debugAddr         string
-	metricsAddr       string
-	memoryLimit       byteSize
-	gcPercent         int
-	stateDir          string
-	selfCheckRate     float64
-	ui                bool // serve the /ui pages (cmd/arbiter/ui.go)
-	uiRecent          int  // decisions the pages keep in memory
-	uiTraceURL        string
+	storeConfig     // the decision store (store.go)
+	addr            string
+	decisionLog     string
+	logMask         string
+	logFull         string
+	maxConnections  int
+	requestTimeout  time.Duration
+	diffTimeout     time.Duration
+	diffMemory      byteSize
+	diffGate        bool
+	readTimeout     time.Duration
+	headerTimeout   time.Duration
+	idleTimeout     time.Duration
+	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
+	debounce        time.Duration
+	tokenFile       string
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
+	insecureListen  bool
+	logLevel        string
+	debugAddr       string
+	metricsAddr     string
+	memoryLimit     byteSize
+	gcPercent       int
+	stateDir        string
+	selfCheckRate   float64
+	ui              bool // serve the /ui pages (cmd/arbiter/ui.go)
+	uiRecent        int  // decisions the pages keep in memory
+	uiTraceURL      string
+
+	// What the flags set of the API server's, the engine's and the decision
+	// log's own configurations; the rest of each is filled in at the start.
+	api     server.Config
+	engine  engine.Config
+	records decisionlog.Options
 
 	set    map[string]bool // the flags given, on the command line or in the environment
 	memory *memoryPlan     // the memory limit and the budgets fitted inside it (memory.go)
@@ -96,28 +90,28 @@ func registerServe(fs *command) *serveConfig {
 	c.storeConfig.register(fs)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8181", "listen address HOST:PORT")
 	fs.StringVar(&c.decisionLog, "decision-log", "var/decisions.log", "decision log file, - for stdout, '' to disable")
-	fs.IntVar(&c.logMaxMB, "decision-log-max-mb", decisionlog.DefaultMaxMegabytes, "rotate the decision log file at this many MiB; it must hold the largest record")
-	fs.IntVar(&c.logMaxBackups, "decision-log-max-backups", decisionlog.DefaultMaxBackups, "rotated decision log files to keep (negative: all)")
-	fs.Int64Var(&c.logQueueBytes, "decision-log-queue-bytes", decisionlog.DefaultQueueBytes, "bytes of records that may wait to be written; past it records are refused (see --decision-log-full)")
+	fs.IntVar(&c.records.MaxMegabytes, "decision-log-max-mb", decisionlog.DefaultMaxMegabytes, "rotate the decision log file at this many MiB; it must hold the largest record")
+	fs.IntVar(&c.records.MaxBackups, "decision-log-max-backups", decisionlog.DefaultMaxBackups, "rotated decision log files to keep (negative: all)")
+	fs.Int64Var(&c.records.QueueBytes, "decision-log-queue-bytes", decisionlog.DefaultQueueBytes, "bytes of records that may wait to be written; past it records are refused (see --decision-log-full)")
 	fs.StringVar(&c.logMask, "decision-log-mask", "", "comma-separated JSON pointers into the input to mask in the decision log")
 	fs.StringVar(&c.logFull, "decision-log-full", "drop", "when the decision log's queue is full: drop the record and answer, or refuse the decision (503 overloaded)")
-	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted")
-	fs.Int64Var(&c.maxInputValues, "max-input-values", server.DefaultMaxInputValues, "most JSON values in one input (body_too_large past it)")
-	fs.Int64Var(&c.maxInflightBytes, "max-inflight-bytes", server.DefaultMaxInflightBytes, "admission: body bytes of all requests in flight (503 overloaded past it)")
-	fs.Int64Var(&c.maxInflightValues, "max-inflight-values", server.DefaultMaxInflightValues, "admission: JSON values of all requests in flight (503 overloaded past it)")
+	fs.Int64Var(&c.api.MaxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.Int64Var(&c.api.MaxInputValues, "max-input-values", server.DefaultMaxInputValues, "most JSON values in one input (body_too_large past it)")
+	fs.Int64Var(&c.api.MaxInflightBytes, "max-inflight-bytes", server.DefaultMaxInflightBytes, "admission: body bytes of all requests in flight (503 overloaded past it)")
+	fs.Int64Var(&c.api.MaxInflightValues, "max-inflight-values", server.DefaultMaxInflightValues, "admission: JSON values of all requests in flight (503 overloaded past it)")
 	fs.IntVar(&c.maxConnections, "max-connections", 0, "most open connections; at the cap the longest idle one is closed, else the sender furthest below --min-body-rate (0: half the file descriptor limit)")
-	fs.Int64Var(&c.maxFileBytes, "max-file-bytes", engine.DefaultMaxFileBytes, "largest policy, data, schema or test file read")
-	fs.DurationVar(&c.evalTimeout, "eval-timeout", engine.DefaultEvalTimeout, "deadline of one policy evaluation")
+	fs.Int64Var(&c.engine.MaxFileBytes, "max-file-bytes", engine.DefaultMaxFileBytes, "largest policy, data, schema or test file read")
+	fs.DurationVar(&c.engine.EvalTimeout, "eval-timeout", engine.DefaultEvalTimeout, "deadline of one policy evaluation")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "deadline of a whole decision request: reading the body, decoding, validation and evaluation (at most --read-timeout)")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "deadline for reading one request, headers and body: a body trickled byte by byte is cut off")
 	fs.DurationVar(&c.headerTimeout, "read-header-timeout", server.DefaultBodyGrace, "deadline for a request's headers, and the grace before its body must keep --min-body-rate")
-	fs.Int64Var(&c.minBodyRate, "min-body-rate", server.DefaultMinBodyRate, "bytes per second a request body must average after --read-header-timeout; a slower one is cut off")
+	fs.Int64Var(&c.api.MinBodyRate, "min-body-rate", server.DefaultMinBodyRate, "bytes per second a request body must average after --read-header-timeout; a slower one is cut off")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a keep-alive connection may stay idle")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight, and then again for the decision log to drain")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep answering this long with /health/ready not ready before the graceful stop begins: the time the load balancer takes to stop sending (a preStop delay in the process)")
 	fs.DurationVar(&c.debounce, "reload-debounce", 100*time.Millisecond, "quiet time after file events before a reload")
-	fs.DurationVar(&c.reloadTimeout, "reload-timeout", engine.DefaultReloadTimeout, "deadline of a whole reload: reading, compiling and the test gate")
-	fs.DurationVar(&c.testTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
+	fs.DurationVar(&c.engine.ReloadTimeout, "reload-timeout", engine.DefaultReloadTimeout, "deadline of a whole reload: reading, compiling and the test gate")
+	fs.DurationVar(&c.engine.TestTimeout, "test-timeout", engine.DefaultTestTimeout, "deadline of each Rego test and fixture of the reload gate")
 	fs.DurationVar(&c.diffTimeout, "diff-timeout", defaultDiffTimeout, "deadline of one semantic diff (arbiter diff), run in the background after a revision goes live (against the one it replaced) and after a shadow candidate is gated (against the live one); 0 runs none")
 	c.diffMemory = defaultDiffMemory
 	fs.BoolVar(&c.diffGate, "diff-gate", false, "refuse a reload, bundle or shadow candidate unless the diff against the live revision proves that no decision newly allows an input (refuse_to_allow none; a found or an unknown refuses): the report its bundle carries (arbiter build --diff-against), else a diff run in the gate within --reload-timeout")
@@ -137,11 +131,7 @@ func registerServe(fs *command) *serveConfig {
 	fs.StringVar(&c.uiTraceURL, "ui-trace-url", "", "a trace in your tracing UI, an http(s) URL with "+ui.TraceIDPlaceholder+" where the trace id goes (http://jaeger:16686/trace/"+ui.TraceIDPlaceholder+"): a decision's page links its trace id there ('' shows it as text)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "loopback HOST:PORT serving Go's /debug/pprof/ profiles (off when empty)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "HOST:PORT serving /metrics without authentication, for Prometheus when the API needs a token or a client certificate (off when empty)")
-	fs.fromEnv("addr", "decision-log", "decision-log-max-mb", "decision-log-max-backups", "decision-log-queue-bytes", "decision-log-mask",
-		"decision-log-full", "max-body-bytes", "max-input-values", "max-inflight-bytes", "max-inflight-values", "max-connections",
-		"max-file-bytes", "eval-timeout", "request-timeout", "read-timeout", "read-header-timeout", "min-body-rate", "idle-timeout", "shutdown-timeout", "shutdown-delay", "reload-debounce",
-		"reload-timeout", "test-timeout", "diff-timeout", "diff-memory", "diff-gate", "auth-token-file", "tls-cert-file", "tls-key-file", "tls-client-ca-file", "insecure-listen",
-		"log-level", "state-dir", "memory-limit", "gc-percent", "selfcheck-rate", "debug-addr", "metrics-addr", "ui", "ui-recent", "ui-trace-url")
+	fs.fromEnvAll() // every flag of serve: its variable sets it
 	return c
 }
 
@@ -158,12 +148,12 @@ func (c *serveConfig) settle(fs *command) error {
 
 func (c *serveConfig) validate(fs *command) error {
 	positive := map[string]bool{
-		"--max-body-bytes": c.maxBodyBytes > 0, "--max-input-values": c.maxInputValues > 0,
-		"--max-inflight-bytes": c.maxInflightBytes > 0, "--max-inflight-values": c.maxInflightValues > 0,
-		"--max-file-bytes": c.maxFileBytes > 0, "--decision-log-max-mb": c.logMaxMB > 0, "--decision-log-queue-bytes": c.logQueueBytes > 0,
-		"--eval-timeout": c.evalTimeout > 0, "--request-timeout": c.requestTimeout > 0, "--read-timeout": c.readTimeout > 0,
-		"--read-header-timeout": c.headerTimeout > 0, "--min-body-rate": c.minBodyRate > 0,
-		"--idle-timeout": c.idleTimeout > 0, "--reload-timeout": c.reloadTimeout > 0, "--test-timeout": c.testTimeout > 0,
+		"--max-body-bytes": c.api.MaxBodyBytes > 0, "--max-input-values": c.api.MaxInputValues > 0,
+		"--max-inflight-bytes": c.api.MaxInflightBytes > 0, "--max-inflight-values": c.api.MaxInflightValues > 0,
+		"--max-file-bytes": c.engine.MaxFileBytes > 0, "--decision-log-max-mb": c.records.MaxMegabytes > 0, "--decision-log-queue-bytes": c.records.QueueBytes > 0,
+		"--eval-timeout": c.engine.EvalTimeout > 0, "--request-timeout": c.requestTimeout > 0, "--read-timeout": c.readTimeout > 0,
+		"--read-header-timeout": c.headerTimeout > 0, "--min-body-rate": c.api.MinBodyRate > 0,
+		"--idle-timeout": c.idleTimeout > 0, "--reload-timeout": c.engine.ReloadTimeout > 0, "--test-timeout": c.engine.TestTimeout > 0,
 	}
 	for name, ok := range positive {
 		if !ok {
@@ -194,8 +184,8 @@ func (c *serveConfig) validate(fs *command) error {
 		return errors.New("--diff-gate needs the diff: --diff-timeout 0 turns it off")
 	case c.logFull != "drop" && c.logFull != "refuse":
 		return fmt.Errorf("--decision-log-full must be drop or refuse, not %q", c.logFull)
-	case c.decisionLog != "" && c.decisionLog != "-" && int64(c.logMaxMB)<<20 < c.maxBodyBytes+1<<20:
-		return fmt.Errorf("--decision-log-max-mb %d cannot hold the record of a %d-byte input: raise it above %d", c.logMaxMB, c.maxBodyBytes, (c.maxBodyBytes>>20)+1)
+	case c.decisionLog != "" && c.decisionLog != "-" && int64(c.records.MaxMegabytes)<<20 < c.api.MaxBodyBytes+1<<20:
+		return fmt.Errorf("--decision-log-max-mb %d cannot hold the record of a %d-byte input: raise it above %d", c.records.MaxMegabytes, c.api.MaxBodyBytes, (c.api.MaxBodyBytes>>20)+1)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	case c.tlsClientCA != "" && c.tlsCert == "":

@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -22,18 +19,10 @@ import (
 // shadowConfig is what `arbiter serve` takes to run a candidate revision
 // in shadow (package shadow).
 type shadowConfig struct {
-	shadowPolicies, shadowSchemas, shadowTests string
-	shadowBundleURL                            string
-	shadowRate                                 float64
-	shadowQueue                                int
-	shadowQueueBytes                           int64
-	shadowWorkers                              int
-	shadowCPU                                  float64
-	shadowTimeout                              time.Duration
-	shadowExamples                             int
-	shadowMinDecisions                         uint64
-	shadowForbid                               string
-	shadowAdmins                               string
+	shadowPolicies, shadowSchemas, shadowTests  string
+	shadowBundleURL, shadowForbid, shadowAdmins string
+	// sampling is the shadow's own configuration, as its flags set it.
+	sampling shadow.Config
 }
 
 // defaultShadowMinDecisions is the fewest judged decisions the default
@@ -45,18 +34,16 @@ func (s *shadowConfig) register(fs *command) {
 	fs.StringVar(&s.shadowSchemas, "shadow-schemas", "", "schema folder of the shadow candidate (default: --schemas)")
 	fs.StringVar(&s.shadowTests, "shadow-tests", "", "test folder that gates the shadow candidate (default: --tests)")
 	fs.StringVar(&s.shadowBundleURL, "shadow-bundle-url", "", "run the revisions of this OPA bundle in shadow (as --bundle-url; verified with the --bundle-verification-* key, polled as --bundle-poll-*)")
-	fs.Float64Var(&s.shadowRate, "shadow-rate", shadow.DefaultRate, "fraction of live decisions the candidate decides too, in (0, 1]")
-	fs.IntVar(&s.shadowQueue, "shadow-queue", shadow.DefaultQueue, "decisions that may wait for the candidate; more are dropped and counted")
-	fs.Int64Var(&s.shadowQueueBytes, "shadow-queue-bytes", shadow.DefaultQueueBytes, "bytes of inputs that may wait for the candidate")
-	fs.IntVar(&s.shadowWorkers, "shadow-workers", shadow.DefaultWorkers, "candidate evaluations at once")
-	fs.Float64Var(&s.shadowCPU, "shadow-cpu", shadow.DefaultCPU, "cores the candidate's evaluations may use on average (a token bucket of evaluation time)")
-	fs.DurationVar(&s.shadowTimeout, "shadow-timeout", shadow.DefaultTimeout, "longest wall-clock time of one candidate decision, paused for live traffic and its CPU budget included; past it the decision is counted expired, not judged (the candidate's --eval-timeout counts only the time it runs)")
-	fs.IntVar(&s.shadowExamples, "shadow-examples", shadow.DefaultExamples, "decision ids kept per decision and class in the impact report")
-	fs.Uint64Var(&s.shadowMinDecisions, "shadow-min-decisions", defaultShadowMinDecisions, "promotion gate: fewest decisions the candidate must have judged")
+	fs.Float64Var(&s.sampling.Rate, "shadow-rate", shadow.DefaultRate, "fraction of live decisions the candidate decides too, in (0, 1]")
+	fs.IntVar(&s.sampling.Queue, "shadow-queue", shadow.DefaultQueue, "decisions that may wait for the candidate; more are dropped and counted")
+	fs.Int64Var(&s.sampling.QueueBytes, "shadow-queue-bytes", shadow.DefaultQueueBytes, "bytes of inputs that may wait for the candidate")
+	fs.IntVar(&s.sampling.Workers, "shadow-workers", shadow.DefaultWorkers, "candidate evaluations at once")
+	fs.Float64Var(&s.sampling.CPU, "shadow-cpu", shadow.DefaultCPU, "cores the candidate's evaluations may use on average (a token bucket of evaluation time)")
+	fs.DurationVar(&s.sampling.Timeout, "shadow-timeout", shadow.DefaultTimeout, "longest wall-clock time of one candidate decision, paused for live traffic and its CPU budget included; past it the decision is counted expired, not judged (the candidate's --eval-timeout counts only the time it runs)")
+	fs.IntVar(&s.sampling.Examples, "shadow-examples", shadow.DefaultExamples, "decision ids kept per decision and class in the impact report")
+	fs.Uint64Var(&s.sampling.MinDecisions, "shadow-min-decisions", defaultShadowMinDecisions, "promotion gate: fewest decisions the candidate must have judged")
 	fs.StringVar(&s.shadowForbid, "shadow-forbid", "refuse_to_allow,candidate_error", "promotion gate: comma-separated classes of which one decision refuses a promotion")
 	fs.StringVar(&s.shadowAdmins, "shadow-admins", "", "comma-separated callers (token file names or client certificate common names) that may load, clear and promote candidates; empty with --auth-token-file or --tls-client-ca-file: nobody may (without authentication: any caller)")
-	fs.fromEnv("shadow-policies", "shadow-schemas", "shadow-tests", "shadow-bundle-url", "shadow-rate", "shadow-queue", "shadow-queue-bytes",
-		"shadow-workers", "shadow-cpu", "shadow-timeout", "shadow-examples", "shadow-min-decisions", "shadow-forbid", "shadow-admins")
 }
 
 func (s *shadowConfig) validate() error {
@@ -64,13 +51,13 @@ func (s *shadowConfig) validate() error {
 		return err
 	}
 	switch {
-	case !(s.shadowRate > 0 && s.shadowRate <= 1):
+	case !(s.sampling.Rate > 0 && s.sampling.Rate <= 1):
 		return errors.New("--shadow-rate must be above 0 and at most 1")
-	case s.shadowQueue <= 0 || s.shadowQueueBytes <= 0 || s.shadowWorkers <= 0 || s.shadowExamples <= 0:
+	case s.sampling.Queue <= 0 || s.sampling.QueueBytes <= 0 || s.sampling.Workers <= 0 || s.sampling.Examples <= 0:
 		return errors.New("--shadow-queue, --shadow-queue-bytes, --shadow-workers and --shadow-examples must be positive")
-	case !(s.shadowCPU > 0):
+	case !(s.sampling.CPU > 0):
 		return errors.New("--shadow-cpu must be positive")
-	case s.shadowTimeout <= 0:
+	case s.sampling.Timeout <= 0:
 		return errors.New("--shadow-timeout must be positive")
 	case s.shadowPolicies != "" && s.shadowBundleURL != "":
 		return errors.New("--shadow-policies and --shadow-bundle-url are two sources of one candidate: pass one")
@@ -80,10 +67,7 @@ func (s *shadowConfig) validate() error {
 
 func (s *shadowConfig) forbidden() ([]shadow.Class, error) {
 	out := []shadow.Class{}
-	for _, f := range strings.Split(s.shadowForbid, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
+	for _, f := range splitList(s.shadowForbid) {
 		c, ok := shadow.ParseClass(f)
 		if !ok {
 			return nil, fmt.Errorf("--shadow-forbid: %q is not a class (%v)", f, shadow.Classes)
@@ -107,14 +91,8 @@ type shadowing struct {
 // (deadline, limits, self-check), so a promoted one runs as a reload would.
 func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, diffs *diff.Runner, log *slog.Logger) (*shadowing, error) {
 	forbid, _ := c.forbidden()
-	var admins []string
-	for _, a := range strings.Split(c.shadowAdmins, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			admins = append(admins, a)
-		}
-	}
-	scfg := shadow.Config{Rate: c.shadowRate, Queue: c.shadowQueue, QueueBytes: c.shadowQueueBytes, Workers: c.shadowWorkers,
-		CPU: c.shadowCPU, Timeout: c.shadowTimeout, Examples: c.shadowExamples, MinDecisions: c.shadowMinDecisions, DecisionLog: c.decisionLog, Logger: log}
+	scfg := c.sampling
+	scfg.DecisionLog, scfg.Logger = c.decisionLog, log
 	if diffs != nil {
 		scfg.Prover = diffs
 	}
@@ -125,14 +103,14 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		Engine:  eng,
 		Schemas: ecfg.Schemas,
 		Tests:   ecfg.Tests,
-		Gate:    shadow.Gate{MinDecisions: c.shadowMinDecisions, Forbidden: forbid},
-		Admins:  admins,
+		Gate:    shadow.Gate{MinDecisions: c.sampling.MinDecisions, Forbidden: forbid},
+		Admins:  splitList(c.shadowAdmins),
 		Bundle: func(path string) (engine.Source, error) {
-			vc, err := policybundle.Keys{File: c.keyFile, ID: c.keyID, Algorithm: c.keyAlg}.VerificationConfig()
+			vc, err := c.polls.Keys.VerificationConfig()
 			if err != nil {
 				return nil, err
 			}
-			rev, err := policybundle.ReadFile(path, vc, c.limits)
+			rev, err := policybundle.ReadFile(path, vc, c.polls.Limits)
 			if err != nil {
 				return nil, err
 			}
@@ -147,7 +125,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 			return nil, fmt.Errorf("loading the shadow candidate: %w", err)
 		}
 		sh.Set(&shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now()})
-		log.Info("candidate in shadow", "revision", snap.Revision, "origin", cand.Origin(), "rate", c.shadowRate, "cpu", c.shadowCPU)
+		log.Info("candidate in shadow", "revision", snap.Revision, "origin", cand.Origin(), "rate", c.sampling.Rate, "cpu", c.sampling.CPU)
 	}
 	if c.shadowBundleURL != "" {
 		src, err := policybundle.NewSource(c.sourceConfig(c.shadowBundleURL, shadowBundleName, log), func(ctx context.Context, rev *policybundle.Revision) (*engine.Snapshot, error) {
@@ -173,28 +151,6 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 
 // shadowBundleName names the shadow's bundle in status, metrics and logs.
 const shadowBundleName = "shadow"
-
-// register adds the shadow's metrics (and its bundle source's) to reg.
-func (s *shadowing) register(reg *prometheus.Registry) {
-	reg.MustRegister(s.sh.Collector())
-	if s.source != nil {
-		// The live bundle source describes the same metrics; these differ
-		// by their bundle label, so they are collected unchecked.
-		reg.MustRegister(unchecked{s.source.Collector()})
-	}
-}
-
-// unchecked is a collector that describes nothing, so that the registry
-// does not refuse a second collector of the same descriptors.
-type unchecked struct{ prometheus.Collector }
-
-func (unchecked) Describe(chan<- *prometheus.Desc) {}
-
-func (s *shadowing) start(ctx context.Context) {
-	if s.source != nil {
-		s.source.Start(ctx)
-	}
-}
 
 // stop ends polling and the shadow's evaluations, before the decision log
 // closes: an outcome the candidate reaches meanwhile is still logged.

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,8 +34,7 @@ shadow: it never answers a caller; its report shows which decisions it would cha
 				msg = fmt.Sprintf("unknown command %q: %s", c.Arg(0), msg)
 			}
 		}
-		fmt.Fprintf(stderr, "arbiter shadow: %s\n", msg)
-		return exitError
+		return say(stderr, exitError, "arbiter shadow: %s", msg)
 	}
 	var schemas, tests, revision string
 	var force bool
@@ -96,8 +93,7 @@ func shadowLoad(ctx context.Context, cl *client, path, schemas, tests string) in
 	if printed, code := cl.call(ctx, http.MethodPost, "/v1/shadow", body, &doc); printed || code != exitOK {
 		return code
 	}
-	fmt.Fprintf(cl.stdout, "in shadow: %s from %s\n", doc.Candidate.Revision, doc.Candidate.Origin)
-	return exitOK
+	return say(cl.stdout, exitOK, "in shadow: %s from %s", doc.Candidate.Revision, doc.Candidate.Origin)
 }
 
 type candidateView struct {
@@ -138,9 +134,7 @@ func shadowStatus(ctx context.Context, cl *client) int {
 			fmt.Fprintln(stdout, ": promotable")
 		} else {
 			fmt.Fprintln(stdout, ": not promotable")
-			for _, r := range doc.Refusals {
-				fmt.Fprintf(stdout, "  %s\n", r)
-			}
+			writeIndented(stdout, doc.Refusals)
 		}
 		s := doc.Stats
 		seconds := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) + "s" }
@@ -148,11 +142,7 @@ func shadowStatus(ctx context.Context, cl *client) int {
 			s.Sampled, s.Judged, s.Dropped, s.Expired, s.Abandoned, s.Unjudged, s.Queued, s.InFlight, s.Paused)
 		fmt.Fprintf(stdout, "time       %s evaluating, %s throttled, %s paused\n", seconds(s.EvaluationSeconds), seconds(s.ThrottledSeconds), seconds(s.PausedSeconds))
 	}
-	for _, k := range slices.Sorted(maps.Keys(all)) {
-		if !slices.Contains(shadowShown, k) {
-			writeLeaves(stdout, k, all[k])
-		}
-	}
+	writeOthers(stdout, all, shadowShown...)
 	if doc.Report != nil {
 		doc.Report.WriteText(stdout)
 	}
@@ -169,20 +159,10 @@ func shadowPromote(ctx context.Context, cl *client, force bool, revision string)
 		return code
 	}
 	p := doc.Promotion
-	how := "promoted"
-	if p.Forced {
-		how = "promoted (forced)"
-	}
-	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", how, p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
-	for _, r := range p.Refusals {
-		fmt.Fprintf(stdout, "  %s\n", r)
-	}
+	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", promoted(p.Forced), p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
+	writeIndented(stdout, p.Refusals)
 	p.Report.WriteText(stdout)
-	for _, k := range slices.Sorted(maps.Keys(all)) {
-		if k != "promotion" {
-			writeLeaves(stdout, k, all[k])
-		}
-	}
+	writeOthers(stdout, all, "promotion")
 	if b, err := json.Marshal(struct {
 		Gate     shadow.Gate       `json:"gate"`
 		Evidence []shadow.Evidence `json:"evidence"`
@@ -203,9 +183,7 @@ func shadowClear(ctx context.Context, cl *client) int {
 		return code
 	}
 	if doc.Cleared == nil {
-		fmt.Fprintln(stdout, "no candidate was in shadow")
-		return exitOK
+		return say(stdout, exitOK, "no candidate was in shadow")
 	}
-	fmt.Fprintf(stdout, "cleared %s\n", doc.Cleared.Revision)
-	return exitOK
+	return say(stdout, exitOK, "cleared %s", doc.Cleared.Revision)
 }

@@ -78,12 +78,8 @@ func printStatus(ctx context.Context, cl *client, _ []string) int {
 	}
 	fmt.Fprintf(w, "reload     %s\n", st.Reload)
 	fmt.Fprintf(w, "last       %s\n", reloadLine(st.LastReload))
-	writeProblems(w, "  ", st.LastReload.Problems)
-	for _, k := range slices.Sorted(maps.Keys(doc)) {
-		if !slices.Contains(statusShown, k) {
-			writeLeaves(w, k, doc[k])
-		}
-	}
+	writeIndented(w, st.LastReload.Problems)
+	writeOthers(w, doc, statusShown...)
 	fmt.Fprintf(w, "started    %s\n", st.StartedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "uptime     %s\n", (time.Duration(st.Uptime) * time.Second).String())
 	if d := st.Diff; d != nil {
@@ -108,6 +104,15 @@ func printStatus(ctx context.Context, cl *client, _ []string) int {
 		}
 	}
 	return exitOK
+}
+
+// writeOthers prints the leaves of the members of doc not in shown.
+func writeOthers(w io.Writer, doc map[string]any, shown ...string) {
+	for _, k := range slices.Sorted(maps.Keys(doc)) {
+		if !slices.Contains(shown, k) {
+			writeLeaves(w, k, doc[k])
+		}
+	}
 }
 
 // writeLeaves prints each leaf of the JSON value v, one "name value" line

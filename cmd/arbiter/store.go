@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/server/ui"
@@ -26,7 +24,6 @@ func (s *storeConfig) register(fs *command) {
 	fs.StringVar(&s.storeURL, "decision-store", "", "also write every decision record (decisions, refused inputs, shadow outcomes, promotions) to this PostgreSQL database, postgres://USER:PASSWORD@HOST:PORT/DB, off the answer path; its schema arbiter_store is migrated on start")
 	fs.DurationVar(&s.storeRetention, "decision-store-retention", decisionstore.DefaultRetention, "drop the decision store's days older than this (whole daily partitions, checked on start and hourly); 0 keeps them all")
 	fs.Int64Var(&s.storeQueueBytes, "decision-store-queue-bytes", decisionstore.DefaultQueueBytes, "bytes of records that may wait for the decision store (while it is slow or away); past it records are dropped from the store and counted")
-	fs.fromEnv("decision-store", "decision-store-retention", "decision-store-queue-bytes")
 }
 
 func (s *storeConfig) validate() error {
@@ -66,21 +63,6 @@ func newStore(c *serveConfig, eng *engine.Engine, log *slog.Logger) (*store, err
 	return s, nil
 }
 
-// register adds the store's metrics to reg.
-func (s *store) register(reg *prometheus.Registry) {
-	if s.sink != nil {
-		reg.MustRegister(s.sink.Collector())
-	}
-}
-
-// status is /v1/status's store member (nil without a store).
-func (s *store) status() any {
-	if s.sink == nil {
-		return nil
-	}
-	return s.sink.Stats()
-}
-
 // stop writes what is queued, within the shutdown timeout, after the
 // pipeline closed (so that nothing more arrives), and logs the account.
 func (s *store) stop(log *slog.Logger) {
@@ -103,18 +85,12 @@ func (s *store) stop(log *slog.Logger) {
 // queue, /v1/status' store.last_error and arbiter_decision_store_failing say
 // it meanwhile.
 func (s *store) sayAtStart(ctx context.Context, log *slog.Logger) {
-	if s.sink == nil {
-		return
+	if s.sink != nil {
+		afterClose(ctx, s.sink.Tried(), func() {
+			if st := s.sink.Stats(); st.LastError != "" {
+				log.Error("decision store unusable at start: decisions are answered, their records wait for it",
+					"problem", fmt.Sprintf("--decision-store %s: %s", st.URL, st.LastError))
+			}
+		})
 	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.sink.Tried():
-		}
-		if st := s.sink.Stats(); st.LastError != "" {
-			log.Error("decision store unusable at start: decisions are answered, their records wait for it",
-				"problem", fmt.Sprintf("--decision-store %s: %s", st.URL, st.LastError))
-		}
-	}()
 }

@@ -23,20 +23,16 @@ func testCommand() *command {
 	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field and naming on stderr those whose name or note repeats a word only the old result had; then run the tests")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if err := f.missing(); err != nil {
-			fmt.Fprintf(stderr, "arbiter test: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter test: %v", err)
 		}
 		if c.NArg() > 0 {
-			fmt.Fprintf(stderr, "arbiter test: %v\n", orArgs(nil, c.Args()))
-			return exitError
+			return say(stderr, exitError, "arbiter test: %v", orArgs(nil, c.Args()))
 		}
 		if *format != "text" && *format != "json" {
-			fmt.Fprintf(stderr, "arbiter test: --format must be text or json, not %q\n", *format)
-			return exitError
+			return say(stderr, exitError, "arbiter test: --format must be text or json, not %q", *format)
 		}
 		if f.tests == "" {
-			fmt.Fprintln(stderr, "arbiter test: --tests is empty: nothing to run")
-			return exitError
+			return say(stderr, exitError, "arbiter test: --tests is empty: nothing to run")
 		}
 		var upd *updateReport
 		if *update {
@@ -52,8 +48,7 @@ func testCommand() *command {
 		rep, err := engine.RunTests(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas},
 			engine.TestOptions{Tests: f.tests, Run: *runRe, Coverage: *coverage || *threshold > 0})
 		if err != nil {
-			fmt.Fprintf(stderr, "arbiter test: %v\n", err)
-			return exitError
+			return say(stderr, exitError, "arbiter test: %v", err)
 		}
 		pass, fail, skip := rep.Counts()
 		belowThreshold := *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold
@@ -73,8 +68,7 @@ func testCommand() *command {
 			fmt.Fprintf(stdout, "summary: %d passed, %d failed, %d skipped\n", pass, fail, skip)
 		}
 		if belowThreshold {
-			fmt.Fprintf(stderr, "arbiter test: coverage %.1f%% is below the threshold %.1f%%\n", rep.Coverage.Percent, *threshold)
-			return exitError
+			return say(stderr, exitError, "arbiter test: coverage %.1f%% is below the threshold %.1f%%", rep.Coverage.Percent, *threshold)
 		}
 		if fail > 0 || pass == 0 {
 			return exitError
@@ -148,13 +142,8 @@ func updateFixtures(ctx context.Context, f folders, runRe string, stderr io.Writ
 		return nil, exitError
 	}
 	changes, probs, err := snap.UpdateFixtures(ctx, f.tests, run)
-	u := &updateReport{Updated: changes, NotUpdated: probs}
-	if u.Updated == nil {
-		u.Updated = []engine.FixtureChange{}
-	}
-	if u.NotUpdated == nil {
-		u.NotUpdated = []engine.Problem{}
-	}
+	// Empty lists, not null, in --format json.
+	u := &updateReport{Updated: append([]engine.FixtureChange{}, changes...), NotUpdated: append([]engine.Problem{}, probs...)}
 	if err != nil {
 		fmt.Fprintf(stderr, "arbiter test: --update: %v\n", err)
 		return u, exitError

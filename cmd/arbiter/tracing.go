@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -73,13 +74,7 @@ func traceExporters() (exporters, unknown []string) {
 
 // otlpProtocol is the OTLP exporter's protocol, as the SDK chooses it.
 func otlpProtocol() string {
-	if p := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"); p != "" {
-		return p
-	}
-	if p := os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" {
-		return p
-	}
-	return "http/protobuf"
+	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")
 }
 
 // otlpEndpoint is where the OTLP exporter sends, as the SDK reads the

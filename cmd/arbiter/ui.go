@@ -28,15 +28,17 @@ type pages struct {
 func (p *pages) endStreams() { p.closeOnce.Do(func() { close(p.closing) }) }
 
 // newPages builds the pages over eng (decisions made for the pages are never
-// logged) and shadow (nil: none; issue 13 wires its candidate here), and
+// logged) and the shadow's candidate, its report and its gate, and
 // fills the ring from the tail of the decision log file. The ring is a sink
 // of the decision-record pipeline: it shows every decision the pipeline
 // took, masked as every sink receives it. With a decision store (store not
 // nil) the list and a decision's page read every replica's from it.
-func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
+func newPages(c *serveConfig, eng *engine.Engine, sh *shadowing, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
 	p := &pages{closing: make(chan struct{})}
 	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng), RunID: ui.RunIDs(eng), Replica: c.replicaID})
-	var archive ui.Archive
+	cfg := ui.Config{Recent: p.ring, Store: store, Decider: eng, Reloads: eng, Logger: log,
+		MaxBodyBytes: c.api.MaxBodyBytes, EvalTimeout: 2*c.engine.EvalTimeout + 5*time.Second, Login: login,
+		Closing: p.closing, TraceURL: c.uiTraceURL}
 	if c.decisionLog != "" && c.decisionLog != "-" {
 		lf := ui.LogFile{Path: c.decisionLog}
 		n, err := lf.Preload(p.ring, c.uiRecent)
@@ -44,16 +46,14 @@ func newPages(c *serveConfig, eng *engine.Engine, shadow ui.Shadow, diffs *diff.
 			log.Warn("ui: could not read the decision log's tail", "err", err)
 		}
 		log.Debug("ui: recent decisions read from the decision log", "records", n)
-		archive = lf
+		cfg.Archive = lf
 	}
-	var uiDiffs ui.Diffs
-	if diffs != nil {
-		uiDiffs = diffs
+	if diffs != nil { // a nil *diff.Runner is no ui.Diffs
+		cfg.Diffs = diffs
 	}
-	p.handler = ui.New(ui.Config{Diffs: uiDiffs,
-		Recent: p.ring, Archive: archive, Store: store, Decider: eng, Reloads: eng, Shadow: shadow, Logger: log,
-		MaxBodyBytes: c.maxBodyBytes, EvalTimeout: 2*c.evalTimeout + 5*time.Second, Login: login,
-		Closing: p.closing, TraceURL: c.uiTraceURL,
-	})
+	if sh != nil {
+		cfg.Shadow, cfg.ShadowGate = sh.sh, sh.srv.Gate
+	}
+	p.handler = ui.New(cfg)
 	return p
 }

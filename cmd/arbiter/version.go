@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"runtime/debug"
 
@@ -13,11 +12,9 @@ func versionCommand() *command {
 	c := newCommand("version", "Print arbiter's version and OPA's", "", exitError)
 	c.run = func(_ context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if c.NArg() > 0 {
-			fmt.Fprintf(stderr, "arbiter version: no arguments expected, got %q\n", c.Args())
-			return exitError
+			return say(stderr, exitError, "arbiter version: no arguments expected, got %q", c.Args())
 		}
-		fmt.Fprintf(stdout, "arbiter %s (opa %s)\n", buildVersion(), opaversion.Version)
-		return exitOK
+		return say(stdout, exitOK, "arbiter %s (opa %s)", buildVersion(), opaversion.Version)
 	}
 	return c
 }

@@ -1,11 +1,13 @@
 package ui
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // Entry is one decision as the pages show it: the decision-log record and
@@ -113,15 +115,9 @@ type Ring struct {
 
 // NewRing returns an empty Ring.
 func NewRing(cfg RingConfig) *Ring {
-	if cfg.Size <= 0 {
-		cfg.Size = DefaultRingSize
-	}
-	if cfg.Bytes <= 0 {
-		cfg.Bytes = DefaultRingBytes
-	}
-	if cfg.MaxKeptInput <= 0 {
-		cfg.MaxKeptInput = DefaultMaxKeptInput
-	}
+	defaults.Set(&cfg.Size, DefaultRingSize)
+	defaults.Set(&cfg.Bytes, DefaultRingBytes)
+	defaults.Set(&cfg.MaxKeptInput, DefaultMaxKeptInput)
 	return &Ring{cfg: cfg, entries: make([]Entry, cfg.Size), subs: map[chan Entry]struct{}{}}
 }
 
@@ -261,18 +257,7 @@ func match(f Filter, e Entry) bool {
 	if len(f.AnyInput) > 0 && !matchesRun(f, e) {
 		return false
 	}
-	if f.Reason != "" {
-		if e.ErrorCode() == f.Reason {
-			return true
-		}
-		for _, r := range e.Reasons {
-			if r == f.Reason {
-				return true
-			}
-		}
-		return false
-	}
-	return true
+	return f.Reason == "" || e.ErrorCode() == f.Reason || slices.Contains(e.Reasons, f.Reason)
 }
 
 // Page is one page of entries, newest first.

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -63,7 +65,7 @@ func pointersOf(snap *engine.Snapshot) RunPointers {
 // a run, its input holding id at its own pointer.
 func runFilter(id string, ptrs RunPointers) []decisionstore.DecisionInput {
 	var out []decisionstore.DecisionInput
-	for _, n := range sortedKeys(ptrs) {
+	for _, n := range slices.Sorted(maps.Keys(ptrs)) {
 		toks := ptrs[n]
 		out = append(out, decisionstore.DecisionInput{Decision: n, Match: decisionstore.InputMatch{
 			Pointer: jsonptr.Join(toks), Tokens: toks, Value: mustString(id)}})
@@ -304,7 +306,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 	}
 	ptrs := h.runPointers()
 	d := runData{RunID: id}
-	for _, n := range sortedKeys(ptrs) {
+	for _, n := range slices.Sorted(maps.Keys(ptrs)) {
 		d.Pointers = append(d.Pointers, n+": "+jsonptr.Join(ptrs[n]))
 	}
 	if len(ptrs) == 0 {
@@ -401,13 +403,4 @@ func compareInputs(a, b Entry) ([]inputChange, int, string) {
 		return nil, 0, "an input that is not JSON is not compared"
 	}
 	return changes, more, ""
-}
-
-func sortedKeys(m RunPointers) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -18,6 +18,7 @@ package ui
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -29,6 +30,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,7 +45,9 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
 //go:embed templates/*.html
@@ -81,35 +85,29 @@ type Reloads interface {
 	ReloadHistory() []engine.ReloadStatus
 }
 
-// Shadow is a candidate revision evaluated beside the live one.
+// Shadow is a candidate revision evaluated beside the live one: package
+// shadow's Shadow. A what-if decides directly on the candidate's Snapshot,
+// so nothing is logged or judged.
 type Shadow interface {
-	// Candidate is the candidate's revision, when one is loaded.
-	Candidate() (revision string, ok bool)
-	// DecideCandidate decides with the candidate, without logging.
-	DecideCandidate(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
-	// Summary is the impact of the candidate on the live decisions it was
+	// Candidate is the candidate in shadow, nil when none is loaded.
+	Candidate() *shadow.Candidate
+	// Report is the impact of the candidate on the live decisions it was
 	// shown, as GET /v1/shadow reports it; false when there is none.
-	Summary(ctx context.Context) (ShadowSummary, bool)
+	Report() (shadow.Report, bool)
+	// Proofs are the semantic diff's verdicts on the candidate.
+	Proofs() shadow.Proofs
 }
 
-// ShadowSummary is the impact of a shadow candidate: how many live
-// decisions it was shown, and how many fell in each class of change, with
-// a few example decision ids; and the promotion gate's verdict on it.
+// ShadowSummary is the impact of a shadow candidate (its report: how many
+// live decisions it was shown, and how many fell in each class of change,
+// with a few example decision ids) and the promotion gate's verdict on it.
 type ShadowSummary struct {
-	Total     uint64
-	Classes   []ShadowClass
-	Decisions []ShadowDecision
+	Report shadow.Report
 	// Promotable says whether the gate would promote it now, Refusals
 	// why not, and Evidence the gate's strongest evidence per class.
 	Promotable bool
 	Refusals   []string
-	Evidence   []ShadowEvidence
-}
-
-// ShadowEvidence is the promotion gate's strongest evidence on one class:
-// proved, found, replayed, shadowed or none, said in a sentence.
-type ShadowEvidence struct {
-	Class, Evidence, Summary string
+	Evidence   []shadow.Evidence
 }
 
 // Diffs are the semantic diffs of revisions (package diff's Runner): of
@@ -118,20 +116,6 @@ type ShadowEvidence struct {
 type Diffs interface {
 	Get(old, new string) (diff.Status, bool)
 	Shadow() (diff.Status, bool)
-}
-
-// ShadowClass is one class of change (the candidate's words) and its count.
-type ShadowClass struct {
-	Class    string
-	Count    uint64
-	Examples []string // decision ids
-}
-
-// ShadowDecision is the impact on one decision.
-type ShadowDecision struct {
-	Decision string
-	Total    uint64
-	Classes  []ShadowClass
 }
 
 // Config is what New needs. Recent and Decider are required.
@@ -145,8 +129,11 @@ type Config struct {
 	Decider Decider
 	Reloads Reloads // may be nil
 	Shadow  Shadow  // may be nil: no shadow evaluation in this process
-	Diffs   Diffs   // may be nil: no diff runs in this process
-	Logger  *slog.Logger
+	// ShadowGate is the default promotion gate, whose verdict the policy
+	// page shows beside the candidate's report.
+	ShadowGate shadow.Gate
+	Diffs      Diffs // may be nil: no diff runs in this process
+	Logger     *slog.Logger
 
 	// Prefix is where the pages are mounted; default "/ui".
 	Prefix string
@@ -190,21 +177,11 @@ type handler struct {
 // authenticate: mount it behind the API's authentication (Bridge lets a
 // browser carry the token).
 func New(cfg Config) http.Handler {
-	if cfg.Prefix == "" {
-		cfg.Prefix = "/ui"
-	}
-	if cfg.PageSize <= 0 {
-		cfg.PageSize = DefaultPageSize
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 16 << 20
-	}
-	if cfg.EvalTimeout <= 0 {
-		cfg.EvalTimeout = 30 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Set(&cfg.Prefix, "/ui")
+	defaults.Set(&cfg.PageSize, DefaultPageSize)
+	defaults.Set(&cfg.MaxBodyBytes, 16<<20)
+	defaults.Set(&cfg.EvalTimeout, 30*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	h := &handler{cfg: cfg, log: cfg.Logger}
 	h.pages = parseTemplates(cfg.Prefix, h.toneFor)
 
@@ -580,10 +557,8 @@ func (h *handler) choices(ctx context.Context) map[string][]string {
 }
 
 func appendNew(list []string, v string) []string {
-	for _, x := range list {
-		if x == v {
-			return list
-		}
+	if slices.Contains(list, v) {
+		return list
 	}
 	return append(list, v)
 }
@@ -895,8 +870,12 @@ func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.cfg.Shadow != nil {
 		d.Shadow = true
-		d.Candidate, _ = h.cfg.Shadow.Candidate()
-		d.Summary, d.HasSum = h.cfg.Shadow.Summary(r.Context())
+		d.Candidate, _ = h.candidate()
+		if rep, ok := h.cfg.Shadow.Report(); ok {
+			proofs, gate := h.cfg.Shadow.Proofs(), h.cfg.ShadowGate
+			d.Summary.Refusals = append(gate.Refusals(rep), gate.ProofRefusals(proofs)...)
+			d.Summary.Report, d.Summary.Evidence, d.Summary.Promotable, d.HasSum = rep, rep.Evidence(proofs), len(d.Summary.Refusals) == 0, true
+		}
 		if h.cfg.Diffs != nil && d.Candidate != "" {
 			if ds, ok := h.cfg.Diffs.Shadow(); ok && ds.New == d.Candidate {
 				d.Diff = viewDiff(ds)

@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
+	"github.com/arbiter-dev/arbiter/shadow"
 )
 
 // The repository's policies and fixtures: the pages know no decision, so
@@ -745,15 +746,15 @@ func BenchmarkListPage10k(b *testing.B) {
 // fakeShadow is a candidate engine beside the live one, as issue 13's
 // shadow evaluation provides it.
 type fakeShadow struct {
-	cand    *engine.Engine
-	summary ShadowSummary
+	cand   *engine.Engine
+	report shadow.Report
 }
 
-func (f *fakeShadow) Candidate() (string, bool) { return f.cand.Snapshot().Revision, true }
-func (f *fakeShadow) DecideCandidate(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error) {
-	return f.cand.Decide(ctx, name, body, opts)
+func (f *fakeShadow) Candidate() *shadow.Candidate {
+	return &shadow.Candidate{Snapshot: f.cand.Snapshot()}
 }
-func (f *fakeShadow) Summary(context.Context) (ShadowSummary, bool) { return f.summary, true }
+func (f *fakeShadow) Report() (shadow.Report, bool) { return f.report, true }
+func (f *fakeShadow) Proofs() shadow.Proofs         { return shadow.Proofs{} }
 
 // quotaCopy copies the quota test decision; scale multiplies every number
 // of its data files (a data edit that names nothing).
@@ -829,7 +830,7 @@ func TestWhatIfBesideTheCandidate(t *testing.T) {
 		t.Fatal("no quota fixture that the scaled data decides differently")
 	}
 	ring := NewRing(RingConfig{})
-	sh := &fakeShadow{cand: cand, summary: ShadowSummary{Total: 7, Decisions: []ShadowDecision{{Decision: name, Total: 7, Classes: []ShadowClass{{Class: "example-class", Count: 3, Examples: []string{"example-id-1"}}}}}}}
+	sh := &fakeShadow{cand: cand, report: shadow.Report{Total: 7, Decisions: []shadow.DecisionReport{{Decision: name, Total: 7, Classes: []shadow.ClassCount{{Class: "example-class", Count: 3, Examples: []string{"example-id-1"}}}}}}}
 	srv := httptest.NewServer(New(Config{Recent: ring, Decider: live, Shadow: sh}))
 	defer srv.Close()
 	h := &harness{srv: srv}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -111,12 +112,12 @@ func (h *handler) runWhatIf(ctx context.Context, wi *whatIfData) {
 	case h.cfg.Shadow == nil:
 		wi.NoCandidate = "This server runs no shadow evaluation."
 	default:
-		rev, ok := h.cfg.Shadow.Candidate()
-		if !ok {
+		cand := h.cfg.Shadow.Candidate()
+		if cand == nil {
 			wi.NoCandidate = "No shadow candidate is loaded."
 			break
 		}
-		c := h.evaluate(ctx, h.cfg.Shadow.DecideCandidate, rev, wi.Decision, body)
+		c := h.evaluate(ctx, cand.Snapshot.Decide, cand.Snapshot.Revision, wi.Decision, body)
 		c.ID, c.Label = "candidate", "Shadow candidate"
 		wi.Candidate = &c
 		wi.Differ = differ(live, c)
@@ -135,12 +136,20 @@ func without(a, b []string) []string {
 	return out
 }
 
+// candidate is the revision of the candidate in shadow, when there is one.
+func (h *handler) candidate() (string, bool) {
+	if c := h.cfg.Shadow.Candidate(); c != nil {
+		return c.Snapshot.Revision, true
+	}
+	return "", false
+}
+
 // example is the input a what-if of decision starts from: the input the
 // diff of the shadow candidate found for it (refuse_to_allow first), or
 // else the first fixture input of the live revision, or else {}.
 func (h *handler) example(decision string) string {
 	if h.cfg.Diffs != nil && h.cfg.Shadow != nil {
-		rev, ok := h.cfg.Shadow.Candidate()
+		rev, ok := h.candidate()
 		if st, found := h.cfg.Diffs.Shadow(); ok && found && st.New == rev && st.Report != nil && st.Report.Decisions[decision] != nil {
 			for _, q := range diff.Questions {
 				if a := st.Report.Decisions[decision].Get(q); a.Verdict == diff.Found {
@@ -237,11 +246,7 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 			}
 		}
 	}
-	members := make([]string, 0, len(known))
-	for m := range known {
-		members = append(members, m)
-	}
-	sort.Strings(members)
+	members := slices.Sorted(maps.Keys(known))
 	best, bestN := "", 0
 	for _, m := range members {
 		n := 0
