@@ -17,7 +17,6 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
-	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
@@ -365,7 +364,6 @@ func (c *selfChecker) sample(def *decisionDef, raw []byte, v ast.Value) {
 		return
 	}
 	// The body's buffer goes back to the server's pool with the answer.
-	passes.Copy(len(raw))
 	job := checkJob{def: def, raw: append([]byte(nil), raw...), compiled: v}
 	if ok, _ := c.queue.Put(job, n); !ok {
 		c.cfg.dropped.Add(1) // counted per SelfCheck, across reloads

@@ -18,8 +18,6 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-
-	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // DefaultMaxValues caps the JSON values of one input when Options leaves it
@@ -131,7 +129,6 @@ type pass struct {
 // says whether it is valid and hands the values it reads to admit (when not
 // nil); the report pass lists the violations.
 func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapped bool, maxValues int, report bool, admit func(int) error) (pass, error) {
-	passes.Scan(len(body))
 	w := getWalker()
 	defer putWalker(w)
 	w.scanner, w.ctx, w.maxValues, w.valid, w.report = scanner{data: body, admit: admit}, ctx, maxValues, true, report

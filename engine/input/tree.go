@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-
-	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // Decode parses one strict JSON document (the scanner's rules: UTF-8 only,
@@ -25,7 +23,6 @@ func Decode(data []byte) (any, error) {
 // decode is Decode with a cap on the number of values (0: none), handing
 // the values it reads to admit (when not nil) as the walk does.
 func decode(data []byte, maxValues int, admit func(int) error) (any, error) {
-	passes.Scan(len(data))
 	d := treeDecoder{scanner: scanner{data: data, admit: admit}, max: maxValues}
 	if err := d.start(); err != nil {
 		return nil, err
