@@ -491,25 +491,12 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 				childProj, placeholder = proj.member(key)
 			}
 			mark := len(w.arena)
-			child := w.memberSet(set, alive, key)
-			if w.report {
-				w.rep.push(key, -1)
-			}
-			v, err := w.value(child, childProj, depth+1)
+			v, err := w.child(w.memberSet(set, alive, key), mark, childProj, placeholder, build, key, -1, depth)
 			if err != nil {
 				return nil, err
 			}
-			if w.report {
-				w.rep.pop()
-			}
-			w.arena = w.arena[:mark]
-			if build && w.valid {
-				switch {
-				case v != nil:
-					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
-				case placeholder:
-					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), ast.InternedNullTerm})
-				}
+			if v != nil {
+				pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
 			}
 		}
 		done, err := w.next('}', "object")
@@ -525,6 +512,31 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		return nil, nil
 	}
 	return ast.NewTerm(ast.NewObject(pairs...)), nil
+}
+
+// child reads the value of a member (key) or element (i >= 0) under the
+// nodes set, which the arena holds from mark on, and returns what its
+// object or array keeps of it when keep: the value, a placeholder (null)
+// for a value no rule reads, or nil for nothing.
+func (w *walker) child(set []*node, mark int, proj *Projection, placeholder, keep bool, key string, i, depth int) (*ast.Term, error) {
+	if w.report {
+		w.rep.push(key, i)
+	}
+	v, err := w.value(set, proj, depth+1)
+	if err != nil {
+		return nil, err
+	}
+	if w.report {
+		w.rep.pop()
+	}
+	w.arena = w.arena[:mark]
+	switch {
+	case !keep || !w.valid:
+		return nil, nil
+	case v == nil && placeholder:
+		return ast.InternedNullTerm, nil
+	}
+	return v, nil
 }
 
 // keySet returns an empty set for the keys of one more large object.
@@ -679,25 +691,12 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 				childProj, placeholder = proj.element(n)
 			}
 			mark := len(w.arena)
-			child := w.elementSet(set, alive, n)
-			if w.report {
-				w.rep.push("", n)
-			}
-			v, err := w.value(child, childProj, depth+1)
+			v, err := w.child(w.elementSet(set, alive, n), mark, childProj, placeholder, keep, "", n, depth)
 			if err != nil {
 				return nil, err
 			}
-			if w.report {
-				w.rep.pop()
-			}
-			w.arena = w.arena[:mark]
-			if keep && w.valid {
-				switch {
-				case v != nil:
-					elems = append(elems, v)
-				case placeholder:
-					elems = append(elems, ast.InternedNullTerm)
-				}
+			if v != nil {
+				elems = append(elems, v)
 			}
 			n++
 			done, err := w.next(']', "array")
