@@ -45,11 +45,13 @@ const (
 	DefaultReloadTimeout = time.Minute
 )
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
+// orDefault is the one reading of a Config or SelfCheck field whose zero
+// (or a negative value) means its default.
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
 		return def
 	}
-	return d
+	return v
 }
 
 // Load reads, compiles and checks the configured folders and returns a

@@ -44,11 +44,7 @@ type treeReader struct {
 }
 
 func newTreeReader(ctx context.Context, cfg Config) *treeReader {
-	max := cfg.MaxFileBytes
-	if max <= 0 {
-		max = DefaultMaxFileBytes
-	}
-	return &treeReader{ctx: ctx, maxFile: max}
+	return &treeReader{ctx: ctx, maxFile: orDefault(cfg.MaxFileBytes, DefaultMaxFileBytes)}
 }
 
 // read reads every file with one of exts below root, following a root that

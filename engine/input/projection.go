@@ -139,11 +139,14 @@ func (p *Projection) write(b *strings.Builder) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
+	part := func(label string, q *Projection) {
 		var sb strings.Builder
-		sb.WriteString(strconv.Quote(k) + ":")
-		p.Keys[k].write(&sb)
+		sb.WriteString(label + ":")
+		q.write(&sb)
 		parts = append(parts, sb.String())
+	}
+	for _, k := range keys {
+		part(strconv.Quote(k), p.Keys[k])
 	}
 	idx := make([]int, 0, len(p.Index))
 	for i := range p.Index {
@@ -151,16 +154,10 @@ func (p *Projection) write(b *strings.Builder) {
 	}
 	sort.Ints(idx)
 	for _, i := range idx {
-		var sb strings.Builder
-		sb.WriteString("[" + strconv.Itoa(i) + "]:")
-		p.Index[i].write(&sb)
-		parts = append(parts, sb.String())
+		part("["+strconv.Itoa(i)+"]", p.Index[i])
 	}
 	if p.Any != nil {
-		var sb strings.Builder
-		sb.WriteString("[any]:")
-		p.Any.write(&sb)
-		parts = append(parts, sb.String())
+		part("[any]", p.Any)
 	}
 	b.WriteString("{" + strings.Join(parts, ",") + "}")
 }
