@@ -378,9 +378,9 @@ func (c *compiler) block(b *ir.Block, depth int) (block, error) {
 	return out, nil
 }
 
-// plainVal reads an operand's value, which a plan read back from JSON holds
+// PlainVal reads an operand's value, which a plan read back from JSON holds
 // by pointer.
-func plainVal(v ir.Val) ir.Val {
+func PlainVal(v ir.Val) ir.Val {
 	switch x := v.(type) {
 	case *ir.Local:
 		return *x
@@ -394,7 +394,7 @@ func plainVal(v ir.Val) ir.Val {
 
 // op compiles an operand; one that does not compile is kept in c.err.
 func (c *compiler) op(o ir.Operand) operand {
-	switch v := plainVal(o.Value).(type) {
+	switch v := PlainVal(o.Value).(type) {
 	case ir.Local:
 		return operand{local: int(v)}
 	case ir.StringIndex:
@@ -565,7 +565,7 @@ func (c *compiler) value(s ir.Stmt) stmt {
 	case *ir.DotStmt:
 		src, key, target := c.op(s.Source), c.op(s.Key), int(s.Target)
 		return func(_ *state, l []*ast.Term) int {
-			return set(l, target, dot(src.get(l), key.get(l)))
+			return set(l, target, Dot(src.get(l), key.get(l)))
 		}
 
 	case *ir.LenStmt:
@@ -787,10 +787,10 @@ func intTerm(v int64) *ast.Term {
 	return ast.InternedTerm(int(v))
 }
 
-// dot looks key up in src as topdown does: an object member, an array
+// Dot looks key up in src as topdown does: an object member, an array
 // element at an integer index, a set element (the key itself); anything
 // else is undefined.
-func dot(src, key *ast.Term) *ast.Term {
+func Dot(src, key *ast.Term) *ast.Term {
 	if src == nil || key == nil {
 		return nil
 	}
@@ -950,7 +950,7 @@ var (
 // of a statement that is a local, an operand, or a list of them.
 func walkLocals(b *ir.Block, f func(ir.Local)) {
 	op := func(o ir.Operand) {
-		if l, ok := plainVal(o.Value).(ir.Local); ok {
+		if l, ok := PlainVal(o.Value).(ir.Local); ok {
 			f(l)
 		}
 	}

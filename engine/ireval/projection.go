@@ -285,7 +285,7 @@ func (a *analysis) markAll(ins ...*info) {
 }
 
 func (a *analysis) operand(st absState, o ir.Operand) *info {
-	switch v := plainVal(o.Value).(type) {
+	switch v := PlainVal(o.Value).(type) {
 	case ir.Local:
 		return st[v]
 	case ir.StringIndex:
