@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -465,10 +466,8 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 			}
 			seen[key] = struct{}{}
 		} else {
-			for _, k := range w.keys[frame:] {
-				if k == key {
-					return nil, w.quoting(at, "duplicate object key", key)
-				}
+			if slices.Contains(w.keys[frame:], key) {
+				return nil, w.quoting(at, "duplicate object key", key)
 			}
 			if len(w.keys)-frame == 24 {
 				seen = w.keySet()
@@ -619,14 +618,7 @@ func (w *walker) addSet(single []*node, count, mark int, s []*node) ([]*node, in
 		w.arena = append(w.arena, single...)
 	}
 	for _, n := range s {
-		dup := false
-		for _, m := range w.arena[mark:] {
-			if m == n {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+		if !slices.Contains(w.arena[mark:], n) {
 			w.arena = append(w.arena, n)
 		}
 	}
@@ -644,16 +636,9 @@ func (w *walker) closeObject(set []*node, alive uint64, frame int, seen map[stri
 			continue
 		}
 		for _, r := range n.s.Required {
-			found := false
-			if seen != nil {
-				_, found = seen[r]
-			} else {
-				for _, k := range keys {
-					if k == r {
-						found = true
-						break
-					}
-				}
+			_, found := seen[r]
+			if seen == nil {
+				found = slices.Contains(keys, r)
 			}
 			if !found {
 				w.recordViolation("missing required property", r)
