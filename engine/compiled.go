@@ -217,10 +217,10 @@ func indexedComprehension(c *ast.Compiler, prog *ireval.Program) string {
 // evaluate decides input with the decision's compiled program when it has
 // one, and with topdown otherwise or whenever the compiled evaluation ends
 // without a result. raw is the input document as received, for the
-// self-check.
-func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Value, raw []byte) (ast.Value, error) {
+// self-check. topdown (Options.Topdown) chooses topdown whatever the program.
+func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Value, raw []byte, topdown bool) (ast.Value, error) {
 	prog := def.compiled.program()
-	if prog == nil || backgroundOf(ctx) != nil { // background work runs on the authority (yield.go)
+	if prog == nil || topdown {
 		return s.eval(ctx, def, input)
 	}
 	deadline := time.Now().Add(s.timeout)
