@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -310,9 +311,7 @@ func (sc *SelfCheck) Disagreements() map[string]uint64 {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	out := make(map[string]uint64, len(sc.disagreements))
-	for k, v := range sc.disagreements {
-		out[k] = v
-	}
+	maps.Copy(out, sc.disagreements)
 	return out
 }
 

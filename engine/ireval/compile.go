@@ -2,6 +2,7 @@ package ireval
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -47,9 +48,7 @@ type Program struct {
 // included), by kind: "DotStmt", "ScanStmt", ...
 func (p *Program) StatementKinds() map[string]int {
 	out := make(map[string]int, len(p.kinds))
-	for k, n := range p.kinds {
-		out[k] = n
-	}
+	maps.Copy(out, p.kinds)
 	return out
 }
 
