@@ -203,24 +203,8 @@ func inEnum(enum []scalar, got typeMask, v scalar) bool {
 	if got == tInteger {
 		got = tNumber
 	}
-	for _, e := range enum {
-		if e.kind != got {
-			continue
-		}
-		switch got {
-		case tNull:
-			return true
-		case tBool:
-			if e.b == v.b {
-				return true
-			}
-		default: // strings, and numbers by canonical text
-			if e.s == v.s {
-				return true
-			}
-		}
-	}
-	return false
+	v.kind = got // a null's and a string's b, and a boolean's s, are zero on both sides
+	return slices.Contains(enum, v)
 }
 
 func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term, error) {
