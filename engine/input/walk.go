@@ -422,10 +422,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 	top := w.wrapped && depth == 0
 	if w.open('}') {
 		w.closeObject(set, alive, frame, seen)
-		if top {
-			return nil, nil
-		}
-		if !build || !w.valid {
+		if top || !build || !w.valid {
 			return nil, nil
 		}
 		return w.emptyObject(), nil

@@ -325,22 +325,21 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 				switch {
 				case key.constScalar():
 					for _, k := range key.consts {
+						var q path
 						switch kv := k.Value.(type) {
 						case ast.String:
-							q := p.key(string(kv))
-							a.mark(q, markExists)
-							out.paths[q] = true
+							q = p.key(string(kv))
 						case ast.Number:
 							if i, ok := kv.Int(); ok && i >= 0 {
-								q := p.index(i)
-								a.mark(q, markExists)
-								out.paths[q] = true
-							} else {
-								a.mark(p, markAll)
+								q = p.index(i)
 							}
-						default:
-							a.mark(p, markAll)
 						}
+						if q == "" { // a key that is neither a member's name nor an index
+							a.mark(p, markAll)
+							continue
+						}
+						a.mark(q, markExists)
+						out.paths[q] = true
 					}
 				default:
 					a.mark(p, markAll) // a key known only at run time
