@@ -12,7 +12,6 @@ import (
 
 	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
-	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
@@ -193,7 +192,6 @@ func (l *fileSink) add(rec Record) {
 	}
 	start := len(l.batch)
 	l.batch = appendRecord(slices.Grow(l.batch, recordSize(rec)), rec)
-	passes.Copy(len(rec.Input))
 	switch n := int64(len(l.batch) - start); {
 	case n > l.maxWrite:
 		l.batch = l.batch[:start]
@@ -296,11 +294,6 @@ func hasLineBreak(b []byte) bool {
 func oneLineRecord(rec Record) (Record, bool) {
 	ok := true
 	if !rec.InputOneLine {
-		passes.Scan(len(rec.Input))
-		if hasLineBreak(rec.Input) { // compacted: scanned again, and copied
-			passes.Scan(len(rec.Input))
-			passes.Copy(len(rec.Input))
-		}
 		rec.Input, ok = oneLine(rec.Input)
 	}
 	rec.Result, _ = oneLine(rec.Result)

@@ -11,8 +11,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // MaxNameBytes bounds each name a record carries (its decision, path and
@@ -135,7 +133,6 @@ func (rec Record) InputDocument() []byte {
 	var wrapped struct {
 		Input json.RawMessage `json:"input"`
 	}
-	passes.Scan(len(rec.Input))
 	if json.Unmarshal(rec.Input, &wrapped) != nil || len(wrapped.Input) == 0 {
 		return nil
 	}

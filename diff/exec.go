@@ -9,6 +9,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ir"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
+	"github.com/arbiter-dev/arbiter/engine/ireval"
 )
 
 // The executor runs a plan (the IR OPA's planner makes for its Wasm target,
@@ -365,7 +366,7 @@ func (an *analysis) joinVal(x, y alt) (val, bool) {
 
 // operand reads an operand on st.
 func (f *frame) operand(st *state, o ir.Operand) *slot {
-	switch v := plainVal(o.Value).(type) {
+	switch v := ireval.PlainVal(o.Value).(type) {
 	case ir.Local:
 		return st.get(v)
 	case ir.StringIndex:
@@ -377,18 +378,6 @@ func (f *frame) operand(st *state, o ir.Operand) *slot {
 		return f.sd.an.one(conc{ast.InternedTerm(bool(v))})
 	}
 	panic(fmt.Sprintf("operand of type %T", o.Value))
-}
-
-func plainVal(v ir.Val) ir.Val {
-	switch x := v.(type) {
-	case *ir.Local:
-		return *x
-	case *ir.StringIndex:
-		return *x
-	case *ir.Bool:
-		return *x
-	}
-	return v
 }
 
 func (an *analysis) one(v val) *slot { return &slot{alts: []alt{{g: an.vs.b.True(), v: v}}} }

@@ -8,6 +8,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ir"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
+	"github.com/arbiter-dev/arbiter/engine/ireval"
 )
 
 // The operations on symbolic values that statements and builtins share:
@@ -207,7 +208,7 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 	switch x := src.(type) {
 	case conc:
 		if k, ok := key.(conc); ok {
-			if r := ireDot(x.t, k.t); r != nil {
+			if r := ireval.Dot(x.t, k.t); r != nil {
 				return []alt{{g: b.True(), v: conc{r}}}
 			}
 			return nil
@@ -309,21 +310,6 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 	return nil // a scalar has no members
 }
 
-// ireDot is topdown's dot on concrete values (as ireval's).
-func ireDot(src, key *ast.Term) *ast.Term {
-	switch v := src.Value.(type) {
-	case ast.Object:
-		return v.Get(key)
-	case *ast.Array:
-		return v.Get(key)
-	case ast.Set:
-		if v.Contains(key) {
-			return key
-		}
-	}
-	return nil
-}
-
 // overlay is a document with the member at key replaced (with ... as).
 type overlay struct {
 	base val // nil: no object there
@@ -353,7 +339,7 @@ func (an *analysis) upsert(base val, path []*ast.Term, v val) val {
 	if base != nil {
 		switch bv := base.(type) {
 		case conc:
-			if r := ireDot(bv.t, path[0]); r != nil {
+			if r := ireval.Dot(bv.t, path[0]); r != nil {
 				child = conc{r}
 			}
 		case *node:

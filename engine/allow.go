@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -74,13 +75,7 @@ func (v Verdict) Allows(result []byte) (allowed, known bool) {
 	}
 	switch got.(type) {
 	case string, bool: // what checkAllow lets the list hold
-	default:
-		return false, true
-	}
-	for _, a := range v.Allow {
-		if a == got {
-			return true, true
-		}
+		return slices.Contains(v.Allow, got), true
 	}
 	return false, true
 }

@@ -49,5 +49,6 @@ func (s *Snapshot) Analysis(name string) (Analysis, bool) {
 // DecideTopdown decides body as Decide does, on topdown, the authority,
 // whatever program the decision has.
 func (s *Snapshot) DecideTopdown(ctx context.Context, name string, body []byte, opts Options) (*Decision, error) {
-	return s.Decide(Background(ctx, func() {}), name, body, opts)
+	opts.Topdown = true
+	return s.Decide(ctx, name, body, opts)
 }

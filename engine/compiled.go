@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -17,7 +18,6 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
-	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
@@ -218,10 +218,10 @@ func indexedComprehension(c *ast.Compiler, prog *ireval.Program) string {
 // evaluate decides input with the decision's compiled program when it has
 // one, and with topdown otherwise or whenever the compiled evaluation ends
 // without a result. raw is the input document as received, for the
-// self-check.
-func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Value, raw []byte) (ast.Value, error) {
+// self-check. topdown (Options.Topdown) chooses topdown whatever the program.
+func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Value, raw []byte, topdown bool) (ast.Value, error) {
 	prog := def.compiled.program()
-	if prog == nil || backgroundOf(ctx) != nil { // background work runs on the authority (yield.go)
+	if prog == nil || topdown {
 		return s.eval(ctx, def, input)
 	}
 	deadline := time.Now().Add(s.timeout)
@@ -311,9 +311,7 @@ func (sc *SelfCheck) Disagreements() map[string]uint64 {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	out := make(map[string]uint64, len(sc.disagreements))
-	for k, v := range sc.disagreements {
-		out[k] = v
-	}
+	maps.Copy(out, sc.disagreements)
 	return out
 }
 
@@ -365,7 +363,6 @@ func (c *selfChecker) sample(def *decisionDef, raw []byte, v ast.Value) {
 		return
 	}
 	// The body's buffer goes back to the server's pool with the answer.
-	passes.Copy(len(raw))
 	job := checkJob{def: def, raw: append([]byte(nil), raw...), compiled: v}
 	if ok, _ := c.queue.Put(job, n); !ok {
 		c.cfg.dropped.Add(1) // counted per SelfCheck, across reloads

@@ -39,6 +39,10 @@ type Options struct {
 	// Admit is handed the body's JSON values as the one pass over it reads
 	// them (input.Options.Admit); its error is returned as it is.
 	Admit func(values int) error
+	// Topdown decides on topdown, the authority, whatever program the
+	// decision has: a diff's confirmation, and background work (only
+	// topdown calls Background's pause).
+	Topdown bool
 }
 
 // Decision is one decision made: the envelope of the contract plus what the
@@ -94,7 +98,7 @@ func (s *Snapshot) Decide(ctx context.Context, name string, body []byte, opts Op
 	if err != nil {
 		return nil, err
 	}
-	result, err := s.evaluate(ctx, def, in.Value, in.Raw) // compiled or topdown: engine/compiled.go
+	result, err := s.evaluate(ctx, def, in.Value, in.Raw, opts.Topdown) // compiled or topdown: engine/compiled.go
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/arbiter-dev/arbiter/engine/input"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -60,13 +62,8 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			}
 		}
 	}
-	names := make([]string, 0, len(found))
-	for n := range found {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	as := c.GetAnnotationSet()
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(found)) {
 		file := found[name]
 		if !decisionName.MatchString(name) {
 			probs = append(probs, Problem{File: file, Message: fmt.Sprintf("decision name %q must match %s", name, decisionName)})

@@ -55,14 +55,7 @@ type inputRead struct {
 }
 
 // pointer is the JSON pointer of the read.
-func (r inputRead) pointer() string {
-	var b strings.Builder
-	for _, t := range r.path {
-		b.WriteByte('/')
-		b.WriteString(jsonptr.Escape(t))
-	}
-	return b.String()
-}
+func (r inputRead) pointer() string { return jsonptr.Join(r.path) }
 
 // ruleReads finds, for each reason rule of a decision (in the order of
 // rules), what its body reads of the input and of the policy's data,

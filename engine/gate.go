@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // The gate judges every candidate, whatever its source: it builds the
@@ -30,7 +32,7 @@ func (e *Engine) Judge(ctx context.Context, src Source) (*Snapshot, error) {
 }
 
 func (e *Engine) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, orDefault(e.cfg.ReloadTimeout, DefaultReloadTimeout))
+	return context.WithTimeout(ctx, defaults.Positive(e.cfg.ReloadTimeout, DefaultReloadTimeout))
 }
 
 // build runs apart so that the deadline holds even where it cannot be
@@ -51,7 +53,7 @@ func (e *Engine) build(ctx context.Context, src Source) (*Snapshot, error) {
 	case b := <-ch:
 		return b.snap, b.err
 	case <-ctx.Done():
-		msg := fmt.Sprintf("the reload did not finish within %s (--reload-timeout); the candidate was abandoned", orDefault(cfg.ReloadTimeout, DefaultReloadTimeout))
+		msg := fmt.Sprintf("the reload did not finish within %s (--reload-timeout); the candidate was abandoned", defaults.Positive(cfg.ReloadTimeout, DefaultReloadTimeout))
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			msg = "the candidate was abandoned: " + ctx.Err().Error()
 		}

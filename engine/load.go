@@ -9,6 +9,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // Config names the folders a Snapshot is built from. It is a plain struct:
@@ -44,13 +46,6 @@ const (
 	DefaultTestTimeout   = 10 * time.Second
 	DefaultReloadTimeout = time.Minute
 )
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
 
 // Load reads, compiles and checks the configured folders and returns a
 // Snapshot ready to serve, or a *LoadError listing every problem found.
@@ -155,8 +150,8 @@ func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*sourcedSnaps
 		Files:       files,
 		LoadedAt:    time.Now().UTC(),
 		decisions:   map[string]*decisionDef{},
-		timeout:     orDefault(cfg.EvalTimeout, DefaultEvalTimeout),
-		testTimeout: orDefault(cfg.TestTimeout, DefaultTestTimeout),
+		timeout:     defaults.Positive(cfg.EvalTimeout, DefaultEvalTimeout),
+		testTimeout: defaults.Positive(cfg.TestTimeout, DefaultTestTimeout),
 		maxValues:   cfg.MaxInputValues,
 		policySrc:   policyFiles,
 		schemaSrc:   schemaFiles,

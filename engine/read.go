@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // DefaultMaxFileBytes caps one policy, data, schema or test file when
@@ -44,11 +46,7 @@ type treeReader struct {
 }
 
 func newTreeReader(ctx context.Context, cfg Config) *treeReader {
-	max := cfg.MaxFileBytes
-	if max <= 0 {
-		max = DefaultMaxFileBytes
-	}
-	return &treeReader{ctx: ctx, maxFile: max}
+	return &treeReader{ctx: ctx, maxFile: defaults.Positive(cfg.MaxFileBytes, DefaultMaxFileBytes)}
 }
 
 // read reads every file with one of exts below root, following a root that

@@ -2,7 +2,8 @@ package engine
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
@@ -53,12 +54,7 @@ func runIDMarks(schema any) []runIDMark {
 			out = append(out, runIDMark{path: path, value: v, schema: node})
 		}
 		props, _ := node["properties"].(map[string]any)
-		names := make([]string, 0, len(props))
-		for k := range props {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
+		for _, k := range slices.Sorted(maps.Keys(props)) {
 			child, _ := props[k].(map[string]any)
 			walk(child, append(path[:len(path):len(path)], k), depth+1)
 		}

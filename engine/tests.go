@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -519,12 +520,7 @@ func elementDiff(want, got []byte) string {
 		return ""
 	}
 	lacks := func(list []json.RawMessage, x json.RawMessage) bool {
-		for _, y := range list {
-			if SameJSON(x, y) {
-				return false
-			}
-		}
-		return true
+		return !slices.ContainsFunc(list, func(y json.RawMessage) bool { return SameJSON(x, y) })
 	}
 	var missing, extra []string
 	for _, x := range w {
@@ -560,38 +556,25 @@ func orderedObject(b []byte) ([]string, map[string]json.RawMessage, bool) {
 	return keys, m, ok
 }
 
+// orderedKeys lists the keys of a JSON object in their order.
 func orderedKeys(b []byte) (bool, []string) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return false, nil
-	}
-	var keys []string
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return false, nil
-		}
-		keys = append(keys, t.(string))
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return false, nil
-		}
-	}
-	return true, keys
+	spans, ok := memberSpans(b, 0)
+	keys := slices.SortedFunc(maps.Keys(spans), func(x, y string) int { return spans[x].order - spans[y].order })
+	return ok, keys
 }
 
 // SameJSON reports whether two JSON texts hold the same value, numbers
 // compared by their literal text.
 func SameJSON(a, b []byte) bool {
-	var x, y any
-	da := json.NewDecoder(bytes.NewReader(a))
-	da.UseNumber()
-	db := json.NewDecoder(bytes.NewReader(b))
-	db.UseNumber()
-	if da.Decode(&x) != nil || db.Decode(&y) != nil {
-		return false
+	decode := func(b []byte) (v any, err error) {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		err = d.Decode(&v)
+		return
 	}
-	return reflect.DeepEqual(x, y)
+	x, errX := decode(a)
+	y, errY := decode(b)
+	return errX == nil && errY == nil && reflect.DeepEqual(x, y)
 }
 
 // Fixtures returns the fixtures of the test folder that gated s (none

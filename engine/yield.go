@@ -24,8 +24,9 @@ type background struct {
 }
 
 // Background marks the decisions made with ctx as background work (a
-// candidate revision in shadow). Their evaluation runs on topdown, the
-// authority, and calls pause every few dozen expressions; pause may block
+// candidate revision in shadow), which the caller decides on topdown
+// (Options.Topdown): topdown calls pause every few dozen expressions (the
+// compiled program never does); pause may block
 // until the process has time to spare. What they decide does not change,
 // and their deadline counts only the time they run: time spent in pause
 // does not bring a background evaluation closer to policy_timeout.

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// A Background evaluation runs on topdown, the authority, even for a
-// decision that runs compiled, calls its pause function as it goes, and
-// decides what any other evaluation decides.
+// A Background evaluation with Options.Topdown runs on topdown, the
+// authority, even for a decision that runs compiled, calls its pause
+// function as it goes, and decides what any other evaluation decides.
 func TestBackgroundEvaluationsPause(t *testing.T) {
 	root := copyTree(t, quota)
 	editFile(t, filepath.Join(root, quotaPolicy), "reasons := [",
@@ -27,7 +27,7 @@ func TestBackgroundEvaluationsPause(t *testing.T) {
 			t.Fatal(err)
 		}
 		var paused int
-		got, err := s.Decide(Background(ctx, func() { paused++ }), "quota_check", []byte(body), Options{})
+		got, err := s.Decide(Background(ctx, func() { paused++ }), "quota_check", []byte(body), Options{Topdown: true})
 		if err != nil || !SameJSON(got.Result, want.Result) {
 			t.Fatalf("in the background: %v %v, want %s", got, err, want.Result)
 		}
@@ -62,7 +62,7 @@ func TestBackgroundDeadlineCountsRunningTime(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Decide(Background(context.Background(), pause), "quota_check", []byte(`{"tenant":"t","used":1}`), Options{})
+		_, err := s.Decide(Background(context.Background(), pause), "quota_check", []byte(`{"tenant":"t","used":1}`), Options{Topdown: true})
 		done <- err
 	}()
 	<-held

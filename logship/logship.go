@@ -29,7 +29,6 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/opalog"
-	"github.com/arbiter-dev/arbiter/internal/passes"
 	"github.com/arbiter-dev/arbiter/internal/queue"
 	"github.com/arbiter-dev/arbiter/internal/redact"
 )
@@ -296,8 +295,6 @@ func (u *Uploader) event(rec decisionlog.Record) (json.RawMessage, error) {
 		}
 		var v any = json.RawMessage(in)
 		ev.Input = &v
-		passes.Scan(len(in)) // json.Marshal compacts a RawMessage into its output
-		passes.Copy(len(in))
 	} else if rec.BodyBase64 != "" {
 		ev.Custom = map[string]any{"body_base64": rec.BodyBase64}
 	} else if len(rec.Input) > 0 || slices.Contains(rec.Erased, "/body_base64") || slices.Contains(rec.Erased, "/input") {

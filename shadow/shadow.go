@@ -407,6 +407,7 @@ func (s *Shadow) evaluate(ctx context.Context, r *run, req Request) (Judgement, 
 	}
 	s.inflight.Add(1)
 	start := time.Now()
+	req.Options.Topdown = true // background work runs on the authority, the evaluator that pauses
 	j := Judge(engine.Background(ctx, pause), r.cand.Snapshot, req)
 	s.budget.spend(time.Since(mark))
 	d := time.Since(start)

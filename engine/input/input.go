@@ -18,8 +18,6 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-
-	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // DefaultMaxValues caps the JSON values of one input when Options leaves it
@@ -77,12 +75,16 @@ func (*DisagreementError) Error() string {
 	return "the validating pass rejected an input in which the reporting pass found no violation"
 }
 
-func notObject() error {
-	return &InvalidError{Message: "the input must be a JSON object", Violations: []Violation{{Path: "", Message: "expected an object"}}}
+func invalid(msg, violation string) error {
+	return &InvalidError{Message: msg, Violations: []Violation{{Path: "", Message: violation}}}
 }
 
-func noInput() error {
-	return &InvalidError{Message: "the request body has no input member", Violations: []Violation{{Path: "", Message: "missing input"}}}
+func notObject() error { return invalid("the input must be a JSON object", "expected an object") }
+
+func noInput() error { return invalid("the request body has no input member", "missing input") }
+
+func notWrapped() error {
+	return invalid("the request body must be a JSON object with an input member", "expected an object with an input member")
 }
 
 // Parse reads body as the input of a decision with schema s. Errors are
@@ -108,14 +110,20 @@ func Parse(ctx context.Context, body []byte, s *Schema, opts Options) (Input, er
 	if first.valid {
 		return Input{Value: first.value.Value, Raw: first.raw, OneLine: first.oneLine}, nil
 	}
-	rep, err := walk(ctx, body, s.root.set, nil, opts.DataAPIBody, maxValues, true, nil)
-	if err != nil {
-		return Input{}, err
+	return Input{}, violations(ctx, body, s.root.set, opts.DataAPIBody, maxValues)
+}
+
+// violations walks an invalid body again to list its violations: none is
+// a disagreement between the passes.
+func violations(ctx context.Context, body []byte, set []*node, wrapped bool, maxValues int) error {
+	rep, err := walk(ctx, body, set, nil, wrapped, maxValues, true, nil)
+	switch {
+	case err != nil:
+		return err
+	case len(rep.violations) == 0:
+		return &DisagreementError{}
 	}
-	if len(rep.violations) == 0 {
-		return Input{}, &DisagreementError{}
-	}
-	return Input{}, &InvalidError{Message: "input does not match the schema", Violations: rep.violations}
+	return &InvalidError{Message: "input does not match the schema", Violations: rep.violations}
 }
 
 // pass is the outcome of one walk over a body.
@@ -131,7 +139,6 @@ type pass struct {
 // says whether it is valid and hands the values it reads to admit (when not
 // nil); the report pass lists the violations.
 func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapped bool, maxValues int, report bool, admit func(int) error) (pass, error) {
-	passes.Scan(len(body))
 	w := getWalker()
 	defer putWalker(w)
 	w.scanner, w.ctx, w.maxValues, w.valid, w.report = scanner{data: body, admit: admit}, ctx, maxValues, true, report
@@ -157,7 +164,7 @@ func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapp
 	}
 	if wrapped {
 		if !isObj {
-			return pass{}, &InvalidError{Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
+			return pass{}, notWrapped()
 		}
 		if !w.sawInput {
 			return pass{}, noInput()
@@ -181,14 +188,7 @@ func parseWithLibrary(ctx context.Context, body []byte, s *Schema, opts Options,
 	if _, beyond := err.(*NumberLimitError); beyond {
 		// The walk says where, as on the streamed path (or finds a
 		// syntax error after the number).
-		rep, err := walk(ctx, body, nil, nil, opts.DataAPIBody, maxValues, true, nil)
-		if err != nil {
-			return Input{}, err
-		}
-		if len(rep.violations) == 0 {
-			return Input{}, &DisagreementError{}
-		}
-		return Input{}, &InvalidError{Message: "input does not match the schema", Violations: rep.violations}
+		return Input{}, violations(ctx, body, nil, opts.DataAPIBody, maxValues)
 	}
 	if err != nil {
 		return Input{}, err
@@ -199,7 +199,7 @@ func parseWithLibrary(ctx context.Context, body []byte, s *Schema, opts Options,
 	if opts.DataAPIBody {
 		obj, ok := doc.(map[string]any)
 		if !ok {
-			return Input{}, &InvalidError{Message: "the request body must be a JSON object with an input member", Violations: []Violation{{Path: "", Message: "expected an object with an input member"}}}
+			return Input{}, notWrapped()
 		}
 		if doc, ok = obj["input"]; !ok {
 			return Input{}, noInput()

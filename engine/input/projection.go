@@ -1,7 +1,8 @@
 package input
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -108,9 +109,7 @@ func unionMembers[K comparable](a, b map[K]*Projection) map[K]*Projection {
 		return nil
 	}
 	u := make(map[K]*Projection, len(a)+len(b))
-	for k, v := range a {
-		u[k] = v
-	}
+	maps.Copy(u, a)
 	for k, v := range b {
 		u[k] = Union(u[k], v)
 	}
@@ -134,33 +133,20 @@ func (p *Projection) write(b *strings.Builder) {
 	if p.Count {
 		parts = append(parts, "#count")
 	}
-	keys := make([]string, 0, len(p.Keys))
-	for k := range p.Keys {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	part := func(label string, q *Projection) {
 		var sb strings.Builder
-		sb.WriteString(strconv.Quote(k) + ":")
-		p.Keys[k].write(&sb)
+		sb.WriteString(label + ":")
+		q.write(&sb)
 		parts = append(parts, sb.String())
 	}
-	idx := make([]int, 0, len(p.Index))
-	for i := range p.Index {
-		idx = append(idx, i)
+	for _, k := range slices.Sorted(maps.Keys(p.Keys)) {
+		part(strconv.Quote(k), p.Keys[k])
 	}
-	sort.Ints(idx)
-	for _, i := range idx {
-		var sb strings.Builder
-		sb.WriteString("[" + strconv.Itoa(i) + "]:")
-		p.Index[i].write(&sb)
-		parts = append(parts, sb.String())
+	for _, i := range slices.Sorted(maps.Keys(p.Index)) {
+		part("["+strconv.Itoa(i)+"]", p.Index[i])
 	}
 	if p.Any != nil {
-		var sb strings.Builder
-		sb.WriteString("[any]:")
-		p.Any.write(&sb)
-		parts = append(parts, sb.String())
+		part("[any]", p.Any)
 	}
 	b.WriteString("{" + strings.Join(parts, ",") + "}")
 }

@@ -1,6 +1,7 @@
 package input
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,14 +90,7 @@ func (r *reporter) list() []Violation {
 
 func finish(out []Violation, extra int) []Violation {
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	dedup := out[:0]
-	for i, v := range out {
-		if i > 0 && v == out[i-1] {
-			continue
-		}
-		dedup = append(dedup, v)
-	}
-	out = dedup
+	out = slices.Compact(out)
 	if len(out) > MaxViolations {
 		extra += len(out) - MaxViolations
 		out = out[:MaxViolations:MaxViolations]

@@ -288,16 +288,8 @@ func unescape(dst, raw []byte) []byte {
 		e := raw[i+1]
 		i += 2
 		switch e {
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
+		case 'b', 'f', 'n', 'r', 't':
+			dst = append(dst, escapes[e])
 		case 'u':
 			r, _ := hex4(raw, i)
 			i += 4
@@ -313,6 +305,10 @@ func unescape(dst, raw []byte) []byte {
 	}
 	return dst
 }
+
+// escapes is the byte of each one-letter escape but the ones that stand
+// for themselves ("\"", "\\", "/").
+var escapes = [256]byte{'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 func hex4(d []byte, i int) (rune, bool) {
 	if i+4 > len(d) {

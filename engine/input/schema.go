@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -332,17 +333,20 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 		}
 	}
 	// In-place applicators: their nodes apply to the same value.
-	if s.Ref != nil {
-		if _, err := c.node(s.Ref); err != nil {
-			return nil, err
-		}
-	}
-	for _, a := range s.AllOf {
+	for _, a := range inPlace(s) {
 		if _, err := c.node(a); err != nil {
 			return nil, err
 		}
 	}
 	return n, nil
+}
+
+// inPlace lists the in-place applicators of s: its $ref, then allOf.
+func inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
+	if s.Ref == nil {
+		return s.AllOf
+	}
+	return append([]*jsonschema.Schema{s.Ref}, s.AllOf...)
 }
 
 // flatten computes every node's set once all nodes exist.
@@ -364,10 +368,8 @@ func (c *compiler) expand(n *node, out *[]*node, onPath map[*node]bool) error {
 	if onPath[n] {
 		return fmt.Errorf("%s: $ref or allOf cycle", n.s.Location)
 	}
-	for _, m := range *out {
-		if m == n {
-			return nil
-		}
+	if slices.Contains(*out, n) {
+		return nil
 	}
 	onPath[n] = true
 	defer delete(onPath, n)
@@ -380,12 +382,7 @@ func (c *compiler) expand(n *node, out *[]*node, onPath map[*node]bool) error {
 	if n.delegated || n.s.Bool != nil {
 		return nil
 	}
-	if n.s.Ref != nil {
-		if err := c.expand(c.nodes[n.s.Ref], out, onPath); err != nil {
-			return err
-		}
-	}
-	for _, a := range n.s.AllOf {
+	for _, a := range inPlace(n.s) {
 		if err := c.expand(c.nodes[a], out, onPath); err != nil {
 			return err
 		}
@@ -403,18 +400,9 @@ func scalarOf(v any) (scalar, bool) {
 		return scalar{kind: tBool, b: x}, true
 	case string:
 		return scalar{kind: tString, s: x}, true
-	case fmt.Stringer: // json.Number
-		c, ok := CanonicalNumber(x.String())
-		if !ok {
-			return scalar{}, false
-		}
-		return scalar{kind: tNumber, s: c}, true
-	case float64, int, int64:
+	case fmt.Stringer, float64, int, int64: // json.Number, or a number decoded otherwise
 		c, ok := CanonicalNumber(strings.TrimSpace(fmt.Sprint(x)))
-		if !ok {
-			return scalar{}, false
-		}
-		return scalar{kind: tNumber, s: c}, true
+		return scalar{kind: tNumber, s: c}, ok
 	default:
 		return scalar{}, false
 	}

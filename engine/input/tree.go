@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-
-	"github.com/arbiter-dev/arbiter/internal/passes"
 )
 
 // Decode parses one strict JSON document (the scanner's rules: UTF-8 only,
@@ -25,7 +23,6 @@ func Decode(data []byte) (any, error) {
 // decode is Decode with a cap on the number of values (0: none), handing
 // the values it reads to admit (when not nil) as the walk does.
 func decode(data []byte, maxValues int, admit func(int) error) (any, error) {
-	passes.Scan(len(data))
 	d := treeDecoder{scanner: scanner{data: data, admit: admit}, max: maxValues}
 	if err := d.start(); err != nil {
 		return nil, err
@@ -143,41 +140,34 @@ func (d *treeDecoder) text(raw []byte, escaped bool) string {
 // shares nothing with the walk but the number rules, so it serves as the
 // walk's second opinion (the runtime self-check, the differential tests).
 func Value(doc any) (ast.Value, error) {
-	var canon func(any) (any, error)
-	canon = func(v any) (any, error) {
+	var bad error // the first number that does not canonicalize
+	var canon func(any) any
+	canon = func(v any) any {
 		switch x := v.(type) {
 		case map[string]any:
 			out := make(map[string]any, len(x))
 			for k, e := range x {
-				c, err := canon(e)
-				if err != nil {
-					return nil, err
-				}
-				out[k] = c
+				out[k] = canon(e)
 			}
-			return out, nil
+			return out
 		case []any:
 			out := make([]any, len(x))
 			for i, e := range x {
-				c, err := canon(e)
-				if err != nil {
-					return nil, err
-				}
-				out[i] = c
+				out[i] = canon(e)
 			}
-			return out, nil
+			return out
 		case json.Number:
 			c, ok := CanonicalNumber(string(x))
-			if !ok {
-				return nil, fmt.Errorf("%q is not a JSON number", string(x))
+			if !ok && bad == nil {
+				bad = fmt.Errorf("%q is not a JSON number", string(x))
 			}
-			return json.Number(c), nil
+			return json.Number(c)
 		}
-		return v, nil
+		return v
 	}
-	c, err := canon(doc)
-	if err != nil {
-		return nil, err
+	c := canon(doc)
+	if bad != nil {
+		return nil, bad
 	}
 	return ast.InterfaceToValue(c)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -202,24 +203,8 @@ func inEnum(enum []scalar, got typeMask, v scalar) bool {
 	if got == tInteger {
 		got = tNumber
 	}
-	for _, e := range enum {
-		if e.kind != got {
-			continue
-		}
-		switch got {
-		case tNull:
-			return true
-		case tBool:
-			if e.b == v.b {
-				return true
-			}
-		default: // strings, and numbers by canonical text
-			if e.s == v.s {
-				return true
-			}
-		}
-	}
-	return false
+	v.kind = got // a null's and a string's b, and a boolean's s, are zero on both sides
+	return slices.Contains(enum, v)
 }
 
 func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term, error) {
@@ -437,10 +422,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 	top := w.wrapped && depth == 0
 	if w.open('}') {
 		w.closeObject(set, alive, frame, seen)
-		if top {
-			return nil, nil
-		}
-		if !build || !w.valid {
+		if top || !build || !w.valid {
 			return nil, nil
 		}
 		return w.emptyObject(), nil
@@ -465,10 +447,8 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 			}
 			seen[key] = struct{}{}
 		} else {
-			for _, k := range w.keys[frame:] {
-				if k == key {
-					return nil, w.quoting(at, "duplicate object key", key)
-				}
+			if slices.Contains(w.keys[frame:], key) {
+				return nil, w.quoting(at, "duplicate object key", key)
 			}
 			if len(w.keys)-frame == 24 {
 				seen = w.keySet()
@@ -491,25 +471,12 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 				childProj, placeholder = proj.member(key)
 			}
 			mark := len(w.arena)
-			child := w.memberSet(set, alive, key)
-			if w.report {
-				w.rep.push(key, -1)
-			}
-			v, err := w.value(child, childProj, depth+1)
+			v, err := w.child(w.memberSet(set, alive, key), mark, childProj, placeholder, build, key, -1, depth)
 			if err != nil {
 				return nil, err
 			}
-			if w.report {
-				w.rep.pop()
-			}
-			w.arena = w.arena[:mark]
-			if build && w.valid {
-				switch {
-				case v != nil:
-					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
-				case placeholder:
-					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), ast.InternedNullTerm})
-				}
+			if v != nil {
+				pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
 			}
 		}
 		done, err := w.next('}', "object")
@@ -525,6 +492,31 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		return nil, nil
 	}
 	return ast.NewTerm(ast.NewObject(pairs...)), nil
+}
+
+// child reads the value of a member (key) or element (i >= 0) under the
+// nodes set, which the arena holds from mark on, and returns what its
+// object or array keeps of it when keep: the value, a placeholder (null)
+// for a value no rule reads, or nil for nothing.
+func (w *walker) child(set []*node, mark int, proj *Projection, placeholder, keep bool, key string, i, depth int) (*ast.Term, error) {
+	if w.report {
+		w.rep.push(key, i)
+	}
+	v, err := w.value(set, proj, depth+1)
+	if err != nil {
+		return nil, err
+	}
+	if w.report {
+		w.rep.pop()
+	}
+	w.arena = w.arena[:mark]
+	switch {
+	case !keep || !w.valid:
+		return nil, nil
+	case v == nil && placeholder:
+		return ast.InternedNullTerm, nil
+	}
+	return v, nil
 }
 
 // keySet returns an empty set for the keys of one more large object.
@@ -607,14 +599,7 @@ func (w *walker) addSet(single []*node, count, mark int, s []*node) ([]*node, in
 		w.arena = append(w.arena, single...)
 	}
 	for _, n := range s {
-		dup := false
-		for _, m := range w.arena[mark:] {
-			if m == n {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+		if !slices.Contains(w.arena[mark:], n) {
 			w.arena = append(w.arena, n)
 		}
 	}
@@ -632,16 +617,9 @@ func (w *walker) closeObject(set []*node, alive uint64, frame int, seen map[stri
 			continue
 		}
 		for _, r := range n.s.Required {
-			found := false
-			if seen != nil {
-				_, found = seen[r]
-			} else {
-				for _, k := range keys {
-					if k == r {
-						found = true
-						break
-					}
-				}
+			_, found := seen[r]
+			if seen == nil {
+				found = slices.Contains(keys, r)
 			}
 			if !found {
 				w.recordViolation("missing required property", r)
@@ -679,25 +657,12 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 				childProj, placeholder = proj.element(n)
 			}
 			mark := len(w.arena)
-			child := w.elementSet(set, alive, n)
-			if w.report {
-				w.rep.push("", n)
-			}
-			v, err := w.value(child, childProj, depth+1)
+			v, err := w.child(w.elementSet(set, alive, n), mark, childProj, placeholder, keep, "", n, depth)
 			if err != nil {
 				return nil, err
 			}
-			if w.report {
-				w.rep.pop()
-			}
-			w.arena = w.arena[:mark]
-			if keep && w.valid {
-				switch {
-				case v != nil:
-					elems = append(elems, v)
-				case placeholder:
-					elems = append(elems, ast.InternedNullTerm)
-				}
+			if v != nil {
+				elems = append(elems, v)
 			}
 			n++
 			done, err := w.next(']', "array")

@@ -2,6 +2,9 @@ package ireval
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,9 +48,7 @@ type Program struct {
 // included), by kind: "DotStmt", "ScanStmt", ...
 func (p *Program) StatementKinds() map[string]int {
 	out := make(map[string]int, len(p.kinds))
-	for k, n := range p.kinds {
-		out[k] = n
-	}
+	maps.Copy(out, p.kinds)
 	return out
 }
 
@@ -132,9 +133,14 @@ type compiler struct {
 	dynamic map[string]*function // by CallDynamicStmt path
 	nmemo   int
 	maxArgs int
-	// cur is the function being compiled, nil for the plan.
-	cur   *function
-	kinds map[string]int // statements compiled, by kind
+	// cur is the function being compiled, nil for the plan; scope is the
+	// function whose callees the statements compiled now add to (a stand-in
+	// for the plan's).
+	cur, scope *function
+	kinds      map[string]int // statements compiled, by kind
+	// err is the first operand of the statement being compiled that did
+	// not compile (stmt returns it).
+	err error
 }
 
 // Compile compiles the plan named entry of policy. data is the whole data
@@ -161,7 +167,8 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	if plan == nil {
 		return nil, unsupported("no plan named %q", entry)
 	}
-	c := &compiler{policy: policy, funcs: map[string]*ir.Func{}, built: map[string]*function{}, busy: map[string]bool{}, dynamic: map[string]*function{}, kinds: map[string]int{}}
+	top := &function{callee: map[*function]bool{}} // the plan's callees
+	c := &compiler{policy: policy, funcs: map[string]*ir.Func{}, built: map[string]*function{}, busy: map[string]bool{}, dynamic: map[string]*function{}, kinds: map[string]int{}, scope: top}
 	if policy.Static != nil {
 		for _, s := range policy.Static.Strings {
 			c.strs = append(c.strs, ast.StringTerm(s.Value))
@@ -190,15 +197,9 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	if data != nil {
 		p.data = ast.NewTerm(data)
 	}
-	maxLocal := int(ir.Data)
+	p.nlocal = frameSize(plan.Blocks, ir.Data)
 	for _, b := range plan.Blocks {
-		walkLocals(b, func(l ir.Local) { maxLocal = max(maxLocal, int(l)) })
-	}
-	p.nlocal = maxLocal + 1
-	planCallees := map[*function]bool{}
-	planDyn := false
-	for _, b := range plan.Blocks {
-		cb, err := c.block(b, 1, planCallees, &planDyn)
+		cb, err := c.block(b, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -238,18 +239,12 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 		need[f] = f.nlocal + deepest
 		return need[f], nil
 	}
-	deepest := 0
-	if planDyn {
-		planCallees = c.allDynamic(planCallees)
+	// The plan is a frame of no locals of its own here: they are nlocal.
+	n, err := depth(top, map[*function]bool{})
+	if err != nil {
+		return nil, err
 	}
-	for g := range planCallees {
-		n, err := depth(g, map[*function]bool{})
-		if err != nil {
-			return nil, err
-		}
-		deepest = max(deepest, n)
-	}
-	p.stackSize = p.nlocal + deepest
+	p.stackSize = p.nlocal + n
 	p.nmemo = c.nmemo
 	p.maxArgs = c.maxArgs
 	p.kinds = c.kinds
@@ -258,6 +253,19 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	}
 	sort.Slice(p.funcs, func(i, j int) bool { return p.funcs[i].name < p.funcs[j].name })
 	return p, nil
+}
+
+// frameSize is the number of locals a frame running blocks needs, at
+// least enough for the named ones.
+func frameSize(blocks []*ir.Block, named ...ir.Local) int {
+	n := 0
+	for _, l := range named {
+		n = max(n, int(l))
+	}
+	for _, b := range blocks {
+		walkLocals(b, func(l ir.Local) { n = max(n, int(l)) })
+	}
+	return n + 1
 }
 
 func (c *compiler) allDynamic(base map[*function]bool) map[*function]bool {
@@ -272,27 +280,16 @@ func (c *compiler) allDynamic(base map[*function]bool) map[*function]bool {
 }
 
 func usesDynamicCalls(policy *ir.Policy) bool {
-	found := false
-	check := func(b *ir.Block) {
-		walkStmts(b, func(s ir.Stmt) {
-			if _, ok := s.(*ir.CallDynamicStmt); ok {
-				found = true
-			}
-		})
-	}
+	var blocks []*ir.Block
 	for _, pl := range policy.Plans.Plans {
-		for _, b := range pl.Blocks {
-			check(b)
-		}
+		blocks = append(blocks, pl.Blocks...)
 	}
 	if policy.Funcs != nil {
 		for _, f := range policy.Funcs.Funcs {
-			for _, b := range f.Blocks {
-				check(b)
-			}
+			blocks = append(blocks, f.Blocks...)
 		}
 	}
-	return found
+	return slices.ContainsFunc(blocks, contains[*ir.CallDynamicStmt])
 }
 
 // function compiles the named plan function once.
@@ -313,27 +310,19 @@ func (c *compiler) function(name string) (*function, error) {
 	fn := &function{name: name, memo: -1, callee: map[*function]bool{}}
 	c.busy[name] = true
 	defer delete(c.busy, name)
-	maxLocal := int(f.Return)
-	for _, p := range f.Params {
-		maxLocal = max(maxLocal, int(p))
-	}
-	for _, b := range f.Blocks {
-		walkLocals(b, func(l ir.Local) { maxLocal = max(maxLocal, int(l)) })
-	}
-	saved := c.cur
-	c.cur = fn
-	defer func() { c.cur = saved }()
-	var blocks []block
+	saved, scope := c.cur, c.scope
+	c.cur, c.scope = fn, fn
+	defer func() { c.cur, c.scope = saved, scope }()
 	for i, b := range f.Blocks {
 		// ReturnLocalStmt may only end the function, at its top level.
-		if i < len(f.Blocks)-1 && containsReturn(b) {
+		if i < len(f.Blocks)-1 && contains[*ir.ReturnLocalStmt](b) {
 			return nil, unsupported("function %s returns before its last block", name)
 		}
-		cb, err := c.block(b, 1, fn.callee, &fn.dyn)
+		cb, err := c.block(b, 1)
 		if err != nil {
 			return nil, err
 		}
-		blocks = append(blocks, cb)
+		fn.blocks = append(fn.blocks, cb)
 	}
 	if len(f.Blocks) == 0 || !endsWithReturn(f.Blocks[len(f.Blocks)-1]) {
 		return nil, unsupported("function %s does not end with a return", name)
@@ -342,8 +331,7 @@ func (c *compiler) function(name string) (*function, error) {
 		fn.params = append(fn.params, int(p))
 	}
 	fn.ret = int(f.Return)
-	fn.nlocal = maxLocal + 1
-	fn.blocks = blocks
+	fn.nlocal = frameSize(f.Blocks, append([]ir.Local{f.Return}, f.Params...)...)
 	c.built[name] = fn
 	if len(f.Params) == 2 {
 		// A function of input and data alone: memoized per evaluation, as
@@ -354,10 +342,12 @@ func (c *compiler) function(name string) (*function, error) {
 	return fn, nil
 }
 
-func containsReturn(b *ir.Block) bool {
+// contains reports whether b holds a statement of type T, nested ones
+// included.
+func contains[T ir.Stmt](b *ir.Block) bool {
 	found := false
 	walkStmts(b, func(s ir.Stmt) {
-		if _, ok := s.(*ir.ReturnLocalStmt); ok {
+		if _, ok := s.(T); ok {
 			found = true
 		}
 	})
@@ -375,10 +365,10 @@ func endsWithReturn(b *ir.Block) bool {
 // block compiles b. depth counts the blocks between b's statements and the
 // nearest boundary (a function's or plan's top-level block, the body of a
 // scan, a not or a with), b included: no break may leave that boundary.
-func (c *compiler) block(b *ir.Block, depth int, callees map[*function]bool, dyn *bool) (block, error) {
+func (c *compiler) block(b *ir.Block, depth int) (block, error) {
 	out := make(block, 0, len(b.Stmts))
 	for _, s := range b.Stmts {
-		cs, err := c.stmt(s, depth, callees, dyn)
+		cs, err := c.stmt(s, depth)
 		if err != nil {
 			return nil, err
 		}
@@ -387,9 +377,9 @@ func (c *compiler) block(b *ir.Block, depth int, callees map[*function]bool, dyn
 	return out, nil
 }
 
-// plainVal reads an operand's value, which a plan read back from JSON holds
+// PlainVal reads an operand's value, which a plan read back from JSON holds
 // by pointer.
-func plainVal(v ir.Val) ir.Val {
+func PlainVal(v ir.Val) ir.Val {
 	switch x := v.(type) {
 	case *ir.Local:
 		return *x
@@ -401,43 +391,64 @@ func plainVal(v ir.Val) ir.Val {
 	return v
 }
 
-func (c *compiler) operand(o ir.Operand) (operand, error) {
-	switch v := plainVal(o.Value).(type) {
+// op compiles an operand; one that does not compile is kept in c.err.
+func (c *compiler) op(o ir.Operand) operand {
+	switch v := PlainVal(o.Value).(type) {
 	case ir.Local:
-		return operand{local: int(v)}, nil
+		return operand{local: int(v)}
 	case ir.StringIndex:
-		if int(v) < 0 || int(v) >= len(c.strs) {
-			return operand{}, unsupported("string constant %d out of range", v)
-		}
-		return operand{local: -1, c: c.strs[v]}, nil
+		return operand{local: -1, c: c.str(int(v))}
 	case ir.Bool:
-		return operand{local: -1, c: ast.InternedTerm(bool(v))}, nil
+		return operand{local: -1, c: ast.InternedTerm(bool(v))}
 	default:
-		return operand{}, unsupported("operand of type %T", o.Value)
+		c.fail(unsupported("operand of type %T", o.Value))
+		return operand{}
 	}
 }
 
-func (c *compiler) operands(os []ir.Operand) ([]operand, error) {
+func (c *compiler) ops(os []ir.Operand) []operand {
 	out := make([]operand, len(os))
 	for i, o := range os {
-		var err error
-		if out[i], err = c.operand(o); err != nil {
-			return nil, err
-		}
+		out[i] = c.op(o)
 	}
-	return out, nil
+	return out
 }
 
-func (c *compiler) str(i int) (*ast.Term, error) {
+// str is static string i; one out of range is kept in c.err.
+func (c *compiler) str(i int) *ast.Term {
 	if i < 0 || i >= len(c.strs) {
-		return nil, unsupported("string constant %d out of range", i)
+		c.fail(unsupported("string constant %d out of range", i))
+		return ast.InternedNullTerm
 	}
-	return c.strs[i], nil
+	return c.strs[i]
 }
 
-// stmt compiles one statement.
-func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *bool) (stmt, error) {
+func (c *compiler) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// stmt compiles one statement: a statement of control, or one of values.
+func (c *compiler) stmt(s ir.Stmt, depth int) (stmt, error) {
 	c.kinds[fmt.Sprintf("%T", s)[len("*ir."):]]++
+	out, err := c.control(s, depth)
+	if out == nil && err == nil {
+		out = c.value(s)
+	}
+	if err == nil {
+		err = c.err
+	}
+	c.err = nil
+	if out == nil && err == nil {
+		err = unsupported("statement %T", s)
+	}
+	return out, err
+}
+
+// control compiles a statement that runs blocks, calls or leaves them; it
+// returns nil for any other.
+func (c *compiler) control(s ir.Stmt, depth int) (stmt, error) {
 	switch s := s.(type) {
 	case *ir.NopStmt:
 		return func(*state, []*ast.Term) int { return next }, nil
@@ -482,7 +493,7 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 			if b == nil {
 				continue
 			}
-			cb, err := c.block(b, depth+1, callees, dyn)
+			cb, err := c.block(b, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -502,17 +513,11 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 		}, nil
 
 	case *ir.ScanStmt:
-		body, err := c.block(s.Block, 1, callees, dyn)
-		if err != nil {
-			return nil, err
-		}
-		return scanStmt(int(s.Source), int(s.Key), int(s.Value), body), nil
+		body, err := c.block(s.Block, 1)
+		return scanStmt(int(s.Source), int(s.Key), int(s.Value), body), err
 
 	case *ir.NotStmt:
-		body, err := c.block(s.Block, 1, callees, dyn)
-		if err != nil {
-			return nil, err
-		}
+		body, err := c.block(s.Block, 1)
 		return func(st *state, l []*ast.Term) int {
 			switch r := body.run(st, l); r {
 			case next:
@@ -522,68 +527,48 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 			default:
 				return r
 			}
-		}, nil
+		}, err
 
 	case *ir.WithStmt:
-		body, err := c.block(s.Block, 1, callees, dyn)
-		if err != nil {
-			return nil, err
-		}
-		val, err := c.operand(s.Value)
+		body, err := c.block(s.Block, 1)
 		if err != nil {
 			return nil, err
 		}
 		path := make([]*ast.Term, len(s.Path))
 		for i, idx := range s.Path {
-			if path[i], err = c.str(idx); err != nil {
-				return nil, err
-			}
+			path[i] = c.str(idx)
 		}
-		return withStmt(int(s.Local), path, val, body), nil
+		return withStmt(int(s.Local), path, c.op(s.Value), body), nil
 
 	case *ir.CallStmt:
-		return c.call(s, callees)
+		return c.call(s)
 
 	case *ir.CallDynamicStmt:
 		if depth <= 3 {
 			return nil, unsupported("dynamic call outside the planner's block structure")
 		}
-		*dyn = true
-		path, err := c.operands(s.Path)
-		if err != nil {
-			return nil, err
-		}
+		c.scope.dyn = true
 		args := make([]int, len(s.Args))
 		for i, a := range s.Args {
 			args[i] = int(a)
 		}
-		return c.callDynamic(path, args, int(s.Result)), nil
+		return c.callDynamic(c.ops(s.Path), args, int(s.Result)), nil
+	}
+	return nil, nil
+}
 
+// value compiles a statement that reads, tests, makes or fills locals; it
+// returns nil for any other.
+func (c *compiler) value(s ir.Stmt) stmt {
+	switch s := s.(type) {
 	case *ir.DotStmt:
-		src, err := c.operand(s.Source)
-		if err != nil {
-			return nil, err
-		}
-		key, err := c.operand(s.Key)
-		if err != nil {
-			return nil, err
-		}
-		target := int(s.Target)
+		src, key, target := c.op(s.Source), c.op(s.Key), int(s.Target)
 		return func(_ *state, l []*ast.Term) int {
-			v := dot(src.get(l), key.get(l))
-			if v == nil {
-				return 0
-			}
-			l[target] = v
-			return next
-		}, nil
+			return set(l, target, Dot(src.get(l), key.get(l)))
+		}
 
 	case *ir.LenStmt:
-		src, err := c.operand(s.Source)
-		if err != nil {
-			return nil, err
-		}
-		target := int(s.Target)
+		src, target := c.op(s.Source), int(s.Target)
 		return func(_ *state, l []*ast.Term) int {
 			t := src.get(l)
 			if t == nil {
@@ -602,35 +587,12 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 			}
 			l[target] = ast.InternedTerm(n)
 			return next
-		}, nil
+		}
 
-	case *ir.EqualStmt, *ir.NotEqualStmt:
-		var a, b ir.Operand
-		want := true
-		if e, ok := s.(*ir.EqualStmt); ok {
-			a, b = e.A, e.B
-		} else {
-			ne := s.(*ir.NotEqualStmt)
-			a, b, want = ne.A, ne.B, false
-		}
-		oa, err := c.operand(a)
-		if err != nil {
-			return nil, err
-		}
-		ob, err := c.operand(b)
-		if err != nil {
-			return nil, err
-		}
-		return func(_ *state, l []*ast.Term) int {
-			x, y := oa.get(l), ob.get(l)
-			if x == nil || y == nil {
-				return 0
-			}
-			if (ast.Compare(x.Value, y.Value) == 0) != want {
-				return 0
-			}
-			return next
-		}, nil
+	case *ir.EqualStmt:
+		return c.equal(s.A, s.B, true)
+	case *ir.NotEqualStmt:
+		return c.equal(s.A, s.B, false)
 
 	case *ir.IsArrayStmt:
 		return c.isKind(s.Source, func(v ast.Value) bool { _, ok := v.(*ast.Array); return ok })
@@ -638,48 +600,28 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 		return c.isKind(s.Source, func(v ast.Value) bool { _, ok := v.(ast.Object); return ok })
 	case *ir.IsSetStmt:
 		return c.isKind(s.Source, func(v ast.Value) bool { _, ok := v.(ast.Set); return ok })
-
 	case *ir.IsDefinedStmt:
-		src := int(s.Source)
-		return func(_ *state, l []*ast.Term) int {
-			if l[src] == nil {
-				return 0
-			}
-			return next
-		}, nil
+		return c.isKind(ir.Operand{Value: s.Source}, func(ast.Value) bool { return true })
 
 	case *ir.IsUndefinedStmt:
 		src := int(s.Source)
-		return func(_ *state, l []*ast.Term) int {
-			if l[src] != nil {
-				return 0
-			}
-			return next
-		}, nil
+		return func(_ *state, l []*ast.Term) int { return holds(l[src] == nil) }
 
 	case *ir.ResetLocalStmt:
-		return setLocal(int(s.Target), nil, next), nil
+		return setLocal(int(s.Target), nil, next)
 
 	case *ir.AssignIntStmt:
-		return setLocal(int(s.Target), intTerm(s.Value), next), nil
+		return setLocal(int(s.Target), intTerm(s.Value), next)
 
 	case *ir.AssignVarStmt:
-		src, err := c.operand(s.Source)
-		if err != nil {
-			return nil, err
-		}
-		t := int(s.Target)
+		src, t := c.op(s.Source), int(s.Target)
 		return func(_ *state, l []*ast.Term) int {
 			l[t] = src.get(l)
 			return next
-		}, nil
+		}
 
 	case *ir.AssignVarOnceStmt:
-		src, err := c.operand(s.Source)
-		if err != nil {
-			return nil, err
-		}
-		t := int(s.Target)
+		src, t := c.op(s.Source), int(s.Target)
 		return func(st *state, l []*ast.Term) int {
 			v := src.get(l)
 			if cur := l[t]; cur != nil {
@@ -690,98 +632,52 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 			}
 			l[t] = v
 			return next
-		}, nil
+		}
 
 	case *ir.MakeNullStmt:
-		return setLocal(int(s.Target), ast.InternedNullTerm, next), nil
+		return setLocal(int(s.Target), ast.InternedNullTerm, next)
 
 	case *ir.MakeNumberIntStmt:
-		return setLocal(int(s.Target), intTerm(s.Value), next), nil
+		return setLocal(int(s.Target), intTerm(s.Value), next)
 
 	case *ir.MakeNumberRefStmt:
-		lit, err := c.str(s.Index)
-		if err != nil {
-			return nil, err
-		}
 		// The literal as the parser read it: topdown's constant term.
-		return setLocal(int(s.Target), ast.NewTerm(ast.Number(lit.Value.(ast.String))), next), nil
+		lit, _ := c.str(s.Index).Value.(ast.String)
+		return setLocal(int(s.Target), ast.NewTerm(ast.Number(lit)), next)
 
 	case *ir.MakeArrayStmt:
-		t, n := int(s.Target), int(max(s.Capacity, 0))
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = &ast.Term{Value: ast.NewArrayWithCapacity(n), Location: fresh}
-			return next
-		}, nil
-
+		n := int(max(s.Capacity, 0))
+		return makeFresh(s.Target, func() ast.Value { return ast.NewArrayWithCapacity(n) })
 	case *ir.MakeObjectStmt:
-		t := int(s.Target)
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = &ast.Term{Value: ast.NewObject(), Location: fresh}
-			return next
-		}, nil
-
+		return makeFresh(s.Target, func() ast.Value { return ast.NewObject() })
 	case *ir.MakeSetStmt:
-		t := int(s.Target)
-		return func(_ *state, l []*ast.Term) int {
-			l[t] = &ast.Term{Value: ast.NewSet(), Location: fresh}
-			return next
-		}, nil
+		return makeFresh(s.Target, func() ast.Value { return ast.NewSet() })
+	}
+	return c.compose(s)
+}
 
+// compose compiles a statement that adds to a composite the plan made, or
+// merges two objects; it returns nil for any other.
+func (c *compiler) compose(s ir.Stmt) stmt {
+	switch s := s.(type) {
 	case *ir.ArrayAppendStmt:
-		val, err := c.operand(s.Value)
-		if err != nil {
-			return nil, err
-		}
-		arr := int(s.Array)
-		return func(st *state, l []*ast.Term) int {
-			t, v := l[arr], val.get(l)
-			if t == nil || v == nil {
-				return 0
-			}
-			a, ok := t.Value.(*ast.Array)
-			if !ok || t.Location != fresh {
-				return st.internal("array append to a value the plan did not make")
-			}
+		v := c.op(s.Value)
+		return grow(s.Array, "array append to", v, v, func(st *state, t *ast.Term, a *ast.Array, v, _ *ast.Term) int {
 			t.Value = a.Append(v)
 			return next
-		}, nil
+		})
 
-	case *ir.ObjectInsertStmt, *ir.ObjectInsertOnceStmt:
-		var k, v ir.Operand
-		var o ir.Local
-		once := false
-		if x, ok := s.(*ir.ObjectInsertStmt); ok {
-			k, v, o = x.Key, x.Value, x.Object
-		} else {
-			x := s.(*ir.ObjectInsertOnceStmt)
-			k, v, o, once = x.Key, x.Value, x.Object, true
-		}
-		key, err := c.operand(k)
-		if err != nil {
-			return nil, err
-		}
-		val, err := c.operand(v)
-		if err != nil {
-			return nil, err
-		}
-		obj := int(o)
-		return func(st *state, l []*ast.Term) int {
-			t, kt, vt := l[obj], key.get(l), val.get(l)
-			if t == nil || kt == nil || vt == nil {
-				return 0
-			}
-			m, ok := t.Value.(ast.Object)
-			if !ok || t.Location != fresh {
-				return st.internal("object insert into a value the plan did not make")
-			}
-			if once {
-				if cur := m.Get(kt); cur != nil && ast.Compare(cur.Value, vt.Value) != 0 {
-					return st.conflict("object keys must be unique")
-				}
-			}
-			m.Insert(kt, vt)
+	case *ir.SetAddStmt:
+		v := c.op(s.Value)
+		return grow(s.Set, "set add to", v, v, func(st *state, _ *ast.Term, sv ast.Set, v, _ *ast.Term) int {
+			sv.Add(v)
 			return next
-		}, nil
+		})
+
+	case *ir.ObjectInsertStmt:
+		return c.insert(s.Object, s.Key, s.Value, false)
+	case *ir.ObjectInsertOnceStmt:
+		return c.insert(s.Object, s.Key, s.Value, true)
 
 	case *ir.ObjectMergeStmt:
 		a, b, t := int(s.A), int(s.B), int(s.Target)
@@ -801,44 +697,84 @@ func (c *compiler) stmt(s ir.Stmt, depth int, callees map[*function]bool, dyn *b
 			}
 			l[t] = ast.NewTerm(m)
 			return next
-		}, nil
-
-	case *ir.SetAddStmt:
-		val, err := c.operand(s.Value)
-		if err != nil {
-			return nil, err
 		}
-		set := int(s.Set)
-		return func(st *state, l []*ast.Term) int {
-			t, v := l[set], val.get(l)
-			if t == nil || v == nil {
-				return 0
-			}
-			sv, ok := t.Value.(ast.Set)
-			if !ok || t.Location != fresh {
-				return st.internal("set add to a value the plan did not make")
-			}
-			sv.Add(v)
-			return next
-		}, nil
+	}
+	return nil
+}
 
-	default:
-		return nil, unsupported("statement %T", s)
+func (c *compiler) insert(obj ir.Local, k, v ir.Operand, once bool) stmt {
+	return grow(obj, "object insert into", c.op(k), c.op(v), func(st *state, _ *ast.Term, m ast.Object, kt, vt *ast.Term) int {
+		if once {
+			if cur := m.Get(kt); cur != nil && ast.Compare(cur.Value, vt.Value) != 0 {
+				return st.conflict("object keys must be unique")
+			}
+		}
+		m.Insert(kt, vt)
+		return next
+	})
+}
+
+// grow is a statement that adds the values of a and b (the same operand
+// twice for a statement of one value) to the composite of type T in local
+// x, which the plan must have made (fresh): input, data and builtin
+// results are never modified. An undefined value makes the statement
+// undefined.
+func grow[T ast.Value](x ir.Local, what string, a, b operand, add func(st *state, t *ast.Term, v T, a, b *ast.Term) int) stmt {
+	i := int(x)
+	return func(st *state, l []*ast.Term) int {
+		t, av, bv := l[i], a.get(l), b.get(l)
+		if t == nil || av == nil || bv == nil {
+			return 0
+		}
+		v, ok := t.Value.(T)
+		if !ok || t.Location != fresh {
+			return st.internal(what + " a value the plan did not make")
+		}
+		return add(st, t, v, av, bv)
 	}
 }
 
-func (c *compiler) isKind(o ir.Operand, is func(ast.Value) bool) (stmt, error) {
-	src, err := c.operand(o)
-	if err != nil {
-		return nil, err
+func (c *compiler) equal(a, b ir.Operand, want bool) stmt {
+	oa, ob := c.op(a), c.op(b)
+	return func(_ *state, l []*ast.Term) int {
+		x, y := oa.get(l), ob.get(l)
+		return holds(x != nil && y != nil && (ast.Compare(x.Value, y.Value) == 0) == want)
 	}
+}
+
+func (c *compiler) isKind(o ir.Operand, is func(ast.Value) bool) stmt {
+	src := c.op(o)
 	return func(_ *state, l []*ast.Term) int {
 		t := src.get(l)
-		if t == nil || !is(t.Value) {
-			return 0
-		}
+		return holds(t != nil && is(t.Value))
+	}
+}
+
+// holds is the outcome of a test: go on, or the statement is undefined.
+func holds(ok bool) int {
+	if ok {
 		return next
-	}, nil
+	}
+	return 0
+}
+
+// set sets local t to v and goes on; an undefined v makes the statement
+// undefined.
+func set(l []*ast.Term, t int, v *ast.Term) int {
+	if v == nil {
+		return 0
+	}
+	l[t] = v
+	return next
+}
+
+// makeFresh is the statement that sets local t to a new composite.
+func makeFresh(t ir.Local, mk func() ast.Value) stmt {
+	i := int(t)
+	return func(_ *state, l []*ast.Term) int {
+		l[i] = &ast.Term{Value: mk(), Location: fresh}
+		return next
+	}
 }
 
 // fresh marks the composites a plan makes (MakeArray, MakeObject, MakeSet):
@@ -850,10 +786,10 @@ func intTerm(v int64) *ast.Term {
 	return ast.InternedTerm(int(v))
 }
 
-// dot looks key up in src as topdown does: an object member, an array
+// Dot looks key up in src as topdown does: an object member, an array
 // element at an integer index, a set element (the key itself); anything
 // else is undefined.
-func dot(src, key *ast.Term) *ast.Term {
+func Dot(src, key *ast.Term) *ast.Term {
 	if src == nil || key == nil {
 		return nil
 	}
@@ -904,12 +840,8 @@ func mergeObjects(a, b ast.Object) (ast.Object, bool) {
 }
 
 // call compiles a call of a plan function or of a builtin.
-func (c *compiler) call(s *ir.CallStmt, callees map[*function]bool) (stmt, error) {
-	args, err := c.operands(s.Args)
-	if err != nil {
-		return nil, err
-	}
-	result := int(s.Result)
+func (c *compiler) call(s *ir.CallStmt) (stmt, error) {
+	args, result := c.ops(s.Args), int(s.Result)
 	if _, ok := c.funcs[s.Func]; ok {
 		fn, err := c.function(s.Func)
 		if err != nil {
@@ -918,17 +850,10 @@ func (c *compiler) call(s *ir.CallStmt, callees map[*function]bool) (stmt, error
 		if len(args) != len(fn.params) {
 			return nil, unsupported("call of %s with %d arguments, want %d", s.Func, len(args), len(fn.params))
 		}
-		callees[fn] = true
+		c.scope.callee[fn] = true
 		return func(st *state, l []*ast.Term) int {
 			v, r := st.call(fn, args, l)
-			if r != next {
-				return r
-			}
-			if v == nil {
-				return 0
-			}
-			l[result] = v
-			return next
+			return setResult(l, result, v, r)
 		}, nil
 	}
 	bi, err := resolveBuiltin(s.Func, len(args))
@@ -938,15 +863,17 @@ func (c *compiler) call(s *ir.CallStmt, callees map[*function]bool) (stmt, error
 	c.maxArgs = max(c.maxArgs, len(args))
 	return func(st *state, l []*ast.Term) int {
 		v, r := st.builtin(bi, args, l)
-		if r != next {
-			return r
-		}
-		if v == nil {
-			return 0
-		}
-		l[result] = v
-		return next
+		return setResult(l, result, v, r)
 	}, nil
+}
+
+// setResult sets local t to a call's result v, unless the call ended
+// otherwise (r).
+func setResult(l []*ast.Term, t int, v *ast.Term, r int) int {
+	if r != next {
+		return r
+	}
+	return set(l, t, v)
 }
 
 func (c *compiler) callDynamic(path []operand, args []int, result int) stmt {
@@ -1011,100 +938,38 @@ func walkStmts(b *ir.Block, f func(ir.Stmt)) {
 	}
 }
 
-// walkLocals calls f on every local a statement of b names.
+var (
+	localType    = reflect.TypeFor[ir.Local]()
+	operandType  = reflect.TypeFor[ir.Operand]()
+	localsType   = reflect.TypeFor[[]ir.Local]()
+	operandsType = reflect.TypeFor[[]ir.Operand]()
+)
+
+// walkLocals calls f on every local a statement of b names: every field
+// of a statement that is a local, an operand, or a list of them.
 func walkLocals(b *ir.Block, f func(ir.Local)) {
 	op := func(o ir.Operand) {
-		if l, ok := plainVal(o.Value).(ir.Local); ok {
+		if l, ok := PlainVal(o.Value).(ir.Local); ok {
 			f(l)
 		}
 	}
 	walkStmts(b, func(s ir.Stmt) {
-		switch s := s.(type) {
-		case *ir.ReturnLocalStmt:
-			f(s.Source)
-		case *ir.CallStmt:
-			for _, a := range s.Args {
-				op(a)
+		v := reflect.Indirect(reflect.ValueOf(s))
+		for i := range v.NumField() {
+			switch fv := v.Field(i); fv.Type() {
+			case localType:
+				f(fv.Interface().(ir.Local))
+			case operandType:
+				op(fv.Interface().(ir.Operand))
+			case localsType:
+				for _, l := range fv.Interface().([]ir.Local) {
+					f(l)
+				}
+			case operandsType:
+				for _, o := range fv.Interface().([]ir.Operand) {
+					op(o)
+				}
 			}
-			f(s.Result)
-		case *ir.CallDynamicStmt:
-			for _, a := range s.Args {
-				f(a)
-			}
-			for _, p := range s.Path {
-				op(p)
-			}
-			f(s.Result)
-		case *ir.DotStmt:
-			op(s.Source)
-			op(s.Key)
-			f(s.Target)
-		case *ir.LenStmt:
-			op(s.Source)
-			f(s.Target)
-		case *ir.ScanStmt:
-			f(s.Source)
-			f(s.Key)
-			f(s.Value)
-		case *ir.AssignIntStmt:
-			f(s.Target)
-		case *ir.AssignVarStmt:
-			op(s.Source)
-			f(s.Target)
-		case *ir.AssignVarOnceStmt:
-			op(s.Source)
-			f(s.Target)
-		case *ir.ResetLocalStmt:
-			f(s.Target)
-		case *ir.MakeNullStmt:
-			f(s.Target)
-		case *ir.MakeNumberIntStmt:
-			f(s.Target)
-		case *ir.MakeNumberRefStmt:
-			f(s.Target)
-		case *ir.MakeArrayStmt:
-			f(s.Target)
-		case *ir.MakeObjectStmt:
-			f(s.Target)
-		case *ir.MakeSetStmt:
-			f(s.Target)
-		case *ir.EqualStmt:
-			op(s.A)
-			op(s.B)
-		case *ir.NotEqualStmt:
-			op(s.A)
-			op(s.B)
-		case *ir.IsArrayStmt:
-			op(s.Source)
-		case *ir.IsObjectStmt:
-			op(s.Source)
-		case *ir.IsSetStmt:
-			op(s.Source)
-		case *ir.IsDefinedStmt:
-			f(s.Source)
-		case *ir.IsUndefinedStmt:
-			f(s.Source)
-		case *ir.ArrayAppendStmt:
-			op(s.Value)
-			f(s.Array)
-		case *ir.ObjectInsertStmt:
-			op(s.Key)
-			op(s.Value)
-			f(s.Object)
-		case *ir.ObjectInsertOnceStmt:
-			op(s.Key)
-			op(s.Value)
-			f(s.Object)
-		case *ir.ObjectMergeStmt:
-			f(s.A)
-			f(s.B)
-			f(s.Target)
-		case *ir.SetAddStmt:
-			op(s.Value)
-			f(s.Set)
-		case *ir.WithStmt:
-			f(s.Local)
-			op(s.Value)
 		}
 	})
 }

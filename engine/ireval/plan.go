@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -23,15 +24,10 @@ import (
 // builtin the capabilities refuse. Print statements are erased, as in
 // topdown without a print hook.
 func Plan(ctx context.Context, modules map[string]*ast.Module, caps *ast.Capabilities, entrypoints ...string) (*ir.Policy, error) {
-	names := make([]string, 0, len(modules))
-	for name := range modules {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	b := &bundle.Bundle{Data: map[string]any{}}
 	b.SetRegoVersion(ast.RegoV1)
 	b.Manifest.Init()
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(modules)) {
 		// Raw stays nil: the bundle formats it from the parsed module.
 		b.Modules = append(b.Modules, bundle.ModuleFile{URL: name, Path: name, Parsed: modules[name]})
 	}

@@ -2,6 +2,7 @@ package ireval
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,21 +96,13 @@ func join(a, b *info) *info {
 	out := &info{other: a.other || b.other, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
 	if len(a.paths)+len(b.paths) > 0 {
 		out.paths = map[path]bool{}
-		for p := range a.paths {
-			out.paths[p] = true
-		}
-		for p := range b.paths {
-			out.paths[p] = true
-		}
+		maps.Copy(out.paths, a.paths)
+		maps.Copy(out.paths, b.paths)
 	}
 	if len(a.consts)+len(b.consts) > 0 {
 		out.consts = map[string]*ast.Term{}
-		for k, v := range a.consts {
-			out.consts[k] = v
-		}
-		for k, v := range b.consts {
-			out.consts[k] = v
-		}
+		maps.Copy(out.consts, a.consts)
+		maps.Copy(out.consts, b.consts)
 	}
 	if (a.coll != b.coll) && (a.coll || b.coll) {
 		out.other = true
@@ -144,9 +137,7 @@ type absState map[ir.Local]*info
 
 func (s absState) clone() absState {
 	out := make(absState, len(s))
-	for k, v := range s {
-		out[k] = v
-	}
+	maps.Copy(out, s)
 	return out
 }
 
@@ -283,17 +274,18 @@ func (a *analysis) mark(p path, k markKind) {
 	}
 }
 
-func (a *analysis) markAll(in *info) {
-	if in == nil {
-		return
-	}
-	for p := range in.paths {
-		a.mark(p, markAll)
+func (a *analysis) markAll(ins ...*info) {
+	for _, in := range ins {
+		if in != nil {
+			for p := range in.paths {
+				a.mark(p, markAll)
+			}
+		}
 	}
 }
 
 func (a *analysis) operand(st absState, o ir.Operand) *info {
-	switch v := plainVal(o.Value).(type) {
+	switch v := PlainVal(o.Value).(type) {
 	case ir.Local:
 		return st[v]
 	case ir.StringIndex:
@@ -333,22 +325,21 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 				switch {
 				case key.constScalar():
 					for _, k := range key.consts {
+						var q path
 						switch kv := k.Value.(type) {
 						case ast.String:
-							q := p.key(string(kv))
-							a.mark(q, markExists)
-							out.paths[q] = true
+							q = p.key(string(kv))
 						case ast.Number:
 							if i, ok := kv.Int(); ok && i >= 0 {
-								q := p.index(i)
-								a.mark(q, markExists)
-								out.paths[q] = true
-							} else {
-								a.mark(p, markAll)
+								q = p.index(i)
 							}
-						default:
-							a.mark(p, markAll)
 						}
+						if q == "" { // a key that is neither a member's name nor an index
+							a.mark(p, markAll)
+							continue
+						}
+						a.mark(q, markExists)
+						out.paths[q] = true
 					}
 				default:
 					a.mark(p, markAll) // a key known only at run time
@@ -432,12 +423,7 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 				}
 				merged[i] = x
 			}
-			same := len(prev) == len(merged)
-			for i := range merged {
-				if same && !sameInfo(prev[i], merged[i]) {
-					same = false
-				}
-			}
+			same := slices.EqualFunc(prev, merged, sameInfo)
 			if !slices.Contains(a.called, f) {
 				a.called = append(a.called, f)
 			}
@@ -493,14 +479,11 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 	case *ir.SetAddStmt:
 		a.addElement(st, s.Set, a.operand(st, s.Value))
 	case *ir.ObjectInsertStmt:
-		a.markAll(a.operand(st, s.Key))
-		a.markAll(a.operand(st, s.Value))
+		a.markAll(a.operand(st, s.Key), a.operand(st, s.Value))
 	case *ir.ObjectInsertOnceStmt:
-		a.markAll(a.operand(st, s.Key))
-		a.markAll(a.operand(st, s.Value))
+		a.markAll(a.operand(st, s.Key), a.operand(st, s.Value))
 	case *ir.ObjectMergeStmt:
-		a.markAll(st[s.A])
-		a.markAll(st[s.B])
+		a.markAll(st[s.A], st[s.B])
 		st[s.Target] = &info{other: true}
 	case *ir.ReturnLocalStmt:
 		if a.curFunc != "" {
@@ -555,9 +538,7 @@ func (a *analysis) builtinCall(name string, args []*info) {
 		a.markAll(args[1])
 	case kindOnly[name]:
 	default:
-		for _, x := range args {
-			a.markAll(x)
-		}
+		a.markAll(args...)
 	}
 }
 
@@ -589,22 +570,10 @@ func (a *analysis) projection() *Projection {
 				}
 				n = n.Any
 			case step[0] == 'k':
-				if n.Keys == nil {
-					n.Keys = map[string]*Projection{}
-				}
-				if n.Keys[step[1:]] == nil {
-					n.Keys[step[1:]] = &Projection{}
-				}
-				n = n.Keys[step[1:]]
+				n = below(&n.Keys, step[1:])
 			default:
 				i, _ := strconv.Atoi(step[1:])
-				if n.Index == nil {
-					n.Index = map[int]*Projection{}
-				}
-				if n.Index[i] == nil {
-					n.Index[i] = &Projection{}
-				}
-				n = n.Index[i]
+				n = below(&n.Index, i)
 			}
 		}
 		switch k {
@@ -615,6 +584,17 @@ func (a *analysis) projection() *Projection {
 		}
 	}
 	return input.Normalize(root)
+}
+
+// below is the projection at k of *m, made (with the map) when missing.
+func below[K comparable](m *map[K]*Projection, k K) *Projection {
+	if *m == nil {
+		*m = map[K]*Projection{}
+	}
+	if (*m)[k] == nil {
+		(*m)[k] = &Projection{}
+	}
+	return (*m)[k]
 }
 
 // Apply builds doc (a JSON value as encoding/json decodes it with

@@ -113,15 +113,11 @@ func prune(reads []Read) []Read {
 		}
 	}
 	out := uniq[:0:0]
-	for i, r := range uniq {
-		covered := false
-		for j, o := range uniq {
-			if i != j && o.Data == r.Data && len(o.Path) > len(r.Path) && slices.Equal(o.Path[:len(r.Path)], r.Path) {
-				covered = true
-				break
-			}
+	for _, r := range uniq {
+		below := func(o Read) bool {
+			return o.Data == r.Data && len(o.Path) > len(r.Path) && slices.Equal(o.Path[:len(r.Path)], r.Path)
 		}
-		if !covered {
+		if !slices.ContainsFunc(uniq, below) {
 			out = append(out, r)
 		}
 	}
