@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -155,38 +156,27 @@ func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 		d.Windows = append(d.Windows, cw.Key)
 	}
 	if d.Form.Get("window") == "" {
-		d.Form = cloneValues(q)
+		d.Form = maps.Clone(q)
 		d.Form.Set("window", defaultChartWindow)
 	}
 	switch {
 	case refused:
 		d.Refusals = decisionstore.TallyRefusals(rq, func(func(decisionstore.Refusal) bool) {})
 	case h.cfg.Store != nil:
-		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
-		defer cancel()
-		got, err := h.cfg.Store.Refusals(ctx, rq)
+		got, err := fromStore(r.Context(), h, "ui: charting the decision store's refusals failed", func(ctx context.Context) (decisionstore.Refusals, error) {
+			return h.cfg.Store.Refusals(ctx, rq)
+		})
 		if err == nil {
 			d.Refusals = got
 			break
 		}
-		h.log.Warn("ui: charting the decision store's refusals failed", "err", err)
 		d.Stored, d.StoreDown = false, true
 		d.Refusals = h.cfg.Recent.Refusals(rq)
 	default:
 		d.Refusals = h.cfg.Recent.Refusals(rq)
 	}
 	d.Choices = h.choices(r.Context())
-	d.Hidden = url.Values{}
-	for _, k := range []string{"outcome", "reason", "caller", "path", "run"} {
-		if v := q.Get(k); v != "" {
-			d.Hidden.Set(k, v)
-		}
-	}
-	for _, v := range q["input"] {
-		if v != "" {
-			d.Hidden.Add("input", v)
-		}
-	}
+	d.Hidden = formValues(q, "outcome", "reason", "caller", "path", "run")
 	lq := filterQuery(q)
 	lq.Set("since", formTime(win.Since))
 	lq.Set("until", formTime(win.Until))
@@ -208,7 +198,7 @@ func (h *handler) seriesOf(rf decisionstore.Refusals, lq url.Values) []seriesVie
 	for i, reason := range rf.Reasons {
 		s := seriesView{Index: i, Reason: reason, None: reason == "", Class: "s" + strconv.Itoa(i%seriesClasses)}
 		if reason != "" {
-			fq := cloneValues(lq)
+			fq := maps.Clone(lq)
 			fq.Set("reason", reason)
 			s.ListURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
 		}
@@ -221,14 +211,6 @@ func (h *handler) seriesOf(rf decisionstore.Refusals, lq url.Values) []seriesVie
 		for i, n := range t.Counts {
 			out[i].Total += n
 		}
-	}
-	return out
-}
-
-func cloneValues(v url.Values) url.Values {
-	out := url.Values{}
-	for k, vs := range v {
-		out[k] = append([]string(nil), vs...)
 	}
 	return out
 }
@@ -298,7 +280,7 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 		b := barView{Key: strconv.Itoa(i), Total: t.Total, Sum: sum(t.Counts), Counts: t.Counts,
 			Label: from.Format("2006-01-02 15:04:05") + " to " + to.Format("15:04:05") + " UTC"}
 		b.Title = fmt.Sprintf("%s: %d refusals", b.Label, t.Total)
-		fq := cloneValues(lq)
+		fq := maps.Clone(lq)
 		fq.Set("since", formTime(from))
 		fq.Set("until", formTime(to))
 		b.URL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
@@ -354,7 +336,7 @@ func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tall
 		}
 		b.Title = fmt.Sprintf("%s %s: %d refusals", key, full, t.Total)
 		if !t.Other && t.Key != "" {
-			fq := cloneValues(lq)
+			fq := maps.Clone(lq)
 			fq.Set(key, t.Key)
 			b.URL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
 		}

@@ -1,11 +1,14 @@
 package ui
 
 import (
+	"iter"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // Entry is one decision as the pages show it: the decision-log record and
@@ -113,15 +116,9 @@ type Ring struct {
 
 // NewRing returns an empty Ring.
 func NewRing(cfg RingConfig) *Ring {
-	if cfg.Size <= 0 {
-		cfg.Size = DefaultRingSize
-	}
-	if cfg.Bytes <= 0 {
-		cfg.Bytes = DefaultRingBytes
-	}
-	if cfg.MaxKeptInput <= 0 {
-		cfg.MaxKeptInput = DefaultMaxKeptInput
-	}
+	cfg.Size = defaults.Positive(cfg.Size, DefaultRingSize)
+	cfg.Bytes = defaults.Positive(cfg.Bytes, DefaultRingBytes)
+	cfg.MaxKeptInput = defaults.Positive(cfg.MaxKeptInput, DefaultMaxKeptInput)
 	return &Ring{cfg: cfg, entries: make([]Entry, cfg.Size), subs: map[chan Entry]struct{}{}}
 }
 
@@ -150,16 +147,22 @@ func (r *Ring) addShadow(rec decisionlog.Record) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := r.n - 1; i >= 0; i-- {
-		e := &r.entries[(r.start+i)%len(r.entries)]
-		if e.Record.DecisionID != rec.DecisionID {
-			continue
+	for e := range r.newest() {
+		if e.Record.DecisionID == rec.DecisionID {
+			if len(e.Shadows) < maxShadows {
+				e.Shadows = append(e.Shadows, sh)
+				r.bytes += len(sh.Result)
+			}
+			return
 		}
-		if len(e.Shadows) < maxShadows {
-			e.Shadows = append(e.Shadows, sh)
-			r.bytes += len(sh.Result)
+	}
+}
+
+// newest yields the entries held, newest first; r.mu is held.
+func (r *Ring) newest() iter.Seq[*Entry] {
+	return func(yield func(*Entry) bool) {
+		for i := r.n - 1; i >= 0 && yield(&r.entries[(r.start+i)%len(r.entries)]); i-- {
 		}
-		return
 	}
 }
 
@@ -261,18 +264,7 @@ func match(f Filter, e Entry) bool {
 	if len(f.AnyInput) > 0 && !matchesRun(f, e) {
 		return false
 	}
-	if f.Reason != "" {
-		if e.ErrorCode() == f.Reason {
-			return true
-		}
-		for _, r := range e.Reasons {
-			if r == f.Reason {
-				return true
-			}
-		}
-		return false
-	}
-	return true
+	return f.Reason == "" || e.ErrorCode() == f.Reason || slices.Contains(e.Reasons, f.Reason)
 }
 
 // Page is one page of entries, newest first.
@@ -292,17 +284,13 @@ func (r *Ring) Query(f Filter, before uint64, limit int) Page {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := Page{Total: r.n}
-	for i := r.n - 1; i >= 0; i-- {
-		e := r.entries[(r.start+i)%len(r.entries)]
-		if !match(f, e) {
-			continue
-		}
+	for e := range r.matching(f) {
 		p.Matched++
 		if before != 0 && e.Seq >= before {
 			continue
 		}
 		if len(p.Entries) < limit {
-			p.Entries = append(p.Entries, e)
+			p.Entries = append(p.Entries, *e)
 		} else if p.Older == 0 {
 			p.Older = p.Entries[len(p.Entries)-1].Seq
 		}
@@ -318,16 +306,23 @@ func (r *Ring) Refusals(q decisionstore.RefusalQuery) decisionstore.Refusals {
 	return decisionstore.TallyRefusals(q, func(yield func(decisionstore.Refusal) bool) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		for i := r.n - 1; i >= 0; i-- {
-			e := r.entries[(r.start+i)%len(r.entries)]
-			if !match(f, e) {
-				continue
-			}
+		for e := range r.matching(f) {
 			if !yield(e.refusal()) {
 				return
 			}
 		}
 	})
+}
+
+// matching yields the entries that match f, newest first; r.mu is held.
+func (r *Ring) matching(f Filter) iter.Seq[*Entry] {
+	return func(yield func(*Entry) bool) {
+		for e := range r.newest() {
+			if match(f, *e) && !yield(e) {
+				return
+			}
+		}
+	}
 }
 
 // refusal is e as a chart reads it.
@@ -340,10 +335,9 @@ func (e Entry) refusal() decisionstore.Refusal {
 func (r *Ring) Get(id string) (Entry, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := r.n - 1; i >= 0; i-- {
-		e := r.entries[(r.start+i)%len(r.entries)]
+	for e := range r.newest() {
 		if e.Record.DecisionID == id {
-			return e, true
+			return *e, true
 		}
 	}
 	return Entry{}, false
@@ -354,23 +348,15 @@ func (r *Ring) Get(id string) (Entry, bool) {
 func (r *Ring) Values(max int) map[string][]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	seen := map[string]map[string]bool{}
+	seen := map[[2]string]bool{}
 	out := map[string][]string{}
 	add := func(field, v string) {
-		if v == "" {
-			return
+		if v != "" && !seen[[2]string{field, v}] && len(out[field]) < max {
+			seen[[2]string{field, v}] = true
+			out[field] = append(out[field], v)
 		}
-		if seen[field] == nil {
-			seen[field] = map[string]bool{}
-		}
-		if seen[field][v] || len(out[field]) >= max {
-			return
-		}
-		seen[field][v] = true
-		out[field] = append(out[field], v)
 	}
-	for i := r.n - 1; i >= 0; i-- {
-		e := r.entries[(r.start+i)%len(r.entries)]
+	for e := range r.newest() {
 		add("decision", e.Record.Decision)
 		add("outcome", e.Outcome)
 		add("revision", e.Record.Revision)
@@ -418,10 +404,7 @@ func matchesRun(f Filter, e Entry) bool {
 		return false
 	}
 	id := string(mustString(e.RunID))
-	for _, m := range f.AnyInput {
-		if m.Decision == e.Record.Decision && string(m.Match.Value) == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.AnyInput, func(m decisionstore.DecisionInput) bool {
+		return m.Decision == e.Record.Decision && string(m.Match.Value) == id
+	})
 }

@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -63,7 +62,7 @@ func pointersOf(snap *engine.Snapshot) RunPointers {
 // a run, its input holding id at its own pointer.
 func runFilter(id string, ptrs RunPointers) []decisionstore.DecisionInput {
 	var out []decisionstore.DecisionInput
-	for _, n := range sortedKeys(ptrs) {
+	for _, n := range slices.Sorted(maps.Keys(ptrs)) {
 		toks := ptrs[n]
 		out = append(out, decisionstore.DecisionInput{Decision: n, Match: decisionstore.InputMatch{
 			Pointer: jsonptr.Join(toks), Tokens: toks, Value: mustString(id)}})
@@ -122,9 +121,6 @@ func runIDOf(e Entry, ptrs RunPointers) string {
 
 // cut is s's first n characters, with "…" when it had more.
 func cut(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
 	i := 0
 	for k := range s {
 		if i == n {
@@ -178,17 +174,9 @@ func diffInputs(a, b []byte, max int) (changes []inputChange, more int, err erro
 		switch xv := x.(type) {
 		case map[string]any:
 			if yv, ok := y.(map[string]any); ok {
-				keys := make([]string, 0, len(xv)+len(yv))
-				for k := range xv {
-					keys = append(keys, k)
-				}
-				for k := range yv {
-					if _, ok := xv[k]; !ok {
-						keys = append(keys, k)
-					}
-				}
-				sort.Strings(keys)
-				for _, k := range keys {
+				both := maps.Clone(xv)
+				maps.Copy(both, yv)
+				for _, k := range slices.Sorted(maps.Keys(both)) {
 					p := path + "/" + jsonptr.Escape(k)
 					xe, inX := xv[k]
 					ye, inY := yv[k]
@@ -304,7 +292,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 	}
 	ptrs := h.runPointers()
 	d := runData{RunID: id}
-	for _, n := range sortedKeys(ptrs) {
+	for _, n := range slices.Sorted(maps.Keys(ptrs)) {
 		d.Pointers = append(d.Pointers, n+": "+jsonptr.Join(ptrs[n]))
 	}
 	if len(ptrs) == 0 {
@@ -316,38 +304,17 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 	before := r.URL.Query().Get("before")
 	// One more than a page: the oldest is the base the page's first
 	// decision is compared with.
-	var entries []Entry
-	var cursors []string
-	var older string
-	fromRing := true
-	if h.cfg.Store != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
-		defer cancel()
-		sp, err := h.cfg.Store.Records(ctx, f, before, limit+1, RunRecordBytes)
-		switch {
-		case errors.Is(err, ErrBadCursor):
-			h.render(w, r, http.StatusBadRequest, "error", page{Title: "No such page", Nav: "decisions",
-				Message: "The link's page cursor is not one this page gave. Start again from the run's newest decisions."})
-			return
-		case err != nil:
-			h.log.Warn("ui: reading the decision store failed", "err", err)
-			d.StoreDown = true
-			before = "" // a store's cursor means nothing to the ring
-		default:
-			entries, cursors, older, fromRing, d.Stored = sp.Entries, sp.Cursors, sp.Older, false, true
-		}
+	got, err := h.readDecisions(r.Context(), f, before, limit+1, func(ctx context.Context) (StorePage, error) {
+		return h.cfg.Store.Records(ctx, f, before, limit+1, RunRecordBytes)
+	})
+	if err != nil {
+		h.badCursor(w, r, "the run's newest decisions")
+		return
 	}
-	if fromRing {
-		b, _ := strconv.ParseUint(before, 10, 64)
-		p := h.cfg.Recent.Query(f, b, limit+1)
-		entries = p.Entries
-		for _, e := range entries {
-			cursors = append(cursors, strconv.FormatUint(e.Seq, 10))
-		}
-		if p.Older != 0 {
-			older = strconv.FormatUint(p.Older, 10)
-		}
+	if d.Stored, d.StoreDown = got.Stored, got.StoreDown; got.StoreDown {
+		before = "" // a store's cursor means nothing to the ring
 	}
+	entries, cursors, older := got.Page.Entries, got.Cursors, got.Older
 	shown := entries
 	if len(entries) > limit {
 		shown = entries[:limit]
@@ -401,13 +368,4 @@ func compareInputs(a, b Entry) ([]inputChange, int, string) {
 		return nil, 0, "an input that is not JSON is not compared"
 	}
 	return changes, more, ""
-}
-
-func sortedKeys(m RunPointers) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

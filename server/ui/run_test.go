@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -117,7 +118,7 @@ func aRun(t *testing.T, h *harness, run string) ([]decisionlog.Record, RunPointe
 	var recs []decisionlog.Record
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	for k := range 2 {
-		for _, name := range sortedKeys(ptrs) {
+		for _, name := range slices.Sorted(maps.Keys(ptrs)) {
 			var seen int
 			for _, d := range h.all {
 				if d.rec.Decision != name {

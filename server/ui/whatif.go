@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -188,10 +189,8 @@ func paste(body, doc []byte, at string, targets []string, schema any) ([]byte, s
 	}
 	key := ""
 	if at != "" {
-		for _, t := range targets {
-			if t == at {
-				key = jsonptr.Unescape(at[1:])
-			}
+		if slices.Contains(targets, at) {
+			key = jsonptr.Unescape(at[1:])
 		}
 		if key == "" {
 			return nil, "", fmt.Errorf("%q is not a member of this decision's input", at)
@@ -237,13 +236,8 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 			}
 		}
 	}
-	members := make([]string, 0, len(known))
-	for m := range known {
-		members = append(members, m)
-	}
-	sort.Strings(members)
 	best, bestN := "", 0
-	for _, m := range members {
+	for _, m := range slices.Sorted(maps.Keys(known)) {
 		n := 0
 		for k := range d {
 			if known[m][k] {
