@@ -180,7 +180,7 @@ func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 	lq := filterQuery(q)
 	lq.Set("since", formTime(win.Since))
 	lq.Set("until", formTime(win.Until))
-	d.ListURL = h.cfg.Prefix + "/decisions" + encodeQuery(lq)
+	d.ListURL = h.listURL(lq)
 	d.Series = h.seriesOf(d.Refusals, lq)
 	d.Charts = []chartView{
 		h.timeChart(d.Refusals, d.Series, lq),
@@ -198,9 +198,7 @@ func (h *handler) seriesOf(rf decisionstore.Refusals, lq url.Values) []seriesVie
 	for i, reason := range rf.Reasons {
 		s := seriesView{Index: i, Reason: reason, None: reason == "", Class: "s" + strconv.Itoa(i%seriesClasses)}
 		if reason != "" {
-			fq := maps.Clone(lq)
-			fq.Set("reason", reason)
-			s.ListURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
+			s.ListURL = h.listURL(lq, "reason", reason)
 		}
 		out = append(out, s)
 	}
@@ -257,10 +255,7 @@ const (
 func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq url.Values) chartView {
 	win := rf.Window
 	c := chartView{ID: "chart-time", Title: "Refusals by reason over time", KeyName: "Time (UTC)", Width: chartW, Height: timeH}
-	top := 0
-	for _, t := range rf.Time {
-		top = max(top, sum(t.Counts))
-	}
+	top := tallest(rf.Time)
 	c.Empty = top == 0
 	top = niceMax(max(top, 1))
 	plotW, plotH := float64(chartW)-plotLeft-plotRight, float64(timeH)-plotTop-plotBottom
@@ -280,10 +275,7 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 		b := barView{Key: strconv.Itoa(i), Total: t.Total, Sum: sum(t.Counts), Counts: t.Counts,
 			Label: from.Format("2006-01-02 15:04:05") + " to " + to.Format("15:04:05") + " UTC"}
 		b.Title = fmt.Sprintf("%s: %d refusals", b.Label, t.Total)
-		fq := maps.Clone(lq)
-		fq.Set("since", formTime(from))
-		fq.Set("until", formTime(to))
-		b.URL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
+		b.URL = h.listURL(lq, "since", formTime(from), "until", formTime(to))
 		x := plotLeft + float64(i)*slot + slot*0.1
 		y := plotTop + plotH
 		for s, count := range t.Counts {
@@ -311,10 +303,7 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tally, series []seriesView, lq url.Values, revision bool) chartView {
 	c := chartView{ID: id, Title: title, KeyName: strings.ToUpper(key[:1]) + key[1:], Horizontal: true, Width: chartW}
 	c.Height = int(groupRow*float64(max(len(tallies), 1)) + 8)
-	top := 0
-	for _, t := range tallies {
-		top = max(top, sum(t.Counts))
-	}
+	top := tallest(tallies)
 	c.Empty = top == 0
 	top = max(top, 1)
 	barW := float64(chartW) - groupLabelW - 70
@@ -336,9 +325,7 @@ func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tall
 		}
 		b.Title = fmt.Sprintf("%s %s: %d refusals", key, full, t.Total)
 		if !t.Other && t.Key != "" {
-			fq := maps.Clone(lq)
-			fq.Set(key, t.Key)
-			b.URL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
+			b.URL = h.listURL(lq, key, t.Key)
 		}
 		y := 4 + float64(i)*groupRow
 		b.LabelX, b.LabelY = groupLabelW-8, y+groupRow/2+5
@@ -364,4 +351,12 @@ func sum(ns []int) (n int) {
 		n += x
 	}
 	return n
+}
+
+// tallest is the largest sum of a tally's counts.
+func tallest(ts []decisionstore.Tally) (top int) {
+	for _, t := range ts {
+		top = max(top, sum(t.Counts))
+	}
+	return top
 }

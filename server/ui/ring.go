@@ -50,14 +50,6 @@ type Entry struct {
 // candidate decides a decision once, but a hostile log may repeat one.
 const maxShadows = 4
 
-// Primary is the first reason, or "".
-func (e Entry) Primary() string {
-	if len(e.Reasons) == 0 {
-		return ""
-	}
-	return e.Reasons[0]
-}
-
 // ErrorCode is the error code of a decision that ended in an error.
 func (e Entry) ErrorCode() string {
 	if e.Record.Error == nil {
@@ -383,13 +375,6 @@ func (r *Ring) Subscribe() (<-chan Entry, func()) {
 		delete(r.subs, ch)
 		r.mu.Unlock()
 	}
-}
-
-// Len is the number of entries held.
-func (r *Ring) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
 }
 
 // matchesRun reports whether e passes f's AnyInput (a run's filter): on

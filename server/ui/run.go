@@ -70,6 +70,9 @@ func runFilter(id string, ptrs RunPointers) []decisionstore.DecisionInput {
 	return out
 }
 
+// runURL is the page of a run.
+func (h *handler) runURL(id string) string { return h.cfg.Prefix + "/runs/" + url.PathEscape(id) }
+
 func mustString(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
 	return b
@@ -321,25 +324,19 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 		older = cursors[limit-1]
 	}
 	if older != "" {
-		d.EarlierURL = h.cfg.Prefix + "/runs/" + url.PathEscape(id) + "?before=" + url.QueryEscape(older)
+		d.EarlierURL = h.runURL(id) + "?before=" + url.QueryEscape(older)
 	}
 	if before != "" {
-		d.LaterURL = h.cfg.Prefix + "/runs/" + url.PathEscape(id)
+		d.LaterURL = h.runURL(id)
 	}
 	// Oldest first: the order of what happened.
 	for i := len(shown) - 1; i >= 0; i-- {
 		e := shown[i]
 		st := runStep{row: h.rowOf(e, Filter{}, ptrs)}
-		base := -1
-		for j := i + 1; j < len(entries); j++ {
-			if entries[j].Record.Decision == e.Record.Decision {
-				base = j
-				break
-			}
-		}
+		base := slices.IndexFunc(entries[i+1:], func(b Entry) bool { return b.Record.Decision == e.Record.Decision })
 		switch {
 		case base >= 0:
-			st.Changes, st.More, st.NotCompared = compareInputs(entries[base], e)
+			st.Changes, st.More, st.NotCompared = compareInputs(entries[i+1+base], e)
 		case older != "":
 			st.NoBase = true
 		default:

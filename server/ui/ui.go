@@ -28,6 +28,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -368,7 +369,7 @@ type row struct {
 func (h *handler) rowOf(e Entry, f Filter, ptrs RunPointers) row {
 	r := row{Entry: e, URL: h.cfg.Prefix + "/decisions/" + url.PathEscape(e.Record.DecisionID)}
 	if r.Run = runIDOf(e, ptrs); r.Run != "" {
-		r.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(r.Run)
+		r.RunURL = h.runURL(r.Run)
 	}
 	if h.cfg.Store != nil {
 		r.Cursor, r.Fleet = storeCursor(e), true
@@ -377,11 +378,9 @@ func (h *handler) rowOf(e Entry, f Filter, ptrs RunPointers) row {
 	}
 	if len(e.Reasons) > 0 {
 		r.Shown = []string{e.Reasons[0]}
-		if f.Reason != "" && f.Reason != e.Reasons[0] {
-			for _, rs := range e.Reasons[1:] {
-				if rs == f.Reason {
-					r.Shown = append(r.Shown, rs)
-				}
+		for _, rs := range e.Reasons[1:] {
+			if rs == f.Reason && rs != "" && rs != e.Reasons[0] {
+				r.Shown = append(r.Shown, rs)
 			}
 		}
 		r.More = len(e.Reasons) - len(r.Shown)
@@ -501,11 +500,9 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		row.Cursor, row.Fleet = got.Cursors[i], row.Fleet && !d.StoreDown
 		d.Rows = append(d.Rows, row)
 	}
-	d.NewestURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
+	d.NewestURL = h.listURL(fq)
 	if got.Older != "" {
-		oq := filterQuery(q)
-		oq.Set("before", got.Older)
-		d.OlderURL = h.cfg.Prefix + "/decisions" + encodeQuery(oq)
+		d.OlderURL = h.listURL(fq, "before", got.Older)
 	}
 	d.EventsURL = h.cfg.Prefix + "/events" + encodeQuery(fq)
 	d.ChartURL = h.cfg.Prefix + "/charts" + encodeQuery(fq)
@@ -568,6 +565,16 @@ func (h *handler) badCursor(w http.ResponseWriter, r *http.Request, from string)
 		Message: "The link's page cursor is not one this page gave. Start again from " + from + "."})
 }
 
+// listURL is the list of decisions of the query q with kv's keys set to
+// their values (key, value, ...).
+func (h *handler) listURL(q url.Values, kv ...string) string {
+	q = maps.Clone(q)
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	return h.cfg.Prefix + "/decisions" + encodeQuery(q)
+}
+
 func encodeQuery(q url.Values) string {
 	if len(q) == 0 {
 		return ""
@@ -627,12 +634,9 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 
 	// A reconnecting page sends the last row it has: catch up from there.
 	if last, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && last > 0 {
-		missed := h.cfg.Recent.Query(f, 0, h.cfg.PageSize).Entries
-		for i := len(missed) - 1; i >= 0; i-- {
-			if missed[i].Seq > last {
-				if err := h.sendRow(w, missed[i], f, ptrs); err != nil {
-					return
-				}
+		for _, e := range slices.Backward(h.cfg.Recent.Query(f, 0, h.cfg.PageSize).Entries) {
+			if e.Seq > last && h.sendRow(w, e, f, ptrs) != nil {
+				return
 			}
 		}
 	}
@@ -754,7 +758,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
 	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
-		d.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(d.Run)
+		d.RunURL = h.runURL(d.Run)
 	}
 	d.Shadow = h.shadowAnswers(r.Context(), e)
 	d.InputText = indent(e.Record.Input)
