@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,14 +76,8 @@ func (s *server) url(path string) string { return "http://" + s.addr + path }
 func (s *server) waitReady(ctx context.Context, path string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path), nil)
-		resp, err := s.client.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if status, _, err := s.request(ctx, http.MethodGet, path, nil); err == nil && status == http.StatusOK {
+			return nil
 		}
 		select {
 		case <-s.done:
@@ -131,13 +126,57 @@ func (s *server) alive() error {
 	}
 }
 
+// launch starts the server argv(addr) on a free loopback address, its
+// output in logPath, and waits until health answers 200; the caller stops
+// the server it returns, even with an error.
+func launch(ctx context.Context, name, logPath, health string, argv func(addr string) []string) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s, err := startServer(name, addr, logPath, argv(addr)...)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := s.waitReady(ctx, health, 2*time.Minute); err != nil {
+		return s, err
+	}
+	logf("%s ready on %s in %s", name, addr, time.Since(t0).Round(time.Millisecond))
+	return s, nil
+}
+
+// arbiterArgs is `arbiter serve` on the repository's policies at addr,
+// quiet, with no tests or state, logging its decisions to decisionLog.
+func arbiterArgs(addr, decisionLog string, extra ...string) []string {
+	return append([]string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas",
+		"--tests", "", "--decision-log", decisionLog, "--state-dir", "", "--log-level", "error"}, extra...)
+}
+
 // post sends body to path and returns the status and answer.
 func (s *server) post(ctx context.Context, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url(path), bytes.NewReader(body))
+	return s.request(ctx, http.MethodPost, path, body)
+}
+
+// getJSON decodes the answer to GET path into v.
+func (s *server) getJSON(ctx context.Context, path string, v any) error {
+	_, out, err := s.request(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(out, v)
+}
+
+// request sends method path with body (JSON, when there is one) and
+// returns the status and answer.
+func (s *server) request(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.url(path), bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -185,21 +224,23 @@ func (s *server) metric(ctx context.Context, name string) (float64, error) {
 
 // procStatus reads a "VmXXX:   1234 kB" line of /proc/PID/status, in bytes.
 func procStatus(pid int, key string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key+":"); ok {
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
-		}
+	v, _ := procLine(fmt.Sprintf("/proc/%d/status", pid), key+":")
+	if f := strings.Fields(v); len(f) > 0 {
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		return kb << 10, err
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", key, pid)
+}
+
+// procLine is the rest of the first line of file that starts with key.
+func procLine(file, key string) (string, bool) {
+	b, _ := os.ReadFile(file)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat.
