@@ -127,13 +127,7 @@ func (h *handler) runWhatIf(ctx context.Context, wi *whatIfData) {
 
 // without is the members of a that b lacks, in a's order.
 func without(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(a), func(x string) bool { return slices.Contains(b, x) })
 }
 
 // example is the input a what-if of decision starts from: the input the
