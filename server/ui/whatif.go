@@ -211,13 +211,8 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 	if !ok {
 		return ""
 	}
-	known := map[string]map[string]bool{}
-	add := func(member, key string) {
-		if known[member] == nil {
-			known[member] = map[string]bool{}
-		}
-		known[member][key] = true
-	}
+	known, members := map[[2]string]bool{}, map[string]bool{} // (member, key); members
+	add := func(member, key string) { known[[2]string{member, key}], members[member] = true, true }
 	for member, props := range memberProperties(schema) {
 		for _, p := range props {
 			add(member, p)
@@ -231,10 +226,10 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 		}
 	}
 	best, bestN := "", 0
-	for _, m := range slices.Sorted(maps.Keys(known)) {
+	for _, m := range slices.Sorted(maps.Keys(members)) {
 		n := 0
 		for k := range d {
-			if known[m][k] {
+			if known[[2]string{m, k}] {
 				n++
 			}
 		}
