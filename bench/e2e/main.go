@@ -219,7 +219,7 @@ func run(ctx context.Context, c config) (err error) {
 			r.commands = append(r.commands, shellQuote(a))
 			return a
 		})
-		if s != nil {
+		if err == nil {
 			servers = append(servers, s)
 		}
 		return s, err
@@ -257,15 +257,16 @@ func run(ctx context.Context, c config) (err error) {
 			return err
 		}
 	}
-	for _, s := range []*server{arb, opa} {
-		r.hwmAfterLoad = append(r.hwmAfterLoad, mustStatus(s.pid(), "VmHWM"))
+	hwm := func() []int64 {
+		a, _ := procStatus(arb.pid(), "VmHWM")
+		o, _ := procStatus(opa.pid(), "VmHWM")
+		return []int64{a, o}
 	}
+	r.hwmAfterLoad = hwm()
 	if err := sizeRuns(ctx, c, r, arb, opa); err != nil {
 		return err
 	}
-	for _, s := range []*server{arb, opa} {
-		r.hwmAfterSizes = append(r.hwmAfterSizes, mustStatus(s.pid(), "VmHWM"))
-	}
+	r.hwmAfterSizes = hwm()
 	if r.decisionLogDropped, err = arb.metric(ctx, "arbiter_decision_log_dropped_total"); err != nil {
 		return err
 	}
@@ -283,11 +284,6 @@ func run(ctx context.Context, c config) (err error) {
 		logf("wrote %s", c.out)
 	}
 	return nil
-}
-
-func mustStatus(pid int, key string) int64 {
-	v, _ := procStatus(pid, key)
-	return v
 }
 
 func filesSize(glob string) int64 {

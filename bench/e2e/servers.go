@@ -127,8 +127,8 @@ func (s *server) alive() error {
 }
 
 // launch starts the server argv(addr) on a free loopback address, its
-// output in logPath, and waits until health answers 200; the caller stops
-// the server it returns, even with an error.
+// output in logPath, and waits until health answers 200 (else stops it);
+// the caller stops the server it returns.
 func launch(ctx context.Context, name, logPath, health string, argv func(addr string) []string) (*server, error) {
 	addr, err := freeAddr()
 	if err != nil {
@@ -140,10 +140,21 @@ func launch(ctx context.Context, name, logPath, health string, argv func(addr st
 	}
 	t0 := time.Now()
 	if err := s.waitReady(ctx, health, 2*time.Minute); err != nil {
-		return s, err
+		s.stop()
+		return nil, err
 	}
 	logf("%s ready on %s in %s", name, addr, time.Since(t0).Round(time.Millisecond))
 	return s, nil
+}
+
+// launchArbiter launches arbiterArgs as name, its output in out.
+func launchArbiter(ctx context.Context, name, out, decisionLog string, extra ...string) (*server, []string, error) {
+	var argv []string
+	s, err := launch(ctx, name, out, "/health", func(addr string) []string {
+		argv = arbiterArgs(addr, decisionLog, extra...)
+		return argv
+	})
+	return s, argv, err
 }
 
 // arbiterArgs is `arbiter serve` on the repository's policies at addr,

@@ -62,17 +62,11 @@ func runShadow(ctx context.Context, c config) error {
 		}
 	}
 
-	var argv []string
-	s, err := launch(ctx, "arbiter", filepath.Join(tmp, "arbiter.log"), "/health", func(addr string) []string {
-		argv = arbiterArgs(addr, filepath.Join(tmp, "decisions.log"), "--shadow-cpu", fmt.Sprint(c.shadowCPU))
-		return argv
-	})
-	if s != nil {
-		defer s.stop()
-	}
+	s, argv, err := launchArbiter(ctx, "arbiter", filepath.Join(tmp, "arbiter.log"), filepath.Join(tmp, "decisions.log"), "--shadow-cpu", fmt.Sprint(c.shadowCPU))
 	if err != nil {
 		return err
 	}
+	defer s.stop()
 	load, _ := json.Marshal(map[string]string{"policies": filepath.Join(cand, "policies"), "schemas": filepath.Join(cand, "schemas")})
 	set := func(on bool) error {
 		if !on {

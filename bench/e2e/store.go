@@ -51,28 +51,17 @@ func runStore(ctx context.Context, c config) error {
 		dbURL, where = cl.URL("bench"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
 	}
 
-	start := func(name string, extra ...string) (*server, []string, error) {
-		var argv []string
-		s, err := launch(ctx, name, filepath.Join(tmp, name+".out"), "/health", func(addr string) []string {
-			argv = arbiterArgs(addr, filepath.Join(tmp, name+".log"), extra...)
-			return argv
-		})
-		return s, argv, err
-	}
-	plain, plainArgv, err := start("plain")
-	if plain != nil {
-		defer plain.stop()
-	}
+	plain, plainArgv, err := launchArbiter(ctx, "plain", filepath.Join(tmp, "plain.out"), filepath.Join(tmp, "plain.log"))
 	if err != nil {
 		return err
 	}
-	stored, storedArgv, err := start("stored", "--decision-store", dbURL, "--replica-id", "bench")
-	if stored != nil {
-		defer stored.stop()
-	}
+	defer plain.stop()
+	stored, storedArgv, err := launchArbiter(ctx, "stored", filepath.Join(tmp, "stored.out"), filepath.Join(tmp, "stored.log"),
+		"--decision-store", dbURL, "--replica-id", "bench")
 	if err != nil {
 		return err
 	}
+	defer stored.stop()
 	storeStats := func() (storeAccount, error) {
 		var doc struct {
 			Store storeAccount `json:"store"`
