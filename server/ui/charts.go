@@ -276,17 +276,8 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 			Label: from.Format("2006-01-02 15:04:05") + " to " + to.Format("15:04:05") + " UTC"}
 		b.Title = fmt.Sprintf("%s: %d refusals", b.Label, t.Total)
 		b.URL = h.listURL(lq, "since", formTime(from), "until", formTime(to))
-		x := plotLeft + float64(i)*slot + slot*0.1
-		y := plotTop + plotH
-		for s, count := range t.Counts {
-			if count == 0 {
-				continue
-			}
-			hgt := float64(count) / float64(top) * plotH
-			y -= hgt
-			b.Segs = append(b.Segs, segView{X: x, Y: y, W: slot * 0.8, H: hgt, Series: series[s], Count: count,
-				Title: fmt.Sprintf("%s: %s, %d of %d refusals", b.Label, seriesName(series[s]), count, t.Total)})
-		}
+		x, y := plotLeft+float64(i)*slot+slot*0.1, plotTop+plotH
+		b.Segs = stack(t, series, top, plotH, b.Label, func(l float64) segView { y -= l; return segView{X: x, Y: y, W: slot * 0.8, H: l} })
 		if i%every == 0 {
 			c.Labels = append(c.Labels, tickView{X: plotLeft + float64(i)*slot + slot/2, Y: float64(timeH) - plotBottom + 16, Label: from.Format(layout)})
 		}
@@ -330,20 +321,29 @@ func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tall
 		y := 4 + float64(i)*groupRow
 		b.LabelX, b.LabelY = groupLabelW-8, y+groupRow/2+5
 		x := groupLabelW
-		for s, count := range t.Counts {
-			if count == 0 {
-				continue
-			}
-			wd := float64(count) / float64(top) * barW
-			b.Segs = append(b.Segs, segView{X: x, Y: y + 4, W: wd, H: groupRow - 8, Series: series[s], Count: count,
-				Title: fmt.Sprintf("%s %s: %s, %d of %d refusals", key, full, seriesName(series[s]), count, t.Total)})
-			x += wd
-		}
+		b.Segs = stack(t, series, top, barW, key+" "+full, func(l float64) (sv segView) {
+			sv, x = segView{X: x, Y: y + 4, W: l, H: groupRow - 8}, x+l
+			return sv
+		})
 		b.TotalX = x + 6
 		c.Bars = append(c.Bars, b)
 	}
 	c.Desc = fmt.Sprintf("%d %ss", len(tallies), key)
 	return c
+}
+
+// stack is t's segments, one per series with refusals, laid end to end by
+// place from their lengths (count/top of span), titled after prefix.
+func stack(t decisionstore.Tally, series []seriesView, top int, span float64, prefix string, place func(l float64) segView) []segView {
+	var segs []segView
+	for s, count := range t.Counts {
+		if count > 0 {
+			sv := place(float64(count) / float64(top) * span)
+			sv.Series, sv.Count, sv.Title = series[s], count, fmt.Sprintf("%s: %s, %d of %d refusals", prefix, seriesName(series[s]), count, t.Total)
+			segs = append(segs, sv)
+		}
+	}
+	return segs
 }
 
 func sum(ns []int) (n int) {
