@@ -152,17 +152,14 @@ func statsOf(runs []loadRun, server string) serverStats {
 
 // repRatios are Arbiter's throughput over OPA's in each repetition.
 func (r *report) repRatios() []float64 {
-	byRep := map[int]map[string]float64{}
+	rps := map[[2]any]float64{} // (rep, server)
 	for _, run := range r.runs {
-		if byRep[run.rep] == nil {
-			byRep[run.rep] = map[string]float64{}
-		}
-		byRep[run.rep][run.server] = run.res.rps()
+		rps[[2]any{run.rep, run.server}] = run.res.rps()
 	}
 	var out []float64
 	for rep := range r.cfg.reps {
-		if m := byRep[rep]; m["opa"] > 0 {
-			out = append(out, m["arbiter"]/m["opa"])
+		if o := rps[[2]any{rep, "opa"}]; o > 0 {
+			out = append(out, rps[[2]any{rep, "arbiter"}]/o)
 		}
 	}
 	return out
@@ -408,15 +405,14 @@ func (r *report) writeSizes(w func(string, ...any)) {
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.sizes {
 		a, o := s.median("arbiter"), s.median("opa")
-		inDecide, inOPA := "", ""
-		if l, ok := findBench(r.bench, "Size/"+s.spec.name+"/decide"); ok {
-			inDecide = fmt.Sprintf("%.1f", l.NsPerOp/1e6)
-		}
-		if l, ok := findBench(r.bench, "Size/"+s.spec.name+"/opa_server_path"); ok {
-			inOPA = fmt.Sprintf("%.1f", l.NsPerOp/1e6)
+		inProcess := func(name string) string {
+			if l, ok := findBench(r.bench, "Size/"+s.spec.name+"/"+name); ok {
+				return fmt.Sprintf("%.1f", l.NsPerOp/1e6)
+			}
+			return ""
 		}
 		w("| %s | %s | %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.1f | %.1f | %s | %s |\n", s.spec.name, kb(s.bodyBytes), s.spec.requests, msd(a), msd(o), msd(o)/msd(a),
-			s.cpu["arbiter"]*1e3, s.cpu["opa"]*1e3, s.alloc["arbiter"]/(1<<20), s.alloc["opa"]/(1<<20), inDecide, inOPA)
+			s.cpu["arbiter"]*1e3, s.cpu["opa"]*1e3, s.alloc["arbiter"]/(1<<20), s.alloc["opa"]/(1<<20), inProcess("decide"), inProcess("opa_server_path"))
 	}
 	if len(r.hwmAfterSizes) == 2 {
 		w("\nPeak resident memory (VmHWM) after the size runs: Arbiter %s, OPA %s.\n", mib(r.hwmAfterSizes[0]), mib(r.hwmAfterSizes[1]))

@@ -204,10 +204,7 @@ func (r *Ring) Add(rec decisionlog.Record) {
 		r.bytes -= entrySize(r.entries[r.start])
 		r.entries[r.start] = Entry{}
 		r.start = (r.start + 1) % len(r.entries)
-		r.n--
-		if r.kept > 0 {
-			r.kept--
-		}
+		r.n, r.kept = r.n-1, max(r.kept-1, 0)
 	}
 	r.entries[(r.start+r.n)%len(r.entries)] = e
 	r.n++
