@@ -374,6 +374,13 @@ func (r *Ring) Subscribe() (<-chan Entry, func()) {
 	}
 }
 
+// Len is the number of entries held.
+func (r *Ring) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
 // matchesRun reports whether e passes f's AnyInput (a run's filter): on
 // its input, or, when the ring gave its input up, on the run id it kept.
 func matchesRun(f Filter, e Entry) bool {

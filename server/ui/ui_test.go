@@ -1127,10 +1127,3 @@ func TestDecisionPageShowsTheTrace(t *testing.T) {
 		})
 	}
 }
-
-// Len is the number of entries held.
-func (r *Ring) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
-}
