@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -205,27 +204,20 @@ func (s *server) allocBytes(ctx context.Context) (float64, error) {
 
 // metric reads an unlabelled metric from the server's /metrics.
 func (s *server) metric(ctx context.Context, name string) (float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url("/metrics"), nil)
-	resp, err := s.client.Do(req)
+	_, out, err := s.request(ctx, http.MethodGet, "/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	sum, found := 0.0, false
-	for sc.Scan() {
+	for _, line := range strings.Split(string(out), "\n") {
 		// NAME VALUE, or NAME{LABELS} VALUE: the sum over the labels.
-		if rest, ok := strings.CutPrefix(sc.Text(), name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
 			v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
 			if err != nil {
 				return 0, err
 			}
 			sum, found = sum+v, true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
 	}
 	if !found {
 		return 0, fmt.Errorf("%s: no %s in /metrics", s.name, name)
