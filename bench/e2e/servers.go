@@ -23,7 +23,6 @@ import (
 type server struct {
 	name    string
 	addr    string // 127.0.0.1:PORT
-	argv    []string
 	logPath string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -55,7 +54,7 @@ func startServer(name, addr, logPath string, argv ...string) (*server, error) {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	s := &server{
-		name: name, addr: addr, argv: argv, logPath: logPath, cmd: cmd, done: make(chan struct{}),
+		name: name, addr: addr, logPath: logPath, cmd: cmd, done: make(chan struct{}),
 		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}},
 	}
 	go func() {

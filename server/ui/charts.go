@@ -92,14 +92,12 @@ type chartsData struct {
 
 // seriesView is one reason of the legend.
 type seriesView struct {
-	Index        int
-	Reason       string
-	None, Other  bool // no reason given; the lumped rest
-	Others       int
-	Class        string
-	Total        int
-	ListURL      string // the list filtered by this reason ("" for none or other)
-	TotalByGroup []int
+	Reason      string
+	None, Other bool // no reason given; the lumped rest
+	Others      int
+	Class       string
+	Total       int
+	ListURL     string // the list filtered by this reason ("" for none or other)
 }
 
 // chartView is one chart: its bars, drawn in a viewBox of Width x Height.
@@ -116,7 +114,7 @@ type chartView struct {
 type barView struct {
 	Key, Label, Title string
 	Other             bool
-	Total, Sum        int
+	Total             int
 	URL               string
 	Segs              []segView
 	Counts            []int
@@ -196,14 +194,14 @@ func formTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05")
 func (h *handler) seriesOf(rf decisionstore.Refusals, lq url.Values) []seriesView {
 	var out []seriesView
 	for i, reason := range rf.Reasons {
-		s := seriesView{Index: i, Reason: reason, None: reason == "", Class: "s" + strconv.Itoa(i%seriesClasses)}
+		s := seriesView{Reason: reason, None: reason == "", Class: "s" + strconv.Itoa(i%seriesClasses)}
 		if reason != "" {
 			s.ListURL = h.listURL(lq, "reason", reason)
 		}
 		out = append(out, s)
 	}
 	if rf.OtherReasons > 0 {
-		out = append(out, seriesView{Index: len(rf.Reasons), Other: true, Others: rf.OtherReasons, Class: "s-other"})
+		out = append(out, seriesView{Other: true, Others: rf.OtherReasons, Class: "s-other"})
 	}
 	for _, t := range rf.Time {
 		for i, n := range t.Counts {
@@ -272,7 +270,7 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 	for i, t := range rf.Time {
 		from := win.Since.Add(time.Duration(i) * win.Step)
 		to := from.Add(win.Step)
-		b := barView{Key: strconv.Itoa(i), Total: t.Total, Sum: sum(t.Counts), Counts: t.Counts,
+		b := barView{Key: strconv.Itoa(i), Total: t.Total, Counts: t.Counts,
 			Label: from.Format("2006-01-02 15:04:05") + " to " + to.Format("15:04:05") + " UTC"}
 		b.Title = fmt.Sprintf("%s: %d refusals", b.Label, t.Total)
 		b.URL = h.listURL(lq, "since", formTime(from), "until", formTime(to))
@@ -299,7 +297,7 @@ func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tall
 	top = max(top, 1)
 	barW := float64(chartW) - groupLabelW - 70
 	for i, t := range tallies {
-		b := barView{Key: t.Key, Other: t.Other, Total: t.Total, Sum: sum(t.Counts), Counts: t.Counts, Label: t.Key}
+		b := barView{Key: t.Key, Other: t.Other, Total: t.Total, Counts: t.Counts, Label: t.Key}
 		switch {
 		case t.Other:
 			b.Label = fmt.Sprintf("other (%d %ss)", t.Others, key)

@@ -331,7 +331,6 @@ func visible(b []byte) []byte {
 // ---- recent decisions ----
 
 type listData struct {
-	Filter     Filter
 	Form       url.Values
 	Page       Page
 	Stored     bool // read from the decision store, every replica's
@@ -481,7 +480,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	ptrs := h.runPointers()
 	f, bad, refused := h.parseFilter(q, ptrs)
 	fq := filterQuery(q)
-	d := listData{Filter: f, Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
+	d := listData{Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
 	var got decisions
 	if !refused { // else no rows: a filter that could not be read matches nothing
 		var err error
@@ -684,7 +683,6 @@ func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter, ptrs RunPoin
 
 type decisionData struct {
 	Entry        Entry
-	Found        bool
 	InputText    string
 	ResultText   string
 	Explained    *evaluation // the live revision's explanation of the logged input
@@ -756,7 +754,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
-	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
+	d := decisionData{Entry: e, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
 	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
 		d.RunURL = h.runURL(d.Run)
 	}
