@@ -989,12 +989,7 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 		"prefix":  func() string { return prefix },
 		"tone":    tone,
 		"toneFor": toneFor,
-		"short": func(s string) string {
-			if len(s) > 8 {
-				return s[:8]
-			}
-			return s
-		},
+		"short":   func(s string) string { return s[:min(len(s), 8)] },
 		"when": func(t time.Time) string {
 			if t.IsZero() {
 				return ""
