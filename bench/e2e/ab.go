@@ -23,14 +23,13 @@ type abRun struct {
 func abEach(reps int, modes []string, fn func(load, mode string, rep int) (abRun, error)) ([]abRun, error) {
 	var runs []abRun
 	for _, load := range abLoads {
-		for rep := range reps {
-			for k := range modes {
-				r, err := fn(load, modes[(rep+k)%len(modes)], rep)
-				if err != nil {
-					return nil, err
-				}
-				runs = append(runs, r)
-			}
+		err := rotate(reps, modes, func(rep int, mode string) error {
+			r, err := fn(load, mode, rep)
+			runs = append(runs, r)
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return runs, nil

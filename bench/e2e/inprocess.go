@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,12 +89,11 @@ func parseGoBench(r io.Reader) ([]benchLine, string) {
 	return lines, cpu
 }
 
-func median(xs []float64) float64 {
+func median[T ~int64 | ~float64](xs []T) T {
 	if len(xs) == 0 {
 		return 0
 	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
+	s := slices.Sorted(slices.Values(xs))
 	if len(s)%2 == 1 {
 		return s[len(s)/2]
 	}
@@ -102,10 +101,9 @@ func median(xs []float64) float64 {
 }
 
 func findBench(lines []benchLine, name string) (benchLine, bool) {
-	for _, l := range lines {
-		if l.Name == name {
-			return l, true
-		}
+	i := slices.IndexFunc(lines, func(l benchLine) bool { return l.Name == name })
+	if i < 0 {
+		return benchLine{}, false
 	}
-	return benchLine{}, false
+	return lines[i], true
 }

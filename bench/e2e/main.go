@@ -16,6 +16,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,11 +149,7 @@ func step(ctx context.Context, r *report, argv ...string) error {
 }
 
 func run(ctx context.Context, c config) (err error) {
-	root, err := repoRoot()
-	if err != nil {
-		return err
-	}
-	if err := os.Chdir(root); err != nil {
+	if err := toRoot(); err != nil {
 		return err
 	}
 	r := &report{cfg: c, machine: machineInfo(ctx)}
@@ -185,43 +182,25 @@ func run(ctx context.Context, c config) (err error) {
 
 	// The engine in process keeps the generated inputs it decides and says
 	// what each decides, for the report: the driver knows no rule.
-	snap, err := engine.Load(ctx, engine.Config{Policies: "policies", Schemas: "schemas"})
-	if err != nil {
-		return err
-	}
 	r.outcomes = map[string]map[string]int{}
-	keep := func(decision string, body []byte) bool {
-		d, err := snap.Decide(ctx, decision, body, engine.Options{})
-		if err != nil {
-			return false
-		}
+	l, err := newLoad(ctx, c, "arbiter-bench-", func(_ *engine.Snapshot, decision string, d *engine.Decision) bool {
 		if r.outcomes[decision] == nil {
 			r.outcomes[decision] = map[string]int{}
 		}
 		r.outcomes[decision][d.Outcome]++
 		return true
-	}
-	inputs, err := corpus.Generate(tests, c.corpusN, c.seed, keep)
+	})
 	if err != nil {
 		return err
 	}
-	r.mix = corpus.Summarize(inputs)
+	defer os.RemoveAll(l.tmp)
+	inputs, tmp, script, index := l.inputs, l.tmp, l.script, l.index
+	r.mix, r.tmp = corpus.Summarize(inputs), tmp
 	r.sized = func(size int) (string, []byte, error) {
 		return corpus.Sized(tests, size, func(decision string, body []byte) bool {
-			_, err := snap.Decide(ctx, decision, body, engine.Options{})
+			_, err := l.snap.Decide(ctx, decision, body, engine.Options{})
 			return err == nil
 		})
-	}
-
-	tmp, err := os.MkdirTemp("", "arbiter-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	r.tmp = tmp
-	script, index, err := writeLoad(tmp, inputs)
-	if err != nil {
-		return err
 	}
 
 	self, err := os.Executable()
@@ -235,29 +214,18 @@ func run(ctx context.Context, c config) (err error) {
 		}
 	}()
 	start := func(name, health string, argv func(addr string) []string) (*server, error) {
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
+		s, err := launch(ctx, name, filepath.Join(tmp, name+".log"), health, func(addr string) []string {
+			a := argv(addr)
+			r.commands = append(r.commands, shellQuote(a))
+			return a
+		})
+		if err == nil {
+			servers = append(servers, s)
 		}
-		a := argv(addr)
-		r.commands = append(r.commands, shellQuote(a))
-		s, err := startServer(name, addr, filepath.Join(tmp, name+".log"), a...)
-		if err != nil {
-			return nil, err
-		}
-		servers = append(servers, s)
-		t0 := time.Now()
-		if err := s.waitReady(ctx, health, 2*time.Minute); err != nil {
-			return nil, err
-		}
-		logf("%s ready on %s in %s", name, addr, time.Since(t0).Round(time.Millisecond))
-		return s, nil
+		return s, err
 	}
 	decisionLog := filepath.Join(tmp, "decisions.log")
-	arb, err := start("arbiter", "/health", func(addr string) []string {
-		return []string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas",
-			"--tests", "", "--decision-log", decisionLog, "--state-dir", "", "--log-level", "error"}
-	})
+	arb, err := start("arbiter", "/health", func(addr string) []string { return arbiterArgs(addr, decisionLog) })
 	if err != nil {
 		return err
 	}
@@ -289,15 +257,16 @@ func run(ctx context.Context, c config) (err error) {
 			return err
 		}
 	}
-	for _, s := range []*server{arb, opa} {
-		r.hwmAfterLoad = append(r.hwmAfterLoad, mustStatus(s.pid(), "VmHWM"))
+	hwm := func() []int64 {
+		a, _ := procStatus(arb.pid(), "VmHWM")
+		o, _ := procStatus(opa.pid(), "VmHWM")
+		return []int64{a, o}
 	}
+	r.hwmAfterLoad = hwm()
 	if err := sizeRuns(ctx, c, r, arb, opa); err != nil {
 		return err
 	}
-	for _, s := range []*server{arb, opa} {
-		r.hwmAfterSizes = append(r.hwmAfterSizes, mustStatus(s.pid(), "VmHWM"))
-	}
+	r.hwmAfterSizes = hwm()
 	if r.decisionLogDropped, err = arb.metric(ctx, "arbiter_decision_log_dropped_total"); err != nil {
 		return err
 	}
@@ -315,11 +284,6 @@ func run(ctx context.Context, c config) (err error) {
 		logf("wrote %s", c.out)
 	}
 	return nil
-}
-
-func mustStatus(pid int, key string) int64 {
-	v, _ := procStatus(pid, key)
-	return v
 }
 
 func filesSize(glob string) int64 {
@@ -381,24 +345,31 @@ func loadRuns(ctx context.Context, c config, r *report, servers []*server, scrip
 			return err
 		}
 	}
-	for rep := range c.reps {
-		for k := range servers {
-			s := servers[(rep+k)%len(servers)]
-			cpu0, _ := cpuSeconds(s.pid())
-			rss := sampleRSS(s.pid(), 100*time.Millisecond)
-			res, err := runWrk(ctx, wrkArgs(c, c.duration, script, index, s.addr))
-			maxRSS := rss.done()
-			cpu1, _ := cpuSeconds(s.pid())
-			if err != nil {
+	return rotate(c.reps, servers, func(rep int, s *server) error {
+		cpu0, _ := cpuSeconds(s.pid())
+		rss := sampleRSS(s.pid(), 100*time.Millisecond)
+		res, err := runWrk(ctx, wrkArgs(c, c.duration, script, index, s.addr))
+		maxRSS := rss.done()
+		cpu1, _ := cpuSeconds(s.pid())
+		if err := cmp.Or(err, s.alive()); err != nil {
+			return err
+		}
+		run := loadRun{server: s.name, rep: rep, res: res, cpu: cpu1 - cpu0, maxRSS: maxRSS}
+		r.runs = append(r.runs, run)
+		logf("run %d %-7s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d  cpu %.0f µs/req  rss %s",
+			rep+1, s.name, res.rps(), ms(res.P50US), ms(res.P99US), res.errors(), run.cpuPerReq()*1e6, mib(maxRSS))
+		return nil
+	})
+}
+
+// rotate calls fn for each repetition and each of xs, the first of xs
+// rotating from one repetition to the next.
+func rotate[T any](reps int, xs []T, fn func(rep int, x T) error) error {
+	for rep := range reps {
+		for k := range xs {
+			if err := fn(rep, xs[(rep+k)%len(xs)]); err != nil {
 				return err
 			}
-			if err := s.alive(); err != nil {
-				return err
-			}
-			run := loadRun{server: s.name, rep: rep, res: res, cpu: cpu1 - cpu0, maxRSS: maxRSS}
-			r.runs = append(r.runs, run)
-			logf("run %d %-7s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d  cpu %.0f µs/req  rss %s",
-				rep+1, s.name, res.rps(), ms(res.P50US), ms(res.P99US), res.errors(), run.cpuPerReq()*1e6, mib(maxRSS))
 		}
 	}
 	return nil
@@ -411,21 +382,15 @@ func loadRuns(ctx context.Context, c config, r *report, servers []*server, scrip
 // the tail is the operating system's time slices, for every server).
 func pacedRuns(ctx context.Context, c config, r *report, servers []*server, inputs []corpus.Input) error {
 	reqs := dataRequests(inputs)
-	for rep := range c.reps {
-		for k := range servers {
-			s := servers[(rep+k)%len(servers)]
-			res, err := paced(ctx, s, reqs, c.pace, c.duration)
-			if err != nil {
-				return err
-			}
-			if err := s.alive(); err != nil {
-				return err
-			}
-			r.pacedRuns = append(r.pacedRuns, loadRun{server: s.name, rep: rep, res: res})
-			logf("paced %d %-7s %d req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d", rep+1, s.name, c.pace, ms(res.P50US), ms(res.P99US), res.Status)
+	return rotate(c.reps, servers, func(rep int, s *server) error {
+		res, err := paced(ctx, s, reqs, c.pace, c.duration)
+		if err := cmp.Or(err, s.alive()); err != nil {
+			return err
 		}
-	}
-	return nil
+		r.pacedRuns = append(r.pacedRuns, loadRun{server: s.name, rep: rep, res: res})
+		logf("paced %d %-7s %d req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d", rep+1, s.name, c.pace, ms(res.P50US), ms(res.P99US), res.Status)
+		return nil
+	})
 }
 
 // sizeRuns times sequential requests with one large Runner state at each
@@ -435,12 +400,9 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 	servers := []*server{arb, opa}
 	scrape := map[string]float64{}
 	for _, s := range servers {
-		a1, err := s.allocBytes(ctx)
-		if err != nil {
-			return err
-		}
-		a2, err := s.allocBytes(ctx)
-		if err != nil {
+		a1, err1 := s.allocBytes(ctx)
+		a2, err2 := s.allocBytes(ctx)
+		if err := cmp.Or(err1, err2); err != nil {
 			return err
 		}
 		scrape[s.name] = a2 - a1
@@ -475,17 +437,18 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 			}
 			cpuBefore[s.name], _ = cpuSeconds(s.pid())
 		}
-		for i := range sz.requests {
-			for k := range servers {
-				s := servers[(i+k)%2]
-				t0 := time.Now()
-				status, _, err := s.post(ctx, dataPath(decision), body)
-				d := time.Since(t0)
-				if err != nil || status != 200 {
-					return fmt.Errorf("%s: %s input: status %d, %v", s.name, sz.name, status, err)
-				}
-				res.times[s.name] = append(res.times[s.name], d)
+		err = rotate(sz.requests, servers, func(_ int, s *server) error {
+			t0 := time.Now()
+			status, _, err := s.post(ctx, dataPath(decision), body)
+			d := time.Since(t0)
+			if err != nil || status != 200 {
+				return fmt.Errorf("%s: %s input: status %d, %v", s.name, sz.name, status, err)
 			}
+			res.times[s.name] = append(res.times[s.name], d)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		// Let the decision log writer catch up before reading the counters.
 		time.Sleep(300 * time.Millisecond)
@@ -506,18 +469,19 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 	return nil
 }
 
-func repoRoot() (string, error) {
+// toRoot changes to the repository's root.
+func toRoot() error {
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", err
+		return err
 	}
 	for {
 		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/arbiter-dev/arbiter\n")) {
-			return dir, nil
+			return os.Chdir(dir)
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("run from inside the Arbiter repository")
+			return errors.New("run from inside the Arbiter repository")
 		}
 		dir = parent
 	}

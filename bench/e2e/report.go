@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,22 +33,13 @@ func machineInfo(ctx context.Context) machine {
 	if out, err := exec.CommandContext(ctx, "uname", "-a").Output(); err == nil {
 		m.uname = strings.TrimSpace(string(out))
 	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "model name"); ok {
-				m.cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-				break
-			}
-		}
+	if v, ok := procLine("/proc/cpuinfo", "model name"); ok {
+		m.cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				var kb int64
-				fmt.Sscan(v, &kb)
-				m.mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
-			}
-		}
+	if v, ok := procLine("/proc/meminfo", "MemTotal:"); ok {
+		var kb int64
+		fmt.Sscan(v, &kb)
+		m.mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
 	}
 	m.goVersion = toolVersion(ctx, "go", "version")
 	return m
@@ -94,17 +86,7 @@ type sizeResult struct {
 	cpu       map[string]float64 // server CPU seconds per request
 }
 
-func (s sizeResult) median(server string) time.Duration {
-	t := append([]time.Duration(nil), s.times[server]...)
-	if len(t) == 0 {
-		return 0
-	}
-	sort.Slice(t, func(i, j int) bool { return t[i] < t[j] })
-	if len(t)%2 == 1 {
-		return t[len(t)/2]
-	}
-	return (t[len(t)/2-1] + t[len(t)/2]) / 2
-}
+func (s sizeResult) median(server string) time.Duration { return median(s.times[server]) }
 
 type report struct {
 	cfg              config
@@ -170,17 +152,14 @@ func statsOf(runs []loadRun, server string) serverStats {
 
 // repRatios are Arbiter's throughput over OPA's in each repetition.
 func (r *report) repRatios() []float64 {
-	byRep := map[int]map[string]float64{}
+	rps := map[[2]any]float64{} // (rep, server)
 	for _, run := range r.runs {
-		if byRep[run.rep] == nil {
-			byRep[run.rep] = map[string]float64{}
-		}
-		byRep[run.rep][run.server] = run.res.rps()
+		rps[[2]any{run.rep, run.server}] = run.res.rps()
 	}
 	var out []float64
 	for rep := range r.cfg.reps {
-		if m := byRep[rep]; m["opa"] > 0 {
-			out = append(out, m["arbiter"]/m["opa"])
+		if o := rps[[2]any{rep, "opa"}]; o > 0 {
+			out = append(out, rps[[2]any{rep, "arbiter"}]/o)
 		}
 	}
 	return out
@@ -296,12 +275,11 @@ func (r *report) writeSummary(w func(string, ...any)) {
 }
 
 func (r *report) size(name string) (sizeResult, bool) {
-	for _, s := range r.sizes {
-		if s.spec.name == name {
-			return s, true
-		}
+	i := slices.IndexFunc(r.sizes, func(s sizeResult) bool { return s.spec.name == name })
+	if i < 0 {
+		return sizeResult{}, false
 	}
-	return sizeResult{}, false
+	return r.sizes[i], true
 }
 
 func (r *report) writeInProcess(w func(string, ...any)) {
@@ -363,22 +341,14 @@ func (r *report) writeLoad(w func(string, ...any)) {
 	w("|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for i, name := range []string{"arbiter", "opa", "null"} {
 		s := r.stats(name)
-		var per []string
-		for _, x := range s.perRun {
-			per = append(per, fmt.Sprintf("%.0f", x))
-		}
 		hwm := ""
 		if i < len(r.hwmAfterLoad) {
 			hwm = mib(r.hwmAfterLoad[i])
 		}
-		w("| %s | %.0f | %.2f | %.2f | %s | %d | %.0f | %s | %s |\n", label(name), s.rps, s.p50, s.p99, strings.Join(per, ", "), s.errors, s.cpu, mib(s.maxRSS), hwm)
+		w("| %s | %.0f | %.2f | %.2f | %s | %d | %.0f | %s | %s |\n", label(name), s.rps, s.p50, s.p99, joinf("%.0f", s.perRun), s.errors, s.cpu, mib(s.maxRSS), hwm)
 	}
 	a, o, n := r.stats("arbiter"), r.stats("opa"), r.stats("null")
-	var per []string
-	for _, x := range r.repRatios() {
-		per = append(per, fmt.Sprintf("%.2f", x))
-	}
-	w("\nArbiter/OPA: throughput **%.2fx** (per repetition: %s), p50 %.2fx, p99 %.2fx, server CPU per request %.2fx.\n", a.rps/o.rps, strings.Join(per, ", "), a.p50/o.p50, a.p99/o.p99, a.cpu/o.cpu)
+	w("\nArbiter/OPA: throughput **%.2fx** (per repetition: %s), p50 %.2fx, p99 %.2fx, server CPU per request %.2fx.\n", a.rps/o.rps, joinf("%.2f", r.repRatios()), a.p50/o.p50, a.p99/o.p99, a.cpu/o.cpu)
 	w("Share of the null server's throughput: Arbiter %.0f%%, OPA %.0f%%.\n", 100*a.rps/n.rps, 100*o.rps/n.rps)
 	w("Arbiter's decision log held %s at the end (every request is logged with its input; records dropped\n", mib(r.decisionLogBytes))
 	w("because the log's buffer was full: %.0f).\n\n", r.decisionLogDropped)
@@ -389,18 +359,25 @@ func (r *report) writeLoad(w func(string, ...any)) {
 		w("| server | p50 ms | p90 ms | p99 ms | max ms | p99 per run | errors |\n|---|---:|---:|---:|---:|---|---:|\n")
 		for _, name := range []string{"arbiter", "opa"} {
 			st := r.pacedStats(name)
-			var p90, mx []float64
-			var per []string
+			var p90, mx, p99 []float64
 			for _, run := range r.pacedRuns {
 				if run.server == name {
-					p90, mx = append(p90, ms(run.res.P90US)), append(mx, ms(run.res.MaxUS))
-					per = append(per, fmt.Sprintf("%.2f", ms(run.res.P99US)))
+					p90, mx, p99 = append(p90, ms(run.res.P90US)), append(mx, ms(run.res.MaxUS)), append(p99, ms(run.res.P99US))
 				}
 			}
-			w("| %s | %.2f | %.2f | %.2f | %.2f | %s | %d |\n", label(name), st.p50, median(p90), st.p99, median(mx), strings.Join(per, ", "), st.errors)
+			w("| %s | %.2f | %.2f | %.2f | %.2f | %s | %d |\n", label(name), st.p50, median(p90), st.p99, median(mx), joinf("%.2f", p99), st.errors)
 		}
 		w("\n")
 	}
+}
+
+// joinf is xs, each in format, separated by commas.
+func joinf(format string, xs []float64) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(out, ", ")
 }
 
 func label(name string) string {
@@ -428,15 +405,14 @@ func (r *report) writeSizes(w func(string, ...any)) {
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.sizes {
 		a, o := s.median("arbiter"), s.median("opa")
-		inDecide, inOPA := "", ""
-		if l, ok := findBench(r.bench, "Size/"+s.spec.name+"/decide"); ok {
-			inDecide = fmt.Sprintf("%.1f", l.NsPerOp/1e6)
-		}
-		if l, ok := findBench(r.bench, "Size/"+s.spec.name+"/opa_server_path"); ok {
-			inOPA = fmt.Sprintf("%.1f", l.NsPerOp/1e6)
+		inProcess := func(name string) string {
+			if l, ok := findBench(r.bench, "Size/"+s.spec.name+"/"+name); ok {
+				return fmt.Sprintf("%.1f", l.NsPerOp/1e6)
+			}
+			return ""
 		}
 		w("| %s | %s | %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.1f | %.1f | %s | %s |\n", s.spec.name, kb(s.bodyBytes), s.spec.requests, msd(a), msd(o), msd(o)/msd(a),
-			s.cpu["arbiter"]*1e3, s.cpu["opa"]*1e3, s.alloc["arbiter"]/(1<<20), s.alloc["opa"]/(1<<20), inDecide, inOPA)
+			s.cpu["arbiter"]*1e3, s.cpu["opa"]*1e3, s.alloc["arbiter"]/(1<<20), s.alloc["opa"]/(1<<20), inProcess("decide"), inProcess("opa_server_path"))
 	}
 	if len(r.hwmAfterSizes) == 2 {
 		w("\nPeak resident memory (VmHWM) after the size runs: Arbiter %s, OPA %s.\n", mib(r.hwmAfterSizes[0]), mib(r.hwmAfterSizes[1]))

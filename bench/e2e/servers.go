@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +23,6 @@ import (
 type server struct {
 	name    string
 	addr    string // 127.0.0.1:PORT
-	argv    []string
 	logPath string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -55,7 +54,7 @@ func startServer(name, addr, logPath string, argv ...string) (*server, error) {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	s := &server{
-		name: name, addr: addr, argv: argv, logPath: logPath, cmd: cmd, done: make(chan struct{}),
+		name: name, addr: addr, logPath: logPath, cmd: cmd, done: make(chan struct{}),
 		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}},
 	}
 	go func() {
@@ -75,14 +74,8 @@ func (s *server) url(path string) string { return "http://" + s.addr + path }
 func (s *server) waitReady(ctx context.Context, path string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path), nil)
-		resp, err := s.client.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if status, _, err := s.request(ctx, http.MethodGet, path, nil); err == nil && status == http.StatusOK {
+			return nil
 		}
 		select {
 		case <-s.done:
@@ -131,13 +124,68 @@ func (s *server) alive() error {
 	}
 }
 
+// launch starts the server argv(addr) on a free loopback address, its
+// output in logPath, and waits until health answers 200 (else stops it);
+// the caller stops the server it returns.
+func launch(ctx context.Context, name, logPath, health string, argv func(addr string) []string) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s, err := startServer(name, addr, logPath, argv(addr)...)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := s.waitReady(ctx, health, 2*time.Minute); err != nil {
+		s.stop()
+		return nil, err
+	}
+	logf("%s ready on %s in %s", name, addr, time.Since(t0).Round(time.Millisecond))
+	return s, nil
+}
+
+// launchArbiter launches arbiterArgs as name, its output in out.
+func launchArbiter(ctx context.Context, name, out, decisionLog string, extra ...string) (*server, []string, error) {
+	var argv []string
+	s, err := launch(ctx, name, out, "/health", func(addr string) []string {
+		argv = arbiterArgs(addr, decisionLog, extra...)
+		return argv
+	})
+	return s, argv, err
+}
+
+// arbiterArgs is `arbiter serve` on the repository's policies at addr,
+// quiet, with no tests or state, logging its decisions to decisionLog.
+func arbiterArgs(addr, decisionLog string, extra ...string) []string {
+	return append([]string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas",
+		"--tests", "", "--decision-log", decisionLog, "--state-dir", "", "--log-level", "error"}, extra...)
+}
+
 // post sends body to path and returns the status and answer.
 func (s *server) post(ctx context.Context, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url(path), bytes.NewReader(body))
+	return s.request(ctx, http.MethodPost, path, body)
+}
+
+// getJSON decodes the answer to GET path into v.
+func (s *server) getJSON(ctx context.Context, path string, v any) error {
+	_, out, err := s.request(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(out, v)
+}
+
+// request sends method path with body (JSON, when there is one) and
+// returns the status and answer.
+func (s *server) request(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.url(path), bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -155,27 +203,20 @@ func (s *server) allocBytes(ctx context.Context) (float64, error) {
 
 // metric reads an unlabelled metric from the server's /metrics.
 func (s *server) metric(ctx context.Context, name string) (float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url("/metrics"), nil)
-	resp, err := s.client.Do(req)
+	_, out, err := s.request(ctx, http.MethodGet, "/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	sum, found := 0.0, false
-	for sc.Scan() {
+	for _, line := range strings.Split(string(out), "\n") {
 		// NAME VALUE, or NAME{LABELS} VALUE: the sum over the labels.
-		if rest, ok := strings.CutPrefix(sc.Text(), name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
 			v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
 			if err != nil {
 				return 0, err
 			}
 			sum, found = sum+v, true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
 	}
 	if !found {
 		return 0, fmt.Errorf("%s: no %s in /metrics", s.name, name)
@@ -185,21 +226,23 @@ func (s *server) metric(ctx context.Context, name string) (float64, error) {
 
 // procStatus reads a "VmXXX:   1234 kB" line of /proc/PID/status, in bytes.
 func procStatus(pid int, key string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key+":"); ok {
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
-		}
+	v, _ := procLine(fmt.Sprintf("/proc/%d/status", pid), key+":")
+	if f := strings.Fields(v); len(f) > 0 {
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		return kb << 10, err
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", key, pid)
+}
+
+// procLine is the rest of the first line of file that starts with key.
+func procLine(file, key string) (string, bool) {
+	b, _ := os.ReadFile(file)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat.

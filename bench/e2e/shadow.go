@@ -62,52 +62,31 @@ func runShadow(ctx context.Context, c config) error {
 		}
 	}
 
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	argv := []string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas", "--tests", "",
-		"--decision-log", filepath.Join(tmp, "decisions.log"), "--state-dir", "", "--log-level", "error", "--shadow-cpu", fmt.Sprint(c.shadowCPU)}
-	s, err := startServer("arbiter", addr, filepath.Join(tmp, "arbiter.log"), argv...)
+	s, argv, err := launchArbiter(ctx, "arbiter", filepath.Join(tmp, "arbiter.log"), filepath.Join(tmp, "decisions.log"), "--shadow-cpu", fmt.Sprint(c.shadowCPU))
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	if err := s.waitReady(ctx, "/health", 2*time.Minute); err != nil {
-		return err
-	}
 	load, _ := json.Marshal(map[string]string{"policies": filepath.Join(cand, "policies"), "schemas": filepath.Join(cand, "schemas")})
 	set := func(on bool) error {
-		if on {
-			status, body, err := s.post(ctx, "/v1/shadow", load)
-			if err != nil || status != http.StatusOK {
-				return fmt.Errorf("loading the looping candidate: %d %s %v", status, body, err)
-			}
-			return nil
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, s.url("/v1/shadow"), nil)
-		resp, err := s.client.Do(req)
-		if err != nil {
+		if !on {
+			_, _, err := s.request(ctx, http.MethodDelete, "/v1/shadow", nil)
 			return err
 		}
-		resp.Body.Close()
+		if status, body, err := s.post(ctx, "/v1/shadow", load); err != nil || status != http.StatusOK {
+			return fmt.Errorf("loading the looping candidate: %d %s %v", status, body, err)
+		}
 		return nil
 	}
 	stats := func() (shadow.Stats, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url("/v1/shadow"), nil)
-		resp, err := s.client.Do(req)
-		if err != nil {
-			return shadow.Stats{}, err
-		}
-		defer resp.Body.Close()
 		var doc struct {
 			Stats shadow.Stats `json:"stats"`
 		}
-		return doc.Stats, json.NewDecoder(resp.Body).Decode(&doc)
+		return doc.Stats, s.getJSON(ctx, "/v1/shadow", &doc)
 	}
 
 	logf("warm-up, %s", c.warmup)
-	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, addr)); err != nil {
+	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, s.addr)); err != nil {
 		return err
 	}
 	// The modes: no candidate, the looping candidate, and no candidate
@@ -153,15 +132,10 @@ func runShadow(ctx context.Context, c config) error {
 	w("| load | run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | sampled | judged | dropped (queue full) | expired | candidate evaluating s | paused s |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {
-		d := func(f func(shadow.Stats) float64) float64 { return f(r.after) - f(r.before) }
+		a, b := r.after, r.before
 		w("| %s | %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.load, r.rep+1, r.mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
-			r.cpu/float64(r.res.Requests)*1e6,
-			d(func(s shadow.Stats) float64 { return float64(s.Sampled) }),
-			d(func(s shadow.Stats) float64 { return float64(s.Judged) }),
-			d(func(s shadow.Stats) float64 { return float64(s.Dropped) }),
-			d(func(s shadow.Stats) float64 { return float64(s.Expired) }),
-			d(func(s shadow.Stats) float64 { return s.EvaluationSeconds }),
-			d(func(s shadow.Stats) float64 { return s.PausedSeconds }))
+			r.cpu/float64(r.res.Requests)*1e6, float64(a.Sampled)-float64(b.Sampled), float64(a.Judged)-float64(b.Judged),
+			float64(a.Dropped)-float64(b.Dropped), float64(a.Expired)-float64(b.Expired), a.EvaluationSeconds-b.EvaluationSeconds, a.PausedSeconds-b.PausedSeconds)
 	}
 	w("")
 	abRatios(w, abs, modes, c.reps, "no candidate")
@@ -257,11 +231,7 @@ type load struct {
 
 // prepareLoad builds it, from the repository's root (it changes to it).
 func prepareLoad(ctx context.Context, c config, name string) (*load, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chdir(root); err != nil {
+	if err := toRoot(); err != nil {
 		return nil, err
 	}
 	if _, err := exec.LookPath("wrk"); err != nil {
@@ -272,18 +242,26 @@ func prepareLoad(ctx context.Context, c config, name string) (*load, error) {
 	if err := build.Run(); err != nil {
 		return nil, err
 	}
+	return newLoad(ctx, c, "arbiter-"+name+"-bench-", nil)
+}
+
+// newLoad loads the policies and writes the corpus and wrk's script into a
+// new temporary folder named from tmpPattern; keep, when not nil, is told
+// each input the engine decides (else every such input is kept).
+func newLoad(ctx context.Context, c config, tmpPattern string, keep func(snap *engine.Snapshot, decision string, d *engine.Decision) bool) (*load, error) {
 	l := &load{}
+	var err error
 	if l.snap, err = engine.Load(ctx, engine.Config{Policies: "policies", Schemas: "schemas"}); err != nil {
 		return nil, err
 	}
 	l.inputs, err = corpus.Generate(tests, c.corpusN, c.seed, func(decision string, body []byte) bool {
-		_, err := l.snap.Decide(ctx, decision, body, engine.Options{})
-		return err == nil
+		d, err := l.snap.Decide(ctx, decision, body, engine.Options{})
+		return err == nil && (keep == nil || keep(l.snap, decision, d))
 	})
 	if err != nil {
 		return nil, err
 	}
-	if l.tmp, err = os.MkdirTemp("", "arbiter-"+name+"-bench-"); err != nil {
+	if l.tmp, err = os.MkdirTemp("", tmpPattern); err != nil {
 		return nil, err
 	}
 	if l.script, l.index, err = writeLoad(l.tmp, l.inputs); err != nil {

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,44 +51,22 @@ func runStore(ctx context.Context, c config) error {
 		dbURL, where = cl.URL("bench"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
 	}
 
-	start := func(name string, extra ...string) (*server, []string, error) {
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, nil, err
-		}
-		argv := append([]string{"bin/arbiter", "serve", "--addr", addr, "--policies", "policies", "--schemas", "schemas", "--tests", "",
-			"--decision-log", filepath.Join(tmp, name+".log"), "--state-dir", "", "--log-level", "error"}, extra...)
-		s, err := startServer(name, addr, filepath.Join(tmp, name+".out"), argv...)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, argv, s.waitReady(ctx, "/health", 2*time.Minute)
-	}
-	plain, plainArgv, err := start("plain")
-	if plain != nil {
-		defer plain.stop()
-	}
+	plain, plainArgv, err := launchArbiter(ctx, "plain", filepath.Join(tmp, "plain.out"), filepath.Join(tmp, "plain.log"))
 	if err != nil {
 		return err
 	}
-	stored, storedArgv, err := start("stored", "--decision-store", dbURL, "--replica-id", "bench")
-	if stored != nil {
-		defer stored.stop()
-	}
+	defer plain.stop()
+	stored, storedArgv, err := launchArbiter(ctx, "stored", filepath.Join(tmp, "stored.out"), filepath.Join(tmp, "stored.log"),
+		"--decision-store", dbURL, "--replica-id", "bench")
 	if err != nil {
 		return err
 	}
+	defer stored.stop()
 	storeStats := func() (storeAccount, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, stored.url("/v1/status"), nil)
-		resp, err := stored.client.Do(req)
-		if err != nil {
-			return storeAccount{}, err
-		}
-		defer resp.Body.Close()
 		var doc struct {
 			Store storeAccount `json:"store"`
 		}
-		return doc.Store, json.NewDecoder(resp.Body).Decode(&doc)
+		return doc.Store, stored.getJSON(ctx, "/v1/status", &doc)
 	}
 
 	for _, s := range []*server{plain, stored} {
@@ -183,8 +159,7 @@ type storeAccount struct {
 	Dropped map[string]uint64 `json:"dropped"`
 }
 
-func (a storeAccount) dropped() uint64 {
-	var n uint64
+func (a storeAccount) dropped() (n uint64) {
 	for _, v := range a.Dropped {
 		n += v
 	}

@@ -54,10 +54,7 @@ func (l *loginRedirect) WriteHeader(code int) {
 	l.committed = true
 	if code == http.StatusUnauthorized && l.r.Header.Get("Accept") != "text/event-stream" {
 		l.redirect = true
-		h := l.ResponseWriter.Header()
-		for k := range h {
-			delete(h, k)
-		}
+		clear(l.ResponseWriter.Header())
 		next := l.r.URL.RequestURI()
 		if l.r.Method != http.MethodGet {
 			next = l.prefix + "/decisions"

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -91,14 +92,12 @@ type chartsData struct {
 
 // seriesView is one reason of the legend.
 type seriesView struct {
-	Index        int
-	Reason       string
-	None, Other  bool // no reason given; the lumped rest
-	Others       int
-	Class        string
-	Total        int
-	ListURL      string // the list filtered by this reason ("" for none or other)
-	TotalByGroup []int
+	Reason      string
+	None, Other bool // no reason given; the lumped rest
+	Others      int
+	Class       string
+	Total       int
+	ListURL     string // the list filtered by this reason ("" for none or other)
 }
 
 // chartView is one chart: its bars, drawn in a viewBox of Width x Height.
@@ -115,7 +114,7 @@ type chartView struct {
 type barView struct {
 	Key, Label, Title string
 	Other             bool
-	Total, Sum        int
+	Total             int
 	URL               string
 	Segs              []segView
 	Counts            []int
@@ -155,42 +154,31 @@ func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 		d.Windows = append(d.Windows, cw.Key)
 	}
 	if d.Form.Get("window") == "" {
-		d.Form = cloneValues(q)
+		d.Form = maps.Clone(q)
 		d.Form.Set("window", defaultChartWindow)
 	}
 	switch {
 	case refused:
 		d.Refusals = decisionstore.TallyRefusals(rq, func(func(decisionstore.Refusal) bool) {})
 	case h.cfg.Store != nil:
-		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
-		defer cancel()
-		got, err := h.cfg.Store.Refusals(ctx, rq)
+		got, err := fromStore(r.Context(), h, "ui: charting the decision store's refusals failed", func(ctx context.Context) (decisionstore.Refusals, error) {
+			return h.cfg.Store.Refusals(ctx, rq)
+		})
 		if err == nil {
 			d.Refusals = got
 			break
 		}
-		h.log.Warn("ui: charting the decision store's refusals failed", "err", err)
 		d.Stored, d.StoreDown = false, true
 		d.Refusals = h.cfg.Recent.Refusals(rq)
 	default:
 		d.Refusals = h.cfg.Recent.Refusals(rq)
 	}
 	d.Choices = h.choices(r.Context())
-	d.Hidden = url.Values{}
-	for _, k := range []string{"outcome", "reason", "caller", "path", "run"} {
-		if v := q.Get(k); v != "" {
-			d.Hidden.Set(k, v)
-		}
-	}
-	for _, v := range q["input"] {
-		if v != "" {
-			d.Hidden.Add("input", v)
-		}
-	}
+	d.Hidden = formValues(q, "outcome", "reason", "caller", "path", "run")
 	lq := filterQuery(q)
 	lq.Set("since", formTime(win.Since))
 	lq.Set("until", formTime(win.Until))
-	d.ListURL = h.cfg.Prefix + "/decisions" + encodeQuery(lq)
+	d.ListURL = h.listURL(lq)
 	d.Series = h.seriesOf(d.Refusals, lq)
 	d.Charts = []chartView{
 		h.timeChart(d.Refusals, d.Series, lq),
@@ -206,29 +194,19 @@ func formTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05")
 func (h *handler) seriesOf(rf decisionstore.Refusals, lq url.Values) []seriesView {
 	var out []seriesView
 	for i, reason := range rf.Reasons {
-		s := seriesView{Index: i, Reason: reason, None: reason == "", Class: "s" + strconv.Itoa(i%seriesClasses)}
+		s := seriesView{Reason: reason, None: reason == "", Class: "s" + strconv.Itoa(i%seriesClasses)}
 		if reason != "" {
-			fq := cloneValues(lq)
-			fq.Set("reason", reason)
-			s.ListURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
+			s.ListURL = h.listURL(lq, "reason", reason)
 		}
 		out = append(out, s)
 	}
 	if rf.OtherReasons > 0 {
-		out = append(out, seriesView{Index: len(rf.Reasons), Other: true, Others: rf.OtherReasons, Class: "s-other"})
+		out = append(out, seriesView{Other: true, Others: rf.OtherReasons, Class: "s-other"})
 	}
 	for _, t := range rf.Time {
 		for i, n := range t.Counts {
 			out[i].Total += n
 		}
-	}
-	return out
-}
-
-func cloneValues(v url.Values) url.Values {
-	out := url.Values{}
-	for k, vs := range v {
-		out[k] = append([]string(nil), vs...)
 	}
 	return out
 }
@@ -275,10 +253,7 @@ const (
 func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq url.Values) chartView {
 	win := rf.Window
 	c := chartView{ID: "chart-time", Title: "Refusals by reason over time", KeyName: "Time (UTC)", Width: chartW, Height: timeH}
-	top := 0
-	for _, t := range rf.Time {
-		top = max(top, sum(t.Counts))
-	}
+	top := tallest(rf.Time)
 	c.Empty = top == 0
 	top = niceMax(max(top, 1))
 	plotW, plotH := float64(chartW)-plotLeft-plotRight, float64(timeH)-plotTop-plotBottom
@@ -295,24 +270,12 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 	for i, t := range rf.Time {
 		from := win.Since.Add(time.Duration(i) * win.Step)
 		to := from.Add(win.Step)
-		b := barView{Key: strconv.Itoa(i), Total: t.Total, Sum: sum(t.Counts), Counts: t.Counts,
+		b := barView{Key: strconv.Itoa(i), Total: t.Total, Counts: t.Counts,
 			Label: from.Format("2006-01-02 15:04:05") + " to " + to.Format("15:04:05") + " UTC"}
 		b.Title = fmt.Sprintf("%s: %d refusals", b.Label, t.Total)
-		fq := cloneValues(lq)
-		fq.Set("since", formTime(from))
-		fq.Set("until", formTime(to))
-		b.URL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
-		x := plotLeft + float64(i)*slot + slot*0.1
-		y := plotTop + plotH
-		for s, count := range t.Counts {
-			if count == 0 {
-				continue
-			}
-			hgt := float64(count) / float64(top) * plotH
-			y -= hgt
-			b.Segs = append(b.Segs, segView{X: x, Y: y, W: slot * 0.8, H: hgt, Series: series[s], Count: count,
-				Title: fmt.Sprintf("%s: %s, %d of %d refusals", b.Label, seriesName(series[s]), count, t.Total)})
-		}
+		b.URL = h.listURL(lq, "since", formTime(from), "until", formTime(to))
+		x, y := plotLeft+float64(i)*slot+slot*0.1, plotTop+plotH
+		b.Segs = stack(t, series, top, plotH, b.Label, func(l float64) segView { y -= l; return segView{X: x, Y: y, W: slot * 0.8, H: l} })
 		if i%every == 0 {
 			c.Labels = append(c.Labels, tickView{X: plotLeft + float64(i)*slot + slot/2, Y: float64(timeH) - plotBottom + 16, Label: from.Format(layout)})
 		}
@@ -329,15 +292,12 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tally, series []seriesView, lq url.Values, revision bool) chartView {
 	c := chartView{ID: id, Title: title, KeyName: strings.ToUpper(key[:1]) + key[1:], Horizontal: true, Width: chartW}
 	c.Height = int(groupRow*float64(max(len(tallies), 1)) + 8)
-	top := 0
-	for _, t := range tallies {
-		top = max(top, sum(t.Counts))
-	}
+	top := tallest(tallies)
 	c.Empty = top == 0
 	top = max(top, 1)
 	barW := float64(chartW) - groupLabelW - 70
 	for i, t := range tallies {
-		b := barView{Key: t.Key, Other: t.Other, Total: t.Total, Sum: sum(t.Counts), Counts: t.Counts, Label: t.Key}
+		b := barView{Key: t.Key, Other: t.Other, Total: t.Total, Counts: t.Counts, Label: t.Key}
 		switch {
 		case t.Other:
 			b.Label = fmt.Sprintf("other (%d %ss)", t.Others, key)
@@ -354,22 +314,15 @@ func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tall
 		}
 		b.Title = fmt.Sprintf("%s %s: %d refusals", key, full, t.Total)
 		if !t.Other && t.Key != "" {
-			fq := cloneValues(lq)
-			fq.Set(key, t.Key)
-			b.URL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
+			b.URL = h.listURL(lq, key, t.Key)
 		}
 		y := 4 + float64(i)*groupRow
 		b.LabelX, b.LabelY = groupLabelW-8, y+groupRow/2+5
 		x := groupLabelW
-		for s, count := range t.Counts {
-			if count == 0 {
-				continue
-			}
-			wd := float64(count) / float64(top) * barW
-			b.Segs = append(b.Segs, segView{X: x, Y: y + 4, W: wd, H: groupRow - 8, Series: series[s], Count: count,
-				Title: fmt.Sprintf("%s %s: %s, %d of %d refusals", key, full, seriesName(series[s]), count, t.Total)})
-			x += wd
-		}
+		b.Segs = stack(t, series, top, barW, key+" "+full, func(l float64) (sv segView) {
+			sv, x = segView{X: x, Y: y + 4, W: l, H: groupRow - 8}, x+l
+			return sv
+		})
 		b.TotalX = x + 6
 		c.Bars = append(c.Bars, b)
 	}
@@ -377,9 +330,31 @@ func (h *handler) groupChart(id, title, key string, tallies []decisionstore.Tall
 	return c
 }
 
+// stack is t's segments, one per series with refusals, laid end to end by
+// place from their lengths (count/top of span), titled after prefix.
+func stack(t decisionstore.Tally, series []seriesView, top int, span float64, prefix string, place func(l float64) segView) []segView {
+	var segs []segView
+	for s, count := range t.Counts {
+		if count > 0 {
+			sv := place(float64(count) / float64(top) * span)
+			sv.Series, sv.Count, sv.Title = series[s], count, fmt.Sprintf("%s: %s, %d of %d refusals", prefix, seriesName(series[s]), count, t.Total)
+			segs = append(segs, sv)
+		}
+	}
+	return segs
+}
+
 func sum(ns []int) (n int) {
 	for _, x := range ns {
 		n += x
 	}
 	return n
+}
+
+// tallest is the largest sum of a tally's counts.
+func tallest(ts []decisionstore.Tally) (top int) {
+	for _, t := range ts {
+		top = max(top, sum(t.Counts))
+	}
+	return top
 }

@@ -24,34 +24,27 @@ func (l LogFile) Preload(ring *Ring, n int) (int, error) {
 	if n <= 0 {
 		return 0, nil
 	}
-	last := make([]decisionlog.Record, 0, n) // circular once full
-	kept := 0
-	var shadows []decisionlog.Record // the candidates' answers, the last n
+	// The last n decisions, and the last n of the candidates' answers.
+	var last, shadows []decisionlog.Record
+	keep := func(recs []decisionlog.Record, rec decisionlog.Record) []decisionlog.Record {
+		if len(recs) == n {
+			recs = recs[1:]
+		}
+		return append(recs, rec)
+	}
 	err := decisionlog.ReadTail(l.Path, maxTailBytes, func(rec decisionlog.Record) error {
 		switch {
 		case rec.DecisionID != "" && rec.IsShadowOutcome():
-			if len(shadows) == n {
-				shadows = shadows[1:]
-			}
-			shadows = append(shadows, rec)
-			return nil
-		case rec.DecisionID == "" || !rec.IsDecision():
-			return nil
-		case len(last) < n:
-			last = append(last, rec)
-		default:
-			last[kept%n] = rec
+			shadows = keep(shadows, rec)
+		case rec.DecisionID != "" && rec.IsDecision():
+			last = keep(last, rec)
 		}
-		kept++
 		return nil
 	})
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
-	for i := range last {
-		ring.Add(last[(kept+i)%len(last)])
-	}
-	ring.Write(shadows)
+	ring.Write(append(last, shadows...))
 	return len(last), nil
 }
 

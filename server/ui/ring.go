@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -48,14 +49,6 @@ type Entry struct {
 // maxShadows bounds the candidates' answers kept for one decision: a
 // candidate decides a decision once, but a hostile log may repeat one.
 const maxShadows = 4
-
-// Primary is the first reason, or "".
-func (e Entry) Primary() string {
-	if len(e.Reasons) == 0 {
-		return ""
-	}
-	return e.Reasons[0]
-}
 
 // ErrorCode is the error code of a decision that ended in an error.
 func (e Entry) ErrorCode() string {
@@ -146,16 +139,22 @@ func (r *Ring) addShadow(rec decisionlog.Record) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := r.n - 1; i >= 0; i-- {
-		e := &r.entries[(r.start+i)%len(r.entries)]
-		if e.Record.DecisionID != rec.DecisionID {
-			continue
+	for e := range r.newest() {
+		if e.Record.DecisionID == rec.DecisionID {
+			if len(e.Shadows) < maxShadows {
+				e.Shadows = append(e.Shadows, sh)
+				r.bytes += len(sh.Result)
+			}
+			return
 		}
-		if len(e.Shadows) < maxShadows {
-			e.Shadows = append(e.Shadows, sh)
-			r.bytes += len(sh.Result)
+	}
+}
+
+// newest yields the entries held, newest first; r.mu is held.
+func (r *Ring) newest() iter.Seq[*Entry] {
+	return func(yield func(*Entry) bool) {
+		for i := r.n - 1; i >= 0 && yield(&r.entries[(r.start+i)%len(r.entries)]); i-- {
 		}
-		return
 	}
 }
 
@@ -205,10 +204,7 @@ func (r *Ring) Add(rec decisionlog.Record) {
 		r.bytes -= entrySize(r.entries[r.start])
 		r.entries[r.start] = Entry{}
 		r.start = (r.start + 1) % len(r.entries)
-		r.n--
-		if r.kept > 0 {
-			r.kept--
-		}
+		r.n, r.kept = r.n-1, max(r.kept-1, 0)
 	}
 	r.entries[(r.start+r.n)%len(r.entries)] = e
 	r.n++
@@ -277,17 +273,13 @@ func (r *Ring) Query(f Filter, before uint64, limit int) Page {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := Page{Total: r.n}
-	for i := r.n - 1; i >= 0; i-- {
-		e := r.entries[(r.start+i)%len(r.entries)]
-		if !match(f, e) {
-			continue
-		}
+	for e := range r.matching(f) {
 		p.Matched++
 		if before != 0 && e.Seq >= before {
 			continue
 		}
 		if len(p.Entries) < limit {
-			p.Entries = append(p.Entries, e)
+			p.Entries = append(p.Entries, *e)
 		} else if p.Older == 0 {
 			p.Older = p.Entries[len(p.Entries)-1].Seq
 		}
@@ -303,16 +295,23 @@ func (r *Ring) Refusals(q decisionstore.RefusalQuery) decisionstore.Refusals {
 	return decisionstore.TallyRefusals(q, func(yield func(decisionstore.Refusal) bool) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		for i := r.n - 1; i >= 0; i-- {
-			e := r.entries[(r.start+i)%len(r.entries)]
-			if !match(f, e) {
-				continue
-			}
+		for e := range r.matching(f) {
 			if !yield(e.refusal()) {
 				return
 			}
 		}
 	})
+}
+
+// matching yields the entries that match f, newest first; r.mu is held.
+func (r *Ring) matching(f Filter) iter.Seq[*Entry] {
+	return func(yield func(*Entry) bool) {
+		for e := range r.newest() {
+			if match(f, *e) && !yield(e) {
+				return
+			}
+		}
+	}
 }
 
 // refusal is e as a chart reads it.
@@ -325,10 +324,9 @@ func (e Entry) refusal() decisionstore.Refusal {
 func (r *Ring) Get(id string) (Entry, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := r.n - 1; i >= 0; i-- {
-		e := r.entries[(r.start+i)%len(r.entries)]
+	for e := range r.newest() {
 		if e.Record.DecisionID == id {
-			return e, true
+			return *e, true
 		}
 	}
 	return Entry{}, false
@@ -339,23 +337,15 @@ func (r *Ring) Get(id string) (Entry, bool) {
 func (r *Ring) Values(max int) map[string][]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	seen := map[string]map[string]bool{}
+	seen := map[[2]string]bool{}
 	out := map[string][]string{}
 	add := func(field, v string) {
-		if v == "" {
-			return
+		if v != "" && !seen[[2]string{field, v}] && len(out[field]) < max {
+			seen[[2]string{field, v}] = true
+			out[field] = append(out[field], v)
 		}
-		if seen[field] == nil {
-			seen[field] = map[string]bool{}
-		}
-		if seen[field][v] || len(out[field]) >= max {
-			return
-		}
-		seen[field][v] = true
-		out[field] = append(out[field], v)
 	}
-	for i := r.n - 1; i >= 0; i-- {
-		e := r.entries[(r.start+i)%len(r.entries)]
+	for e := range r.newest() {
 		add("decision", e.Record.Decision)
 		add("outcome", e.Outcome)
 		add("revision", e.Record.Revision)
@@ -403,10 +393,7 @@ func matchesRun(f Filter, e Entry) bool {
 		return false
 	}
 	id := string(mustString(e.RunID))
-	for _, m := range f.AnyInput {
-		if m.Decision == e.Record.Decision && string(m.Match.Value) == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.AnyInput, func(m decisionstore.DecisionInput) bool {
+		return m.Decision == e.Record.Decision && string(m.Match.Value) == id
+	})
 }

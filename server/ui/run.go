@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"maps"
 	"math/big"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -73,6 +70,9 @@ func runFilter(id string, ptrs RunPointers) []decisionstore.DecisionInput {
 	return out
 }
 
+// runURL is the page of a run.
+func (h *handler) runURL(id string) string { return h.cfg.Prefix + "/runs/" + url.PathEscape(id) }
+
 func mustString(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
 	return b
@@ -124,9 +124,6 @@ func runIDOf(e Entry, ptrs RunPointers) string {
 
 // cut is s's first n characters, with "…" when it had more.
 func cut(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
 	i := 0
 	for k := range s {
 		if i == n {
@@ -180,17 +177,9 @@ func diffInputs(a, b []byte, max int) (changes []inputChange, more int, err erro
 		switch xv := x.(type) {
 		case map[string]any:
 			if yv, ok := y.(map[string]any); ok {
-				keys := make([]string, 0, len(xv)+len(yv))
-				for k := range xv {
-					keys = append(keys, k)
-				}
-				for k := range yv {
-					if _, ok := xv[k]; !ok {
-						keys = append(keys, k)
-					}
-				}
-				sort.Strings(keys)
-				for _, k := range keys {
+				both := maps.Clone(xv)
+				maps.Copy(both, yv)
+				for _, k := range slices.Sorted(maps.Keys(both)) {
 					p := path + "/" + jsonptr.Escape(k)
 					xe, inX := xv[k]
 					ye, inY := yv[k]
@@ -318,63 +307,36 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 	before := r.URL.Query().Get("before")
 	// One more than a page: the oldest is the base the page's first
 	// decision is compared with.
-	var entries []Entry
-	var cursors []string
-	var older string
-	fromRing := true
-	if h.cfg.Store != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
-		defer cancel()
-		sp, err := h.cfg.Store.Records(ctx, f, before, limit+1, RunRecordBytes)
-		switch {
-		case errors.Is(err, ErrBadCursor):
-			h.render(w, r, http.StatusBadRequest, "error", page{Title: "No such page", Nav: "decisions",
-				Message: "The link's page cursor is not one this page gave. Start again from the run's newest decisions."})
-			return
-		case err != nil:
-			h.log.Warn("ui: reading the decision store failed", "err", err)
-			d.StoreDown = true
-			before = "" // a store's cursor means nothing to the ring
-		default:
-			entries, cursors, older, fromRing, d.Stored = sp.Entries, sp.Cursors, sp.Older, false, true
-		}
+	got, err := h.readDecisions(r.Context(), f, before, limit+1, func(ctx context.Context) (StorePage, error) {
+		return h.cfg.Store.Records(ctx, f, before, limit+1, RunRecordBytes)
+	})
+	if err != nil {
+		h.badCursor(w, r, "the run's newest decisions")
+		return
 	}
-	if fromRing {
-		b, _ := strconv.ParseUint(before, 10, 64)
-		p := h.cfg.Recent.Query(f, b, limit+1)
-		entries = p.Entries
-		for _, e := range entries {
-			cursors = append(cursors, strconv.FormatUint(e.Seq, 10))
-		}
-		if p.Older != 0 {
-			older = strconv.FormatUint(p.Older, 10)
-		}
+	if d.Stored, d.StoreDown = got.Stored, got.StoreDown; got.StoreDown {
+		before = "" // a store's cursor means nothing to the ring
 	}
+	entries, cursors, older := got.Page.Entries, got.Cursors, got.Older
 	shown := entries
 	if len(entries) > limit {
 		shown = entries[:limit]
 		older = cursors[limit-1]
 	}
 	if older != "" {
-		d.EarlierURL = h.cfg.Prefix + "/runs/" + url.PathEscape(id) + "?before=" + url.QueryEscape(older)
+		d.EarlierURL = h.runURL(id) + "?before=" + url.QueryEscape(older)
 	}
 	if before != "" {
-		d.LaterURL = h.cfg.Prefix + "/runs/" + url.PathEscape(id)
+		d.LaterURL = h.runURL(id)
 	}
 	// Oldest first: the order of what happened.
 	for i := len(shown) - 1; i >= 0; i-- {
 		e := shown[i]
 		st := runStep{row: h.rowOf(e, Filter{}, ptrs)}
-		base := -1
-		for j := i + 1; j < len(entries); j++ {
-			if entries[j].Record.Decision == e.Record.Decision {
-				base = j
-				break
-			}
-		}
+		base := slices.IndexFunc(entries[i+1:], func(b Entry) bool { return b.Record.Decision == e.Record.Decision })
 		switch {
 		case base >= 0:
-			st.Changes, st.More, st.NotCompared = compareInputs(entries[base], e)
+			st.Changes, st.More, st.NotCompared = compareInputs(entries[i+1+base], e)
 		case older != "":
 			st.NoBase = true
 		default:

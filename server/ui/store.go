@@ -56,7 +56,8 @@ const DefaultCountBound = 1_000
 // FromStore is the Store of a decision store's reader.
 func FromStore(r *decisionstore.Reader) Store { return storeReader{r} }
 
-type storeReader struct{ r *decisionstore.Reader }
+// storeReader is the reader's Values and Refusals, and the methods below.
+type storeReader struct{ *decisionstore.Reader }
 
 func entryOf(row decisionstore.Row) Entry {
 	return Entry{Record: row.Record, Replica: row.Replica, Outcome: row.Outcome, Reasons: row.Reasons, Partial: row.Partial,
@@ -65,13 +66,13 @@ func entryOf(row decisionstore.Row) Entry {
 
 func (s storeReader) List(ctx context.Context, f Filter, before string, limit int, runs RunPointers) (StorePage, error) {
 	return s.page(ctx, f, before, func(cur decisionstore.Cursor) ([]decisionstore.Row, decisionstore.Cursor, error) {
-		return s.r.ListRuns(ctx, f, cur, limit, runs)
+		return s.ListRuns(ctx, f, cur, limit, runs)
 	})
 }
 
 func (s storeReader) Records(ctx context.Context, f Filter, before string, limit int, maxRecord int64) (StorePage, error) {
 	return s.page(ctx, f, before, func(cur decisionstore.Cursor) ([]decisionstore.Row, decisionstore.Cursor, error) {
-		return s.r.ListRecordsUpTo(ctx, f, cur, limit, maxRecord)
+		return s.ListRecordsUpTo(ctx, f, cur, limit, maxRecord)
 	})
 }
 
@@ -80,7 +81,6 @@ func (s storeReader) page(ctx context.Context, f Filter, before string, list fun
 	if err != nil {
 		return StorePage{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
 	}
-	sf := f
 	rows, next, err := list(cur)
 	if err != nil {
 		return StorePage{}, err
@@ -90,22 +90,18 @@ func (s storeReader) page(ctx context.Context, f Filter, before string, list fun
 		p.Entries = append(p.Entries, entryOf(row))
 		p.Cursors = append(p.Cursors, row.Cursor.String())
 	}
-	if p.Matched, p.More, err = s.r.Count(ctx, sf, DefaultCountBound); err != nil {
+	if p.Matched, p.More, err = s.Count(ctx, f, DefaultCountBound); err != nil {
 		return StorePage{}, err
 	}
 	return p, nil
 }
 
 func (s storeReader) Get(ctx context.Context, id string) (Entry, bool, error) {
-	row, ok, err := s.r.Get(ctx, id)
+	row, ok, err := s.Reader.Get(ctx, id)
 	if !ok || err != nil {
 		return Entry{}, false, err
 	}
 	return entryOf(row), true, nil
-}
-
-func (s storeReader) Values(ctx context.Context, max int) (map[string][]string, error) {
-	return s.r.Values(ctx, max)
 }
 
 // storeCursor is where a live row of the ring stands among the store's
@@ -114,12 +110,8 @@ func storeCursor(e Entry) string {
 	return decisionstore.Cursor{Time: e.Record.Time.UTC().Truncate(time.Microsecond), ID: e.Record.DecisionID, Kind: decisionstore.KindDecision}.String()
 }
 
-func (s storeReader) Refusals(ctx context.Context, q decisionstore.RefusalQuery) (decisionstore.Refusals, error) {
-	return s.r.Refusals(ctx, q)
-}
-
 func (s storeReader) Shadows(ctx context.Context, id string) ([]Entry, error) {
-	rows, err := s.r.Shadows(ctx, id, maxShadows)
+	rows, err := s.Reader.Shadows(ctx, id, maxShadows)
 	var out []Entry
 	for _, row := range rows {
 		out = append(out, entryOf(row))

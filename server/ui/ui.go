@@ -28,10 +28,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -191,8 +191,9 @@ func New(cfg Config) http.Handler {
 	r := chi.NewRouter()
 	r.Use(securityHeaders)
 	p := cfg.Prefix
-	r.Get(p, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/decisions", http.StatusSeeOther) })
-	r.Get(p+"/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/decisions", http.StatusSeeOther) })
+	home := func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, p+"/decisions", http.StatusSeeOther) }
+	r.Get(p, home)
+	r.Get(p+"/", home)
 	r.Get(p+"/decisions", h.list)
 	r.Get(p+"/decisions/{id}", h.decision)
 	r.Post(p+"/decisions/{id}", h.decision) // what-if on this decision's input
@@ -314,7 +315,6 @@ func visible(b []byte) []byte {
 // ---- recent decisions ----
 
 type listData struct {
-	Filter     Filter
 	Form       url.Values
 	Page       Page
 	Stored     bool // read from the decision store, every replica's
@@ -352,7 +352,7 @@ type row struct {
 func (h *handler) rowOf(e Entry, f Filter, ptrs RunPointers) row {
 	r := row{Entry: e, URL: h.cfg.Prefix + "/decisions/" + url.PathEscape(e.Record.DecisionID)}
 	if r.Run = runIDOf(e, ptrs); r.Run != "" {
-		r.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(r.Run)
+		r.RunURL = h.runURL(r.Run)
 	}
 	if h.cfg.Store != nil {
 		r.Cursor, r.Fleet = storeCursor(e), true
@@ -361,11 +361,9 @@ func (h *handler) rowOf(e Entry, f Filter, ptrs RunPointers) row {
 	}
 	if len(e.Reasons) > 0 {
 		r.Shown = []string{e.Reasons[0]}
-		if f.Reason != "" && f.Reason != e.Reasons[0] {
-			for _, rs := range e.Reasons[1:] {
-				if rs == f.Reason {
-					r.Shown = append(r.Shown, rs)
-				}
+		for _, rs := range e.Reasons[1:] {
+			if rs == f.Reason && rs != "" && rs != e.Reasons[0] {
+				r.Shown = append(r.Shown, rs)
 			}
 		}
 		r.More = len(e.Reasons) - len(r.Shown)
@@ -442,8 +440,13 @@ func parseTime(v string) (time.Time, bool) {
 
 // filterQuery is the query string of f's form fields (without the cursor).
 func filterQuery(q url.Values) url.Values {
+	return formValues(q, "decision", "outcome", "reason", "revision", "caller", "replica", "path", "run", "since", "until")
+}
+
+// formValues are q's non-empty values of keys and of input.
+func formValues(q url.Values, keys ...string) url.Values {
 	out := url.Values{}
-	for _, k := range []string{"decision", "outcome", "reason", "revision", "caller", "replica", "path", "run", "since", "until"} {
+	for _, k := range keys {
 		if v := q.Get(k); v != "" {
 			out.Set(k, v)
 		}
@@ -461,61 +464,98 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	ptrs := h.runPointers()
 	f, bad, refused := h.parseFilter(q, ptrs)
 	fq := filterQuery(q)
-	d := listData{Filter: f, Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
-	var older string
-	var cursors []string // a store's rows' own
-	switch {
-	case refused: // no rows: a filter that could not be read matches nothing
-	case h.cfg.Store != nil:
-		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
-		defer cancel()
-		sp, err := h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize, ptrs)
-		if errors.Is(err, ErrBadCursor) {
-			h.render(w, r, http.StatusBadRequest, "error", page{Title: "No such page", Nav: "decisions",
-				Message: "The link's page cursor is not one this page gave. Start again from the newest decisions."})
+	d := listData{Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
+	var got decisions
+	if !refused { // else no rows: a filter that could not be read matches nothing
+		var err error
+		got, err = h.readDecisions(r.Context(), f, q.Get("before"), h.cfg.PageSize, func(ctx context.Context) (StorePage, error) {
+			return h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize, ptrs)
+		})
+		if err != nil {
+			h.badCursor(w, r, "the newest decisions")
 			return
 		}
-		if err == nil {
-			d.Page = Page{Entries: sp.Entries, Matched: sp.Matched}
-			d.More, older, cursors = sp.More, sp.Older, sp.Cursors
-			break
-		}
-		// This replica's own decisions, said to be only those: the
-		// engineer still sees what this replica decided.
-		h.log.Warn("ui: reading the decision store failed", "err", err)
-		d.Stored, d.StoreDown = false, true
-		before, _ := strconv.ParseUint(q.Get("before"), 10, 64) // a store's cursor is none of the ring's: from the newest
-		d.Page = h.cfg.Recent.Query(f, before, h.cfg.PageSize)
-		if d.Page.Older != 0 {
-			older = strconv.FormatUint(d.Page.Older, 10)
-		}
-	default:
-		before, _ := strconv.ParseUint(q.Get("before"), 10, 64)
-		d.Page = h.cfg.Recent.Query(f, before, h.cfg.PageSize)
-		if d.Page.Older != 0 {
-			older = strconv.FormatUint(d.Page.Older, 10)
-		}
+		d.Page, d.More, d.Stored, d.StoreDown = got.Page, got.More, got.Stored, got.StoreDown
 	}
 	d.Choices = h.choices(r.Context())
 	for i, e := range d.Page.Entries {
 		row := h.rowOf(e, f, ptrs)
-		if i < len(cursors) {
-			row.Cursor = cursors[i]
-		}
-		if d.StoreDown {
-			row.Cursor, row.Fleet = strconv.FormatUint(e.Seq, 10), false
-		}
+		row.Cursor, row.Fleet = got.Cursors[i], row.Fleet && !d.StoreDown
 		d.Rows = append(d.Rows, row)
 	}
-	d.NewestURL = h.cfg.Prefix + "/decisions" + encodeQuery(fq)
-	if older != "" {
-		oq := filterQuery(q)
-		oq.Set("before", older)
-		d.OlderURL = h.cfg.Prefix + "/decisions" + encodeQuery(oq)
+	d.NewestURL = h.listURL(fq)
+	if got.Older != "" {
+		d.OlderURL = h.listURL(fq, "before", got.Older)
 	}
 	d.EventsURL = h.cfg.Prefix + "/events" + encodeQuery(fq)
 	d.ChartURL = h.cfg.Prefix + "/charts" + encodeQuery(fq)
 	h.render(w, r, http.StatusOK, "decisions", page{Title: "Recent decisions", Nav: "decisions", Data: d})
+}
+
+// decisions is one page of decisions, newest first: every replica's from
+// the store when there is one, else (or when it cannot be read: StoreDown)
+// this replica's from the ring.
+type decisions struct {
+	Page    Page     // Entries, Matched and, of the ring, Total
+	Cursors []string // the entries' places
+	Older   string   // the next page's cursor, "" when there is none
+	More    bool     // more than Page.Matched match (a store's bound)
+	Stored  bool
+	// StoreDown: the store could not be read, and the page is this
+	// replica's own decisions instead, from the newest.
+	StoreDown bool
+}
+
+// readDecisions is the one reader of the pages' decisions: the store's
+// page (read) when there is a store, else the ring's of up to limit
+// entries that match f before the ring's cursor before. Its only error is
+// ErrBadCursor, a store's answer to a cursor it never gave.
+func (h *handler) readDecisions(ctx context.Context, f Filter, before string, limit int, read func(context.Context) (StorePage, error)) (decisions, error) {
+	if h.cfg.Store != nil {
+		sp, err := fromStore(ctx, h, "ui: reading the decision store failed", read)
+		if err == nil || errors.Is(err, ErrBadCursor) {
+			return decisions{Page: Page{Entries: sp.Entries, Matched: sp.Matched}, Cursors: sp.Cursors, Older: sp.Older, More: sp.More, Stored: true}, err
+		}
+		before = "" // a store's cursor means nothing to the ring
+	}
+	b, _ := strconv.ParseUint(before, 10, 64)
+	d := decisions{Page: h.cfg.Recent.Query(f, b, limit), StoreDown: h.cfg.Store != nil}
+	for _, e := range d.Page.Entries {
+		d.Cursors = append(d.Cursors, strconv.FormatUint(e.Seq, 10))
+	}
+	if d.Page.Older != 0 {
+		d.Older = strconv.FormatUint(d.Page.Older, 10)
+	}
+	return d, nil
+}
+
+// fromStore reads the decision store within storeTimeout (a stopped
+// database shows an error page, not a page that never loads), logging a
+// failure (msg) other than a bad cursor.
+func fromStore[T any](ctx context.Context, h *handler, msg string, read func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	v, err := read(ctx)
+	if err != nil && !errors.Is(err, ErrBadCursor) {
+		h.log.Warn(msg, "err", err)
+	}
+	return v, err
+}
+
+// badCursor answers a page link whose cursor the store never gave.
+func (h *handler) badCursor(w http.ResponseWriter, r *http.Request, from string) {
+	h.render(w, r, http.StatusBadRequest, "error", page{Title: "No such page", Nav: "decisions",
+		Message: "The link's page cursor is not one this page gave. Start again from " + from + "."})
+}
+
+// listURL is the list of decisions of the query q with kv's keys set to
+// their values (key, value, ...).
+func (h *handler) listURL(q url.Values, kv ...string) string {
+	q = maps.Clone(q)
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	return h.cfg.Prefix + "/decisions" + encodeQuery(q)
 }
 
 func encodeQuery(q url.Values) string {
@@ -531,12 +571,9 @@ func encodeQuery(q url.Values) string {
 func (h *handler) choices(ctx context.Context) map[string][]string {
 	var c map[string][]string
 	if h.cfg.Store != nil {
-		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-		var err error
-		if c, err = h.cfg.Store.Values(ctx, 200); err != nil {
-			h.log.Warn("ui: reading the decision store's filter values failed", "err", err)
-		}
+		c, _ = fromStore(ctx, h, "ui: reading the decision store's filter values failed", func(ctx context.Context) (map[string][]string, error) {
+			return h.cfg.Store.Values(ctx, 200)
+		})
 	}
 	if c == nil {
 		c = h.cfg.Recent.Values(200)
@@ -550,8 +587,8 @@ func (h *handler) choices(ctx context.Context) map[string][]string {
 		}
 	}
 	c["outcome"] = appendNew(c["outcome"], OutcomeError)
-	for k := range c {
-		sort.Strings(c[k])
+	for _, vs := range c {
+		slices.Sort(vs)
 	}
 	return c
 }
@@ -580,12 +617,9 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 
 	// A reconnecting page sends the last row it has: catch up from there.
 	if last, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && last > 0 {
-		missed := h.cfg.Recent.Query(f, 0, h.cfg.PageSize).Entries
-		for i := len(missed) - 1; i >= 0; i-- {
-			if missed[i].Seq > last {
-				if err := h.sendRow(w, missed[i], f, ptrs); err != nil {
-					return
-				}
+		for _, e := range slices.Backward(h.cfg.Recent.Query(f, 0, h.cfg.PageSize).Entries) {
+			if e.Seq > last && h.sendRow(w, e, f, ptrs) != nil {
+				return
 			}
 		}
 	}
@@ -633,7 +667,6 @@ func (h *handler) sendRow(w http.ResponseWriter, e Entry, f Filter, ptrs RunPoin
 
 type decisionData struct {
 	Entry        Entry
-	Found        bool
 	InputText    string
 	ResultText   string
 	Explained    *evaluation // the live revision's explanation of the logged input
@@ -684,12 +717,8 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 			h.log.Warn("ui: reading the decision log failed", "err", err)
 		}
 		if found {
-			key := ""
-			if snap := h.cfg.Decider.Snapshot(); snap != nil {
-				key = outcomeKeyOf(snap, rec.Decision)
-			}
 			e = Entry{Seq: e.Seq, Record: rec, Replica: e.Replica, Shadows: append(e.Shadows, shadows...)}
-			e.Outcome, e.Reasons = rec.Summary(key)
+			e.Outcome, e.Reasons = rec.Summary(outcomeKey(h.cfg.Decider, rec.Decision))
 			ok = true
 		}
 	}
@@ -709,9 +738,9 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
-	d := decisionData{Entry: e, Found: true, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
+	d := decisionData{Entry: e, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
 	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
-		d.RunURL = h.cfg.Prefix + "/runs/" + url.PathEscape(d.Run)
+		d.RunURL = h.runURL(d.Run)
 	}
 	d.Shadow = h.shadowAnswers(r.Context(), e)
 	d.InputText = indent(e.Record.Input)
@@ -736,6 +765,15 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "decision", page{Title: "Decision " + id, Nav: "decisions", Data: d})
 }
 
+// outcomeKey is the outcome member of a decision of the live revision,
+// "" when there is none.
+func outcomeKey(dc Decider, decision string) string {
+	if snap := dc.Snapshot(); snap != nil {
+		return outcomeKeyOf(snap, decision)
+	}
+	return ""
+}
+
 func outcomeKeyOf(snap *engine.Snapshot, decision string) string {
 	for _, d := range snap.Decisions() {
 		if d.Name != decision {
@@ -753,13 +791,7 @@ func outcomeKeyOf(snap *engine.Snapshot, decision string) string {
 // OutcomeKeys returns, for RingConfig.OutcomeKey, the outcome member of
 // each decision of the live revision.
 func OutcomeKeys(d Decider) func(decision string) string {
-	return func(decision string) string {
-		snap := d.Snapshot()
-		if snap == nil {
-			return ""
-		}
-		return outcomeKeyOf(snap, decision)
-	}
+	return func(decision string) string { return outcomeKey(d, decision) }
 }
 
 // evaluation is one decision made for the page, never logged.
@@ -789,11 +821,7 @@ func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, nam
 	ev.Decision = d
 	ev.Revision = d.Revision
 	ev.Result = indent(d.Result)
-	key := ""
-	if snap := h.cfg.Decider.Snapshot(); snap != nil {
-		key = outcomeKeyOf(snap, name)
-	}
-	ev.Outcome, ev.Reasons = decisionlog.Record{Result: d.Result}.Summary(key)
+	ev.Outcome, ev.Reasons = decisionlog.Record{Result: d.Result}.Summary(outcomeKey(h.cfg.Decider, name))
 	for _, ro := range d.Explanation {
 		if ro.Fired {
 			ev.Fired = append(ev.Fired, ro)
@@ -925,10 +953,6 @@ func tone(v string) string {
 	return "tone-" + strconv.Itoa(int(f.Sum32()%6))
 }
 
-// allowKeyword is the result-schema keyword listing the outcome values
-// that allow.
-const allowKeyword = engine.AllowKeyword
-
 // toneFor colours an outcome by what it means when the decision's result
 // schema says which outcomes allow: green for those, red for the others;
 // otherwise by tone.
@@ -940,23 +964,12 @@ func (h *handler) toneFor(decision, outcome string) string {
 	if snap == nil {
 		return tone(outcome)
 	}
-	for _, d := range snap.Decisions() {
-		if d.Name != decision {
-			continue
-		}
-		m, _ := d.ResultSchema.(map[string]any)
-		list, ok := m[allowKeyword].([]any)
-		if !ok {
-			break
-		}
-		for _, v := range list {
-			if fmt.Sprint(v) == outcome {
-				return "tone-allow"
-			}
-		}
-		return "tone-refuse"
+	if v, _ := snap.Verdict(decision); !v.Declared {
+		return tone(outcome)
+	} else if slices.ContainsFunc(v.Allow, func(a any) bool { return fmt.Sprint(a) == outcome }) {
+		return "tone-allow"
 	}
-	return tone(outcome)
+	return "tone-refuse"
 }
 
 func parseTemplates(prefix string, toneFor func(decision, outcome string) string) map[string]*template.Template {
@@ -964,12 +977,7 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 		"prefix":  func() string { return prefix },
 		"tone":    tone,
 		"toneFor": toneFor,
-		"short": func(s string) string {
-			if len(s) > 8 {
-				return s[:8]
-			}
-			return s
-		},
+		"short":   func(s string) string { return s[:min(len(s), 8)] },
 		"when": func(t time.Time) string {
 			if t.IsZero() {
 				return ""

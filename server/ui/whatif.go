@@ -127,13 +127,7 @@ func (h *handler) runWhatIf(ctx context.Context, wi *whatIfData) {
 
 // without is the members of a that b lacks, in a's order.
 func without(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(a), func(x string) bool { return slices.Contains(b, x) })
 }
 
 // candidate is the revision of the candidate in shadow, when there is one.
@@ -197,10 +191,8 @@ func paste(body, doc []byte, at string, targets []string, schema any) ([]byte, s
 	}
 	key := ""
 	if at != "" {
-		for _, t := range targets {
-			if t == at {
-				key = jsonptr.Unescape(at[1:])
-			}
+		if slices.Contains(targets, at) {
+			key = jsonptr.Unescape(at[1:])
 		}
 		if key == "" {
 			return nil, "", fmt.Errorf("%q is not a member of this decision's input", at)
@@ -227,13 +219,8 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 	if !ok {
 		return ""
 	}
-	known := map[string]map[string]bool{}
-	add := func(member, key string) {
-		if known[member] == nil {
-			known[member] = map[string]bool{}
-		}
-		known[member][key] = true
-	}
+	known, members := map[[2]string]bool{}, map[string]bool{} // (member, key); members
+	add := func(member, key string) { known[[2]string{member, key}], members[member] = true, true }
 	for member, props := range memberProperties(schema) {
 		for _, p := range props {
 			add(member, p)
@@ -246,12 +233,11 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 			}
 		}
 	}
-	members := slices.Sorted(maps.Keys(known))
 	best, bestN := "", 0
-	for _, m := range members {
+	for _, m := range slices.Sorted(maps.Keys(members)) {
 		n := 0
 		for k := range d {
-			if known[m][k] {
+			if known[[2]string{m, k}] {
 				n++
 			}
 		}
