@@ -61,7 +61,7 @@ func (an *analysis) assumeValid(e *node, s int) *smt.Term {
 	b := an.vs.b
 	x := an.m.x(e)
 	out := []*smt.Term{b.Not(an.vs.is("vtok", x)), b.Not(an.vs.is("vset", x)), b.Implies(an.vs.is("varr", x), b.Cmp(">=", an.vs.field("va", smt.Int, x), b.IntLit(0)))}
-	if schemas, ok := an.sch[s].schemasAt(e.t.path()); ok {
+	if schemas, ok := an.sch[s].follow(e.t.path(), true); ok {
 		v := &validity{c: an.sch[s], an: an, side: s}
 		for _, sc := range schemas {
 			out = append(out, v.valid(sc, e, 0))

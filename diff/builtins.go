@@ -131,10 +131,10 @@ func init() {
 		"neq": func(c *bcall) bres {
 			return c.boolean(c.b().Not(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())))
 		},
-		"lt":                cmp("<"),
-		"lte":               cmp("<="),
-		"gt":                cmp(">"),
-		"gte":               cmp(">="),
+		"lt":                compare("<"),
+		"lte":               compare("<="),
+		"gt":                compare(">"),
+		"gte":               compare(">="),
 		"internal.member_2": member2,
 		"internal.member_3": member3,
 		"count":             count,
@@ -172,7 +172,7 @@ func init() {
 	}
 }
 
-func cmp(op string) encoder {
+func compare(op string) encoder {
 	return func(c *bcall) bres { return c.boolean(c.an().cmpVals(op, c.arg(0), c.arg(1), c.side(), c.at())) }
 }
 

@@ -15,7 +15,7 @@ import (
 
 // call runs a CallStmt: a plan function (a rule), or a builtin.
 func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
-	an, b := f.sd.an, f.b()
+	b := f.b()
 	args := make([]*slot, len(s.Args))
 	for i, a := range s.Args {
 		args[i] = f.operand(st, a)
@@ -43,12 +43,7 @@ func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
 			}
 		}
 	}
-	out := an.joinAlts(res)
-	next, fl := f.split(st, an.def(out))
-	if next == nil {
-		return nil, fl
-	}
-	return next.set(s.Result, out), fl
+	return f.assign(st, s.Result, res)
 }
 
 type combo struct {

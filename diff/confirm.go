@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -101,7 +102,7 @@ func leafDiff(a, b any, at string) []string {
 	bo, bObj := b.(map[string]any)
 	if aObj && bObj {
 		var out []string
-		for _, k := range sortedKeys(bo) {
+		for _, k := range slices.Sorted(maps.Keys(bo)) {
 			p := at + "/" + jsonptr.Escape(k)
 			if av, ok := ao[k]; ok {
 				out = append(out, leafDiff(av, bo[k], p)...)
@@ -109,7 +110,7 @@ func leafDiff(a, b any, at string) []string {
 				out = append(out, p)
 			}
 		}
-		for _, k := range sortedKeys(ao) {
+		for _, k := range slices.Sorted(maps.Keys(ao)) {
 			if _, ok := bo[k]; !ok {
 				out = append(out, at+"/"+jsonptr.Escape(k))
 			}

@@ -21,15 +21,16 @@
 package diff
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -126,14 +127,7 @@ type Report struct {
 }
 
 // Names lists the decisions in order.
-func (r *Report) Names() []string {
-	var out []string
-	for n := range r.Decisions {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func (r *Report) Names() []string { return slices.Sorted(maps.Keys(r.Decisions)) }
 
 // Options bound an analysis.
 type Options struct {
@@ -165,18 +159,17 @@ const Bounds = "every input the input schemas admit, its strings over the code p
 // FindSolvers returns the solvers a diff runs: those named, or z3 and
 // cvc5, those found on PATH.
 func FindSolvers(names []string) ([]string, error) {
-	if len(names) > 0 {
-		var out []string
-		for _, n := range names {
-			p, err := exec.LookPath(n)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, p)
+	var out []string
+	for _, n := range names {
+		p, err := exec.LookPath(n)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, p)
+	}
+	if len(names) > 0 {
 		return out, nil
 	}
-	var out []string
 	for _, name := range []string{"z3", "cvc5"} {
 		if p, err := exec.LookPath(name); err == nil {
 			out = append(out, p)
@@ -197,11 +190,7 @@ func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixtu
 	for _, p := range solvers {
 		rep.Solvers = append(rep.Solvers, filepath.Base(p))
 	}
-	names := map[string]bool{}
-	for _, n := range append(old.Names(), new.Names()...) {
-		names[n] = true
-	}
-	for name := range names {
+	for _, name := range decisionNames(old, new) {
 		start := time.Now()
 		var dd *DecisionDiff
 		if serr != nil {
@@ -216,6 +205,11 @@ func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixtu
 		rep.Decisions[name] = dd
 	}
 	return rep, nil
+}
+
+// decisionNames are the decisions of either revision, each once.
+func decisionNames(old, new *engine.Snapshot) []string {
+	return slices.Compact(slices.Sorted(slices.Values(append(old.Names(), new.Names()...))))
 }
 
 func unknownAll(reason string) *DecisionDiff {
@@ -233,10 +227,7 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 		return unknownAll("the decision exists in one revision only")
 	}
 	vNew, _ := new.Verdict(name)
-	limit := opts.MaxTerms
-	if limit == 0 {
-		limit = 2_000_000
-	}
+	limit := cmp.Or(opts.MaxTerms, 2_000_000)
 	defer func() {
 		if r := recover(); r != nil {
 			if r == smt.ErrTooLarge {
@@ -266,23 +257,12 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 		}
 		return dd
 	}
-	timeout := opts.CheckTimeout
-	if timeout == 0 {
-		timeout = 20 * time.Second
-	}
-	memory := opts.SolverMemory
-	if memory == 0 {
-		memory = 2 << 30
-	}
-	sol, err := smt.Start(ctx, solvers, timeout, memory, a.vs.b)
+	sol, err := smt.Start(ctx, solvers, cmp.Or(opts.CheckTimeout, 20*time.Second), cmp.Or(opts.SolverMemory, 2<<30), a.vs.b)
 	if err != nil {
 		return unknownAll(err.Error())
 	}
 	defer sol.Close()
-	a.budget = opts.Budget
-	if a.budget == 0 {
-		a.budget = DefaultBudget
-	}
+	a.budget = cmp.Or(opts.Budget, DefaultBudget)
 	sol.SetDeadline(time.Now().Add(a.budget))
 	for _, t := range enc.background {
 		sol.Script().Assert(t)

@@ -456,6 +456,17 @@ func (f *frame) split(st *state, ok *smt.Term) (*state, flow) {
 	return st.with(st.pc.and(b, ok)), fl
 }
 
+// assign is st with target set to the join of alts, on the paths where
+// that is defined.
+func (f *frame) assign(st *state, target ir.Local, alts []alt) (*state, flow) {
+	res := f.sd.an.joinAlts(alts)
+	next, fl := f.split(st, f.sd.an.def(res))
+	if next == nil {
+		return nil, fl
+	}
+	return next.set(target, res), fl
+}
+
 // stmt runs one statement: the state after it (nil when no path goes on)
 // and the paths that leave.
 func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
@@ -538,12 +549,7 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 				}
 			}
 		}
-		res := an.joinAlts(alts)
-		next, fl := f.split(st, an.def(res))
-		if next == nil {
-			return nil, fl
-		}
-		return next.set(s.Target, res), fl
+		return f.assign(st, s.Target, alts)
 
 	case *ir.LenStmt:
 		src := f.operand(st, s.Source)
@@ -555,12 +561,7 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 			}
 			alts = append(alts, alt{g: b.And(x.g, ok), v: sym{t: an.vs.numV(b.App("to_real", smt.Real, n)), m: mNum}})
 		}
-		res := an.joinAlts(alts)
-		next, fl := f.split(st, an.def(res))
-		if next == nil {
-			return nil, fl
-		}
-		return next.set(s.Target, res), fl
+		return f.assign(st, s.Target, alts)
 
 	case *ir.EqualStmt, *ir.NotEqualStmt:
 		var x, y ir.Operand
@@ -672,12 +673,7 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 				alts = append(alts, alt{g: b.And(a.g, c.g), v: an.opaqueOf(g)})
 			}
 		}
-		res := an.joinAlts(alts)
-		next, fl := f.split(st, an.def(res))
-		if next == nil {
-			return nil, fl
-		}
-		return next.set(s.Target, res), fl
+		return f.assign(st, s.Target, alts)
 	}
 	panic(fmt.Sprintf("statement %T", s))
 }

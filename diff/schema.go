@@ -3,9 +3,10 @@ package diff
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -96,36 +97,50 @@ func (c *schemaCtx) maskAt(path []string) mask {
 	if c == nil {
 		return mAny
 	}
+	schemas, _ := c.follow(path, false)
+	m := mAny
+	for _, s := range schemas {
+		m &= c.maskOf(s, 0)
+	}
+	return m
+}
+
+// follow is the schemas that apply at path (member keys and elemKey
+// steps), following properties, patternProperties, additionalProperties
+// and items; just the false schema when one is on the way. exact fails
+// (ok false) where a step cannot be followed exactly (a reference not
+// followed, a tuple's items, a schema under anyOf, oneOf, not or if);
+// otherwise what cannot be followed is left out.
+func (c *schemaCtx) follow(path []string, exact bool) ([]any, bool) {
 	schemas := []any{c.root}
 	for _, step := range path {
 		var next []any
 		for _, s := range schemas {
 			objs, never, ok := c.conj(s, 0)
 			if never {
-				return 0
+				return []any{false}, true
 			}
-			if !ok {
-				continue
+			if !ok && exact {
+				return nil, false
 			}
 			for _, o := range objs {
-				if step == elemKey {
-					if it, ok := o["items"]; ok {
-						if _, tuple := it.([]any); !tuple {
-							next = append(next, it)
-						}
-					}
-					continue
+				if exact && slices.ContainsFunc([]string{"anyOf", "oneOf", "not", "if"}, func(k string) bool { _, has := o[k]; return has }) {
+					return nil, false
 				}
-				next = append(next, memberSchemas(o, step)...)
+				if step != elemKey {
+					next = append(next, memberSchemas(o, step)...)
+				} else if it, ok := o["items"]; ok {
+					if _, tuple := it.([]any); !tuple {
+						next = append(next, it)
+					} else if exact {
+						return nil, false
+					}
+				}
 			}
 		}
 		schemas = next
 	}
-	m := mAny
-	for _, s := range schemas {
-		m &= c.maskOf(s, 0)
-	}
-	return m
+	return schemas, true
 }
 
 // memberSchemas are the schemas of o that apply to member key.
@@ -249,45 +264,6 @@ func jsonMask(v any) mask {
 	return mAny
 }
 
-// schemasAt are the schemas that apply at path (member keys and elemKey
-// steps), following properties, patternProperties, additionalProperties
-// and items; ok is false where a step cannot be followed exactly (a
-// tuple's items).
-func (c *schemaCtx) schemasAt(path []string) ([]any, bool) {
-	schemas := []any{c.root}
-	for _, step := range path {
-		var next []any
-		for _, s := range schemas {
-			objs, never, ok := c.conj(s, 0)
-			if never {
-				return []any{false}, true
-			}
-			if !ok {
-				return nil, false
-			}
-			for _, o := range objs {
-				for _, k := range []string{"anyOf", "oneOf", "not", "if"} {
-					if _, has := o[k]; has {
-						return nil, false
-					}
-				}
-				if step == elemKey {
-					if it, ok := o["items"]; ok {
-						if _, tuple := it.([]any); tuple {
-							return nil, false
-						}
-						next = append(next, it)
-					}
-					continue
-				}
-				next = append(next, memberSchemas(o, step)...)
-			}
-		}
-		schemas = next
-	}
-	return schemas, true
-}
-
 // validity encodes "a value satisfies a schema" as a formula, for the
 // input's nodes and for the results the policy builds alike. exact asks
 // for exactly the schema's meaning (the formula may be negated);
@@ -358,7 +334,7 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 		isNum, isStr = vs.is("vnum", xt), vs.is("vstr", xt)
 	}
 	isObj, isArr := kindIs(mObj), kindIs(mArr)
-	for _, k := range sortedKeys(o) {
+	for _, k := range slices.Sorted(maps.Keys(o)) {
 		kw := o[k]
 		switch k {
 		case "$schema", "$id", "$comment", "title", "description", "default", "examples", "definitions", "$defs",
@@ -444,14 +420,7 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 		case "format":
 			out = append(out, b.Implies(isStr, v.gapBool("format "+fmt.Sprint(kw), x)))
 		case "required":
-			list, _ := kw.([]any)
-			var req []*smt.Term
-			for _, r := range list {
-				if name, ok := r.(string); ok {
-					req = append(req, an.def(v.member(x, name)))
-				}
-			}
-			out = append(out, b.Implies(isObj, b.And(req...)))
+			out = append(out, b.Implies(isObj, v.required(kw, x)))
 		case "properties":
 			out = append(out, b.Implies(isObj, v.members(o, x, depth)))
 		case "minProperties", "maxProperties", "minItems", "maxItems":
@@ -478,19 +447,12 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			out = append(out, b.Implies(guard, b.Cmp(op, n, b.IntLit(l))))
 		case "dependencies", "dependentRequired":
 			deps, _ := kw.(map[string]any)
-			for _, name := range sortedKeys(deps) {
+			for _, name := range slices.Sorted(maps.Keys(deps)) {
 				has := an.def(v.member(x, name))
-				switch d := deps[name].(type) {
-				case []any:
-					var req []*smt.Term
-					for _, r := range d {
-						if s, ok := r.(string); ok {
-							req = append(req, an.def(v.member(x, s)))
-						}
-					}
-					out = append(out, b.Implies(b.And(isObj, has), b.And(req...)))
-				default:
-					out = append(out, b.Implies(b.And(isObj, has), v.valid(d, x, depth+1)))
+				if d, ok := deps[name].([]any); ok {
+					out = append(out, b.Implies(b.And(isObj, has), v.required(d, x)))
+				} else {
+					out = append(out, b.Implies(b.And(isObj, has), v.valid(deps[name], x, depth+1)))
 				}
 			}
 		case "propertyNames":
@@ -546,6 +508,18 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 	return b.And(out...)
 }
 
+// required is "x has each member the list names".
+func (v *validity) required(list any, x val) *smt.Term {
+	names, _ := list.([]any)
+	var req []*smt.Term
+	for _, r := range names {
+		if name, ok := r.(string); ok {
+			req = append(req, v.an.def(v.member(x, name)))
+		}
+	}
+	return v.b().And(req...)
+}
+
 // member is the member key of x (where x is an object).
 func (v *validity) member(x val, key string) *slot {
 	an := v.an
@@ -562,8 +536,7 @@ func (v *validity) member(x val, key string) *slot {
 			alts = append(alts, alt{g: v.b().And(e.g, an.eqVals(e.key, conc{ast.StringTerm(key)}, v.side, v.where)), v: e.v})
 		}
 		if len(n.q) > 0 {
-			g := &gap{why: "a result member added by a loop over the input", at: v.where}
-			alts = append(alts, alt{g: an.uf("has", smt.Bool, g, x, conc{ast.StringTerm(key)}), v: an.opaqueUF("member", g, x, conc{ast.StringTerm(key)})})
+			alts = append(alts, v.opaqueMember(&gap{why: "a result member added by a loop over the input", at: v.where}, x, key))
 		}
 		return &slot{alts: alts}
 	case conc:
@@ -574,10 +547,15 @@ func (v *validity) member(x val, key string) *slot {
 		}
 		return undefined
 	case *opaque:
-		g := n.gap
-		return &slot{alts: []alt{{g: an.uf("has", smt.Bool, g, x, conc{ast.StringTerm(key)}), v: an.opaqueUF("member", g, x, conc{ast.StringTerm(key)})}}}
+		return &slot{alts: []alt{v.opaqueMember(n.gap, x, key)}}
 	}
 	return undefined
+}
+
+// opaqueMember is the member key of a value the analysis does not model.
+func (v *validity) opaqueMember(g *gap, x val, key string) alt {
+	k := conc{ast.StringTerm(key)}
+	return alt{g: v.an.uf("has", smt.Bool, g, x, k), v: v.an.opaqueUF("member", g, x, k)}
 }
 
 // members encodes properties, patternProperties and additionalProperties
@@ -594,7 +572,7 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 	switch n := x.(type) {
 	case *node:
 		// Every declared property becomes a member the model sets.
-		for _, k := range sortedKeys(props) {
+		for _, k := range slices.Sorted(maps.Keys(props)) {
 			an.m.member(n, k)
 		}
 		var present []*smt.Term
@@ -791,13 +769,4 @@ func intJSON(v any) (int64, bool) {
 		return 0, false
 	}
 	return r.Num().Int64(), true
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
