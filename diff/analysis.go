@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -257,11 +258,7 @@ func encode(ctx context.Context, old, new engine.Analysis, vNew engine.Verdict, 
 // elementsValid assumes, for side s, the items schema of the elements read
 // at indices no loop binds.
 func (an *analysis) elementsValid(s int) *smt.Term {
-	var out []*smt.Term
-	for _, e := range an.elements {
-		out = append(out, an.assumeValid(e, s))
-	}
-	return an.vs.b.And(out...)
+	return an.vs.b.And(mapped(an.elements, func(e *node) *smt.Term { return an.assumeValid(e, s) })...)
 }
 
 // allowed is "the result's outcome member is one the verdict allows".
@@ -323,10 +320,5 @@ func (an *analysis) gapsIn(ts ...*smt.Term) []string {
 		}
 		stack = append(stack, t.Args()...)
 	}
-	out := make([]string, 0, len(found))
-	for g := range found {
-		out = append(out, g)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(found))
 }

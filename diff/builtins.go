@@ -418,11 +418,7 @@ func concat(c *bcall) bres {
 // as OPA passes them), and %%.
 func sprintf(c *bcall) bres {
 	an, b := c.an(), c.b()
-	format, ok := c.arg(0).(conc)
-	if !ok {
-		return bres{}
-	}
-	fs, ok := format.t.Value.(ast.String)
+	fs, ok := constString(c.arg(0))
 	if !ok {
 		return bres{}
 	}
@@ -437,7 +433,7 @@ func sprintf(c *bcall) bres {
 	}
 	var parts []*smt.Term
 	var errs []*smt.Term
-	text := string(fs)
+	text := fs
 	argi := 0
 	lit := func(s string) bool {
 		t, ok := b.StrLit(s)
@@ -516,15 +512,11 @@ func formatInt(c *bcall) bres {
 
 func regexMatch(c *bcall) bres {
 	b := c.b()
-	p, ok := c.arg(0).(conc)
+	ps, ok := constString(c.arg(0))
 	if !ok {
 		return bres{}
 	}
-	ps, ok := p.t.Value.(ast.String)
-	if !ok {
-		return bres{}
-	}
-	re, err := regexTerm(b, string(ps))
+	re, err := regexTerm(b, ps)
 	if err != nil {
 		return bres{}
 	}
@@ -730,11 +722,7 @@ func setOp(op string) encoder {
 		}
 		out := an.newColl(kSet)
 		in := func(e *elem, s *coll) *smt.Term {
-			var or []*smt.Term
-			for _, f := range s.elems {
-				or = append(or, b.And(f.g, an.eqVals(e.v, f.v, c.side(), c.at())))
-			}
-			return b.Or(or...)
+			return b.Or(mapped(s.elems, func(f *elem) *smt.Term { return b.And(f.g, an.eqVals(e.v, f.v, c.side(), c.at())) })...)
 		}
 		switch op {
 		case "or":

@@ -57,11 +57,7 @@ func combos(b *smt.Builder, args []*slot, undef bool) []combo {
 	for _, a := range args {
 		alts := a.alts
 		if undef {
-			gs := make([]*smt.Term, len(a.alts))
-			for i, x := range a.alts {
-				gs[i] = x.g
-			}
-			if d := b.Or(gs...); !d.IsTrue() {
+			if d := b.Or(altGuards(a.alts)...); !d.IsTrue() {
 				alts = append(append([]alt(nil), alts...), alt{g: b.Not(d)})
 			}
 		}

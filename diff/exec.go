@@ -206,15 +206,8 @@ func (f *frame) merge(sts []*state, total bool) *state {
 		return live[0]
 	}
 	b := f.b()
-	pcs := make([]*pc, len(live))
-	for i, st := range live {
-		pcs[i] = st.pc
-	}
-	anc := common(pcs)
-	rel := make([]*smt.Term, len(live))
-	for i, st := range live {
-		rel[i] = st.pc.since(b, anc)
-	}
+	anc := common(mapped(live, func(st *state) *pc { return st.pc }))
+	rel := mapped(live, func(st *state) *smt.Term { return st.pc.since(b, anc) })
 	out := &state{pc: anc}
 	if !total {
 		out.pc = anc.and(b, b.Or(rel...))
@@ -335,32 +328,29 @@ func (an *analysis) joinVal(x, y alt) (val, bool) {
 			return xv, true
 		}
 		b := an.vs.b
-		out := &coll{kind: xv.kind, alloc: xv.alloc}
-		n := 0
-		for n < len(xv.elems) && n < len(yv.elems) && xv.elems[n] == yv.elems[n] {
-			n++
-		}
-		out.elems = append(out.elems, xv.elems[:n]...)
-		for _, e := range xv.elems[n:] {
-			out.elems = append(out.elems, &elem{g: b.And(x.g, e.g), key: e.key, v: e.v})
-		}
-		for _, e := range yv.elems[n:] {
-			out.elems = append(out.elems, &elem{g: b.And(y.g, e.g), key: e.key, v: e.v})
-		}
-		q := 0
-		for q < len(xv.q) && q < len(yv.q) && xv.q[q] == yv.q[q] {
-			q++
-		}
-		out.q = append(out.q, xv.q[:q]...)
-		for _, e := range xv.q[q:] {
-			out.q = append(out.q, e.guarded(b, x.g))
-		}
-		for _, e := range yv.q[q:] {
-			out.q = append(out.q, e.guarded(b, y.g))
-		}
-		return out, true
+		return &coll{kind: xv.kind, alloc: xv.alloc, elems: joinMembers(b, xv.elems, yv.elems, x.g, y.g), q: joinMembers(b, xv.q, yv.q, x.g, y.g)}, true
 	}
 	return nil, false
+}
+
+// joinMembers joins two versions of one collection's members: what they
+// share, then the rest of each under its path's guard.
+func joinMembers[T interface {
+	comparable
+	guarded(*smt.Builder, *smt.Term) T
+}](b *smt.Builder, xs, ys []T, gx, gy *smt.Term) []T {
+	n := 0
+	for n < len(xs) && n < len(ys) && xs[n] == ys[n] {
+		n++
+	}
+	out := append([]T(nil), xs[:n]...)
+	for _, e := range xs[n:] {
+		out = append(out, e.guarded(b, gx))
+	}
+	for _, e := range ys[n:] {
+		out = append(out, e.guarded(b, gy))
+	}
+	return out
 }
 
 // operand reads an operand on st.
@@ -394,13 +384,7 @@ func plainVal(v ir.Val) ir.Val {
 func (an *analysis) one(v val) *slot { return &slot{alts: []alt{{g: an.vs.b.True(), v: v}}} }
 
 // def is the condition that s holds a value.
-func (an *analysis) def(s *slot) *smt.Term {
-	gs := make([]*smt.Term, len(s.alts))
-	for i, a := range s.alts {
-		gs[i] = a.g
-	}
-	return an.vs.b.Or(gs...)
-}
+func (an *analysis) def(s *slot) *smt.Term { return an.vs.b.Or(altGuards(s.alts)...) }
 
 // block runs the statements of blk from st.
 func (f *frame) block(blk *ir.Block, st *state) flow {
@@ -680,11 +664,7 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 
 func (f *frame) isKind(st *state, o ir.Operand, k mask) (*state, flow) {
 	an, b := f.sd.an, f.b()
-	src := f.operand(st, o)
-	var ok []*smt.Term
-	for _, a := range src.alts {
-		ok = append(ok, b.And(a.g, an.kindIs(a.v, k, f.sd.s)))
-	}
+	ok := mapped(f.operand(st, o).alts, func(a alt) *smt.Term { return b.And(a.g, an.kindIs(a.v, k, f.sd.s)) })
 	return f.split(st, b.Or(ok...))
 }
 

@@ -212,11 +212,15 @@ func (m *model) structure() []*smt.Term {
 		n := &node{t: t}
 		x := m.x(n)
 		out = append(out, b.Implies(m.vs.is("varr", x), b.Cmp(">=", m.vs.field("va", smt.Int, x), b.IntLit(0))))
-		var present []*smt.Term
-		for _, k := range t.order {
-			present = append(present, b.Ite(m.d(m.member(n, k)), b.IntLit(1), b.IntLit(0)))
-		}
+		present := m.present(n)
 		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
 	}
 	return out
+}
+
+// present is, per member the analysis names of object n, 1 where it is
+// there and 0 where not: their sum counts them.
+func (m *model) present(n *node) []*smt.Term {
+	b := m.vs.b
+	return mapped(n.t.order, func(k string) *smt.Term { return b.Ite(m.d(m.member(n, k)), b.IntLit(1), b.IntLit(0)) })
 }

@@ -32,10 +32,7 @@ func (an *analysis) opaqueOf(g *gap) *opaque {
 // the tokens of args: the same computation on the same values is the
 // same term in both revisions.
 func (an *analysis) uf(name string, s smt.Sort, g *gap, args ...val) *smt.Term {
-	toks := make([]*smt.Term, len(args))
-	for i, a := range args {
-		toks[i] = an.token(a)
-	}
+	toks := mapped(args, an.token)
 	if len(toks) == 0 {
 		toks = []*smt.Term{an.vs.b.IntLit(0)}
 	}
@@ -503,10 +500,8 @@ func (an *analysis) eqColls(x, y *coll, s int, at string) *smt.Term {
 			}
 		}
 		return b.And(out...)
-	case kSet:
-		return b.And(an.subset(x, y, s, at), an.subset(y, x, s, at))
 	}
-	return b.And(an.subObject(x, y, s, at), an.subObject(y, x, s, at))
+	return b.And(an.subset(x, y, s, at), an.subset(y, x, s, at))
 }
 
 // sameColl reports whether two collections are made of the same members
@@ -611,26 +606,18 @@ func positions(b *smt.Builder, c *coll) []*smt.Term {
 	return out
 }
 
+// subset is "every member of set (or object) x is one of y".
 func (an *analysis) subset(x, y *coll, s int, at string) *smt.Term {
 	b := an.vs.b
 	var out []*smt.Term
 	for _, e := range x.elems {
 		var in []*smt.Term
 		for _, f := range y.elems {
-			in = append(in, b.And(f.g, an.eqVals(e.v, f.v, s, at)))
-		}
-		out = append(out, b.Implies(e.g, b.Or(in...)))
-	}
-	return b.And(out...)
-}
-
-func (an *analysis) subObject(x, y *coll, s int, at string) *smt.Term {
-	b := an.vs.b
-	var out []*smt.Term
-	for _, e := range x.elems {
-		var in []*smt.Term
-		for _, f := range y.elems {
-			in = append(in, b.And(f.g, an.eqVals(e.key, f.key, s, at), an.eqVals(e.v, f.v, s, at)))
+			same := []*smt.Term{f.g}
+			if x.kind == kObject {
+				same = append(same, an.eqVals(e.key, f.key, s, at))
+			}
+			in = append(in, b.And(append(same, an.eqVals(e.v, f.v, s, at))...))
 		}
 		out = append(out, b.Implies(e.g, b.Or(in...)))
 	}
@@ -670,15 +657,11 @@ func (an *analysis) eqCollVal(c *coll, y val, s int, at string) *smt.Term {
 		}
 		out := []*smt.Term{an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), an.count(c, s))}
 		for _, e := range c.elems {
-			k, ok := e.key.(conc)
-			ks, isStr := ast.Value(nil), false
-			if ok {
-				ks, isStr = k.t.Value.(ast.String)
-			}
+			ks, isStr := constString(e.key)
 			if !isStr {
 				return an.uf("eq", smt.Bool, &gap{why: "comparing an object with non-constant keys with the input", at: at}, c, y)
 			}
-			mem := an.m.member(n, string(ks.(ast.String)))
+			mem := an.m.member(n, ks)
 			out = append(out, b.Implies(e.g, b.And(an.m.d(mem), an.eqVals(e.v, mem, s, at))))
 		}
 		return b.And(out...)

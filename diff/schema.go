@@ -292,20 +292,12 @@ func (v *validity) valid(s any, x val, depth int) *smt.Term {
 	if !ok {
 		return v.gapBool("a $ref the analysis does not follow", x)
 	}
-	var out []*smt.Term
-	for _, o := range objs {
-		out = append(out, v.object(o, x, depth))
-	}
-	return b.And(out...)
+	return b.And(mapped(objs, func(o map[string]any) *smt.Term { return v.object(o, x, depth) })...)
 }
 
 // validSlot is "every value the slot may hold satisfies s".
 func (v *validity) validSlot(s any, sl *slot, depth int) *smt.Term {
-	var out []*smt.Term
-	for _, a := range sl.alts {
-		out = append(out, v.b().Implies(a.g, v.valid(s, a.v, depth)))
-	}
-	return v.b().And(out...)
+	return v.b().And(mapped(sl.alts, func(a alt) *smt.Term { return v.b().Implies(a.g, v.valid(s, a.v, depth)) })...)
 }
 
 func (v *validity) gapBool(why string, x val) *smt.Term {
@@ -469,10 +461,7 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			}
 		case "anyOf", "oneOf":
 			list, _ := kw.([]any)
-			var alts []*smt.Term
-			for _, s := range list {
-				alts = append(alts, v.valid(s, x, depth+1))
-			}
+			alts := mapped(list, func(s any) *smt.Term { return v.valid(s, x, depth+1) })
 			if k == "anyOf" {
 				out = append(out, b.Or(alts...))
 				continue
@@ -580,10 +569,7 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 			c := an.m.member(n, k)
 			d := an.m.d(c)
 			present = append(present, b.Ite(d, b.IntLit(1), b.IntLit(0)))
-			var ok []*smt.Term
-			for _, s := range memberSchemas(o, k) {
-				ok = append(ok, v.valid(s, c, depth+1))
-			}
+			ok := mapped(memberSchemas(o, k), func(s any) *smt.Term { return v.valid(s, c, depth+1) })
 			out = append(out, b.Implies(d, b.And(ok...)))
 		}
 		size := an.vs.field("vo", smt.Int, an.m.x(n))
@@ -601,20 +587,13 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 			return v.gapBool("a result with members added by a loop over the input", x)
 		}
 		for _, e := range n.elems {
-			k, ok := e.key.(conc)
-			ks, isStr := ast.Value(nil), false
-			if ok {
-				ks, isStr = k.t.Value.(ast.String)
-			}
+			ks, isStr := constString(e.key)
 			if !isStr {
 				out = append(out, b.Implies(e.g, v.gapBool("a result member with a key that is not a constant string", x)))
 				continue
 			}
-			var ok2 []*smt.Term
-			for _, s := range memberSchemas(o, string(ks.(ast.String))) {
-				ok2 = append(ok2, v.valid(s, e.v, depth+1))
-			}
-			out = append(out, b.Implies(e.g, b.And(ok2...)))
+			ok := mapped(memberSchemas(o, ks), func(s any) *smt.Term { return v.valid(s, e.v, depth+1) })
+			out = append(out, b.Implies(e.g, b.And(ok...)))
 		}
 	case conc:
 		obj, ok := n.t.Value.(ast.Object)
@@ -711,11 +690,7 @@ func (v *validity) contains(s any, x val, depth int) *smt.Term {
 		}
 	case *coll:
 		if len(n.q) == 0 {
-			var out []*smt.Term
-			for _, e := range n.elems {
-				out = append(out, b.And(e.g, v.valid(s, e.v, depth+1)))
-			}
-			return b.Or(out...)
+			return b.Or(mapped(n.elems, func(e *elem) *smt.Term { return b.And(e.g, v.valid(s, e.v, depth+1)) })...)
 		}
 	}
 	return v.gapBool("contains", x)
