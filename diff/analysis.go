@@ -122,14 +122,7 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	if sd.data != nil {
 		st = st.set(ir.Data, an.one(conc{sd.data}))
 	}
-	cur := st
-	for _, blk := range plan.Blocks {
-		if cur == nil {
-			break
-		}
-		fl := f.block(blk, cur)
-		cur = f.cont(fl, cur)
-	}
+	f.blocks(plan.Blocks, st)
 	var alts []alt
 	for _, r := range an.results[s] {
 		for _, ra := range r.v.alts {

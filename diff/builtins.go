@@ -2,6 +2,7 @@ package diff
 
 import (
 	"math/big"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -426,10 +427,8 @@ func sprintf(c *bcall) bres {
 	if list == nil || list.kind != kArray || len(list.q) > 0 {
 		return bres{}
 	}
-	for _, e := range list.elems {
-		if !e.g.IsTrue() {
-			return bres{}
-		}
+	if slices.ContainsFunc(list.elems, func(e *elem) bool { return !e.g.IsTrue() }) {
+		return bres{}
 	}
 	var parts []*smt.Term
 	var errs []*smt.Term
@@ -591,12 +590,10 @@ func objectGet(c *bcall) bres {
 	for _, key := range path {
 		var next []alt
 		for _, a := range cur {
-			if _, isObj := a.v.(*coll); !isObj {
-				if _, isNode := a.v.(*node); !isNode {
-					if _, isConc := a.v.(conc); !isConc {
-						return bres{}
-					}
-				}
+			switch a.v.(type) {
+			case *coll, *node, conc:
+			default:
+				return bres{}
 			}
 			for _, r := range c.f.dot(a.v, conc{key}, c.s) {
 				next = append(next, alt{g: b.And(a.g, r.g), v: r.v})
@@ -686,21 +683,9 @@ func sortColl(c *bcall) bres {
 }
 
 func arrayConcat(c *bcall) bres {
-	var parts []*coll
+	var parts [2]*coll
 	for i := range 2 {
-		switch v := c.arg(i).(type) {
-		case *coll:
-			parts = append(parts, v)
-		case conc:
-			cc, ok := c.an().vs.concColl(v.t)
-			if !ok {
-				return bres{}
-			}
-			parts = append(parts, cc)
-		default:
-			return bres{}
-		}
-		if parts[i].kind != kArray || len(parts[i].q) > 0 {
+		if parts[i] = c.coll(i); parts[i] == nil || parts[i].kind != kArray || len(parts[i].q) > 0 {
 			return bres{}
 		}
 	}
@@ -727,13 +712,13 @@ func setOp(op string) encoder {
 		switch op {
 		case "or":
 			out.elems = append(append([]*elem(nil), sets[0].elems...), sets[1].elems...)
-		case "and":
+		default: // and, minus
 			for _, e := range sets[0].elems {
-				out.elems = append(out.elems, &elem{g: b.And(e.g, in(e, sets[1])), v: e.v})
-			}
-		default:
-			for _, e := range sets[0].elems {
-				out.elems = append(out.elems, &elem{g: b.And(e.g, b.Not(in(e, sets[1]))), v: e.v})
+				g := in(e, sets[1])
+				if op != "and" {
+					g = b.Not(g)
+				}
+				out.elems = append(out.elems, &elem{g: b.And(e.g, g), v: e.v})
 			}
 		}
 		return c.value(out, nil)

@@ -79,17 +79,7 @@ func combos(b *smt.Builder, args []*slot, undef bool) []combo {
 // function runs a plan function on args (nil: undefined), memoized: the
 // same function of the same values is run once.
 func (sd *side) function(fn *ir.Func, args []val) *callResult {
-	var key strings.Builder
-	key.WriteString(fn.Name)
-	for _, a := range args {
-		key.WriteByte('|')
-		if a == nil {
-			key.WriteString("undef")
-		} else {
-			key.WriteString(valKey(a))
-		}
-	}
-	k := key.String()
+	k := strings.Join(append([]string{fn.Name}, mapped(args, valKey)...), "|")
 	if r, ok := sd.memo[k]; ok {
 		return r
 	}
@@ -106,24 +96,8 @@ func (sd *side) function(fn *ir.Func, args []val) *callResult {
 			st = st.set(p, sd.an.one(args[i]))
 		}
 	}
-	var rets []*state
-	cur := st
-	for _, blk := range fn.Blocks {
-		if cur == nil {
-			break
-		}
-		fl := f.block(blk, cur)
-		for r := range fl.exits {
-			if r > 0 {
-				panic(fmt.Sprintf("function %s: a break leaves its top-level block", fn.Name))
-			}
-		}
-		rets = append(rets, fl.ret...)
-		next := f.cont(fl, cur)
-		cur = next
-	}
 	var alts []alt
-	for _, r := range rets {
+	for _, r := range f.blocks(fn.Blocks, st) {
 		g := r.pc.term(b)
 		for _, a := range r.retv.alts {
 			alts = append(alts, alt{g: b.And(g, a.g), v: a.v})

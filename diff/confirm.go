@@ -208,22 +208,11 @@ func encodeJSON(v any) []byte {
 	return b
 }
 
+// deepCopy copies a JSON document (decodeJSON's).
 func deepCopy(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = deepCopy(e)
-		}
-		return out
-	}
-	return v
+	var out any
+	_ = decodeJSON(encodeJSON(v), &out)
+	return out
 }
 
 // explain decides doc with explanations and keeps the rules that fired.

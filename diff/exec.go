@@ -386,6 +386,26 @@ func (an *analysis) one(v val) *slot { return &slot{alts: []alt{{g: an.vs.b.True
 // def is the condition that s holds a value.
 func (an *analysis) def(s *slot) *smt.Term { return an.vs.b.Or(altGuards(s.alts)...) }
 
+// blocks runs the top-level blocks of a plan or a function from st, each
+// from where the one before ends, and returns the paths that return.
+func (f *frame) blocks(blocks []*ir.Block, st *state) []*state {
+	var rets []*state
+	for _, blk := range blocks {
+		if st == nil {
+			break
+		}
+		fl := f.block(blk, st)
+		for r := range fl.exits {
+			if r > 0 {
+				panic(fmt.Sprintf("%s: a break leaves its top-level block", f.fn))
+			}
+		}
+		rets = append(rets, fl.ret...)
+		st = f.cont(fl, st)
+	}
+	return rets
+}
+
 // block runs the statements of blk from st.
 func (f *frame) block(blk *ir.Block, st *state) flow {
 	var fl flow

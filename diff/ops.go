@@ -142,12 +142,7 @@ func (an *analysis) length(v val, s int) (*smt.Term, *smt.Term) {
 	b := an.vs.b
 	switch v := v.(type) {
 	case conc:
-		switch x := v.t.Value.(type) {
-		case *ast.Array:
-			return b.IntLit(int64(x.Len())), b.True()
-		case ast.Object:
-			return b.IntLit(int64(x.Len())), b.True()
-		case ast.Set:
+		if x, ok := v.t.Value.(interface{ Len() int }); ok && maskOf(v.t.Value).has(mColl) {
 			return b.IntLit(int64(x.Len())), b.True()
 		}
 		return nil, nil

@@ -399,6 +399,8 @@ func valKey(v val) string {
 		return fmt.Sprintf("o%d", v.tok.ID())
 	case *overlay:
 		return fmt.Sprintf("w%p", v)
+	case nil:
+		return "undef"
 	}
 	return fmt.Sprintf("?%p", v)
 }
