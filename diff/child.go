@@ -109,6 +109,19 @@ func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, er
 	return &rep, nil
 }
 
+// run diffs old against new in c, or in this process when c is nil, the
+// examples made close to new's fixtures (or else old's), as in a child.
+func (c *Child) run(ctx context.Context, old, new *engine.Snapshot) (*Report, error) {
+	if c != nil {
+		return c.Run(ctx, old, new)
+	}
+	fixtures := new.Fixtures()
+	if len(fixtures) == 0 {
+		fixtures = old.Fixtures()
+	}
+	return Run(ctx, old, new, fixtures, Options{})
+}
+
 // missing reports whether a question has no answer.
 func (d *DecisionDiff) missing() bool {
 	for _, q := range Questions {
@@ -163,12 +176,7 @@ func GateCheck(child *Child) engine.GateCheck {
 		rep, ok := Carried(live, cand)
 		if !ok {
 			var err error
-			if child != nil {
-				rep, err = child.Run(ctx, live, cand)
-			} else {
-				rep, err = Run(ctx, live, cand, cand.Fixtures(), Options{})
-			}
-			if err != nil {
+			if rep, err = child.run(ctx, live, cand); err != nil {
 				return fmt.Errorf("--diff-gate: the diff against the live revision %s: %w", live.Revision, err)
 			}
 		}

@@ -193,12 +193,7 @@ func (f *frame) propagate(st *state, cond *smt.Term) {
 // common ancestor's and one of theirs since, and each local holds each
 // path's value under what that path added.
 func (f *frame) merge(sts []*state, total bool) *state {
-	var live []*state
-	for _, st := range sts {
-		if st != nil && !st.pc.dead() {
-			live = append(live, st)
-		}
-	}
+	live := slices.DeleteFunc(slices.Clone(sts), func(st *state) bool { return st == nil || st.pc.dead() })
 	switch len(live) {
 	case 0:
 		return nil
@@ -219,14 +214,7 @@ func (f *frame) merge(sts []*state, total bool) *state {
 	out.locals = make([]*slot, n)
 	for l := 0; l < n; l++ {
 		first := live[0].get(ir.Local(l))
-		same := true
-		for _, st := range live[1:] {
-			if st.get(ir.Local(l)) != first {
-				same = false
-				break
-			}
-		}
-		if same {
+		if !slices.ContainsFunc(live[1:], func(st *state) bool { return st.get(ir.Local(l)) != first }) {
 			if first != undefined {
 				out.locals[l] = first
 			}

@@ -3,6 +3,8 @@ package diff
 import (
 	"fmt"
 	"math/big"
+	"math/bits"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -514,12 +516,7 @@ func sameColl(x, y *coll) bool {
 			return false
 		}
 	}
-	for i, q := range x.q {
-		if q != y.q[i] {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(x.q, y.q)
 }
 
 func sameVal(x, y val) bool {
@@ -719,19 +716,11 @@ func (an *analysis) cmpVals(op string, x, y val, s int, at string) *smt.Term {
 			within = b.Ite(vs.is("vnum", tx), num, within)
 		}
 	}
-	if mx&^mFrac == my&^mFrac && bitsSet(mx&^mFrac) == 1 {
+	if mx&^mFrac == my&^mFrac && bits.OnesCount16(uint16(mx&^mFrac)) == 1 {
 		return within // one kind on both sides
 	}
 	rx, ry := vs.rank(tx), vs.rank(ty)
 	return b.Ite(b.Eq(rx, ry), within, b.Cmp("<", rx, ry))
-}
-
-func bitsSet(m mask) int {
-	n := 0
-	for ; m != 0; m &= m - 1 {
-		n++
-	}
-	return n
 }
 
 // intOf reads an integer constant.

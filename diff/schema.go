@@ -384,20 +384,6 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 				}
 			}
 			out = append(out, b.Implies(isNum, t))
-		case "minLength", "maxLength":
-			if !scalar {
-				continue
-			}
-			l, ok := intJSON(kw)
-			if !ok {
-				out = append(out, v.gapBool("keyword "+k, x))
-				continue
-			}
-			op := ">="
-			if k == "maxLength" {
-				op = "<="
-			}
-			out = append(out, b.Implies(isStr, b.Cmp(op, b.App("str.len", smt.Int, vs.str(xt)), b.IntLit(l))))
 		case "pattern":
 			if !scalar {
 				continue
@@ -415,7 +401,11 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			out = append(out, b.Implies(isObj, v.required(kw, x)))
 		case "properties":
 			out = append(out, b.Implies(isObj, v.members(o, x, depth)))
-		case "minProperties", "maxProperties", "minItems", "maxItems":
+		case "minLength", "maxLength", "minProperties", "maxProperties", "minItems", "maxItems":
+			length := strings.HasSuffix(k, "Length")
+			if length && !scalar {
+				continue
+			}
 			l, ok := intJSON(kw)
 			if !ok {
 				out = append(out, v.gapBool("keyword "+k, x))
@@ -424,6 +414,10 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			op := ">="
 			if strings.HasPrefix(k, "max") {
 				op = "<="
+			}
+			if length {
+				out = append(out, b.Implies(isStr, b.Cmp(op, b.App("str.len", smt.Int, vs.str(xt)), b.IntLit(l))))
+				continue
 			}
 			guard := isObj
 			if strings.HasSuffix(k, "Items") {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -426,9 +427,7 @@ func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
 	}
 	for i, p := range s.procs {
 		if p == nil {
-			if err := s.start(i); err != nil {
-				s.procs[i] = nil
-			}
+			_ = s.start(i) // one that does not start is not asked
 		}
 	}
 	// What was written goes to every solver and into the record a
@@ -541,10 +540,8 @@ func (s *Solver) Values(terms []*Term) ([]*SExpr, error) {
 	// started again at the next check): the example is lost, not a proof.
 	stop := func(err error) ([]*SExpr, error) {
 		p.kill()
-		for i := range s.procs {
-			if s.procs[i] == p {
-				s.procs[i] = nil
-			}
+		if i := slices.Index(s.procs, p); i >= 0 {
+			s.procs[i] = nil
 		}
 		s.last = nil
 		return nil, err
