@@ -101,12 +101,8 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	}
 	sd := &side{an: an, s: s, policy: a.Plan, funcs: map[string]*ir.Func{}, memo: map[string]*callResult{}, busy: map[string]bool{}, ctx: an.ctx}
 	if a.Plan.Static != nil {
-		for _, str := range a.Plan.Static.Strings {
-			sd.strs = append(sd.strs, ast.StringTerm(str.Value))
-		}
-		for _, f := range a.Plan.Static.Files {
-			sd.files = append(sd.files, f.Value)
-		}
+		sd.strs = mapped(a.Plan.Static.Strings, func(s *ir.StringConst) *ast.Term { return ast.StringTerm(s.Value) })
+		sd.files = mapped(a.Plan.Static.Files, func(f *ir.StringConst) string { return f.Value })
 	}
 	if a.Plan.Funcs != nil {
 		for _, f := range a.Plan.Funcs.Funcs {
@@ -282,9 +278,7 @@ func (an *analysis) sameMember(x, y *slot, key string) *smt.Term {
 	member := func(sl *slot, s int) *slot {
 		var alts []alt
 		for _, a := range sl.alts {
-			for _, m := range (&validity{an: an, side: s}).member(a.v, key).alts {
-				alts = append(alts, alt{g: b.And(a.g, m.g), v: m.v})
-			}
+			alts = append(alts, guardAlts(b, a.g, (&validity{an: an, side: s}).member(a.v, key).alts)...)
 		}
 		return &slot{alts: alts}
 	}

@@ -198,14 +198,7 @@ func typeName(c *bcall) bres {
 // value) equal to x.
 func member2(c *bcall) bres {
 	an, b := c.an(), c.b()
-	x, col := c.arg(0), c.arg(1)
-	if k, ok := col.(conc); ok {
-		if cc, ok := an.vs.concColl(k.t); ok {
-			col = cc
-		} else {
-			return c.boolean(b.False())
-		}
-	}
+	x, col := c.arg(0), c.members(1)
 	switch v := col.(type) {
 	case *coll:
 		var out []*smt.Term
@@ -229,22 +222,29 @@ func member2(c *bcall) bres {
 			out = append(out, b.And(an.vs.is("vobj", xt), an.uf("in", smt.Bool, c.gap("membership in an object of the input"), x, v)))
 		}
 		return c.boolean(b.Or(out...))
-	case sym:
+	case sym, conc:
 		return c.boolean(b.False())
 	}
 	return bres{}
 }
 
+// members is argument i, a constant collection as a coll (a constant
+// scalar as it is).
+func (c *bcall) members(i int) val {
+	if k, ok := c.arg(i).(conc); ok {
+		if cc, ok := c.an().vs.concColl(k.t); ok {
+			return cc
+		}
+	}
+	return c.arg(i)
+}
+
 // member3 is "k, x in coll".
 func member3(c *bcall) bres {
 	an, b := c.an(), c.b()
-	k, x, col := c.arg(0), c.arg(1), c.arg(2)
-	if cc, ok := col.(conc); ok {
-		if cv, ok := an.vs.concColl(cc.t); ok {
-			col = cv
-		} else {
-			return c.boolean(b.False())
-		}
+	k, x, col := c.arg(0), c.arg(1), c.members(2)
+	if _, scalar := col.(conc); scalar {
+		return c.boolean(b.False())
 	}
 	v, ok := col.(*coll)
 	if !ok || len(v.q) > 0 {
@@ -595,9 +595,7 @@ func objectGet(c *bcall) bres {
 			default:
 				return bres{}
 			}
-			for _, r := range c.f.dot(a.v, conc{key}, c.s) {
-				next = append(next, alt{g: b.And(a.g, r.g), v: r.v})
-			}
+			next = append(next, guardAlts(b, a.g, c.f.dot(a.v, conc{key}, c.s))...)
 		}
 		cur = next
 	}

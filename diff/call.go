@@ -29,18 +29,14 @@ func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
 		for _, combo := range combos(b, args, true) {
 			r := f.sd.function(fn, combo.vals)
 			f.propagate(st, b.And(combo.g, r.err))
-			for _, a := range r.ret.alts {
-				res = append(res, alt{g: b.And(combo.g, a.g), v: a.v})
-			}
+			res = append(res, guardAlts(b, combo.g, r.ret.alts)...)
 		}
 	} else {
 		// A builtin with an undefined argument is undefined.
 		for _, combo := range combos(b, args, false) {
 			alts, errc := f.builtin(s, combo.vals)
 			f.fail(st, b.And(combo.g, errc))
-			for _, a := range alts {
-				res = append(res, alt{g: b.And(combo.g, a.g), v: a.v})
-			}
+			res = append(res, guardAlts(b, combo.g, alts)...)
 		}
 	}
 	return f.assign(st, s.Result, res)
@@ -98,10 +94,7 @@ func (sd *side) function(fn *ir.Func, args []val) *callResult {
 	}
 	var alts []alt
 	for _, r := range f.blocks(fn.Blocks, st) {
-		g := r.pc.term(b)
-		for _, a := range r.retv.alts {
-			alts = append(alts, alt{g: b.And(g, a.g), v: a.v})
-		}
+		alts = append(alts, guardAlts(b, r.pc.term(b), r.retv.alts)...)
 	}
 	res := &callResult{ret: sd.an.joinAlts(alts), err: b.Or(f.errs...)}
 	sd.memo[k] = res

@@ -164,33 +164,27 @@ func setAt(doc, base any, p string) any {
 	parts, _ := jsonptr.Split(p)
 	var walk func(d, b any, parts []string) any
 	walk = func(d, b any, parts []string) any {
-		k := parts[0]
+		k, last := parts[0], len(parts) == 1
 		switch dv := d.(type) {
 		case map[string]any:
 			bm, _ := b.(map[string]any)
-			bv, inBase := bm[k]
-			if len(parts) == 1 {
-				if inBase {
-					dv[k] = deepCopy(bv)
-				} else {
-					delete(dv, k)
-				}
-				return dv
+			switch bv, inBase := bm[k]; {
+			case last && inBase:
+				dv[k] = deepCopy(bv)
+			case last:
+				delete(dv, k)
+			default:
+				dv[k] = walk(dv[k], bv, parts[1:])
 			}
-			dv[k] = walk(dv[k], bv, parts[1:])
-			return dv
 		case []any:
 			ba, _ := b.([]any)
-			i, err := strconv.Atoi(k)
-			if err != nil || i >= len(dv) || i >= len(ba) {
-				return dv
-			}
-			if len(parts) == 1 {
+			switch i, err := strconv.Atoi(k); {
+			case err != nil || i >= len(dv) || i >= len(ba):
+			case last:
 				dv[i] = deepCopy(ba[i])
-				return dv
+			default:
+				dv[i] = walk(dv[i], ba[i], parts[1:])
 			}
-			dv[i] = walk(dv[i], ba[i], parts[1:])
-			return dv
 		}
 		return d
 	}

@@ -93,29 +93,21 @@ type DecisionDiff struct {
 }
 
 // Get returns the answer to question q.
-func (d *DecisionDiff) Get(q shadow.Class) *Answer {
-	switch q {
-	case shadow.RefuseToAllow:
-		return d.RefuseToAllow
-	case shadow.CandidateError:
-		return d.AllowToError
-	case shadow.AllowToRefuse:
-		return d.AllowToRefuse
-	}
-	return d.ReasonsChanged
-}
+func (d *DecisionDiff) Get(q shadow.Class) *Answer { return *d.answer(q) }
 
-func (d *DecisionDiff) set(q shadow.Class, a *Answer) {
+func (d *DecisionDiff) set(q shadow.Class, a *Answer) { *d.answer(q) = a }
+
+// answer is where the answer to question q is kept.
+func (d *DecisionDiff) answer(q shadow.Class) **Answer {
 	switch q {
 	case shadow.RefuseToAllow:
-		d.RefuseToAllow = a
+		return &d.RefuseToAllow
 	case shadow.CandidateError:
-		d.AllowToError = a
+		return &d.AllowToError
 	case shadow.AllowToRefuse:
-		d.AllowToRefuse = a
-	default:
-		d.ReasonsChanged = a
+		return &d.AllowToRefuse
 	}
+	return &d.ReasonsChanged
 }
 
 // Report is the diff of two revisions.

@@ -566,12 +566,10 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		}
 		eq := an.eqSlots(f.operand(st, x), f.operand(st, y), f.sd.s, f.loc(s))
 		ok := b.And(an.def(f.operand(st, x)), an.def(f.operand(st, y)))
-		if want {
-			ok = b.And(ok, eq)
-		} else {
-			ok = b.And(ok, b.Not(eq))
+		if !want {
+			eq = b.Not(eq)
 		}
-		return f.split(st, ok)
+		return f.split(st, b.And(ok, eq))
 
 	case *ir.IsArrayStmt:
 		return f.isKind(st, s.Source, mArr)

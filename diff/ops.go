@@ -462,8 +462,7 @@ func (an *analysis) bothFrac(x, y *smt.Term) *smt.Term {
 
 func (an *analysis) eqOpaque(x, y val) *smt.Term {
 	g := &gap{why: "equality with a value the analysis does not model"}
-	switch o := x.(type) {
-	case *opaque:
+	if o, ok := x.(*opaque); ok {
 		g = o.gap
 	}
 	if an.token(x).ID() > an.token(y).ID() {

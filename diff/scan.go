@@ -110,17 +110,11 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			var keys []val
 			switch x.kind {
 			case kArray:
-				for _, p := range positions(b, x) {
-					keys = append(keys, sym{t: an.vs.numV(b.App("to_real", smt.Real, p)), m: mNum})
-				}
+				keys = mapped(positions(b, x), func(p *smt.Term) val { return sym{t: an.vs.numV(b.App("to_real", smt.Real, p)), m: mNum} })
 			case kSet:
-				for _, e := range x.elems {
-					keys = append(keys, e.v)
-				}
+				keys = mapped(x.elems, func(e *elem) val { return e.v })
 			default:
-				for _, e := range x.elems {
-					keys = append(keys, e.key)
-				}
+				keys = mapped(x.elems, func(e *elem) val { return e.key })
 			}
 			for j, e := range x.elems {
 				if e.g.IsFalse() {

@@ -206,34 +206,18 @@ func (c *schemaCtx) maskOf(s any, depth int) mask {
 	return m
 }
 
+// typeMasks are the kinds of value each JSON Schema type admits.
+var typeMasks = map[string]mask{"null": mNull, "boolean": mBool, "integer": mNum, "number": mNum | mFrac, "string": mStr, "array": mArr, "object": mObj}
+
 func typeMask(t any) mask {
-	one := func(name string) mask {
-		switch name {
-		case "null":
-			return mNull
-		case "boolean":
-			return mBool
-		case "integer":
-			return mNum
-		case "number":
-			return mNum | mFrac
-		case "string":
-			return mStr
-		case "array":
-			return mArr
-		case "object":
-			return mObj
-		}
-		return 0
-	}
 	switch t := t.(type) {
 	case string:
-		return one(t)
+		return typeMasks[t]
 	case []any:
 		m := mask(0)
 		for _, x := range t {
 			if s, ok := x.(string); ok {
-				m |= one(s)
+				m |= typeMasks[s]
 			}
 		}
 		return m

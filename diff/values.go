@@ -119,6 +119,11 @@ type alt struct {
 
 var undefined = &slot{}
 
+// guardAlts is alts, each where g holds as well.
+func guardAlts(b *smt.Builder, g *smt.Term, alts []alt) []alt {
+	return mapped(alts, func(a alt) alt { return alt{g: b.And(g, a.g), v: a.v} })
+}
+
 // vals is the shared vocabulary of V terms.
 type vals struct {
 	b *smt.Builder

@@ -166,18 +166,20 @@ func (s *Script) inline(t *Term) string {
 	case kQuant:
 		return s.quant(t, map[int]string{})
 	}
-	if len(t.args) == 0 {
-		return t.op
+	return app(t.op, t.args, s.name)
+}
+
+// app writes op applied to args, each written by name (op alone without
+// arguments).
+func app(op string, args []*Term, name func(*Term) string) string {
+	if len(args) == 0 {
+		return op
 	}
-	var out strings.Builder
-	out.WriteByte('(')
-	out.WriteString(t.op)
-	for _, a := range t.args {
-		out.WriteByte(' ')
-		out.WriteString(s.name(a))
+	parts := make([]string, len(args))
+	for i, a := range args {
+		parts[i] = name(a)
 	}
-	out.WriteByte(')')
-	return out.String()
+	return "(" + op + " " + strings.Join(parts, " ") + ")"
 }
 
 // quant writes a quantified term, each subterm of its body that depends
@@ -219,11 +221,7 @@ func (s *Script) quant(q *Term, scope map[int]string) string {
 		if t.kind == kQuant {
 			e = s.quant(t, inner)
 		} else {
-			parts := make([]string, len(t.args))
-			for i, a := range t.args {
-				parts[i] = ref(a)
-			}
-			e = "(" + t.op + " " + strings.Join(parts, " ") + ")"
+			e = app(t.op, t.args, ref)
 		}
 		name := fmt.Sprintf("l%d", t.id)
 		fmt.Fprintf(&lets, "(let ((%s %s)) ", name, e)

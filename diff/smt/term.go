@@ -524,16 +524,7 @@ func (b *Builder) Cmp(op string, x, y *Term) *Term {
 	if xv, ok := NumLit(x); ok {
 		if yv, ok := NumLit(y); ok {
 			c := xv.Cmp(yv)
-			switch op {
-			case "<":
-				return b.BoolLit(c < 0)
-			case "<=":
-				return b.BoolLit(c <= 0)
-			case ">":
-				return b.BoolLit(c > 0)
-			default:
-				return b.BoolLit(c >= 0)
-			}
+			return b.BoolLit(map[string]bool{"<": c < 0, "<=": c <= 0, ">": c > 0, ">=": c >= 0}[op])
 		}
 	}
 	return b.App(op, Bool, x, y)
