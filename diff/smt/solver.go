@@ -263,10 +263,10 @@ func (s *Solver) start(i int) error {
 }
 
 // BoundMemory bounds the address space of cmd's process, started, to
-// bytes (RLIMIT_AS, which its children inherit); when it cannot, the
+// limit bytes (RLIMIT_AS, which its children inherit); when it cannot, the
 // process is killed.
-func BoundMemory(cmd *exec.Cmd, bytes uint64) error {
-	lim := unix.Rlimit{Cur: bytes, Max: bytes}
+func BoundMemory(cmd *exec.Cmd, limit uint64) error {
+	lim := unix.Rlimit{Cur: limit, Max: limit}
 	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &lim, nil); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -276,7 +276,7 @@ func BoundMemory(cmd *exec.Cmd, bytes uint64) error {
 }
 
 // LimitedBuffer keeps the first Max bytes written to it, and whether more
-// came (Over); it may be written and read at once.
+// came; it may be written and read at once (a process's output).
 type LimitedBuffer struct {
 	Max  int
 	mu   sync.Mutex
