@@ -46,10 +46,7 @@ func found(ctx context.Context, old, new *engine.Snapshot, name string, q shadow
 		return &Answer{Verdict: Found, Example: doc}
 	}
 	best, bestFields, haveBase := ex, []string{""}, false
-	for i, in := range inputs {
-		if i == 8 {
-			break
-		}
+	for _, in := range inputs[:min(8, len(inputs))] {
 		var base any
 		if decodeJSON(in, &base) != nil {
 			continue

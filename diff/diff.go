@@ -179,9 +179,7 @@ func FindSolvers(names []string) ([]string, error) {
 func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixture, opts Options) (*Report, error) {
 	rep := &Report{Old: old.Revision, New: new.Revision, Decisions: map[string]*DecisionDiff{}}
 	solvers, serr := FindSolvers(opts.Solvers)
-	for _, p := range solvers {
-		rep.Solvers = append(rep.Solvers, filepath.Base(p))
-	}
+	rep.Solvers = mapped(solvers, filepath.Base)
 	for _, name := range decisionNames(old, new) {
 		start := time.Now()
 		var dd *DecisionDiff

@@ -175,11 +175,7 @@ func app(op string, args []*Term, name func(*Term) string) string {
 	if len(args) == 0 {
 		return op
 	}
-	parts := make([]string, len(args))
-	for i, a := range args {
-		parts[i] = name(a)
-	}
-	return "(" + op + " " + strings.Join(parts, " ") + ")"
+	return "(" + op + " " + strings.Join(mapped(args, name), " ") + ")"
 }
 
 // quant writes a quantified term, each subterm of its body that depends
@@ -233,11 +229,7 @@ func (s *Script) quant(q *Term, scope map[int]string) string {
 
 // binders is a quantifier's list of variables with their sorts.
 func binders(q *Term) string {
-	decls := make([]string, len(q.args)-1)
-	for i, v := range q.args[1:] {
-		decls[i] = fmt.Sprintf("(%s %s)", v.lit, v.sort)
-	}
-	return strings.Join(decls, " ")
+	return strings.Join(mapped(q.args[1:], func(v *Term) string { return fmt.Sprintf("(%s %s)", v.lit, v.sort) }), " ")
 }
 
 // exprLimit bounds the text of one term Expr writes.

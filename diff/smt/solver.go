@@ -311,11 +311,7 @@ func (s *Solver) Name() string {
 	if s.last != nil {
 		return s.last.name
 	}
-	names := make([]string, len(s.paths))
-	for i, p := range s.paths {
-		names[i] = filepath.Base(p)
-	}
-	return strings.Join(names, "+")
+	return strings.Join(mapped(s.paths, filepath.Base), "+")
 }
 
 // Script is where commands are written before the next check.
@@ -576,11 +572,7 @@ func (e *SExpr) String() string {
 	if e.List == nil {
 		return e.Atom
 	}
-	parts := make([]string, len(e.List))
-	for i, x := range e.List {
-		parts[i] = x.String()
-	}
-	return "(" + strings.Join(parts, " ") + ")"
+	return "(" + strings.Join(mapped(e.List, (*SExpr).String), " ") + ")"
 }
 
 // ReadSExpr reads one S-expression.

@@ -220,12 +220,8 @@ func (b *Builder) Bound(name string, s Sort) *Term {
 // Fun declares an uninterpreted function and applies it to args.
 func (b *Builder) Fun(name string, ret Sort, args ...*Term) *Term {
 	if _, ok := b.funIdx[name]; !ok {
-		f := fun{name: name, ret: ret}
-		for _, a := range args {
-			f.args = append(f.args, string(a.sort))
-		}
 		b.funIdx[name] = len(b.funs)
-		b.funs = append(b.funs, f)
+		b.funs = append(b.funs, fun{name: name, ret: ret, args: mapped(args, func(a *Term) string { return string(a.sort) })})
 	}
 	return b.intern(&Term{op: name, args: args, sort: ret})
 }
@@ -475,11 +471,7 @@ func (b *Builder) quant(q string, vars []*Term, body *Term) *Term {
 	if body.kind == kLit || !body.bound {
 		return body
 	}
-	names := make([]string, len(vars))
-	for i, v := range vars {
-		names[i] = v.lit
-	}
-	t := &Term{kind: kQuant, op: q, lit: strings.Join(names, " "), args: append([]*Term{body}, vars...), sort: Bool}
+	t := &Term{kind: kQuant, op: q, lit: strings.Join(mapped(vars, func(v *Term) string { return v.lit }), " "), args: append([]*Term{body}, vars...), sort: Bool}
 	return b.intern(t)
 }
 
@@ -584,13 +576,7 @@ func indicators(t *Term) ([]*Term, bool) {
 func isZero(t *Term) bool { return t.kind == kLit && (t.lit == "0" || t.lit == "0.0") }
 func isOne(t *Term) bool  { return t.kind == kLit && (t.lit == "1" || t.lit == "1.0") }
 
-func (b *Builder) nonePresent(gs []*Term) *Term {
-	out := make([]*Term, len(gs))
-	for i, g := range gs {
-		out[i] = b.Not(g)
-	}
-	return b.And(out...)
-}
+func (b *Builder) nonePresent(gs []*Term) *Term { return b.And(mapped(gs, b.Not)...) }
 
 // ground reports whether t is a constant: literals and constructors of
 // them.
@@ -621,6 +607,15 @@ func (b *Builder) iteOfGround(t *Term) bool {
 		return b.ground(t)
 	}
 	return b.iteOfGround(t.args[1]) && b.iteOfGround(t.args[2])
+}
+
+// mapped is f of each of xs, in order.
+func mapped[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
 }
 
 // Quantified reports whether t contains a quantifier.
@@ -668,11 +663,7 @@ func Clauses(b *Builder, t *Term) []*Term {
 			out = append(out, t)
 			return
 		}
-		neg := make([]*Term, len(guards))
-		for i, g := range guards {
-			neg[i] = b.Not(g)
-		}
-		out = append(out, b.Or(append(neg, t)...))
+		out = append(out, b.Or(append(mapped(guards, b.Not), t)...))
 	}
 	walk(nil, t)
 	return out
