@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,7 +62,7 @@ func (an *analysis) assumeValid(e *node, s int) *smt.Term {
 	b := an.vs.b
 	x := an.m.x(e)
 	out := []*smt.Term{b.Not(an.vs.is("vtok", x)), b.Not(an.vs.is("vset", x)), b.Implies(an.vs.is("varr", x), b.Cmp(">=", an.vs.field("va", smt.Int, x), b.IntLit(0)))}
-	if schemas, ok := an.sch[s].schemasAt(e.t.path()); ok {
+	if schemas, ok := an.sch[s].follow(e.t.path(), true); ok {
 		v := &validity{c: an.sch[s], an: an, side: s}
 		for _, sc := range schemas {
 			out = append(out, v.valid(sc, e, 0))
@@ -100,12 +101,8 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	}
 	sd := &side{an: an, s: s, policy: a.Plan, funcs: map[string]*ir.Func{}, memo: map[string]*callResult{}, busy: map[string]bool{}, ctx: an.ctx}
 	if a.Plan.Static != nil {
-		for _, str := range a.Plan.Static.Strings {
-			sd.strs = append(sd.strs, ast.StringTerm(str.Value))
-		}
-		for _, f := range a.Plan.Static.Files {
-			sd.files = append(sd.files, f.Value)
-		}
+		sd.strs = mapped(a.Plan.Static.Strings, func(s *ir.StringConst) *ast.Term { return ast.StringTerm(s.Value) })
+		sd.files = mapped(a.Plan.Static.Files, func(f *ir.StringConst) string { return f.Value })
 	}
 	if a.Plan.Funcs != nil {
 		for _, f := range a.Plan.Funcs.Funcs {
@@ -121,14 +118,7 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	if sd.data != nil {
 		st = st.set(ir.Data, an.one(conc{sd.data}))
 	}
-	cur := st
-	for _, blk := range plan.Blocks {
-		if cur == nil {
-			break
-		}
-		fl := f.block(blk, cur)
-		cur = f.cont(fl, cur)
-	}
+	f.blocks(plan.Blocks, st)
 	var alts []alt
 	for _, r := range an.results[s] {
 		for _, ra := range r.v.alts {
@@ -257,11 +247,7 @@ func encode(ctx context.Context, old, new engine.Analysis, vNew engine.Verdict, 
 // elementsValid assumes, for side s, the items schema of the elements read
 // at indices no loop binds.
 func (an *analysis) elementsValid(s int) *smt.Term {
-	var out []*smt.Term
-	for _, e := range an.elements {
-		out = append(out, an.assumeValid(e, s))
-	}
-	return an.vs.b.And(out...)
+	return an.vs.b.And(mapped(an.elements, func(e *node) *smt.Term { return an.assumeValid(e, s) })...)
 }
 
 // allowed is "the result's outcome member is one the verdict allows".
@@ -292,9 +278,7 @@ func (an *analysis) sameMember(x, y *slot, key string) *smt.Term {
 	member := func(sl *slot, s int) *slot {
 		var alts []alt
 		for _, a := range sl.alts {
-			for _, m := range (&validity{an: an, side: s}).member(a.v, key).alts {
-				alts = append(alts, alt{g: b.And(a.g, m.g), v: m.v})
-			}
+			alts = append(alts, guardAlts(b, a.g, (&validity{an: an, side: s}).member(a.v, key).alts)...)
 		}
 		return &slot{alts: alts}
 	}
@@ -323,10 +307,5 @@ func (an *analysis) gapsIn(ts ...*smt.Term) []string {
 		}
 		stack = append(stack, t.Args()...)
 	}
-	out := make([]string, 0, len(found))
-	for g := range found {
-		out = append(out, g)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(found))
 }

@@ -2,6 +2,7 @@ package diff
 
 import (
 	"math/big"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -131,10 +132,10 @@ func init() {
 		"neq": func(c *bcall) bres {
 			return c.boolean(c.b().Not(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())))
 		},
-		"lt":                cmp("<"),
-		"lte":               cmp("<="),
-		"gt":                cmp(">"),
-		"gte":               cmp(">="),
+		"lt":                compare("<"),
+		"lte":               compare("<="),
+		"gt":                compare(">"),
+		"gte":               compare(">="),
 		"internal.member_2": member2,
 		"internal.member_3": member3,
 		"count":             count,
@@ -172,7 +173,7 @@ func init() {
 	}
 }
 
-func cmp(op string) encoder {
+func compare(op string) encoder {
 	return func(c *bcall) bres { return c.boolean(c.an().cmpVals(op, c.arg(0), c.arg(1), c.side(), c.at())) }
 }
 
@@ -197,14 +198,7 @@ func typeName(c *bcall) bres {
 // value) equal to x.
 func member2(c *bcall) bres {
 	an, b := c.an(), c.b()
-	x, col := c.arg(0), c.arg(1)
-	if k, ok := col.(conc); ok {
-		if cc, ok := an.vs.concColl(k.t); ok {
-			col = cc
-		} else {
-			return c.boolean(b.False())
-		}
-	}
+	x, col := c.arg(0), c.members(1)
 	switch v := col.(type) {
 	case *coll:
 		var out []*smt.Term
@@ -228,22 +222,29 @@ func member2(c *bcall) bres {
 			out = append(out, b.And(an.vs.is("vobj", xt), an.uf("in", smt.Bool, c.gap("membership in an object of the input"), x, v)))
 		}
 		return c.boolean(b.Or(out...))
-	case sym:
+	case sym, conc:
 		return c.boolean(b.False())
 	}
 	return bres{}
 }
 
+// members is argument i, a constant collection as a coll (a constant
+// scalar as it is).
+func (c *bcall) members(i int) val {
+	if k, ok := c.arg(i).(conc); ok {
+		if cc, ok := c.an().vs.concColl(k.t); ok {
+			return cc
+		}
+	}
+	return c.arg(i)
+}
+
 // member3 is "k, x in coll".
 func member3(c *bcall) bres {
 	an, b := c.an(), c.b()
-	k, x, col := c.arg(0), c.arg(1), c.arg(2)
-	if cc, ok := col.(conc); ok {
-		if cv, ok := an.vs.concColl(cc.t); ok {
-			col = cv
-		} else {
-			return c.boolean(b.False())
-		}
+	k, x, col := c.arg(0), c.arg(1), c.members(2)
+	if _, scalar := col.(conc); scalar {
+		return c.boolean(b.False())
 	}
 	v, ok := col.(*coll)
 	if !ok || len(v.q) > 0 {
@@ -418,11 +419,7 @@ func concat(c *bcall) bres {
 // as OPA passes them), and %%.
 func sprintf(c *bcall) bres {
 	an, b := c.an(), c.b()
-	format, ok := c.arg(0).(conc)
-	if !ok {
-		return bres{}
-	}
-	fs, ok := format.t.Value.(ast.String)
+	fs, ok := constString(c.arg(0))
 	if !ok {
 		return bres{}
 	}
@@ -430,14 +427,12 @@ func sprintf(c *bcall) bres {
 	if list == nil || list.kind != kArray || len(list.q) > 0 {
 		return bres{}
 	}
-	for _, e := range list.elems {
-		if !e.g.IsTrue() {
-			return bres{}
-		}
+	if slices.ContainsFunc(list.elems, func(e *elem) bool { return !e.g.IsTrue() }) {
+		return bres{}
 	}
 	var parts []*smt.Term
 	var errs []*smt.Term
-	text := string(fs)
+	text := fs
 	argi := 0
 	lit := func(s string) bool {
 		t, ok := b.StrLit(s)
@@ -516,15 +511,11 @@ func formatInt(c *bcall) bres {
 
 func regexMatch(c *bcall) bres {
 	b := c.b()
-	p, ok := c.arg(0).(conc)
+	ps, ok := constString(c.arg(0))
 	if !ok {
 		return bres{}
 	}
-	ps, ok := p.t.Value.(ast.String)
-	if !ok {
-		return bres{}
-	}
-	re, err := regexTerm(b, string(ps))
+	re, err := regexTerm(b, ps)
 	if err != nil {
 		return bres{}
 	}
@@ -599,16 +590,12 @@ func objectGet(c *bcall) bres {
 	for _, key := range path {
 		var next []alt
 		for _, a := range cur {
-			if _, isObj := a.v.(*coll); !isObj {
-				if _, isNode := a.v.(*node); !isNode {
-					if _, isConc := a.v.(conc); !isConc {
-						return bres{}
-					}
-				}
+			switch a.v.(type) {
+			case *coll, *node, conc:
+			default:
+				return bres{}
 			}
-			for _, r := range c.f.dot(a.v, conc{key}, c.s) {
-				next = append(next, alt{g: b.And(a.g, r.g), v: r.v})
-			}
+			next = append(next, guardAlts(b, a.g, c.f.dot(a.v, conc{key}, c.s))...)
 		}
 		cur = next
 	}
@@ -694,21 +681,9 @@ func sortColl(c *bcall) bres {
 }
 
 func arrayConcat(c *bcall) bres {
-	var parts []*coll
+	var parts [2]*coll
 	for i := range 2 {
-		switch v := c.arg(i).(type) {
-		case *coll:
-			parts = append(parts, v)
-		case conc:
-			cc, ok := c.an().vs.concColl(v.t)
-			if !ok {
-				return bres{}
-			}
-			parts = append(parts, cc)
-		default:
-			return bres{}
-		}
-		if parts[i].kind != kArray || len(parts[i].q) > 0 {
+		if parts[i] = c.coll(i); parts[i] == nil || parts[i].kind != kArray || len(parts[i].q) > 0 {
 			return bres{}
 		}
 	}
@@ -730,22 +705,18 @@ func setOp(op string) encoder {
 		}
 		out := an.newColl(kSet)
 		in := func(e *elem, s *coll) *smt.Term {
-			var or []*smt.Term
-			for _, f := range s.elems {
-				or = append(or, b.And(f.g, an.eqVals(e.v, f.v, c.side(), c.at())))
-			}
-			return b.Or(or...)
+			return b.Or(mapped(s.elems, func(f *elem) *smt.Term { return b.And(f.g, an.eqVals(e.v, f.v, c.side(), c.at())) })...)
 		}
 		switch op {
 		case "or":
 			out.elems = append(append([]*elem(nil), sets[0].elems...), sets[1].elems...)
-		case "and":
+		default: // and, minus
 			for _, e := range sets[0].elems {
-				out.elems = append(out.elems, &elem{g: b.And(e.g, in(e, sets[1])), v: e.v})
-			}
-		default:
-			for _, e := range sets[0].elems {
-				out.elems = append(out.elems, &elem{g: b.And(e.g, b.Not(in(e, sets[1]))), v: e.v})
+				g := in(e, sets[1])
+				if op != "and" {
+					g = b.Not(g)
+				}
+				out.elems = append(out.elems, &elem{g: b.And(e.g, g), v: e.v})
 			}
 		}
 		return c.value(out, nil)

@@ -15,7 +15,7 @@ import (
 
 // call runs a CallStmt: a plan function (a rule), or a builtin.
 func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
-	an, b := f.sd.an, f.b()
+	b := f.b()
 	args := make([]*slot, len(s.Args))
 	for i, a := range s.Args {
 		args[i] = f.operand(st, a)
@@ -29,26 +29,17 @@ func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
 		for _, combo := range combos(b, args, true) {
 			r := f.sd.function(fn, combo.vals)
 			f.propagate(st, b.And(combo.g, r.err))
-			for _, a := range r.ret.alts {
-				res = append(res, alt{g: b.And(combo.g, a.g), v: a.v})
-			}
+			res = append(res, guardAlts(b, combo.g, r.ret.alts)...)
 		}
 	} else {
 		// A builtin with an undefined argument is undefined.
 		for _, combo := range combos(b, args, false) {
 			alts, errc := f.builtin(s, combo.vals)
 			f.fail(st, b.And(combo.g, errc))
-			for _, a := range alts {
-				res = append(res, alt{g: b.And(combo.g, a.g), v: a.v})
-			}
+			res = append(res, guardAlts(b, combo.g, alts)...)
 		}
 	}
-	out := an.joinAlts(res)
-	next, fl := f.split(st, an.def(out))
-	if next == nil {
-		return nil, fl
-	}
-	return next.set(s.Result, out), fl
+	return f.assign(st, s.Result, res)
 }
 
 type combo struct {
@@ -62,11 +53,7 @@ func combos(b *smt.Builder, args []*slot, undef bool) []combo {
 	for _, a := range args {
 		alts := a.alts
 		if undef {
-			gs := make([]*smt.Term, len(a.alts))
-			for i, x := range a.alts {
-				gs[i] = x.g
-			}
-			if d := b.Or(gs...); !d.IsTrue() {
+			if d := b.Or(altGuards(a.alts)...); !d.IsTrue() {
 				alts = append(append([]alt(nil), alts...), alt{g: b.Not(d)})
 			}
 		}
@@ -88,17 +75,7 @@ func combos(b *smt.Builder, args []*slot, undef bool) []combo {
 // function runs a plan function on args (nil: undefined), memoized: the
 // same function of the same values is run once.
 func (sd *side) function(fn *ir.Func, args []val) *callResult {
-	var key strings.Builder
-	key.WriteString(fn.Name)
-	for _, a := range args {
-		key.WriteByte('|')
-		if a == nil {
-			key.WriteString("undef")
-		} else {
-			key.WriteString(valKey(a))
-		}
-	}
-	k := key.String()
+	k := strings.Join(append([]string{fn.Name}, mapped(args, valKey)...), "|")
 	if r, ok := sd.memo[k]; ok {
 		return r
 	}
@@ -115,28 +92,9 @@ func (sd *side) function(fn *ir.Func, args []val) *callResult {
 			st = st.set(p, sd.an.one(args[i]))
 		}
 	}
-	var rets []*state
-	cur := st
-	for _, blk := range fn.Blocks {
-		if cur == nil {
-			break
-		}
-		fl := f.block(blk, cur)
-		for r := range fl.exits {
-			if r > 0 {
-				panic(fmt.Sprintf("function %s: a break leaves its top-level block", fn.Name))
-			}
-		}
-		rets = append(rets, fl.ret...)
-		next := f.cont(fl, cur)
-		cur = next
-	}
 	var alts []alt
-	for _, r := range rets {
-		g := r.pc.term(b)
-		for _, a := range r.retv.alts {
-			alts = append(alts, alt{g: b.And(g, a.g), v: a.v})
-		}
+	for _, r := range f.blocks(fn.Blocks, st) {
+		alts = append(alts, guardAlts(b, r.pc.term(b), r.retv.alts)...)
 	}
 	res := &callResult{ret: sd.an.joinAlts(alts), err: b.Or(f.errs...)}
 	sd.memo[k] = res

@@ -1,7 +1,6 @@
 package diff
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,8 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/arbiter-dev/arbiter/diff/smt"
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
@@ -65,9 +63,8 @@ func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, er
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	var stdout, stderr limitedBuffer
-	stdout.max, stderr.max = maxReport, 4096
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdout, stderr := &smt.LimitedBuffer{Max: maxReport}, &smt.LimitedBuffer{Max: 4096}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -78,10 +75,7 @@ func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, er
 	if c.Memory > 0 {
 		// Set at once, before the child has loaded anything: it inherits
 		// to the solvers the child starts.
-		lim := unix.Rlimit{Cur: c.Memory, Max: c.Memory}
-		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &lim, nil); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		if err := smt.BoundMemory(cmd, c.Memory); err != nil {
 			return unknownReport(old, new, fmt.Sprintf("bounding the analysis process's memory: %v", err)), nil
 		}
 	}
@@ -93,7 +87,8 @@ func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, er
 		return unknownReport(old, new, fmt.Sprintf("the analysis did not finish within %s (--diff-timeout)", time.Since(start).Round(time.Second))), nil
 	}
 	var rep Report
-	if jerr := json.Unmarshal(stdout.Bytes(), &rep); jerr != nil || len(rep.Decisions) == 0 || stdout.over {
+	out, over := stdout.Bytes()
+	if jerr := json.Unmarshal(out, &rep); jerr != nil || len(rep.Decisions) == 0 || over {
 		why := fmt.Sprintf("the analysis process ended without a report (%v)", werr)
 		if c.Memory > 0 {
 			why += fmt.Sprintf(", its memory bounded at %d MiB (--diff-memory)", c.Memory>>20)
@@ -114,6 +109,19 @@ func (c *Child) Run(ctx context.Context, old, new *engine.Snapshot) (*Report, er
 	return &rep, nil
 }
 
+// run diffs old against new in c, or in this process when c is nil, the
+// examples made close to new's fixtures (or else old's), as in a child.
+func (c *Child) run(ctx context.Context, old, new *engine.Snapshot) (*Report, error) {
+	if c != nil {
+		return c.Run(ctx, old, new)
+	}
+	fixtures := new.Fixtures()
+	if len(fixtures) == 0 {
+		fixtures = old.Fixtures()
+	}
+	return Run(ctx, old, new, fixtures, Options{})
+}
+
 // missing reports whether a question has no answer.
 func (d *DecisionDiff) missing() bool {
 	for _, q := range Questions {
@@ -128,29 +136,10 @@ func (d *DecisionDiff) missing() bool {
 // decision of either revision.
 func unknownReport(old, new *engine.Snapshot, why string) *Report {
 	rep := &Report{Old: old.Revision, New: new.Revision, Decisions: map[string]*DecisionDiff{}}
-	for _, n := range append(old.Names(), new.Names()...) {
+	for _, n := range decisionNames(old, new) {
 		rep.Decisions[n] = unknownAll(why)
 	}
 	return rep
-}
-
-// limitedBuffer keeps the first max bytes written to it, and whether more
-// came.
-type limitedBuffer struct {
-	bytes.Buffer
-	max  int
-	over bool
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); len(p) > room {
-		b.over = true
-		if room > 0 {
-			b.Buffer.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return b.Buffer.Write(p)
 }
 
 // Carried returns the report new's bundle carried (arbiter build
@@ -166,7 +155,7 @@ func Carried(old, new *engine.Snapshot) (*Report, bool) {
 	if json.Unmarshal(raw, &rep) != nil || rep.Old != old.Revision || rep.New != new.Revision {
 		return nil, false
 	}
-	for _, n := range append(old.Names(), new.Names()...) {
+	for _, n := range decisionNames(old, new) {
 		if d := rep.Decisions[n]; d == nil || d.missing() {
 			return nil, false
 		}
@@ -187,12 +176,7 @@ func GateCheck(child *Child) engine.GateCheck {
 		rep, ok := Carried(live, cand)
 		if !ok {
 			var err error
-			if child != nil {
-				rep, err = child.Run(ctx, live, cand)
-			} else {
-				rep, err = Run(ctx, live, cand, cand.Fixtures(), Options{})
-			}
-			if err != nil {
+			if rep, err = child.run(ctx, live, cand); err != nil {
 				return fmt.Errorf("--diff-gate: the diff against the live revision %s: %w", live.Revision, err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -45,10 +46,7 @@ func found(ctx context.Context, old, new *engine.Snapshot, name string, q shadow
 		return &Answer{Verdict: Found, Example: doc}
 	}
 	best, bestFields, haveBase := ex, []string{""}, false
-	for i, in := range inputs {
-		if i == 8 {
-			break
-		}
+	for _, in := range inputs[:min(8, len(inputs))] {
 		var base any
 		if decodeJSON(in, &base) != nil {
 			continue
@@ -101,7 +99,7 @@ func leafDiff(a, b any, at string) []string {
 	bo, bObj := b.(map[string]any)
 	if aObj && bObj {
 		var out []string
-		for _, k := range sortedKeys(bo) {
+		for _, k := range slices.Sorted(maps.Keys(bo)) {
 			p := at + "/" + jsonptr.Escape(k)
 			if av, ok := ao[k]; ok {
 				out = append(out, leafDiff(av, bo[k], p)...)
@@ -109,7 +107,7 @@ func leafDiff(a, b any, at string) []string {
 				out = append(out, p)
 			}
 		}
-		for _, k := range sortedKeys(ao) {
+		for _, k := range slices.Sorted(maps.Keys(ao)) {
 			if _, ok := bo[k]; !ok {
 				out = append(out, at+"/"+jsonptr.Escape(k))
 			}
@@ -163,33 +161,27 @@ func setAt(doc, base any, p string) any {
 	parts, _ := jsonptr.Split(p)
 	var walk func(d, b any, parts []string) any
 	walk = func(d, b any, parts []string) any {
-		k := parts[0]
+		k, last := parts[0], len(parts) == 1
 		switch dv := d.(type) {
 		case map[string]any:
 			bm, _ := b.(map[string]any)
-			bv, inBase := bm[k]
-			if len(parts) == 1 {
-				if inBase {
-					dv[k] = deepCopy(bv)
-				} else {
-					delete(dv, k)
-				}
-				return dv
+			switch bv, inBase := bm[k]; {
+			case last && inBase:
+				dv[k] = deepCopy(bv)
+			case last:
+				delete(dv, k)
+			default:
+				dv[k] = walk(dv[k], bv, parts[1:])
 			}
-			dv[k] = walk(dv[k], bv, parts[1:])
-			return dv
 		case []any:
 			ba, _ := b.([]any)
-			i, err := strconv.Atoi(k)
-			if err != nil || i >= len(dv) || i >= len(ba) {
-				return dv
-			}
-			if len(parts) == 1 {
+			switch i, err := strconv.Atoi(k); {
+			case err != nil || i >= len(dv) || i >= len(ba):
+			case last:
 				dv[i] = deepCopy(ba[i])
-				return dv
+			default:
+				dv[i] = walk(dv[i], ba[i], parts[1:])
 			}
-			dv[i] = walk(dv[i], ba[i], parts[1:])
-			return dv
 		}
 		return d
 	}
@@ -207,22 +199,11 @@ func encodeJSON(v any) []byte {
 	return b
 }
 
+// deepCopy copies a JSON document (decodeJSON's).
 func deepCopy(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = deepCopy(e)
-		}
-		return out
-	}
-	return v
+	var out any
+	_ = decodeJSON(encodeJSON(v), &out)
+	return out
 }
 
 // explain decides doc with explanations and keeps the rules that fired.

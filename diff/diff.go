@@ -21,15 +21,16 @@
 package diff
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -92,29 +93,21 @@ type DecisionDiff struct {
 }
 
 // Get returns the answer to question q.
-func (d *DecisionDiff) Get(q shadow.Class) *Answer {
-	switch q {
-	case shadow.RefuseToAllow:
-		return d.RefuseToAllow
-	case shadow.CandidateError:
-		return d.AllowToError
-	case shadow.AllowToRefuse:
-		return d.AllowToRefuse
-	}
-	return d.ReasonsChanged
-}
+func (d *DecisionDiff) Get(q shadow.Class) *Answer { return *d.answer(q) }
 
-func (d *DecisionDiff) set(q shadow.Class, a *Answer) {
+func (d *DecisionDiff) set(q shadow.Class, a *Answer) { *d.answer(q) = a }
+
+// answer is where the answer to question q is kept.
+func (d *DecisionDiff) answer(q shadow.Class) **Answer {
 	switch q {
 	case shadow.RefuseToAllow:
-		d.RefuseToAllow = a
+		return &d.RefuseToAllow
 	case shadow.CandidateError:
-		d.AllowToError = a
+		return &d.AllowToError
 	case shadow.AllowToRefuse:
-		d.AllowToRefuse = a
-	default:
-		d.ReasonsChanged = a
+		return &d.AllowToRefuse
 	}
+	return &d.ReasonsChanged
 }
 
 // Report is the diff of two revisions.
@@ -126,14 +119,7 @@ type Report struct {
 }
 
 // Names lists the decisions in order.
-func (r *Report) Names() []string {
-	var out []string
-	for n := range r.Decisions {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func (r *Report) Names() []string { return slices.Sorted(maps.Keys(r.Decisions)) }
 
 // Options bound an analysis.
 type Options struct {
@@ -165,18 +151,17 @@ const Bounds = "every input the input schemas admit, its strings over the code p
 // FindSolvers returns the solvers a diff runs: those named, or z3 and
 // cvc5, those found on PATH.
 func FindSolvers(names []string) ([]string, error) {
-	if len(names) > 0 {
-		var out []string
-		for _, n := range names {
-			p, err := exec.LookPath(n)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, p)
+	var out []string
+	for _, n := range names {
+		p, err := exec.LookPath(n)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, p)
+	}
+	if len(names) > 0 {
 		return out, nil
 	}
-	var out []string
 	for _, name := range []string{"z3", "cvc5"} {
 		if p, err := exec.LookPath(name); err == nil {
 			out = append(out, p)
@@ -194,14 +179,8 @@ func FindSolvers(names []string) ([]string, error) {
 func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixture, opts Options) (*Report, error) {
 	rep := &Report{Old: old.Revision, New: new.Revision, Decisions: map[string]*DecisionDiff{}}
 	solvers, serr := FindSolvers(opts.Solvers)
-	for _, p := range solvers {
-		rep.Solvers = append(rep.Solvers, filepath.Base(p))
-	}
-	names := map[string]bool{}
-	for _, n := range append(old.Names(), new.Names()...) {
-		names[n] = true
-	}
-	for name := range names {
+	rep.Solvers = mapped(solvers, filepath.Base)
+	for _, name := range decisionNames(old, new) {
 		start := time.Now()
 		var dd *DecisionDiff
 		if serr != nil {
@@ -216,6 +195,11 @@ func Run(ctx context.Context, old, new *engine.Snapshot, fixtures []engine.Fixtu
 		rep.Decisions[name] = dd
 	}
 	return rep, nil
+}
+
+// decisionNames are the decisions of either revision, each once.
+func decisionNames(old, new *engine.Snapshot) []string {
+	return slices.Compact(slices.Sorted(slices.Values(append(old.Names(), new.Names()...))))
 }
 
 func unknownAll(reason string) *DecisionDiff {
@@ -233,10 +217,7 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 		return unknownAll("the decision exists in one revision only")
 	}
 	vNew, _ := new.Verdict(name)
-	limit := opts.MaxTerms
-	if limit == 0 {
-		limit = 2_000_000
-	}
+	limit := cmp.Or(opts.MaxTerms, 2_000_000)
 	defer func() {
 		if r := recover(); r != nil {
 			if r == smt.ErrTooLarge {
@@ -266,23 +247,12 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 		}
 		return dd
 	}
-	timeout := opts.CheckTimeout
-	if timeout == 0 {
-		timeout = 20 * time.Second
-	}
-	memory := opts.SolverMemory
-	if memory == 0 {
-		memory = 2 << 30
-	}
-	sol, err := smt.Start(ctx, solvers, timeout, memory, a.vs.b)
+	sol, err := smt.Start(ctx, solvers, cmp.Or(opts.CheckTimeout, 20*time.Second), cmp.Or(opts.SolverMemory, 2<<30), a.vs.b)
 	if err != nil {
 		return unknownAll(err.Error())
 	}
 	defer sol.Close()
-	a.budget = opts.Budget
-	if a.budget == 0 {
-		a.budget = DefaultBudget
-	}
+	a.budget = cmp.Or(opts.Budget, DefaultBudget)
 	sol.SetDeadline(time.Now().Add(a.budget))
 	for _, t := range enc.background {
 		sol.Script().Assert(t)

@@ -194,12 +194,7 @@ func (f *frame) propagate(st *state, cond *smt.Term) {
 // common ancestor's and one of theirs since, and each local holds each
 // path's value under what that path added.
 func (f *frame) merge(sts []*state, total bool) *state {
-	var live []*state
-	for _, st := range sts {
-		if st != nil && !st.pc.dead() {
-			live = append(live, st)
-		}
-	}
+	live := slices.DeleteFunc(slices.Clone(sts), func(st *state) bool { return st == nil || st.pc.dead() })
 	switch len(live) {
 	case 0:
 		return nil
@@ -207,15 +202,8 @@ func (f *frame) merge(sts []*state, total bool) *state {
 		return live[0]
 	}
 	b := f.b()
-	pcs := make([]*pc, len(live))
-	for i, st := range live {
-		pcs[i] = st.pc
-	}
-	anc := common(pcs)
-	rel := make([]*smt.Term, len(live))
-	for i, st := range live {
-		rel[i] = st.pc.since(b, anc)
-	}
+	anc := common(mapped(live, func(st *state) *pc { return st.pc }))
+	rel := mapped(live, func(st *state) *smt.Term { return st.pc.since(b, anc) })
 	out := &state{pc: anc}
 	if !total {
 		out.pc = anc.and(b, b.Or(rel...))
@@ -227,14 +215,7 @@ func (f *frame) merge(sts []*state, total bool) *state {
 	out.locals = make([]*slot, n)
 	for l := 0; l < n; l++ {
 		first := live[0].get(ir.Local(l))
-		same := true
-		for _, st := range live[1:] {
-			if st.get(ir.Local(l)) != first {
-				same = false
-				break
-			}
-		}
-		if same {
+		if !slices.ContainsFunc(live[1:], func(st *state) bool { return st.get(ir.Local(l)) != first }) {
 			if first != undefined {
 				out.locals[l] = first
 			}
@@ -336,32 +317,29 @@ func (an *analysis) joinVal(x, y alt) (val, bool) {
 			return xv, true
 		}
 		b := an.vs.b
-		out := &coll{kind: xv.kind, alloc: xv.alloc}
-		n := 0
-		for n < len(xv.elems) && n < len(yv.elems) && xv.elems[n] == yv.elems[n] {
-			n++
-		}
-		out.elems = append(out.elems, xv.elems[:n]...)
-		for _, e := range xv.elems[n:] {
-			out.elems = append(out.elems, &elem{g: b.And(x.g, e.g), key: e.key, v: e.v})
-		}
-		for _, e := range yv.elems[n:] {
-			out.elems = append(out.elems, &elem{g: b.And(y.g, e.g), key: e.key, v: e.v})
-		}
-		q := 0
-		for q < len(xv.q) && q < len(yv.q) && xv.q[q] == yv.q[q] {
-			q++
-		}
-		out.q = append(out.q, xv.q[:q]...)
-		for _, e := range xv.q[q:] {
-			out.q = append(out.q, e.guarded(b, x.g))
-		}
-		for _, e := range yv.q[q:] {
-			out.q = append(out.q, e.guarded(b, y.g))
-		}
-		return out, true
+		return &coll{kind: xv.kind, alloc: xv.alloc, elems: joinMembers(b, xv.elems, yv.elems, x.g, y.g), q: joinMembers(b, xv.q, yv.q, x.g, y.g)}, true
 	}
 	return nil, false
+}
+
+// joinMembers joins two versions of one collection's members: what they
+// share, then the rest of each under its path's guard.
+func joinMembers[T interface {
+	comparable
+	guarded(*smt.Builder, *smt.Term) T
+}](b *smt.Builder, xs, ys []T, gx, gy *smt.Term) []T {
+	n := 0
+	for n < len(xs) && n < len(ys) && xs[n] == ys[n] {
+		n++
+	}
+	out := append([]T(nil), xs[:n]...)
+	for _, e := range xs[n:] {
+		out = append(out, e.guarded(b, gx))
+	}
+	for _, e := range ys[n:] {
+		out = append(out, e.guarded(b, gy))
+	}
+	return out
 }
 
 // operand reads an operand on st.
@@ -383,12 +361,26 @@ func (f *frame) operand(st *state, o ir.Operand) *slot {
 func (an *analysis) one(v val) *slot { return &slot{alts: []alt{{g: an.vs.b.True(), v: v}}} }
 
 // def is the condition that s holds a value.
-func (an *analysis) def(s *slot) *smt.Term {
-	gs := make([]*smt.Term, len(s.alts))
-	for i, a := range s.alts {
-		gs[i] = a.g
+func (an *analysis) def(s *slot) *smt.Term { return an.vs.b.Or(altGuards(s.alts)...) }
+
+// blocks runs the top-level blocks of a plan or a function from st, each
+// from where the one before ends, and returns the paths that return.
+func (f *frame) blocks(blocks []*ir.Block, st *state) []*state {
+	var rets []*state
+	for _, blk := range blocks {
+		if st == nil {
+			break
+		}
+		fl := f.block(blk, st)
+		for r := range fl.exits {
+			if r > 0 {
+				panic(fmt.Sprintf("%s: a break leaves its top-level block", f.fn))
+			}
+		}
+		rets = append(rets, fl.ret...)
+		st = f.cont(fl, st)
 	}
-	return an.vs.b.Or(gs...)
+	return rets
 }
 
 // block runs the statements of blk from st.
@@ -443,6 +435,17 @@ func (f *frame) split(st *state, ok *smt.Term) (*state, flow) {
 		return nil, fl
 	}
 	return st.with(st.pc.and(b, ok)), fl
+}
+
+// assign is st with target set to the join of alts, on the paths where
+// that is defined.
+func (f *frame) assign(st *state, target ir.Local, alts []alt) (*state, flow) {
+	res := f.sd.an.joinAlts(alts)
+	next, fl := f.split(st, f.sd.an.def(res))
+	if next == nil {
+		return nil, fl
+	}
+	return next.set(target, res), fl
 }
 
 // stmt runs one statement: the state after it (nil when no path goes on)
@@ -527,12 +530,7 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 				}
 			}
 		}
-		res := an.joinAlts(alts)
-		next, fl := f.split(st, an.def(res))
-		if next == nil {
-			return nil, fl
-		}
-		return next.set(s.Target, res), fl
+		return f.assign(st, s.Target, alts)
 
 	case *ir.LenStmt:
 		src := f.operand(st, s.Source)
@@ -544,12 +542,7 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 			}
 			alts = append(alts, alt{g: b.And(x.g, ok), v: sym{t: an.vs.numV(b.App("to_real", smt.Real, n)), m: mNum}})
 		}
-		res := an.joinAlts(alts)
-		next, fl := f.split(st, an.def(res))
-		if next == nil {
-			return nil, fl
-		}
-		return next.set(s.Target, res), fl
+		return f.assign(st, s.Target, alts)
 
 	case *ir.EqualStmt, *ir.NotEqualStmt:
 		var x, y ir.Operand
@@ -562,12 +555,10 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		}
 		eq := an.eqSlots(f.operand(st, x), f.operand(st, y), f.sd.s, f.loc(s))
 		ok := b.And(an.def(f.operand(st, x)), an.def(f.operand(st, y)))
-		if want {
-			ok = b.And(ok, eq)
-		} else {
-			ok = b.And(ok, b.Not(eq))
+		if !want {
+			eq = b.Not(eq)
 		}
-		return f.split(st, ok)
+		return f.split(st, b.And(ok, eq))
 
 	case *ir.IsArrayStmt:
 		return f.isKind(st, s.Source, mArr)
@@ -661,23 +652,14 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 				alts = append(alts, alt{g: b.And(a.g, c.g), v: an.opaqueOf(g)})
 			}
 		}
-		res := an.joinAlts(alts)
-		next, fl := f.split(st, an.def(res))
-		if next == nil {
-			return nil, fl
-		}
-		return next.set(s.Target, res), fl
+		return f.assign(st, s.Target, alts)
 	}
 	panic(fmt.Sprintf("statement %T", s))
 }
 
 func (f *frame) isKind(st *state, o ir.Operand, k mask) (*state, flow) {
 	an, b := f.sd.an, f.b()
-	src := f.operand(st, o)
-	var ok []*smt.Term
-	for _, a := range src.alts {
-		ok = append(ok, b.And(a.g, an.kindIs(a.v, k, f.sd.s)))
-	}
+	ok := mapped(f.operand(st, o).alts, func(a alt) *smt.Term { return b.And(a.g, an.kindIs(a.v, k, f.sd.s)) })
 	return f.split(st, b.Or(ok...))
 }
 

@@ -98,16 +98,7 @@ func (t *tmpl) path() []string {
 
 // pointer is t's path as a JSON pointer with * for wildcards.
 func (t *tmpl) pointer() string {
-	var sb strings.Builder
-	for _, k := range t.path() {
-		sb.WriteByte('/')
-		if k == elemKey {
-			sb.WriteByte('*')
-			continue
-		}
-		sb.WriteString(jsonptr.Escape(k))
-	}
-	return sb.String()
+	return jsonptr.Join(mapped(t.path(), func(k string) string { return strings.ReplaceAll(k, elemKey, "*") }))
 }
 
 // node is a template at indices (one Int term per wildcard).
@@ -133,11 +124,16 @@ func (m *model) x(n *node) *smt.Term {
 	if n.t.parent == nil {
 		return m.vs.b.App("vobj", sV, m.vs.b.Var("root!size", smt.Int))
 	}
-	name := fmt.Sprintf("x%d", n.t.id)
+	return m.fn(fmt.Sprintf("x%d", n.t.id), sV, n)
+}
+
+// fn is the template's function name of n's indices (a variable without
+// indices).
+func (m *model) fn(name string, s smt.Sort, n *node) *smt.Term {
 	if n.t.arity == 0 {
-		return m.vs.b.Var(name, sV)
+		return m.vs.b.Var(name, s)
 	}
-	return m.vs.b.Fun(name, sV, n.idx...)
+	return m.vs.b.Fun(name, s, n.idx...)
 }
 
 // d is whether the node is there: its parent is, holds it, and (for an
@@ -153,13 +149,7 @@ func (m *model) d(n *node) *smt.Term {
 		i := n.idx[len(n.idx)-1]
 		return b.And(m.d(p), m.vs.is("varr", px), b.Cmp("<=", b.IntLit(0), i), b.Cmp("<", i, m.vs.field("va", smt.Int, px)))
 	}
-	name := fmt.Sprintf("d%d", n.t.id)
-	var has *smt.Term
-	if n.t.arity == 0 {
-		has = b.Var(name, smt.Bool)
-	} else {
-		has = b.Fun(name, smt.Bool, n.idx...)
-	}
+	has := m.fn(fmt.Sprintf("d%d", n.t.id), smt.Bool, n)
 	return b.And(m.d(p), m.vs.is("vobj", px), has)
 }
 
@@ -212,11 +202,15 @@ func (m *model) structure() []*smt.Term {
 		n := &node{t: t}
 		x := m.x(n)
 		out = append(out, b.Implies(m.vs.is("varr", x), b.Cmp(">=", m.vs.field("va", smt.Int, x), b.IntLit(0))))
-		var present []*smt.Term
-		for _, k := range t.order {
-			present = append(present, b.Ite(m.d(m.member(n, k)), b.IntLit(1), b.IntLit(0)))
-		}
+		present := m.present(n)
 		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
 	}
 	return out
+}
+
+// present is, per member the analysis names of object n, 1 where it is
+// there and 0 where not: their sum counts them.
+func (m *model) present(n *node) []*smt.Term {
+	b := m.vs.b
+	return mapped(n.t.order, func(k string) *smt.Term { return b.Ite(m.d(m.member(n, k)), b.IntLit(1), b.IntLit(0)) })
 }

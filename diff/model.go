@@ -38,10 +38,7 @@ func (an *analysis) tidy() []*smt.Term {
 					}
 					an.m.element(t)
 				}
-				var present []*smt.Term
-				for _, k := range t.order {
-					present = append(present, b.Ite(an.m.d(an.m.member(n, k)), b.IntLit(1), b.IntLit(0)))
-				}
+				present := an.m.present(n)
 				out = append(out, b.Not(an.vs.is("vtok", x)), b.Not(an.vs.is("vset", x)),
 					b.Implies(an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
 				length := an.vs.field("va", smt.Int, x)

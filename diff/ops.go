@@ -3,6 +3,8 @@ package diff
 import (
 	"fmt"
 	"math/big"
+	"math/bits"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -33,10 +35,7 @@ func (an *analysis) opaqueOf(g *gap) *opaque {
 // the tokens of args: the same computation on the same values is the
 // same term in both revisions.
 func (an *analysis) uf(name string, s smt.Sort, g *gap, args ...val) *smt.Term {
-	toks := make([]*smt.Term, len(args))
-	for i, a := range args {
-		toks[i] = an.token(a)
-	}
+	toks := mapped(args, an.token)
 	if len(toks) == 0 {
 		toks = []*smt.Term{an.vs.b.IntLit(0)}
 	}
@@ -146,12 +145,7 @@ func (an *analysis) length(v val, s int) (*smt.Term, *smt.Term) {
 	b := an.vs.b
 	switch v := v.(type) {
 	case conc:
-		switch x := v.t.Value.(type) {
-		case *ast.Array:
-			return b.IntLit(int64(x.Len())), b.True()
-		case ast.Object:
-			return b.IntLit(int64(x.Len())), b.True()
-		case ast.Set:
+		if x, ok := v.t.Value.(interface{ Len() int }); ok && maskOf(v.t.Value).has(mColl) {
 			return b.IntLit(int64(x.Len())), b.True()
 		}
 		return nil, nil
@@ -454,8 +448,7 @@ func (an *analysis) bothFrac(x, y *smt.Term) *smt.Term {
 
 func (an *analysis) eqOpaque(x, y val) *smt.Term {
 	g := &gap{why: "equality with a value the analysis does not model"}
-	switch o := x.(type) {
-	case *opaque:
+	if o, ok := x.(*opaque); ok {
 		g = o.gap
 	}
 	if an.token(x).ID() > an.token(y).ID() {
@@ -489,10 +482,8 @@ func (an *analysis) eqColls(x, y *coll, s int, at string) *smt.Term {
 			}
 		}
 		return b.And(out...)
-	case kSet:
-		return b.And(an.subset(x, y, s, at), an.subset(y, x, s, at))
 	}
-	return b.And(an.subObject(x, y, s, at), an.subObject(y, x, s, at))
+	return b.And(an.subset(x, y, s, at), an.subset(y, x, s, at))
 }
 
 // sameColl reports whether two collections are made of the same members
@@ -510,12 +501,7 @@ func sameColl(x, y *coll) bool {
 			return false
 		}
 	}
-	for i, q := range x.q {
-		if q != y.q[i] {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(x.q, y.q)
 }
 
 func sameVal(x, y val) bool {
@@ -597,26 +583,18 @@ func positions(b *smt.Builder, c *coll) []*smt.Term {
 	return out
 }
 
+// subset is "every member of set (or object) x is one of y".
 func (an *analysis) subset(x, y *coll, s int, at string) *smt.Term {
 	b := an.vs.b
 	var out []*smt.Term
 	for _, e := range x.elems {
 		var in []*smt.Term
 		for _, f := range y.elems {
-			in = append(in, b.And(f.g, an.eqVals(e.v, f.v, s, at)))
-		}
-		out = append(out, b.Implies(e.g, b.Or(in...)))
-	}
-	return b.And(out...)
-}
-
-func (an *analysis) subObject(x, y *coll, s int, at string) *smt.Term {
-	b := an.vs.b
-	var out []*smt.Term
-	for _, e := range x.elems {
-		var in []*smt.Term
-		for _, f := range y.elems {
-			in = append(in, b.And(f.g, an.eqVals(e.key, f.key, s, at), an.eqVals(e.v, f.v, s, at)))
+			same := []*smt.Term{f.g}
+			if x.kind == kObject {
+				same = append(same, an.eqVals(e.key, f.key, s, at))
+			}
+			in = append(in, b.And(append(same, an.eqVals(e.v, f.v, s, at))...))
 		}
 		out = append(out, b.Implies(e.g, b.Or(in...)))
 	}
@@ -656,15 +634,11 @@ func (an *analysis) eqCollVal(c *coll, y val, s int, at string) *smt.Term {
 		}
 		out := []*smt.Term{an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), an.count(c, s))}
 		for _, e := range c.elems {
-			k, ok := e.key.(conc)
-			ks, isStr := ast.Value(nil), false
-			if ok {
-				ks, isStr = k.t.Value.(ast.String)
-			}
+			ks, isStr := constString(e.key)
 			if !isStr {
 				return an.uf("eq", smt.Bool, &gap{why: "comparing an object with non-constant keys with the input", at: at}, c, y)
 			}
-			mem := an.m.member(n, string(ks.(ast.String)))
+			mem := an.m.member(n, ks)
 			out = append(out, b.Implies(e.g, b.And(an.m.d(mem), an.eqVals(e.v, mem, s, at))))
 		}
 		return b.And(out...)
@@ -727,19 +701,11 @@ func (an *analysis) cmpVals(op string, x, y val, s int, at string) *smt.Term {
 			within = b.Ite(vs.is("vnum", tx), num, within)
 		}
 	}
-	if mx&^mFrac == my&^mFrac && bitsSet(mx&^mFrac) == 1 {
+	if mx&^mFrac == my&^mFrac && bits.OnesCount16(uint16(mx&^mFrac)) == 1 {
 		return within // one kind on both sides
 	}
 	rx, ry := vs.rank(tx), vs.rank(ty)
 	return b.Ite(b.Eq(rx, ry), within, b.Cmp("<", rx, ry))
-}
-
-func bitsSet(m mask) int {
-	n := 0
-	for ; m != 0; m &= m - 1 {
-		n++
-	}
-	return n
 }
 
 // intOf reads an integer constant.

@@ -37,26 +37,43 @@ func regexTerm(b *smt.Builder, pattern string) (*smt.Term, error) {
 		for len(parts) > 0 && parts[len(parts)-1].Op == syntax.OpEndText {
 			end, parts = true, parts[:len(parts)-1]
 		}
-		var seq []*smt.Term
-		if !begin {
-			seq = append(seq, all)
+		seq, err := regexParts(b, parts)
+		if err != nil {
+			return nil, err
 		}
-		for _, p := range parts {
-			t, err := regexPart(b, p)
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, t)
+		if !begin {
+			seq = append([]*smt.Term{all}, seq...)
 		}
 		if !end {
 			seq = append(seq, all)
 		}
 		out = append(out, reConcat(b, seq))
 	}
-	if len(out) == 1 {
-		return out[0], nil
+	return reUnion(b, out), nil
+}
+
+// reUnion is the union of alts: re.none for none.
+func reUnion(b *smt.Builder, alts []*smt.Term) *smt.Term {
+	switch len(alts) {
+	case 0:
+		return b.App("re.none", smt.RegLan)
+	case 1:
+		return alts[0]
 	}
-	return b.App("re.union", smt.RegLan, out...), nil
+	return b.App("re.union", smt.RegLan, alts...)
+}
+
+// regexParts translates each of res.
+func regexParts(b *smt.Builder, res []*syntax.Regexp) ([]*smt.Term, error) {
+	out := make([]*smt.Term, len(res))
+	for i, re := range res {
+		t, err := regexPart(b, re)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+	}
+	return out, nil
 }
 
 func reConcat(b *smt.Builder, seq []*smt.Term) *smt.Term {
@@ -87,11 +104,7 @@ func regexPart(b *smt.Builder, re *syntax.Regexp) (*smt.Term, error) {
 						break
 					}
 				}
-				t, err := reClass(b, ranges)
-				if err != nil {
-					return nil, err
-				}
-				seq = append(seq, t)
+				seq = append(seq, reClass(b, ranges))
 			}
 			return reConcat(b, seq), nil
 		}
@@ -101,56 +114,37 @@ func regexPart(b *smt.Builder, re *syntax.Regexp) (*smt.Term, error) {
 		}
 		return b.App("str.to_re", smt.RegLan, s), nil
 	case syntax.OpCharClass:
-		return reClass(b, re.Rune)
+		return reClass(b, re.Rune), nil
 	case syntax.OpAnyCharNotNL:
-		return reClass(b, []rune{0, '\n' - 1, '\n' + 1, unicode.MaxRune})
+		return reClass(b, []rune{0, '\n' - 1, '\n' + 1, unicode.MaxRune}), nil
 	case syntax.OpAnyChar:
 		return b.App("re.allchar", smt.RegLan), nil
 	case syntax.OpCapture:
 		return regexPart(b, re.Sub[0])
-	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
-		sub, err := regexPart(b, re.Sub[0])
+	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat, syntax.OpConcat, syntax.OpAlternate:
+		subs, err := regexParts(b, re.Sub)
 		if err != nil {
 			return nil, err
+		}
+		switch op := re.Op; {
+		case op == syntax.OpConcat:
+			return reConcat(b, subs), nil
+		case op == syntax.OpAlternate:
+			return b.App("re.union", smt.RegLan, subs...), nil
+		case op == syntax.OpRepeat && re.Max < 0:
+			return reConcat(b, []*smt.Term{b.App(fmt.Sprintf("(_ re.loop %d %d)", re.Min, re.Min), smt.RegLan, subs[0]), b.App("re.*", smt.RegLan, subs[0])}), nil
+		case op == syntax.OpRepeat:
+			return b.App(fmt.Sprintf("(_ re.loop %d %d)", re.Min, re.Max), smt.RegLan, subs[0]), nil
 		}
 		op := map[syntax.Op]string{syntax.OpStar: "re.*", syntax.OpPlus: "re.+", syntax.OpQuest: "re.opt"}[re.Op]
-		return b.App(op, smt.RegLan, sub), nil
-	case syntax.OpRepeat:
-		sub, err := regexPart(b, re.Sub[0])
-		if err != nil {
-			return nil, err
-		}
-		if re.Max < 0 {
-			return reConcat(b, []*smt.Term{b.App(fmt.Sprintf("(_ re.loop %d %d)", re.Min, re.Min), smt.RegLan, sub), b.App("re.*", smt.RegLan, sub)}), nil
-		}
-		return b.App(fmt.Sprintf("(_ re.loop %d %d)", re.Min, re.Max), smt.RegLan, sub), nil
-	case syntax.OpConcat:
-		var seq []*smt.Term
-		for _, s := range re.Sub {
-			t, err := regexPart(b, s)
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, t)
-		}
-		return reConcat(b, seq), nil
-	case syntax.OpAlternate:
-		var alts []*smt.Term
-		for _, s := range re.Sub {
-			t, err := regexPart(b, s)
-			if err != nil {
-				return nil, err
-			}
-			alts = append(alts, t)
-		}
-		return b.App("re.union", smt.RegLan, alts...), nil
+		return b.App(op, smt.RegLan, subs[0]), nil
 	}
 	return nil, fmt.Errorf("%s is not translated", re)
 }
 
 // reClass is a character class as a union of ranges, cut at the end of the
 // solvers' alphabet.
-func reClass(b *smt.Builder, ranges []rune) (*smt.Term, error) {
+func reClass(b *smt.Builder, ranges []rune) *smt.Term {
 	var alts []*smt.Term
 	for i := 0; i+1 < len(ranges); i += 2 {
 		lo, hi := ranges[i], min(ranges[i+1], smt.MaxChar)
@@ -165,13 +159,7 @@ func reClass(b *smt.Builder, ranges []rune) (*smt.Term, error) {
 		h := charLit(b, hi)
 		alts = append(alts, b.App("re.range", smt.RegLan, l, h))
 	}
-	switch len(alts) {
-	case 0:
-		return b.App("re.none", smt.RegLan), nil
-	case 1:
-		return alts[0], nil
-	}
-	return b.App("re.union", smt.RegLan, alts...), nil
+	return reUnion(b, alts)
 }
 
 // charLit is the one-character string r, surrogates included (which a Go

@@ -232,17 +232,7 @@ func (r *Runner) runNext() bool {
 	old, new := j.old, j.new
 	r.mu.Unlock()
 
-	var rep *Report
-	var err error
-	if r.child != nil {
-		rep, err = r.child.Run(ctx, old, new)
-	} else {
-		fixtures := new.Fixtures()
-		if len(fixtures) == 0 {
-			fixtures = old.Fixtures()
-		}
-		rep, err = Run(ctx, old, new, fixtures, Options{})
-	}
+	rep, err := r.child.run(ctx, old, new)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,7 @@ package diff
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ir"
 
@@ -67,15 +68,10 @@ func (an *analysis) qcount(c *coll, plain *smt.Term) *smt.Term {
 // elementRead notes an element of an input array that a revision reads at
 // an index no loop binds: its items schema is assumed there (validity.go).
 func (an *analysis) elementRead(e *node) {
-	for _, i := range e.idx {
-		if i.Sort() == smt.Int && mentionsBound(i) {
-			return
-		}
+	if !slices.ContainsFunc(e.idx, func(i *smt.Term) bool { return i.Sort() == smt.Int && i.IsBoundTerm() }) {
+		an.elements = append(an.elements, e)
 	}
-	an.elements = append(an.elements, e)
 }
-
-func mentionsBound(t *smt.Term) bool { return t.IsBoundTerm() }
 
 // elemExists is "some element e of array node n has p(e)", each element
 // assumed valid against side s's items schema.
@@ -114,17 +110,11 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			var keys []val
 			switch x.kind {
 			case kArray:
-				for _, p := range positions(b, x) {
-					keys = append(keys, sym{t: an.vs.numV(b.App("to_real", smt.Real, p)), m: mNum})
-				}
+				keys = mapped(positions(b, x), func(p *smt.Term) val { return sym{t: an.vs.numV(b.App("to_real", smt.Real, p)), m: mNum} })
 			case kSet:
-				for _, e := range x.elems {
-					keys = append(keys, e.v)
-				}
+				keys = mapped(x.elems, func(e *elem) val { return e.v })
 			default:
-				for _, e := range x.elems {
-					keys = append(keys, e.key)
-				}
+				keys = mapped(x.elems, func(e *elem) val { return e.key })
 			}
 			for j, e := range x.elems {
 				if e.g.IsFalse() {
@@ -220,10 +210,7 @@ func (f *frame) qscan(s *ir.ScanStmt, cur *state, vars []*smt.Term, cond *smt.Te
 		return cur
 	}
 	ran := done.pc.term(b) // the iteration got to its end (or an undefined statement)
-	out := &state{pc: cur.pc, locals: append([]*slot(nil), cur.locals...)}
-	for len(out.locals) < len(done.locals) {
-		out.locals = append(out.locals, nil)
-	}
+	out := &state{pc: cur.pc, locals: append(slices.Clone(cur.locals), make([]*slot, max(0, len(done.locals)-len(cur.locals)))...)}
 	for l := range done.locals {
 		before, after := cur.get(ir.Local(l)), done.get(ir.Local(l))
 		if before == after || ir.Local(l) == s.Key || ir.Local(l) == s.Value {
@@ -242,13 +229,7 @@ func (f *frame) lift(before, after *slot, ran *smt.Term, vars []*smt.Term, s ir.
 	for _, a := range before.alts {
 		old[valKey(a.v)] = true
 	}
-	var changed []alt
-	for _, a := range after.alts {
-		if old[valKey(a.v)] {
-			continue
-		}
-		changed = append(changed, a)
-	}
+	changed := slices.DeleteFunc(slices.Clone(after.alts), func(a alt) bool { return old[valKey(a.v)] })
 	if len(changed) == 0 {
 		return before
 	}
@@ -268,18 +249,11 @@ func (f *frame) lift(before, after *slot, ran *smt.Term, vars []*smt.Term, s ir.
 					base = bc
 				}
 			}
-			if base == nil || len(c.elems) < len(base.elems) {
+			if base == nil || len(c.elems) < len(base.elems) || !slices.Equal(c.elems[:len(base.elems)], base.elems) {
 				allColl = false
 				break
 			}
-			n := 0
-			for n < len(base.elems) && c.elems[n] == base.elems[n] {
-				n++
-			}
-			if n != len(base.elems) {
-				allColl = false
-				break
-			}
+			n := len(base.elems)
 			nc := &coll{kind: base.kind, alloc: base.alloc, elems: base.elems, q: append([]*qelem(nil), base.q...)}
 			for _, e := range c.elems[n:] {
 				cond := b.And(ran, a.g, e.g)
@@ -301,20 +275,16 @@ func (f *frame) lift(before, after *slot, ran *smt.Term, vars []*smt.Term, s ir.
 	// One value, the same in every iteration that set it.
 	if len(changed) == 1 && !an.mentions(changed[0].v, vars) {
 		set := b.Exists(vars, b.And(ran, changed[0].g))
-		var alts []alt
-		alts = append(alts, alt{g: set, v: changed[0].v})
-		for _, a := range before.alts {
-			alts = append(alts, alt{g: b.And(b.Not(set), a.g), v: a.v})
-		}
-		return an.joinAlts(alts)
+		return an.joinAlts(otherwise(b, alt{g: set, v: changed[0].v}, before))
 	}
 	g := &gap{why: "a value a loop over the input sets differently per member", at: f.loc(s)}
 	set := b.Exists(vars, b.And(ran, b.Or(altGuards(changed)...)))
-	alts := []alt{{g: set, v: an.opaqueOf(g)}}
-	for _, a := range before.alts {
-		alts = append(alts, alt{g: b.And(b.Not(set), a.g), v: a.v})
-	}
-	return &slot{alts: alts}
+	return &slot{alts: otherwise(b, alt{g: set, v: an.opaqueOf(g)}, before)}
+}
+
+// otherwise is a, and where its guard does not hold, what before holds.
+func otherwise(b *smt.Builder, a alt, before *slot) []alt {
+	return append([]alt{a}, mapped(before.alts, func(o alt) alt { return alt{g: b.And(b.Not(a.g), o.g), v: o.v} })...)
 }
 
 func altGuards(alts []alt) []*smt.Term {
@@ -349,12 +319,7 @@ func (an *analysis) mentions(v val, vars []*smt.Term) bool {
 	case sym:
 		return termMentions(x.t, vars)
 	case *node:
-		for _, i := range x.idx {
-			if termMentions(i, vars) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(x.idx, func(i *smt.Term) bool { return termMentions(i, vars) })
 	case *opaque:
 		return termMentions(x.tok, vars)
 	case *coll:
@@ -383,28 +348,17 @@ func termMentions(t *smt.Term, vars []*smt.Term) bool {
 			return false
 		}
 		seen[t.ID()] = true
-		for _, v := range vars {
-			if t == v {
-				return true
-			}
+		if slices.Contains(vars, t) {
+			return true
 		}
 		args := t.Args()
 		if smt.IsQuantifier(t) {
-			for _, b := range args[1:] {
-				for _, v := range vars {
-					if b == v {
-						return false // bound here: what is below is another variable
-					}
-				}
+			if slices.ContainsFunc(args[1:], func(b *smt.Term) bool { return slices.Contains(vars, b) }) {
+				return false // bound here: what is below is another variable
 			}
 			args = args[:1]
 		}
-		for _, a := range args {
-			if walk(a) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(args, walk)
 	}
 	return walk(t)
 }

@@ -3,9 +3,10 @@ package diff
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -96,36 +97,50 @@ func (c *schemaCtx) maskAt(path []string) mask {
 	if c == nil {
 		return mAny
 	}
+	schemas, _ := c.follow(path, false)
+	m := mAny
+	for _, s := range schemas {
+		m &= c.maskOf(s, 0)
+	}
+	return m
+}
+
+// follow is the schemas that apply at path (member keys and elemKey
+// steps), following properties, patternProperties, additionalProperties
+// and items; just the false schema when one is on the way. exact fails
+// (ok false) where a step cannot be followed exactly (a reference not
+// followed, a tuple's items, a schema under anyOf, oneOf, not or if);
+// otherwise what cannot be followed is left out.
+func (c *schemaCtx) follow(path []string, exact bool) ([]any, bool) {
 	schemas := []any{c.root}
 	for _, step := range path {
 		var next []any
 		for _, s := range schemas {
 			objs, never, ok := c.conj(s, 0)
 			if never {
-				return 0
+				return []any{false}, true
 			}
-			if !ok {
-				continue
+			if !ok && exact {
+				return nil, false
 			}
 			for _, o := range objs {
-				if step == elemKey {
-					if it, ok := o["items"]; ok {
-						if _, tuple := it.([]any); !tuple {
-							next = append(next, it)
-						}
-					}
-					continue
+				if exact && slices.ContainsFunc([]string{"anyOf", "oneOf", "not", "if"}, func(k string) bool { _, has := o[k]; return has }) {
+					return nil, false
 				}
-				next = append(next, memberSchemas(o, step)...)
+				if step != elemKey {
+					next = append(next, memberSchemas(o, step)...)
+				} else if it, ok := o["items"]; ok {
+					if _, tuple := it.([]any); !tuple {
+						next = append(next, it)
+					} else if exact {
+						return nil, false
+					}
+				}
 			}
 		}
 		schemas = next
 	}
-	m := mAny
-	for _, s := range schemas {
-		m &= c.maskOf(s, 0)
-	}
-	return m
+	return schemas, true
 }
 
 // memberSchemas are the schemas of o that apply to member key.
@@ -191,34 +206,18 @@ func (c *schemaCtx) maskOf(s any, depth int) mask {
 	return m
 }
 
+// typeMasks are the kinds of value each JSON Schema type admits.
+var typeMasks = map[string]mask{"null": mNull, "boolean": mBool, "integer": mNum, "number": mNum | mFrac, "string": mStr, "array": mArr, "object": mObj}
+
 func typeMask(t any) mask {
-	one := func(name string) mask {
-		switch name {
-		case "null":
-			return mNull
-		case "boolean":
-			return mBool
-		case "integer":
-			return mNum
-		case "number":
-			return mNum | mFrac
-		case "string":
-			return mStr
-		case "array":
-			return mArr
-		case "object":
-			return mObj
-		}
-		return 0
-	}
 	switch t := t.(type) {
 	case string:
-		return one(t)
+		return typeMasks[t]
 	case []any:
 		m := mask(0)
 		for _, x := range t {
 			if s, ok := x.(string); ok {
-				m |= one(s)
+				m |= typeMasks[s]
 			}
 		}
 		return m
@@ -249,45 +248,6 @@ func jsonMask(v any) mask {
 	return mAny
 }
 
-// schemasAt are the schemas that apply at path (member keys and elemKey
-// steps), following properties, patternProperties, additionalProperties
-// and items; ok is false where a step cannot be followed exactly (a
-// tuple's items).
-func (c *schemaCtx) schemasAt(path []string) ([]any, bool) {
-	schemas := []any{c.root}
-	for _, step := range path {
-		var next []any
-		for _, s := range schemas {
-			objs, never, ok := c.conj(s, 0)
-			if never {
-				return []any{false}, true
-			}
-			if !ok {
-				return nil, false
-			}
-			for _, o := range objs {
-				for _, k := range []string{"anyOf", "oneOf", "not", "if"} {
-					if _, has := o[k]; has {
-						return nil, false
-					}
-				}
-				if step == elemKey {
-					if it, ok := o["items"]; ok {
-						if _, tuple := it.([]any); tuple {
-							return nil, false
-						}
-						next = append(next, it)
-					}
-					continue
-				}
-				next = append(next, memberSchemas(o, step)...)
-			}
-		}
-		schemas = next
-	}
-	return schemas, true
-}
-
 // validity encodes "a value satisfies a schema" as a formula, for the
 // input's nodes and for the results the policy builds alike. exact asks
 // for exactly the schema's meaning (the formula may be negated);
@@ -316,20 +276,12 @@ func (v *validity) valid(s any, x val, depth int) *smt.Term {
 	if !ok {
 		return v.gapBool("a $ref the analysis does not follow", x)
 	}
-	var out []*smt.Term
-	for _, o := range objs {
-		out = append(out, v.object(o, x, depth))
-	}
-	return b.And(out...)
+	return b.And(mapped(objs, func(o map[string]any) *smt.Term { return v.object(o, x, depth) })...)
 }
 
 // validSlot is "every value the slot may hold satisfies s".
 func (v *validity) validSlot(s any, sl *slot, depth int) *smt.Term {
-	var out []*smt.Term
-	for _, a := range sl.alts {
-		out = append(out, v.b().Implies(a.g, v.valid(s, a.v, depth)))
-	}
-	return v.b().And(out...)
+	return v.b().And(mapped(sl.alts, func(a alt) *smt.Term { return v.b().Implies(a.g, v.valid(s, a.v, depth)) })...)
 }
 
 func (v *validity) gapBool(why string, x val) *smt.Term {
@@ -358,7 +310,7 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 		isNum, isStr = vs.is("vnum", xt), vs.is("vstr", xt)
 	}
 	isObj, isArr := kindIs(mObj), kindIs(mArr)
-	for _, k := range sortedKeys(o) {
+	for _, k := range slices.Sorted(maps.Keys(o)) {
 		kw := o[k]
 		switch k {
 		case "$schema", "$id", "$comment", "title", "description", "default", "examples", "definitions", "$defs",
@@ -416,20 +368,6 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 				}
 			}
 			out = append(out, b.Implies(isNum, t))
-		case "minLength", "maxLength":
-			if !scalar {
-				continue
-			}
-			l, ok := intJSON(kw)
-			if !ok {
-				out = append(out, v.gapBool("keyword "+k, x))
-				continue
-			}
-			op := ">="
-			if k == "maxLength" {
-				op = "<="
-			}
-			out = append(out, b.Implies(isStr, b.Cmp(op, b.App("str.len", smt.Int, vs.str(xt)), b.IntLit(l))))
 		case "pattern":
 			if !scalar {
 				continue
@@ -444,17 +382,14 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 		case "format":
 			out = append(out, b.Implies(isStr, v.gapBool("format "+fmt.Sprint(kw), x)))
 		case "required":
-			list, _ := kw.([]any)
-			var req []*smt.Term
-			for _, r := range list {
-				if name, ok := r.(string); ok {
-					req = append(req, an.def(v.member(x, name)))
-				}
-			}
-			out = append(out, b.Implies(isObj, b.And(req...)))
+			out = append(out, b.Implies(isObj, v.required(kw, x)))
 		case "properties":
 			out = append(out, b.Implies(isObj, v.members(o, x, depth)))
-		case "minProperties", "maxProperties", "minItems", "maxItems":
+		case "minLength", "maxLength", "minProperties", "maxProperties", "minItems", "maxItems":
+			length := strings.HasSuffix(k, "Length")
+			if length && !scalar {
+				continue
+			}
 			l, ok := intJSON(kw)
 			if !ok {
 				out = append(out, v.gapBool("keyword "+k, x))
@@ -463,6 +398,10 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			op := ">="
 			if strings.HasPrefix(k, "max") {
 				op = "<="
+			}
+			if length {
+				out = append(out, b.Implies(isStr, b.Cmp(op, b.App("str.len", smt.Int, vs.str(xt)), b.IntLit(l))))
+				continue
 			}
 			guard := isObj
 			if strings.HasSuffix(k, "Items") {
@@ -478,19 +417,12 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			out = append(out, b.Implies(guard, b.Cmp(op, n, b.IntLit(l))))
 		case "dependencies", "dependentRequired":
 			deps, _ := kw.(map[string]any)
-			for _, name := range sortedKeys(deps) {
+			for _, name := range slices.Sorted(maps.Keys(deps)) {
 				has := an.def(v.member(x, name))
-				switch d := deps[name].(type) {
-				case []any:
-					var req []*smt.Term
-					for _, r := range d {
-						if s, ok := r.(string); ok {
-							req = append(req, an.def(v.member(x, s)))
-						}
-					}
-					out = append(out, b.Implies(b.And(isObj, has), b.And(req...)))
-				default:
-					out = append(out, b.Implies(b.And(isObj, has), v.valid(d, x, depth+1)))
+				if d, ok := deps[name].([]any); ok {
+					out = append(out, b.Implies(b.And(isObj, has), v.required(d, x)))
+				} else {
+					out = append(out, b.Implies(b.And(isObj, has), v.valid(deps[name], x, depth+1)))
 				}
 			}
 		case "propertyNames":
@@ -507,10 +439,7 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			}
 		case "anyOf", "oneOf":
 			list, _ := kw.([]any)
-			var alts []*smt.Term
-			for _, s := range list {
-				alts = append(alts, v.valid(s, x, depth+1))
-			}
+			alts := mapped(list, func(s any) *smt.Term { return v.valid(s, x, depth+1) })
 			if k == "anyOf" {
 				out = append(out, b.Or(alts...))
 				continue
@@ -546,6 +475,18 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 	return b.And(out...)
 }
 
+// required is "x has each member the list names".
+func (v *validity) required(list any, x val) *smt.Term {
+	names, _ := list.([]any)
+	var req []*smt.Term
+	for _, r := range names {
+		if name, ok := r.(string); ok {
+			req = append(req, v.an.def(v.member(x, name)))
+		}
+	}
+	return v.b().And(req...)
+}
+
 // member is the member key of x (where x is an object).
 func (v *validity) member(x val, key string) *slot {
 	an := v.an
@@ -562,8 +503,7 @@ func (v *validity) member(x val, key string) *slot {
 			alts = append(alts, alt{g: v.b().And(e.g, an.eqVals(e.key, conc{ast.StringTerm(key)}, v.side, v.where)), v: e.v})
 		}
 		if len(n.q) > 0 {
-			g := &gap{why: "a result member added by a loop over the input", at: v.where}
-			alts = append(alts, alt{g: an.uf("has", smt.Bool, g, x, conc{ast.StringTerm(key)}), v: an.opaqueUF("member", g, x, conc{ast.StringTerm(key)})})
+			alts = append(alts, v.opaqueMember(&gap{why: "a result member added by a loop over the input", at: v.where}, x, key))
 		}
 		return &slot{alts: alts}
 	case conc:
@@ -574,10 +514,15 @@ func (v *validity) member(x val, key string) *slot {
 		}
 		return undefined
 	case *opaque:
-		g := n.gap
-		return &slot{alts: []alt{{g: an.uf("has", smt.Bool, g, x, conc{ast.StringTerm(key)}), v: an.opaqueUF("member", g, x, conc{ast.StringTerm(key)})}}}
+		return &slot{alts: []alt{v.opaqueMember(n.gap, x, key)}}
 	}
 	return undefined
+}
+
+// opaqueMember is the member key of a value the analysis does not model.
+func (v *validity) opaqueMember(g *gap, x val, key string) alt {
+	k := conc{ast.StringTerm(key)}
+	return alt{g: v.an.uf("has", smt.Bool, g, x, k), v: v.an.opaqueUF("member", g, x, k)}
 }
 
 // members encodes properties, patternProperties and additionalProperties
@@ -594,7 +539,7 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 	switch n := x.(type) {
 	case *node:
 		// Every declared property becomes a member the model sets.
-		for _, k := range sortedKeys(props) {
+		for _, k := range slices.Sorted(maps.Keys(props)) {
 			an.m.member(n, k)
 		}
 		var present []*smt.Term
@@ -602,10 +547,7 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 			c := an.m.member(n, k)
 			d := an.m.d(c)
 			present = append(present, b.Ite(d, b.IntLit(1), b.IntLit(0)))
-			var ok []*smt.Term
-			for _, s := range memberSchemas(o, k) {
-				ok = append(ok, v.valid(s, c, depth+1))
-			}
+			ok := mapped(memberSchemas(o, k), func(s any) *smt.Term { return v.valid(s, c, depth+1) })
 			out = append(out, b.Implies(d, b.And(ok...)))
 		}
 		size := an.vs.field("vo", smt.Int, an.m.x(n))
@@ -623,20 +565,13 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 			return v.gapBool("a result with members added by a loop over the input", x)
 		}
 		for _, e := range n.elems {
-			k, ok := e.key.(conc)
-			ks, isStr := ast.Value(nil), false
-			if ok {
-				ks, isStr = k.t.Value.(ast.String)
-			}
+			ks, isStr := constString(e.key)
 			if !isStr {
 				out = append(out, b.Implies(e.g, v.gapBool("a result member with a key that is not a constant string", x)))
 				continue
 			}
-			var ok2 []*smt.Term
-			for _, s := range memberSchemas(o, string(ks.(ast.String))) {
-				ok2 = append(ok2, v.valid(s, e.v, depth+1))
-			}
-			out = append(out, b.Implies(e.g, b.And(ok2...)))
+			ok := mapped(memberSchemas(o, ks), func(s any) *smt.Term { return v.valid(s, e.v, depth+1) })
+			out = append(out, b.Implies(e.g, b.And(ok...)))
 		}
 	case conc:
 		obj, ok := n.t.Value.(ast.Object)
@@ -733,11 +668,7 @@ func (v *validity) contains(s any, x val, depth int) *smt.Term {
 		}
 	case *coll:
 		if len(n.q) == 0 {
-			var out []*smt.Term
-			for _, e := range n.elems {
-				out = append(out, b.And(e.g, v.valid(s, e.v, depth+1)))
-			}
-			return b.Or(out...)
+			return b.Or(mapped(n.elems, func(e *elem) *smt.Term { return b.And(e.g, v.valid(s, e.v, depth+1)) })...)
 		}
 	}
 	return v.gapBool("contains", x)
@@ -791,13 +722,4 @@ func intJSON(v any) (int64, bool) {
 		return 0, false
 	}
 	return r.Num().Int64(), true
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

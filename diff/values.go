@@ -3,6 +3,7 @@ package diff
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"sort"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -58,6 +59,25 @@ type val any
 
 type conc struct{ t *ast.Term }
 
+// mapped is f of each of xs, in order.
+func mapped[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+// constString is v's value when it is a constant string.
+func constString(v val) (string, bool) {
+	c, ok := v.(conc)
+	if !ok {
+		return "", false
+	}
+	s, ok := c.t.Value.(ast.String)
+	return string(s), ok
+}
+
 type sym struct {
 	t *smt.Term
 	m mask
@@ -99,6 +119,11 @@ type alt struct {
 
 var undefined = &slot{}
 
+// guardAlts is alts, each where g holds as well.
+func guardAlts(b *smt.Builder, g *smt.Term, alts []alt) []alt {
+	return mapped(alts, func(a alt) alt { return alt{g: b.And(g, a.g), v: a.v} })
+}
+
 // vals is the shared vocabulary of V terms.
 type vals struct {
 	b *smt.Builder
@@ -107,7 +132,7 @@ type vals struct {
 func newVals(limit int) *vals {
 	b := smt.NewBuilder(limit)
 	b.Preamble = vPreamble
-	for _, c := range []string{"vnull", "vbool", "vnum", "vstr", "varr", "vobj", "vset", "vtok"} {
+	for _, c := range ctors {
 		b.Constructor(c)
 	}
 	return &vals{b: b}
@@ -136,13 +161,10 @@ func (vs *vals) field(sel string, s smt.Sort, x *smt.Term) *smt.Term {
 
 var selectorOf = map[string]string{"vb": "vbool", "vn": "vnum", "vs": "vstr", "va": "varr", "vo": "vobj", "vz": "vset", "vt": "vtok"}
 
-func isCtor(op string) bool {
-	switch op {
-	case "vnull", "vbool", "vnum", "vstr", "varr", "vobj", "vset", "vtok":
-		return true
-	}
-	return false
-}
+// ctors are V's constructors.
+var ctors = append(slices.Clone(kindCtors), "vtok")
+
+func isCtor(op string) bool { return slices.Contains(ctors, op) }
 
 func (vs *vals) num(x *smt.Term) *smt.Term { return vs.field("vn", smt.Real, x) }
 func (vs *vals) str(x *smt.Term) *smt.Term { return vs.field("vs", smt.String, x) }
@@ -288,11 +310,12 @@ type elem struct {
 	v   val
 }
 
+func (e *elem) guarded(b *smt.Builder, g *smt.Term) *elem {
+	return &elem{g: b.And(g, e.g), key: e.key, v: e.v}
+}
+
 func (c *coll) with(e *elem) *coll {
-	out := &coll{kind: c.kind, alloc: c.alloc, elems: make([]*elem, len(c.elems), len(c.elems)+1), q: c.q}
-	copy(out.elems, c.elems)
-	out.elems = append(out.elems, e)
-	return out
+	return &coll{kind: c.kind, alloc: c.alloc, elems: append(slices.Clip(c.elems), e), q: c.q}
 }
 
 // concColl turns a concrete collection into a coll whose members are all
@@ -381,6 +404,8 @@ func valKey(v val) string {
 		return fmt.Sprintf("o%d", v.tok.ID())
 	case *overlay:
 		return fmt.Sprintf("w%p", v)
+	case nil:
+		return "undef"
 	}
 	return fmt.Sprintf("?%p", v)
 }

@@ -2,6 +2,7 @@ package smt
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 )
 
@@ -144,11 +145,7 @@ func (s *Script) define(root *Term) {
 					s.scopes[n-1].funs = append(s.scopes[n-1].funs, t.op)
 				}
 				fn := s.b.funs[i]
-				args := make([]string, len(fn.args))
-				for j, a := range fn.args {
-					args[j] = string(a)
-				}
-				fmt.Fprintf(&s.out, "(declare-fun %s (%s) %s)\n", fn.name, strings.Join(args, " "), fn.ret)
+				fmt.Fprintf(&s.out, "(declare-fun %s (%s) %s)\n", fn.name, strings.Join(fn.args, " "), fn.ret)
 			}
 			if !t.bound && len(t.args) > 0 {
 				fmt.Fprintf(&s.out, "(define-fun t%d () %s %s)\n", t.id, t.sort, s.inline(t))
@@ -167,20 +164,18 @@ func (s *Script) inline(t *Term) string {
 	case kLit, kVar, kBound:
 		return t.lit
 	case kQuant:
-		return s.quant(t, nil)
+		return s.quant(t, map[int]string{})
 	}
-	if len(t.args) == 0 {
-		return t.op
+	return app(t.op, t.args, s.name)
+}
+
+// app writes op applied to args, each written by name (op alone without
+// arguments).
+func app(op string, args []*Term, name func(*Term) string) string {
+	if len(args) == 0 {
+		return op
 	}
-	var out strings.Builder
-	out.WriteByte('(')
-	out.WriteString(t.op)
-	for _, a := range t.args {
-		out.WriteByte(' ')
-		out.WriteString(s.name(a))
-	}
-	out.WriteByte(')')
-	return out.String()
+	return "(" + op + " " + strings.Join(mapped(args, name), " ") + ")"
 }
 
 // quant writes a quantified term, each subterm of its body that depends
@@ -188,10 +183,7 @@ func (s *Script) inline(t *Term) string {
 // and written as a tree it can be exponentially larger). scope names the
 // terms the enclosing quantifiers' lets named.
 func (s *Script) quant(q *Term, scope map[int]string) string {
-	inner := map[int]string{}
-	for k, v := range scope {
-		inner[k] = v
-	}
+	inner := maps.Clone(scope)
 	var order []*Term
 	seen := map[int]bool{}
 	var collect func(t *Term)
@@ -225,23 +217,19 @@ func (s *Script) quant(q *Term, scope map[int]string) string {
 		if t.kind == kQuant {
 			e = s.quant(t, inner)
 		} else {
-			parts := make([]string, len(t.args))
-			for i, a := range t.args {
-				parts[i] = ref(a)
-			}
-			e = "(" + t.op + " " + strings.Join(parts, " ") + ")"
+			e = app(t.op, t.args, ref)
 		}
 		name := fmt.Sprintf("l%d", t.id)
 		fmt.Fprintf(&lets, "(let ((%s %s)) ", name, e)
 		closing++
 		inner[t.id] = name
 	}
-	vars := q.args[1:]
-	decls := make([]string, len(vars))
-	for i, v := range vars {
-		decls[i] = fmt.Sprintf("(%s %s)", v.lit, v.sort)
-	}
-	return fmt.Sprintf("(%s (%s) %s%s%s)", q.op, strings.Join(decls, " "), lets.String(), ref(body), strings.Repeat(")", closing))
+	return fmt.Sprintf("(%s (%s) %s%s%s)", q.op, binders(q), lets.String(), ref(body), strings.Repeat(")", closing))
+}
+
+// binders is a quantifier's list of variables with their sorts.
+func binders(q *Term) string {
+	return strings.Join(mapped(q.args[1:], func(v *Term) string { return fmt.Sprintf("(%s %s)", v.lit, v.sort) }), " ")
 }
 
 // exprLimit bounds the text of one term Expr writes.
@@ -287,12 +275,7 @@ func (s *Script) Expr(t *Term) (string, bool) {
 		var out string
 		switch {
 		case t.kind == kQuant:
-			vars := t.args[1:]
-			decls := make([]string, len(vars))
-			for i, v := range vars {
-				decls[i] = fmt.Sprintf("(%s %s)", v.lit, v.sort)
-			}
-			out = fmt.Sprintf("(%s (%s) %s)", t.op, strings.Join(decls, " "), parts[0])
+			out = fmt.Sprintf("(%s (%s) %s)", t.op, binders(t), parts[0])
 		case len(parts) == 0:
 			out = t.op
 		default:
@@ -305,33 +288,4 @@ func (s *Script) Expr(t *Term) (string, bool) {
 		return out, true
 	}
 	return walk(t)
-}
-
-// Debug writes t whole, for messages.
-func (s *Script) Debug(t *Term) string {
-	var sb strings.Builder
-	var walk func(t *Term, depth int)
-	walk = func(t *Term, depth int) {
-		if depth > 8 {
-			sb.WriteString("…")
-			return
-		}
-		switch t.kind {
-		case kLit, kVar, kBound:
-			sb.WriteString(t.lit)
-			return
-		}
-		if len(t.args) == 0 {
-			sb.WriteString(t.op)
-			return
-		}
-		sb.WriteString("(" + t.op)
-		for _, a := range t.args {
-			sb.WriteByte(' ')
-			walk(a, depth+1)
-		}
-		sb.WriteByte(')')
-	}
-	walk(t, 0)
-	return sb.String()
 }

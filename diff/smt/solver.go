@@ -2,12 +2,14 @@ package smt
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,8 +58,8 @@ type proc struct {
 	cmd     *exec.Cmd
 	out     chan *SExpr // closed when the output ends; then readErr says why
 	name    string
+	stderr  LimitedBuffer
 	errMu   sync.Mutex
-	stderr  strings.Builder
 	readErr error
 	done    chan struct{}
 
@@ -227,9 +229,9 @@ func (s *Solver) start(i int) error {
 	if err != nil {
 		return err
 	}
-	p := &proc{cmd: cmd, out: make(chan *SExpr, outBacklog), name: filepath.Base(s.paths[i]), done: make(chan struct{})}
+	p := &proc{cmd: cmd, out: make(chan *SExpr, outBacklog), name: filepath.Base(s.paths[i]), done: make(chan struct{}), stderr: LimitedBuffer{Max: 4096}}
 	p.inCond = sync.NewCond(&p.inMu)
-	cmd.Stderr = &lockedWriter{p}
+	cmd.Stderr = &p.stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", s.paths[i], err)
 	}
@@ -242,10 +244,7 @@ func (s *Solver) start(i int) error {
 		if unix.Getrlimit(unix.RLIMIT_AS, &own) == nil && own.Max < m {
 			m = own.Max
 		}
-		lim := unix.Rlimit{Cur: m, Max: m}
-		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &lim, nil); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		if err := BoundMemory(cmd, m); err != nil {
 			return fmt.Errorf("bounding the memory of %s: %w", s.paths[i], err)
 		}
 	}
@@ -263,15 +262,48 @@ func (s *Solver) start(i int) error {
 	return nil
 }
 
-type lockedWriter struct{ p *proc }
-
-func (w *lockedWriter) Write(b []byte) (int, error) {
-	w.p.errMu.Lock()
-	defer w.p.errMu.Unlock()
-	if w.p.stderr.Len() < 4096 {
-		w.p.stderr.Write(b)
+// BoundMemory bounds the address space of cmd's process, started, to
+// limit bytes (RLIMIT_AS, which its children inherit); when it cannot, the
+// process is killed.
+func BoundMemory(cmd *exec.Cmd, limit uint64) error {
+	lim := unix.Rlimit{Cur: limit, Max: limit}
+	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &lim, nil); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
 	}
-	return len(b), nil
+	return nil
+}
+
+// LimitedBuffer keeps the first Max bytes written to it, and whether more
+// came; it may be written and read at once (a process's output).
+type LimitedBuffer struct {
+	Max  int
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	over bool
+}
+
+func (b *LimitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := b.Max - b.buf.Len()
+	b.over = b.over || len(p) > room
+	b.buf.Write(p[:max(0, min(len(p), room))])
+	return len(p), nil
+}
+
+// Bytes are the bytes kept, and Over whether more were written.
+func (b *LimitedBuffer) Bytes() ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Bytes(), b.over
+}
+
+// String is the text kept.
+func (b *LimitedBuffer) String() string {
+	kept, _ := b.Bytes()
+	return string(kept)
 }
 
 // Name names the solver that answered the last check (or all of them).
@@ -279,11 +311,7 @@ func (s *Solver) Name() string {
 	if s.last != nil {
 		return s.last.name
 	}
-	names := make([]string, len(s.paths))
-	for i, p := range s.paths {
-		names[i] = filepath.Base(p)
-	}
-	return strings.Join(names, "+")
+	return strings.Join(mapped(s.paths, filepath.Base), "+")
 }
 
 // Script is where commands are written before the next check.
@@ -356,9 +384,7 @@ func (p *proc) kill() {
 func (p *proc) failed(err error) error {
 	select {
 	case <-p.done:
-		p.errMu.Lock()
 		msg := strings.TrimSpace(p.stderr.String())
-		p.errMu.Unlock()
 		state := p.cmd.ProcessState
 		if msg != "" {
 			return fmt.Errorf("%s ended (%v): %s", p.name, state, msg)
@@ -397,9 +423,7 @@ func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
 	}
 	for i, p := range s.procs {
 		if p == nil {
-			if err := s.start(i); err != nil {
-				s.procs[i] = nil
-			}
+			_ = s.start(i) // one that does not start is not asked
 		}
 	}
 	// What was written goes to every solver and into the record a
@@ -512,10 +536,8 @@ func (s *Solver) Values(terms []*Term) ([]*SExpr, error) {
 	// started again at the next check): the example is lost, not a proof.
 	stop := func(err error) ([]*SExpr, error) {
 		p.kill()
-		for i := range s.procs {
-			if s.procs[i] == p {
-				s.procs[i] = nil
-			}
+		if i := slices.Index(s.procs, p); i >= 0 {
+			s.procs[i] = nil
 		}
 		s.last = nil
 		return nil, err
@@ -550,11 +572,7 @@ func (e *SExpr) String() string {
 	if e.List == nil {
 		return e.Atom
 	}
-	parts := make([]string, len(e.List))
-	for i, x := range e.List {
-		parts[i] = x.String()
-	}
-	return "(" + strings.Join(parts, " ") + ")"
+	return "(" + strings.Join(mapped(e.List, (*SExpr).String), " ") + ")"
 }
 
 // ReadSExpr reads one S-expression.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -89,7 +90,6 @@ type Builder struct {
 	groundMemo map[int]bool
 	terms      map[string]*Term
 	all        []*Term
-	vars       []*Term
 	funs       []fun
 	funIdx     map[string]int
 	ctors      map[string]bool // datatype constructors, for folding equalities
@@ -101,18 +101,15 @@ type Builder struct {
 
 type fun struct {
 	name string
-	args []Sort
+	args []string // the argument sorts
 	ret  Sort
 }
 
 // NewBuilder returns a Builder that panics with ErrTooLarge once it holds
 // more than limit terms (0: no limit).
 func NewBuilder(limit int) *Builder {
-	return &Builder{terms: map[string]*Term{}, funIdx: map[string]int{}, ctors: map[string]bool{}, limit: limit}
+	return &Builder{groundMemo: map[int]bool{}, terms: map[string]*Term{}, funIdx: map[string]int{}, ctors: map[string]bool{}, limit: limit}
 }
-
-// Size is the number of distinct terms built.
-func (b *Builder) Size() int { return len(b.all) }
 
 // Constructor declares name as a datatype constructor: two applications
 // of different constructors are never equal.
@@ -159,9 +156,6 @@ func (b *Builder) intern(t *Term) *Term {
 	}
 	b.terms[k] = t
 	b.all = append(b.all, t)
-	if t.kind == kVar {
-		b.vars = append(b.vars, t)
-	}
 	return t
 }
 
@@ -218,9 +212,6 @@ func (b *Builder) Fresh(prefix string, s Sort) *Term {
 	return b.Var(fmt.Sprintf("%s!%d", prefix, b.fresh), s)
 }
 
-// Vars lists the free variables, in the order they were declared.
-func (b *Builder) Vars() []*Term { return b.vars }
-
 // Bound is a variable for a quantifier to bind.
 func (b *Builder) Bound(name string, s Sort) *Term {
 	return b.intern(&Term{kind: kBound, lit: name, sort: s})
@@ -229,12 +220,8 @@ func (b *Builder) Bound(name string, s Sort) *Term {
 // Fun declares an uninterpreted function and applies it to args.
 func (b *Builder) Fun(name string, ret Sort, args ...*Term) *Term {
 	if _, ok := b.funIdx[name]; !ok {
-		f := fun{name: name, ret: ret}
-		for _, a := range args {
-			f.args = append(f.args, a.sort)
-		}
 		b.funIdx[name] = len(b.funs)
-		b.funs = append(b.funs, f)
+		b.funs = append(b.funs, fun{name: name, ret: ret, args: mapped(args, func(a *Term) string { return string(a.sort) })})
 	}
 	return b.intern(&Term{op: name, args: args, sort: ret})
 }
@@ -378,17 +365,8 @@ func (b *Builder) junction(op string, xs []*Term) *Term {
 			return zero // x and not x
 		}
 		// x1 and x2 and not (x1 and x2), flattened.
-		if inner := x.args[0]; inner.op == op {
-			all := true
-			for _, a := range inner.args {
-				if !seen[a.id] {
-					all = false
-					break
-				}
-			}
-			if all {
-				return zero
-			}
+		if inner := x.args[0]; inner.op == op && !slices.ContainsFunc(inner.args, func(a *Term) bool { return !seen[a.id] }) {
+			return zero
 		}
 	}
 	switch len(out) {
@@ -483,17 +461,6 @@ func (b *Builder) Eq(x, y *Term) *Term {
 	return b.App("=", Bool, x, y)
 }
 
-// Distinct is a shorthand for pairwise inequality.
-func (b *Builder) Distinct(xs ...*Term) *Term {
-	var out []*Term
-	for i := range xs {
-		for j := i + 1; j < len(xs); j++ {
-			out = append(out, b.Not(b.Eq(xs[i], xs[j])))
-		}
-	}
-	return b.And(out...)
-}
-
 // Forall and Exists quantify body over vars (Bound terms).
 func (b *Builder) Forall(vars []*Term, body *Term) *Term { return b.quant("forall", vars, body) }
 
@@ -504,11 +471,7 @@ func (b *Builder) quant(q string, vars []*Term, body *Term) *Term {
 	if body.kind == kLit || !body.bound {
 		return body
 	}
-	names := make([]string, len(vars))
-	for i, v := range vars {
-		names[i] = v.lit
-	}
-	t := &Term{kind: kQuant, op: q, lit: strings.Join(names, " "), args: append([]*Term{body}, vars...), sort: Bool}
+	t := &Term{kind: kQuant, op: q, lit: strings.Join(mapped(vars, func(v *Term) string { return v.lit }), " "), args: append([]*Term{body}, vars...), sort: Bool}
 	return b.intern(t)
 }
 
@@ -516,13 +479,7 @@ func (b *Builder) quant(q string, vars []*Term, body *Term) *Term {
 
 // Add is the sum of xs (of sort s).
 func (b *Builder) Add(s Sort, xs ...*Term) *Term {
-	var out []*Term
-	for _, x := range xs {
-		if x.kind == kLit && (x.lit == "0" || x.lit == "0.0") {
-			continue
-		}
-		out = append(out, x)
-	}
+	out := slices.DeleteFunc(slices.Clone(xs), isZero)
 	switch len(out) {
 	case 0:
 		if s == Real {
@@ -542,7 +499,7 @@ func (b *Builder) Cmp(op string, x, y *Term) *Term {
 	}
 	// A count of guards against 0 or 1 is a Boolean formula.
 	if gs, ok := indicators(x); ok {
-		if yv, ok := numLit(y); ok && (yv.Sign() == 0 || yv.Cmp(big.NewRat(1, 1)) == 0) {
+		if yv, ok := NumLit(y); ok && (yv.Sign() == 0 || yv.Cmp(big.NewRat(1, 1)) == 0) {
 			zero := yv.Sign() == 0
 			switch {
 			case op == ">" && zero, op == ">=" && !zero:
@@ -556,48 +513,37 @@ func (b *Builder) Cmp(op string, x, y *Term) *Term {
 			}
 		}
 	}
-	if xv, ok := numLit(x); ok {
-		if yv, ok := numLit(y); ok {
+	if xv, ok := NumLit(x); ok {
+		if yv, ok := NumLit(y); ok {
 			c := xv.Cmp(yv)
-			switch op {
-			case "<":
-				return b.BoolLit(c < 0)
-			case "<=":
-				return b.BoolLit(c <= 0)
-			case ">":
-				return b.BoolLit(c > 0)
-			default:
-				return b.BoolLit(c >= 0)
-			}
+			return b.BoolLit(map[string]bool{"<": c < 0, "<=": c <= 0, ">": c > 0, ">=": c >= 0}[op])
 		}
 	}
 	return b.App(op, Bool, x, y)
 }
 
-// numLit reads an integer or real constant (possibly negated or a ratio).
-func numLit(t *Term) (*big.Rat, bool) {
+// NumLit reads an integer or real constant (possibly negated or a ratio)
+// exactly.
+func NumLit(t *Term) (*big.Rat, bool) {
 	switch {
 	case t.kind == kLit && (t.sort == Int || t.sort == Real):
 		r, ok := new(big.Rat).SetString(t.lit)
 		return r, ok
 	case t.op == "-" && len(t.args) == 1:
-		r, ok := numLit(t.args[0])
+		r, ok := NumLit(t.args[0])
 		if ok {
 			r.Neg(r)
 		}
 		return r, ok
 	case t.op == "/" && len(t.args) == 2:
-		n, ok1 := numLit(t.args[0])
-		d, ok2 := numLit(t.args[1])
+		n, ok1 := NumLit(t.args[0])
+		d, ok2 := NumLit(t.args[1])
 		if ok1 && ok2 && d.Sign() != 0 {
 			return n.Quo(n, d), true
 		}
 	}
 	return nil, false
 }
-
-// NumLit reads a numeric constant term exactly.
-func NumLit(t *Term) (*big.Rat, bool) { return numLit(t) }
 
 // IsBoundTerm reports whether t contains a variable a quantifier binds.
 func (t *Term) IsBoundTerm() bool { return t.bound }
@@ -630,13 +576,7 @@ func indicators(t *Term) ([]*Term, bool) {
 func isZero(t *Term) bool { return t.kind == kLit && (t.lit == "0" || t.lit == "0.0") }
 func isOne(t *Term) bool  { return t.kind == kLit && (t.lit == "1" || t.lit == "1.0") }
 
-func (b *Builder) nonePresent(gs []*Term) *Term {
-	out := make([]*Term, len(gs))
-	for i, g := range gs {
-		out[i] = b.Not(g)
-	}
-	return b.And(out...)
-}
+func (b *Builder) nonePresent(gs []*Term) *Term { return b.And(mapped(gs, b.Not)...) }
 
 // ground reports whether t is a constant: literals and constructors of
 // them.
@@ -653,16 +593,7 @@ func (b *Builder) ground(t *Term) bool {
 		if g, ok := b.groundMemo[t.id]; ok {
 			return g
 		}
-		g := true
-		for _, a := range t.args {
-			if !b.ground(a) {
-				g = false
-				break
-			}
-		}
-		if b.groundMemo == nil {
-			b.groundMemo = map[int]bool{}
-		}
+		g := !slices.ContainsFunc(t.args, func(a *Term) bool { return !b.ground(a) })
 		b.groundMemo[t.id] = g
 		return g
 	}
@@ -676,6 +607,15 @@ func (b *Builder) iteOfGround(t *Term) bool {
 		return b.ground(t)
 	}
 	return b.iteOfGround(t.args[1]) && b.iteOfGround(t.args[2])
+}
+
+// mapped is f of each of xs, in order.
+func mapped[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
 }
 
 // Quantified reports whether t contains a quantifier.
@@ -723,11 +663,7 @@ func Clauses(b *Builder, t *Term) []*Term {
 			out = append(out, t)
 			return
 		}
-		neg := make([]*Term, len(guards))
-		for i, g := range guards {
-			neg[i] = b.Not(g)
-		}
-		out = append(out, b.Or(append(neg, t)...))
+		out = append(out, b.Or(append(mapped(guards, b.Not), t)...))
 	}
 	walk(nil, t)
 	return out
