@@ -631,18 +631,10 @@ func sortedMembers(an *analysis, col *coll) ([]*elem, bool) {
 		out = append(out, e)
 	}
 	if col.kind != kSet {
-		ts := make([]*ast.Term, len(out))
-		idx := map[*ast.Term]*elem{}
-		for i, e := range out {
-			ts[i] = e.v.(conc).t
-			idx[ts[i]] = e
-		}
-		sortedConc(ts)
-		sorted := make([]*elem, len(ts))
-		for i, t := range ts {
-			sorted[i] = idx[t]
-		}
-		return sorted, true
+		// The members themselves, each with its own guard: two members may
+		// hold the same term (a shared constant), so a term cannot name one.
+		slices.SortStableFunc(out, func(a, b *elem) int { return ast.Compare(a.v.(conc).t, b.v.(conc).t) })
+		return out, true
 	}
 	sortedConc(terms)
 	for _, t := range terms {
