@@ -66,7 +66,9 @@ run: build
 # the compiled evaluator's semantics, the compiled evaluator and the
 # projection over the corpus, the fixtures and their fuzz seeds, the
 # evidence over the corpus), which skip under -race
-# (internal/race), where they cost five to ten times as much. So every test
+# (internal/race), where they cost five to ten times as much, and server's
+# TestOnePassPerRequest, which counts the bytes a request allocates (the
+# detector empties sync.Pool at random). So every test
 # runs once, and the race build leaves out cmd/arbiter's own dependencies
 # (OpenTelemetry's exporters, gRPC). The two sets run at once, and beside
 # them stock `opa check/fmt/test` on the same files, `arbiter check` and
@@ -78,7 +80,7 @@ run: build
 NORACE_PKGS  := ./cmd/arbiter ./engine/input ./internal/corpus ./internal/norules ./deploy ./bench/e2e ./fleet
 NORACE_TESTS := TestSemantics TestOPAConformanceCases TestCompiledAgreesOnCorpus TestProjectionAgreesOnCorpus \
                 TestEvidenceIsComplete TestCompiledAgreesOnFixtures TestProjectionAgreesOnFixtures \
-                TestProjectionLeavesOutWhatNoRuleReads FuzzCompiledAgrees FuzzProjectionAgrees TestEdits
+                TestProjectionLeavesOutWhatNoRuleReads FuzzCompiledAgrees FuzzProjectionAgrees TestEdits TestOnePassPerRequest
 empty        :=
 NORACE_RUN   := ^($(subst $(empty) $(empty),|,$(strip $(NORACE_TESTS))))$$
 RACE_PKGS     = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list ./...))
@@ -103,7 +105,7 @@ test-race:
 
 test-norace:
 	$(TEST_ENV) $(GO) test -count=1 -parallel 8 $(TESTFLAGS) $(NORACE_PKGS)
-	$(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/ ./diff/
+	$(GO) test -count=1 $(TESTFLAGS) -run '$(NORACE_RUN)' ./engine/ ./engine/ireval/ ./diff/ ./server/
 
 test-policies: opa-check
 	$(ARBITER) check
