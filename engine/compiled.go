@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
-	"github.com/arbiter-dev/arbiter/internal/queue"
 )
 
 // A decision runs compiled when OPA's planner plans its query and
@@ -32,8 +28,9 @@ import (
 //     a defined compiled result is ever returned, and the differential
 //     tests prove those equal to topdown's;
 //   - a sample of compiled answers is decided again by topdown in the
-//     background (SelfCheck); a disagreement turns the compiled path off
-//     for that decision until the next reload.
+//     background (Config.SelfCheck hands each to package shadow, which
+//     runs Recheck.Run); a disagreement turns the compiled path off for
+//     that decision until the next reload.
 
 // compiledDecision is the compiled form of one decision of a Snapshot.
 type compiledDecision struct {
@@ -114,9 +111,7 @@ func (def *decisionDef) inputProjection() *input.Projection {
 // compiles the plans. Nothing here can fail a load: a decision that does
 // not compile runs on topdown.
 func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.Store, modules map[string]*ast.Module) {
-	if cfg.SelfCheck != nil && cfg.SelfCheck.Rate > 0 {
-		s.checker = newSelfChecker(s, cfg.SelfCheck)
-	}
+	s.selfCheck = cfg.SelfCheck
 	ctx := context.Background()
 	data, dataErr := storeData(ctx, store)
 	entry := func(name string) string { return "decisions/" + name + "/decision" }
@@ -240,8 +235,8 @@ func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Val
 	if def.compiled.tamper != nil {
 		v = def.compiled.tamper(v)
 	}
-	if s.checker != nil {
-		s.checker.sample(def, raw, v)
+	if s.selfCheck != nil {
+		s.selfCheck(Recheck{Snapshot: s, Decision: def.name, Input: raw, Compiled: v})
 	}
 	return v, nil
 }
@@ -257,43 +252,19 @@ func (s *Snapshot) evalWithin(ctx context.Context, def *decisionDef, input ast.V
 	return v, err
 }
 
-// SelfCheck configures the runtime self-check: a sample of the decisions
-// answered by a compiled program is decided again by topdown in the
-// background, off the request path. A disagreement is counted, reported
-// through OnDisagreement with both answers, and turns the compiled path
-// off for that decision until the next reload. One SelfCheck is shared by
-// every Snapshot an Engine builds, so its counts survive reloads.
-type SelfCheck struct {
-	// Rate is the fraction of compiled decisions checked, from 0 (off) to 1.
-	Rate float64
-	// Queue bounds the decisions waiting for a check per Snapshot; a full
-	// queue drops the sample (counted). Zero means DefaultSelfCheckQueue.
-	Queue int
-	// MaxBytes bounds the bytes of the inputs waiting for a check per
-	// Snapshot, so that the copies the checks keep stay small beside the
-	// admission budgets whatever the callers send: a sample that would pass
-	// it is dropped (counted), and an input larger than MaxBytes is never
-	// sampled (counted as too large; the differential tests and fuzz targets
-	// cover large inputs instead). Zero means DefaultSelfCheckBytes.
-	MaxBytes int
-	// OnDisagreement, when set, is called from the background worker.
-	OnDisagreement func(Disagreement)
-
-	mu            sync.Mutex
-	disagreements map[string]uint64
-	checked       atomic.Uint64
-	dropped       atomic.Uint64
-	tooLarge      atomic.Uint64
+// Recheck is one answer of a compiled program, handed to Config.SelfCheck on
+// the request path, to be decided again by topdown off it: package shadow
+// samples them (its self-check lane) and runs them on its workers.
+type Recheck struct {
+	Snapshot *Snapshot
+	Decision string
+	// Input is the input document as received: the request's buffer, which
+	// goes back to the server's pool with the answer (copy it to keep it).
+	Input []byte
+	// Compiled is the compiled program's answer (a test sets a wrong one as
+	// a compiler bug would).
+	Compiled ast.Value
 }
-
-// DefaultSelfCheckQueue is the queue bound when SelfCheck leaves it zero.
-const DefaultSelfCheckQueue = 64
-
-// DefaultSelfCheckBytes is the bound on queued input bytes when SelfCheck
-// leaves MaxBytes zero. A typical Runner state is a few KB; re-deciding a
-// state of megabytes with topdown would cost more CPU than the rate
-// promises.
-const DefaultSelfCheckBytes = 1 << 20
 
 // Disagreement is one input on which the compiled program and topdown
 // answered differently.
@@ -305,138 +276,38 @@ type Disagreement struct {
 	Topdown  string          `json:"topdown"`
 }
 
-// Disagreements counts disagreements by decision since the SelfCheck was
-// made.
-func (sc *SelfCheck) Disagreements() map[string]uint64 {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	out := make(map[string]uint64, len(sc.disagreements))
-	maps.Copy(out, sc.disagreements)
-	return out
-}
-
-// SelfCheckCounts says what became of the sampled decisions.
-type SelfCheckCounts struct {
-	// Checked were decided again by topdown.
-	Checked uint64
-	// Dropped found the queue full (by count or by bytes).
-	Dropped uint64
-	// TooLarge had an input larger than MaxBytes.
-	TooLarge uint64
-}
-
-// Counts returns what became of the samples so far.
-func (sc *SelfCheck) Counts() SelfCheckCounts {
-	return SelfCheckCounts{Checked: sc.checked.Load(), Dropped: sc.dropped.Load(), TooLarge: sc.tooLarge.Load()}
-}
-
-// selfChecker is the per-Snapshot queue of a SelfCheck. Its worker
-// goroutine runs only while the queue holds work, so a Snapshot replaced
-// by a reload leaves nothing running behind once its queue is drained.
-type selfChecker struct {
-	snap    *Snapshot
-	cfg     *SelfCheck
-	queue   *queue.Queue[checkJob] // its bytes are the inputs', until checked
-	running atomic.Bool
-}
-
-type checkJob struct {
-	def      *decisionDef
-	raw      []byte
-	compiled ast.Value
-}
-
-func newSelfChecker(s *Snapshot, cfg *SelfCheck) *selfChecker {
-	lim := queue.Limits{Items: cfg.Queue, Bytes: int64(cfg.MaxBytes), HoldBytes: true}
-	return &selfChecker{snap: s, cfg: cfg, queue: queue.New[checkJob](lim.Or(queue.Limits{Items: DefaultSelfCheckQueue, Bytes: DefaultSelfCheckBytes}))}
-}
-
-// sample queues a compiled answer for checking with probability Rate. It
-// never blocks: the request's answer does not wait for the check.
-func (c *selfChecker) sample(def *decisionDef, raw []byte, v ast.Value) {
-	if c.cfg.Rate < 1 && rand.Float64() >= c.cfg.Rate {
-		return
-	}
-	n := int64(len(raw))
-	if n > c.queue.Limits().Bytes {
-		c.cfg.tooLarge.Add(1)
-		return
-	}
-	// The body's buffer goes back to the server's pool with the answer.
-	job := checkJob{def: def, raw: append([]byte(nil), raw...), compiled: v}
-	if ok, _ := c.queue.Put(job, n); !ok {
-		c.cfg.dropped.Add(1) // counted per SelfCheck, across reloads
-		return
-	}
-	if c.running.CompareAndSwap(false, true) {
-		go c.drain()
-	}
-}
-
-func (c *selfChecker) drain() {
-	var one []checkJob
-	for {
-		if one, _ = c.queue.Take(one[:0], 1); len(one) == 1 {
-			c.check(one[0])
-			c.queue.Done(int64(len(one[0].raw)))
-			one[0] = checkJob{}
-			continue
-		}
-		c.running.Store(false)
-		// A job queued between the empty take and the store above would
-		// wait for the next sample: take it now.
-		if c.queue.Len() == 0 || !c.running.CompareAndSwap(false, true) {
-			return
-		}
-	}
-}
-
-// check decides one sampled input with topdown, on the whole input parsed
-// by the general decoder (independent of the fast parser and of any
-// projection), and compares.
-func (c *selfChecker) check(job checkJob) {
-	s := c.snap
-	c.cfg.checked.Add(1)
-	doc, err := input.Decode(job.raw)
+// Run decides c's input again with topdown, on the whole input parsed by
+// the general decoder (independent of the fast parser and of any
+// projection), and compares the answers with exact equality. It returns
+// nil when they agree or when topdown ran out of time (inconclusive);
+// otherwise the Disagreement, which turns the compiled path off for the
+// decision until the next reload. ctx may be engine.Background's.
+func (c Recheck) Run(ctx context.Context) *Disagreement {
+	def := c.Snapshot.decisions[c.Decision]
+	doc, err := input.Decode(c.Input)
 	if err != nil {
-		c.disagree(job, fmt.Sprintf("the input the compiled program answered does not decode: %v", err))
-		return
+		return c.disagree(def, fmt.Sprintf("the input the compiled program answered does not decode: %v", err))
 	}
 	whole, err := input.Value(doc)
 	if err != nil {
-		c.disagree(job, fmt.Sprintf("the input the compiled program answered does not convert: %v", err))
-		return
+		return c.disagree(def, fmt.Sprintf("the input the compiled program answered does not convert: %v", err))
 	}
-	want, err := s.eval(context.Background(), job.def, whole)
-	if err != nil {
-		if AsError(err).Code == CodePolicyTimeout {
-			return // inconclusive: the background check ran out of time
-		}
-		c.disagree(job, "error: "+err.Error())
-		return
+	want, err := c.Snapshot.eval(ctx, def, whole)
+	switch {
+	case err != nil && AsError(err).Code == CodePolicyTimeout:
+		return nil
+	case err != nil:
+		return c.disagree(def, "error: "+err.Error())
+	case sameValue(want, c.Compiled):
+		return nil
 	}
-	if sameValue(want, job.compiled) {
-		return
-	}
-	c.disagree(job, valueString(want))
+	return c.disagree(def, valueString(want))
 }
 
-func (c *selfChecker) disagree(job checkJob, topdown string) {
-	name := job.def.name
+func (c Recheck) disagree(def *decisionDef, topdown string) *Disagreement {
 	why := "the self-check found the compiled program disagreeing with topdown; compiled evaluation is off until the next reload"
-	job.def.compiled.off.Store(&why)
-	c.cfg.mu.Lock()
-	if c.cfg.disagreements == nil {
-		c.cfg.disagreements = map[string]uint64{}
-	}
-	c.cfg.disagreements[name]++
-	c.cfg.mu.Unlock()
-	if c.cfg.OnDisagreement != nil {
-		c.cfg.OnDisagreement(Disagreement{
-			Decision: name, Revision: c.snap.Revision, Input: json.RawMessage(job.raw),
-			Compiled: valueString(job.compiled), Topdown: topdown,
-		})
-	}
+	def.compiled.off.Store(&why)
+	return &Disagreement{Decision: c.Decision, Revision: c.Snapshot.Revision, Input: c.Input, Compiled: valueString(c.Compiled), Topdown: topdown}
 }
 
 // sameValue is exact equality: equal as Rego values and spelt the same

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -317,14 +316,13 @@ func TestCompiledTimeoutIsPolicyTimeout(t *testing.T) {
 
 // TestSelfCheckTurnsOffADisagreeingDecision forces a disagreement (the
 // compiled result is tampered with, as a compiler bug would) and watches
-// the self-check count it, report both answers, and switch the decision
-// to topdown.
+// the self-check's Recheck report both answers and switch the decision to
+// topdown. (Package shadow samples, queues and counts the rechecks.)
 func TestSelfCheckTurnsOffADisagreeingDecision(t *testing.T) {
-	got := make(chan Disagreement, 1)
-	sc := &SelfCheck{Rate: 1, OnDisagreement: func(d Disagreement) { got <- d }}
 	cfg := quotaConfig(quota)
-	cfg.SelfCheck = sc
 	s := mustLoad(t, cfg)
+	var rechecks []Recheck
+	s.selfCheck = func(c Recheck) { rechecks = append(rechecks, c) }
 	def := s.decisions["quota_check"]
 	def.compiled.tamper = func(ast.Value) ast.Value {
 		return ast.MustParseTerm(`{"allow": true, "reasons": []}`).Value
@@ -337,18 +335,13 @@ func TestSelfCheckTurnsOffADisagreeingDecision(t *testing.T) {
 	if err != nil || !SameJSON(d.Result, []byte(`{"allow":true,"reasons":[]}`)) {
 		t.Fatalf("tampered answer: %v %v", d, err)
 	}
-	var dis Disagreement
-	select {
-	case dis = <-got:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no disagreement reported")
+	if len(rechecks) != 1 {
+		t.Fatalf("%d compiled answers handed to the self-check, want 1", len(rechecks))
 	}
-	if dis.Decision != "quota_check" || dis.Compiled != `{"allow":true,"reasons":[]}` ||
+	dis := rechecks[0].Run(context.Background())
+	if dis == nil || dis.Decision != "quota_check" || dis.Compiled != `{"allow":true,"reasons":[]}` ||
 		dis.Topdown != `{"allow":false,"reasons":["quota_exhausted"]}` || !SameJSON(dis.Input, body) {
-		t.Errorf("disagreement: %+v", dis)
-	}
-	if n := sc.Disagreements()["quota_check"]; n != 1 {
-		t.Errorf("counted %d disagreements, want 1", n)
+		t.Fatalf("disagreement: %+v", dis)
 	}
 	if ci := s.Compiled()[0]; ci.Compiled || !strings.Contains(ci.Reason, "self-check") {
 		t.Errorf("after the disagreement: %+v", ci)
@@ -360,46 +353,21 @@ func TestSelfCheckTurnsOffADisagreeingDecision(t *testing.T) {
 	if err != nil || !SameJSON(d.Result, []byte(`{"allow":false,"reasons":["quota_exhausted"]}`)) {
 		t.Fatalf("after the disagreement the decision must run on topdown: %v %v", d, err)
 	}
+	if len(rechecks) != 1 {
+		t.Errorf("a topdown answer was handed to the self-check")
+	}
 	// A reload compiles afresh.
 	if s2 := mustLoad(t, cfg); !s2.Compiled()[0].Compiled {
 		t.Errorf("the next snapshot does not run compiled: %+v", s2.Compiled()[0])
 	}
 }
 
-// TestSelfCheckQueueIsBoundedInBytes: the copies of the inputs waiting for
-// a check never exceed MaxBytes, whatever their number, and an input
-// larger than MaxBytes is never copied. The worker is held off (marked
-// running) so that nothing drains while the queue is filled.
-func TestSelfCheckQueueIsBoundedInBytes(t *testing.T) {
-	sc := &SelfCheck{Rate: 1, MaxBytes: 100}
-	cfg := quotaConfig(quota)
-	cfg.SelfCheck = sc
-	s := mustLoad(t, cfg)
-	c := newSelfChecker(s, sc)
-	c.running.Store(true)
-	def := s.decisions["quota_check"]
-	body := func(n int) []byte { return []byte(fmt.Sprintf(`{"tenant": %q, "used": 1}`, strings.Repeat("t", n))) }
-	c.sample(def, body(200), ast.Null{}) // larger than the bound: never queued
-	small := len(body(10))
-	fit := 100 / small
-	for range 10 {
-		c.sample(def, body(10), ast.Null{})
-	}
-	if got, want := sc.Counts(), (SelfCheckCounts{TooLarge: 1, Dropped: uint64(10 - fit)}); got != want {
-		t.Errorf("counts %+v, want %+v", got, want)
-	}
-	if q, n := c.queue.Bytes(), c.queue.Len(); q != int64(fit*small) || n != fit {
-		t.Errorf("queued %d bytes in %d jobs, want %d in %d", q, n, fit*small, fit)
-	}
-}
-
 // TestSelfCheckAgreementCountsNothing: untampered compiled answers pass the
 // self-check.
 func TestSelfCheckAgreementCountsNothing(t *testing.T) {
-	sc := &SelfCheck{Rate: 1, OnDisagreement: func(d Disagreement) { t.Errorf("disagreement: %+v", d) }}
-	cfg := repo
-	cfg.SelfCheck = sc
-	s := mustLoad(t, cfg)
+	s := mustLoad(t, repo)
+	var rechecks []Recheck
+	s.selfCheck = func(c Recheck) { rechecks = append(rechecks, c) }
 	fixtures, err := LoadFixtures(repoTests)
 	if err != nil {
 		t.Fatal(err)
@@ -414,17 +382,13 @@ func TestSelfCheckAgreementCountsNothing(t *testing.T) {
 		}
 		decided++
 	}
-	// Wait for the queue to drain: every decision checked or dropped.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		n := sc.Counts()
-		if int(n.Checked+n.Dropped+n.TooLarge) >= decided {
-			break
+	if len(rechecks) == 0 || len(rechecks) > decided {
+		t.Fatalf("%d compiled answers of %d decisions", len(rechecks), decided)
+	}
+	for _, c := range rechecks {
+		if d := c.Run(context.Background()); d != nil {
+			t.Errorf("disagreement: %+v", d)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("self-check stalled: %+v of %d", n, decided)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	for _, ci := range s.Compiled() {
 		if !ci.Compiled {

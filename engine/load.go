@@ -35,9 +35,10 @@ type Config struct {
 	ReloadTimeout time.Duration
 	// MaxFileBytes caps each file read; zero means DefaultMaxFileBytes.
 	MaxFileBytes int64
-	// SelfCheck, when set, re-decides a sample of compiled decisions with
-	// topdown in the background (engine/compiled.go).
-	SelfCheck *SelfCheck
+	// SelfCheck, when set, is handed every answer of a compiled program, on
+	// the request path (it must not block): package shadow decides a sample
+	// of them again with topdown in the background (engine/compiled.go).
+	SelfCheck func(Recheck)
 }
 
 // Defaults of Config.

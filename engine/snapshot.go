@@ -32,7 +32,7 @@ type Snapshot struct {
 	// testTimeout replaces timeout while the gate runs fixtures.
 	testTimeout time.Duration
 	maxValues   int
-	checker     *selfChecker // nil: no self-check (engine/compiled.go)
+	selfCheck   func(Recheck) // Config.SelfCheck (engine/compiled.go)
 
 	// The data document, for Analysis.
 	data map[string]any

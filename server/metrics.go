@@ -82,12 +82,6 @@ func newMetrics(reg *prometheus.Registry, eng Engine, cfg Config, adm *admission
 			ConstLabels: prometheus.Labels{"version": cfg.Version},
 		}, func() float64 { return 1 }))
 	}
-	if cfg.CompiledDisagreements != nil {
-		reg.MustRegister(disagreementCollector(cfg.CompiledDisagreements))
-	}
-	if cfg.SelfCheckCounts != nil {
-		reg.MustRegister(selfCheckCollector(cfg.SelfCheckCounts))
-	}
 	return m
 }
 
@@ -131,12 +125,6 @@ func (m *metrics) observeError(name string, code engine.Code, elapsed time.Durat
 var (
 	revisionDesc = prometheus.NewDesc("arbiter_policy_revision_info",
 		"The active policy revision (always 1).", []string{"revision"}, nil)
-	disagreementDesc = prometheus.NewDesc("arbiter_compiled_disagreements_total",
-		"Sampled decisions on which the compiled evaluation and topdown disagreed (each turns the compiled path off for the decision until the next reload).",
-		[]string{"decision"}, nil)
-	selfCheckDesc = prometheus.NewDesc("arbiter_selfcheck_samples_total",
-		"Compiled decisions sampled by the self-check, by outcome: checked (decided again by topdown), dropped (the queue was full by count or bytes) or too_large (an input over the self-check's byte bound, never copied).",
-		[]string{"outcome"}, nil)
 )
 
 // revisionCollector exports the active revision as an info metric, read at
@@ -147,25 +135,4 @@ func revisionCollector(eng Engine) prometheus.Collector {
 			scrape.Gauge(ch, revisionDesc, 1, snap.Revision)
 		}
 	}, revisionDesc)
-}
-
-// disagreementCollector exports the self-check's disagreements between a
-// compiled program and topdown, per decision, read at scrape time.
-func disagreementCollector(counts func() map[string]uint64) prometheus.Collector {
-	return scrape.Collector(func(ch chan<- prometheus.Metric) {
-		for name, n := range counts() {
-			scrape.Counter(ch, disagreementDesc, n, name)
-		}
-	}, disagreementDesc)
-}
-
-// selfCheckCollector exports what became of the self-check's samples, read
-// at scrape time.
-func selfCheckCollector(counts func() engine.SelfCheckCounts) prometheus.Collector {
-	return scrape.Collector(func(ch chan<- prometheus.Metric) {
-		n := counts()
-		scrape.Counter(ch, selfCheckDesc, n.Checked, "checked")
-		scrape.Counter(ch, selfCheckDesc, n.Dropped, "dropped")
-		scrape.Counter(ch, selfCheckDesc, n.TooLarge, "too_large")
-	}, selfCheckDesc)
 }

@@ -111,20 +111,19 @@ func countPasses(t *testing.T, body string, n int, all, explain bool) uint64 {
 		t.Fatal(err)
 	}
 	ecfg := folderConfig(live)
-	ecfg.Tests = ""                                               // no test decisions for the self-check: it checks the requests' only
-	sc := &engine.SelfCheck{Rate: 1, MaxBytes: 2 * n * len(body)} // room for every request's input: none is dropped
-	if all {
-		ecfg.SelfCheck = sc
+	ecfg.Tests = "" // no test decisions for the self-check: it checks the requests' only
+	var sh *shadow.Shadow
+	if all { // a self-check of every decision, with room for every request's input: none is dropped
+		sh = shadow.New(shadow.Config{Rate: 1, CPU: 8, Queue: 2 * n, SelfCheck: 1, SelfCheckBytes: int64(2 * n * len(body))})
+		t.Cleanup(func() { _ = sh.Close(context.Background()) })
+		ecfg.SelfCheck = sh.SelfCheck
 	}
 	eng, err := engine.New(context.Background(), ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{DecisionLog: dlog}
-	var sh *shadow.Shadow
 	if all {
-		sh = shadow.New(shadow.Config{Rate: 1, CPU: 8, Queue: 2 * n})
-		t.Cleanup(func() { _ = sh.Close(context.Background()) })
 		cfg.Shadow = &ShadowConfig{Shadow: sh, Engine: eng, Gate: shadow.Gate{MinDecisions: 1}, Admins: []string{""}}
 	}
 	h := serve(t, cfg, eng)
@@ -146,8 +145,8 @@ func countPasses(t *testing.T, body string, n int, all, explain bool) uint64 {
 	}
 	if all {
 		waitJudged(t, h, 1)
-		if _, ok := wait.For(10*time.Second, func() bool { return sc.Counts().Checked == 1 }); !ok {
-			t.Fatalf("waited 10 s for the self-check of the first decision: %+v", sc.Counts())
+		if _, ok := wait.For(10*time.Second, func() bool { return sh.SelfChecked() == 1 }); !ok {
+			t.Fatalf("waited 10 s for the self-check of the first decision: %d checked", sh.SelfChecked())
 		}
 	}
 	var before, after runtime.MemStats
@@ -162,8 +161,8 @@ func countPasses(t *testing.T, body string, n int, all, explain bool) uint64 {
 	defer cancel()
 	if all {
 		waitJudged(t, h, uint64(n+1))
-		if _, ok := wait.For(10*time.Second, func() bool { return sc.Counts().Checked == uint64(n+1) }); !ok {
-			t.Fatalf("waited 10 s for the self-check of every decision: %+v", sc.Counts())
+		if _, ok := wait.For(10*time.Second, func() bool { return sh.SelfChecked() == uint64(n+1) }); !ok {
+			t.Fatalf("waited 10 s for the self-check of every decision: %d checked", sh.SelfChecked())
 		}
 	}
 	if err := dlog.Close(ctx); err != nil {

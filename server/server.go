@@ -96,12 +96,6 @@ type Config struct {
 	Registry       *prometheus.Registry // metrics are registered here; nil means a fresh one
 	// ReloadCounts, when set, is exported as arbiter_reloads_total{result}.
 	ReloadCounts func() (ok, failed uint64)
-	// CompiledDisagreements, when set, is exported as
-	// arbiter_compiled_disagreements_total{decision}.
-	CompiledDisagreements func() map[string]uint64
-	// SelfCheckCounts, when set, is exported as
-	// arbiter_selfcheck_samples_total{outcome}.
-	SelfCheckCounts func() engine.SelfCheckCounts
 	// BundleStatus, when set, is the bundles member of /v1/status (OPA's
 	// bundle status, by bundle name).
 	BundleStatus func() any

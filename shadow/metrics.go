@@ -28,16 +28,31 @@ var (
 		"The candidate revision in shadow (1), absent when none is.", []string{"revision"}, nil)
 	descPromotions = prometheus.NewDesc("arbiter_shadow_promotions_total",
 		"Promotion attempts by result: promoted, forced (promoted despite the gate) or refused.", []string{"result"}, nil)
+	descDisagreements = prometheus.NewDesc("arbiter_compiled_disagreements_total",
+		"Sampled decisions on which the compiled evaluation and topdown disagreed (each turns the compiled path off for the decision until the next reload).",
+		[]string{"decision"}, nil)
+	descSelfCheck = prometheus.NewDesc("arbiter_selfcheck_samples_total",
+		"Compiled decisions sampled by the self-check, by outcome: checked (decided again by topdown), dropped (the queue was full by count or bytes) or too_large (an input over the self-check's byte bound, never copied).",
+		[]string{"outcome"}, nil)
 )
 
 // Collector returns the shadow's Prometheus metrics. The counters add up
-// over every candidate the process has shadowed (Stats counts one).
+// over every candidate the process has shadowed (Stats counts one); the
+// self-check's are there when it is on.
 func (s *Shadow) Collector() prometheus.Collector {
 	return scrape.Collector(func(ch chan<- prometheus.Metric) {
 		s.classMu.Lock()
 		for _, n := range slices.Sorted(maps.Keys(s.classes)) {
 			for i, cl := range Classes {
 				scrape.Counter(ch, descDecisions, s.classes[n][i], n, string(cl))
+			}
+		}
+		if s.cfg.SelfCheck > 0 {
+			for n, c := range s.checks.disagreements {
+				scrape.Counter(ch, descDisagreements, c, n)
+			}
+			for i, o := range []string{"checked", "dropped", "too_large"} {
+				scrape.Counter(ch, descSelfCheck, s.checks.n[i].Load(), o)
 			}
 		}
 		s.classMu.Unlock()
@@ -57,5 +72,5 @@ func (s *Shadow) Collector() prometheus.Collector {
 		for i, r := range []string{"promoted", "forced", "refused"} {
 			scrape.Counter(ch, descPromotions, s.promotions[i].Load(), r)
 		}
-	}, descDecisions, descSampled, descDropped, descQueued, descEval, descThrottled, descPaused, descCandidate, descPromotions)
+	}, descDecisions, descSampled, descDropped, descQueued, descEval, descThrottled, descPaused, descCandidate, descPromotions, descDisagreements, descSelfCheck)
 }

@@ -62,6 +62,11 @@ type Config struct {
 	DecisionLog string
 	// Logger receives the shadow's own warnings; nil means slog.Default().
 	Logger *slog.Logger
+	// SelfCheck is the fraction of the live revision's compiled answers
+	// the self-check decides again (selfcheck.go); 0: none. SelfCheckBytes
+	// bounds the inputs waiting for it.
+	SelfCheck      float64
+	SelfCheckBytes int64
 	// Prover, when set, is told of each candidate and proves it against
 	// the live revision (the semantic diff); the promotion gate states its
 	// proofs beside the judged decisions (Report.Evidence, Gate.ProofRefusals).
@@ -96,6 +101,7 @@ type Shadow struct {
 	log    *slog.Logger
 	budget *budget
 	jobs   *queue.Queue[*Ticket]
+	checks lane // the self-check's (selfcheck.go)
 
 	cur  atomic.Pointer[run] // nil: no candidate
 	last atomic.Pointer[run] // the candidate Stats account for: cur, or the last one
@@ -146,10 +152,11 @@ const (
 	numCounts
 )
 
-// add counts v of kind k for r's candidate (nil: none) and in the totals.
+// add counts v of kind k for r's candidate and in the totals; nothing for
+// the self-check (r nil), which has its own account.
 func (s *Shadow) add(r *run, k int, v int64) {
-	s.total[k].Add(v)
 	if r != nil {
+		s.total[k].Add(v)
 		r.n[k].Add(v)
 	}
 }
@@ -165,7 +172,9 @@ func New(cfg Config) *Shadow {
 	defaults.Set(&cfg.CPU, DefaultCPU)
 	defaults.Set(&cfg.Timeout, DefaultTimeout)
 	defaults.Set(&cfg.Examples, DefaultExamples)
+	defaults.Set(&cfg.SelfCheckBytes, DefaultSelfCheckBytes)
 	s := &Shadow{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
+	s.checks = lane{q: queue.New[engine.Recheck](queue.Limits{Items: selfCheckQueue, Bytes: cfg.SelfCheckBytes, HoldBytes: true}), disagreements: map[string]uint64{}}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	for range cfg.Workers {
 		s.wg.Add(1)
@@ -326,11 +335,18 @@ func (t *Ticket) finish(r *Result) {
 func (s *Shadow) work() {
 	defer s.wg.Done()
 	var one []*Ticket
+	var check []engine.Recheck
 	for s.ctx.Err() == nil {
+		if check, _ = s.checks.q.Take(check[:0], 1); len(check) == 1 { // the live revision's first
+			s.recheck(check[0])
+			check[0] = engine.Recheck{}
+			continue
+		}
 		if one, _ = s.jobs.Take(one[:0], 1); len(one) == 0 {
 			select {
 			case <-s.ctx.Done():
 			case <-s.jobs.Ready():
+			case <-s.checks.q.Ready():
 			}
 			continue
 		}
@@ -359,7 +375,7 @@ func (s *Shadow) judge(t *Ticket) {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.Timeout)
 	defer cancel()
-	j, d := s.evaluate(ctx, r, req)
+	j, d := s.judgeWith(ctx, r, req)
 	switch {
 	case r.ctx.Err() != nil:
 		// Replaced, promoted or closed while it ran: its answer, cut off,
@@ -380,14 +396,22 @@ func (s *Shadow) judge(t *Ticket) {
 	t.finish(&Result{Judgement: j, Duration: d})
 }
 
-// evaluate judges req with r's candidate, within ctx, and returns the time
-// it ran. The candidate runs on time the live decisions leave idle, within
-// its CPU budget: it starts when no live decision is in flight, and every
-// few dozen evaluation steps it pays for the time it ran, pauses while a
-// live decision is in flight (going on after a quiet millisecond) and while
-// the budget is in debt (engine.Background). Its deadline counts only the
-// time it runs.
-func (s *Shadow) evaluate(ctx context.Context, r *run, req Request) (Judgement, time.Duration) {
+// judgeWith judges req with r's candidate, within ctx, and returns the time
+// it ran.
+func (s *Shadow) judgeWith(ctx context.Context, r *run, req Request) (j Judgement, d time.Duration) {
+	req.Options.Topdown = true // background work runs on the authority, the evaluator that pauses
+	d = s.evaluate(ctx, r, func(ctx context.Context) { j = Judge(ctx, r.cand.Snapshot, req) })
+	return j, d
+}
+
+// evaluate runs eval (r's candidate's, or the self-check's when r is nil)
+// within ctx, and returns the time it ran. It runs on time the live
+// decisions leave idle, within its CPU budget: it starts when no live
+// decision is in flight, and every few dozen evaluation steps it pays for
+// the time it ran, pauses while a live decision is in flight (going on
+// after a quiet millisecond) and while the budget is in debt
+// (engine.Background). Its deadline counts only the time it runs.
+func (s *Shadow) evaluate(ctx context.Context, r *run, eval func(context.Context)) time.Duration {
 	var paused time.Duration
 	seen := s.starts.Load()
 	idle := func() {
@@ -405,16 +429,17 @@ func (s *Shadow) evaluate(ctx context.Context, r *run, req Request) (Judgement, 
 		paused += w
 		mark = time.Now()
 	}
-	s.inflight.Add(1)
+	if r != nil {
+		s.inflight.Add(1)
+		defer s.inflight.Add(-1)
+	}
 	start := time.Now()
-	req.Options.Topdown = true // background work runs on the authority, the evaluator that pauses
-	j := Judge(engine.Background(ctx, pause), r.cand.Snapshot, req)
+	eval(engine.Background(ctx, pause))
 	s.budget.spend(time.Since(mark))
 	d := time.Since(start)
-	s.inflight.Add(-1)
 	d -= min(d, paused)
 	s.add(r, cEvalNS, int64(d))
-	return j, d
+	return d
 }
 
 // LiveStart and LiveEnd bracket every live decision request: while any is
@@ -510,7 +535,8 @@ func (s *Shadow) count(decision string, c Class) {
 // ctx's error when a worker does not stop in time.
 func (s *Shadow) Close(ctx context.Context) error {
 	s.jobs.Close() // no ticket enters now, so taking what is queued finishes every one
-	s.stop()       // before adminMu: it ends a promotion's catchUp too
+	s.checks.q.Close()
+	s.stop() // before adminMu: it ends a promotion's catchUp too
 	s.adminMu.Lock()
 	s.clear()
 	s.adminMu.Unlock()
@@ -725,7 +751,7 @@ func (s *Shadow) catchUp(ctx context.Context, r *run) []string {
 		defer cancel()
 		w, _ := s.budget.wait(jctx)
 		s.add(r, cWaitNS, int64(w))
-		j, _ := s.evaluate(jctx, r, req)
+		j, _ := s.judgeWith(jctx, r, req)
 		if jctx.Err() != nil {
 			return cmp.Or(ctx.Err(), errPausedTooLong)
 		}

@@ -95,7 +95,7 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 	if a.fl, err = newFleet(c, a.eng, log); err != nil {
 		return err
 	}
-	if a.sh, err = newShadowing(ctx, c, a.eng, a.ecfg, a.diffs, log); err != nil { // a candidate in shadow (shadow.go)
+	if err = a.sh.start(ctx, c, a.eng, a.ecfg, log); err != nil { // a candidate in shadow (serve_shadow.go)
 		return err
 	}
 	if a.ds, err = newStore(c, a.eng, log); err != nil {
@@ -123,7 +123,7 @@ func (a *assembly) startEngine(ctx context.Context) error {
 	c, log := a.c, a.log
 	a.ecfg = c.engine
 	a.ecfg.Policies, a.ecfg.Schemas, a.ecfg.Tests = c.policies, c.schemas, c.tests
-	a.ecfg.MaxInputValues, a.ecfg.SelfCheck = int(c.api.MaxInputValues), selfCheck(c.selfCheckRate, log)
+	a.ecfg.MaxInputValues = int(c.api.MaxInputValues)
 	// The semantic diff of each revision made live against the one it
 	// replaced, and of the shadow candidate against the live one: in the
 	// background, one at a time, never holding up an activation.
@@ -141,6 +141,10 @@ func (a *assembly) startEngine(ctx context.Context) error {
 		if c.diffGate {
 			opts = append(opts, engine.WithChecks(diff.GateCheck(child)))
 		}
+	}
+	a.sh = newShadow(c, a.diffs, log)
+	if c.selfCheckRate > 0 {
+		a.ecfg.SelfCheck = a.sh.sh.SelfCheck
 	}
 	eng, err := newEngine(ctx, c, a.ecfg, log, opts...)
 	if err != nil {
@@ -257,9 +261,6 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 	}
 	if a.pg != nil {
 		scfg.UI = a.pg.handler
-	}
-	if a.ecfg.SelfCheck != nil {
-		scfg.CompiledDisagreements, scfg.SelfCheckCounts = a.ecfg.SelfCheck.Disagreements, a.ecfg.SelfCheck.Counts
 	}
 	a.conns = server.NewConnLimiter(c.connectionCap(), c.api.MinBodyRate)
 	a.srv = &http.Server{

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -132,20 +131,4 @@ func logSkipped(log *slog.Logger, trigger string, skipped []engine.SkippedFile) 
 	for _, s := range skipped {
 		log.Warn("file skipped", "trigger", trigger, "file", s.File, "reason", s.Reason)
 	}
-}
-
-// selfCheck is the runtime self-check of compiled decisions (nil when the
-// rate is 0): a disagreement is logged with both answers.
-func selfCheck(rate float64, log *slog.Logger) *engine.SelfCheck {
-	if rate <= 0 {
-		return nil
-	}
-	return &engine.SelfCheck{Rate: rate, OnDisagreement: func(d engine.Disagreement) {
-		input := string(d.Input)
-		if len(input) > 4096 {
-			input = fmt.Sprintf("(%d bytes, in the decision log)", len(d.Input))
-		}
-		log.Error("compiled evaluation disagrees with topdown; the decision runs on topdown until the next reload",
-			"decision", d.Decision, "revision", d.Revision, "compiled", d.Compiled, "topdown", d.Topdown, "input", input)
-	}}
 }

@@ -85,19 +85,24 @@ type shadowing struct {
 	srv    *server.ShadowConfig
 }
 
-// newShadowing starts the shadow's workers and loads the candidate of
-// --shadow-policies through the gate (a failure is a failed start, as a
-// live revision's is). Candidates are built with the live configuration
-// (deadline, limits, self-check), so a promoted one runs as a reload would.
-func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, diffs *diff.Runner, log *slog.Logger) (*shadowing, error) {
-	forbid, _ := c.forbidden()
+// newShadow starts the shadow's workers, which run the self-check of the
+// live revision's compiled answers too: before the first revision loads.
+func newShadow(c *serveConfig, diffs *diff.Runner, log *slog.Logger) *shadowing {
 	scfg := c.sampling
-	scfg.DecisionLog, scfg.Logger = c.decisionLog, log
+	scfg.DecisionLog, scfg.Logger, scfg.SelfCheck = c.decisionLog, log, c.selfCheckRate
 	if diffs != nil {
 		scfg.Prover = diffs
 	}
-	sh := shadow.New(scfg)
-	s := &shadowing{sh: sh}
+	return &shadowing{sh: shadow.New(scfg)}
+}
+
+// start loads the candidate of --shadow-policies through the gate (a
+// failure is a failed start, as a live revision's is). Candidates are
+// built with the live configuration (deadline, limits, self-check), so a
+// promoted one runs as a reload would.
+func (s *shadowing) start(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, log *slog.Logger) error {
+	forbid, _ := c.forbidden()
+	sh := s.sh
 	s.srv = &server.ShadowConfig{
 		Shadow:  sh,
 		Engine:  eng,
@@ -122,7 +127,7 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		snap, err := eng.Judge(ctx, cand)
 		if err != nil {
 			_ = sh.Close(context.Background())
-			return nil, fmt.Errorf("loading the shadow candidate: %w", err)
+			return fmt.Errorf("loading the shadow candidate: %w", err)
 		}
 		sh.Set(&shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now()})
 		log.Info("candidate in shadow", "revision", snap.Revision, "origin", cand.Origin(), "rate", c.sampling.Rate, "cpu", c.sampling.CPU)
@@ -142,11 +147,11 @@ func newShadowing(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg 
 		})
 		if err != nil {
 			_ = sh.Close(context.Background())
-			return nil, fmt.Errorf("--shadow-bundle-url: %w", err)
+			return fmt.Errorf("--shadow-bundle-url: %w", err)
 		}
 		s.source = src
 	}
-	return s, nil
+	return nil
 }
 
 // shadowBundleName names the shadow's bundle in status, metrics and logs.
