@@ -60,13 +60,14 @@ func (s *Shadow) SelfChecked() uint64 { return s.checks.n[0].Load() }
 // deadline, the check is inconclusive.
 func (s *Shadow) recheck(c engine.Recheck) {
 	defer s.checks.q.Done(int64(len(c.Input)))
-	s.checks.n[0].Add(1)
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 	defer cancel()
 	var d *engine.Disagreement
-	if _, err := s.budget.wait(ctx); err == nil {
-		s.evaluate(ctx, nil, func(ctx context.Context) { d = c.Run(ctx) })
+	if _, err := s.budget.wait(ctx); err != nil {
+		return // the budget never came (stopping, or the timeout): not checked
 	}
+	s.checks.n[0].Add(1)
+	s.evaluate(ctx, nil, func(ctx context.Context) { d = c.Run(ctx) })
 	if d == nil {
 		return
 	}
