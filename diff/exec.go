@@ -317,27 +317,24 @@ func (an *analysis) joinVal(x, y alt) (val, bool) {
 			return xv, true
 		}
 		b := an.vs.b
-		return &coll{kind: xv.kind, alloc: xv.alloc, elems: joinMembers(b, xv.elems, yv.elems, x.g, y.g), q: joinMembers(b, xv.q, yv.q, x.g, y.g)}, true
+		return &coll{kind: xv.kind, alloc: xv.alloc, elems: joinMembers(b, xv.elems, yv.elems, x.g, y.g, (*elem).guarded), q: joinMembers(b, xv.q, yv.q, x.g, y.g, (*qelem).guarded)}, true
 	}
 	return nil, false
 }
 
 // joinMembers joins two versions of one collection's members: what they
 // share, then the rest of each under its path's guard.
-func joinMembers[T interface {
-	comparable
-	guarded(*smt.Builder, *smt.Term) T
-}](b *smt.Builder, xs, ys []T, gx, gy *smt.Term) []T {
+func joinMembers[T comparable](b *smt.Builder, xs, ys []T, gx, gy *smt.Term, guarded func(T, *smt.Builder, *smt.Term) T) []T {
 	n := 0
 	for n < len(xs) && n < len(ys) && xs[n] == ys[n] {
 		n++
 	}
 	out := append([]T(nil), xs[:n]...)
 	for _, e := range xs[n:] {
-		out = append(out, e.guarded(b, gx))
+		out = append(out, guarded(e, b, gx))
 	}
 	for _, e := range ys[n:] {
-		out = append(out, e.guarded(b, gy))
+		out = append(out, guarded(e, b, gy))
 	}
 	return out
 }
