@@ -186,31 +186,10 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		revisions[r.revision]++
 		replicas[r.replica]++
 	}
-	var shownRev, shownRep map[string]int
 	out.Reasons, out.OtherReasons = top(reasons, q.Series)
-	series := index(out.Reasons)
 	revKeys, otherRev := top(revisions, q.Groups)
 	repKeys, otherRep := top(replicas, q.Groups)
-	shownRev, shownRep = index(revKeys), index(repKeys)
-	width := len(out.Reasons)
-	if out.OtherReasons > 0 {
-		width++
-	}
-	newTallies := func(keys []string, others int) []Tally {
-		ts := make([]Tally, len(keys), len(keys)+1)
-		for i, k := range keys {
-			ts[i] = Tally{Key: k, Counts: make([]int, width)}
-		}
-		if others > 0 {
-			ts = append(ts, Tally{Other: true, Others: others, Counts: make([]int, width)})
-		}
-		return ts
-	}
-	out.Time = newTallies(nil, 0)
-	for i := range q.Window.Buckets() {
-		out.Time = append(out.Time, Tally{Key: strconv.Itoa(i), Counts: make([]int, width)})
-	}
-	out.Revisions, out.Replicas = newTallies(revKeys, otherRev), newTallies(repKeys, otherRep)
+	shownRev, shownRep, series := out.bars(revKeys, otherRev, repKeys, otherRep)
 	at := func(shown map[string]int, ts []Tally, k string) *Tally {
 		if i, ok := shown[k]; ok {
 			return &ts[i]
@@ -225,7 +204,7 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		for _, x := range r.reasons {
 			s, ok := series[x]
 			if !ok {
-				s = width - 1
+				s = len(bars[0].Counts) - 1 // "other"
 			}
 			for _, b := range bars {
 				b.Counts[s]++
@@ -253,6 +232,34 @@ func index(keys []string) map[string]int {
 		m[k] = i
 	}
 	return m
+}
+
+// bars makes out's bars, zero: one per bucket, per revision and per
+// replica of the keys given (then one "other" for the others lumped), each
+// with a count per reason of out.Reasons (then one "other" when
+// out.OtherReasons). It returns where each revision, replica and reason
+// stands in them.
+func (out *Refusals) bars(revKeys []string, otherRev int, repKeys []string, otherRep int) (revAt, repAt, series map[string]int) {
+	width := len(out.Reasons)
+	if out.OtherReasons > 0 {
+		width++
+	}
+	tallies := func(keys []string, others int) []Tally {
+		ts := make([]Tally, len(keys), len(keys)+1)
+		for i, k := range keys {
+			ts[i] = Tally{Key: k, Counts: make([]int, width)}
+		}
+		if others > 0 {
+			ts = append(ts, Tally{Other: true, Others: others, Counts: make([]int, width)})
+		}
+		return ts
+	}
+	out.Time = tallies(nil, 0)
+	for i := range out.Window.Buckets() {
+		out.Time = append(out.Time, Tally{Key: strconv.Itoa(i), Counts: make([]int, width)})
+	}
+	out.Revisions, out.Replicas = tallies(revKeys, otherRev), tallies(repKeys, otherRep)
+	return index(revKeys), index(repKeys), index(out.Reasons)
 }
 
 // refusalsSQL counts the refusals in the database: the newest
@@ -372,27 +379,7 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	out.OtherReasons = distinct[0] - len(out.Reasons)
 	revKeys, _ := top(revisions, q.Groups)
 	repKeys, _ := top(replicas, q.Groups)
-	width := len(out.Reasons)
-	if out.OtherReasons > 0 {
-		width++
-	}
-	bars := func(keys []string, others int) ([]Tally, map[string]int) {
-		ts := make([]Tally, 0, len(keys)+1)
-		for _, k := range keys {
-			ts = append(ts, Tally{Key: k, Counts: make([]int, width)})
-		}
-		if others > 0 {
-			ts = append(ts, Tally{Other: true, Others: others, Counts: make([]int, width)})
-		}
-		return ts, index(keys)
-	}
-	for i := range q.Window.Buckets() {
-		out.Time = append(out.Time, Tally{Key: strconv.Itoa(i), Counts: make([]int, width)})
-	}
-	var revAt, repAt map[string]int
-	out.Revisions, revAt = bars(revKeys, distinct[1]-len(revKeys))
-	out.Replicas, repAt = bars(repKeys, distinct[2]-len(repKeys))
-	series := index(out.Reasons)
+	revAt, repAt, series := out.bars(revKeys, distinct[1]-len(revKeys), repKeys, distinct[2]-len(repKeys))
 	pick := func(ts []Tally, at map[string]int, k *string) *Tally {
 		if k == nil {
 			return &ts[len(ts)-1]
@@ -418,7 +405,7 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 			t.Total = int(g.n)
 			continue
 		}
-		s := width - 1
+		s := len(t.Counts) - 1 // "other"
 		if g.reason != nil {
 			s = series[*g.reason]
 		}
