@@ -263,12 +263,10 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 		if n.integral() {
 			got = tInteger
 		}
+		w.canonBuf = n.appendCanonical(w.canonBuf[:0])
+		canon = w.canonBuf
 	}
 	if len(set) > 0 {
-		if canon == nil {
-			w.canonBuf = n.appendCanonical(w.canonBuf[:0])
-			canon = w.canonBuf
-		}
 		v := scalar{kind: tNumber, s: unsafe.String(unsafe.SliceData(canon), len(canon))}
 		alive := w.check(set, got, v, func() any { return json.Number(lit) })
 		for i, nd := range set {
@@ -279,10 +277,6 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 	}
 	if proj == nil || !w.valid {
 		return nil, nil
-	}
-	if canon == nil {
-		w.canonBuf = n.appendCanonical(w.canonBuf[:0])
-		canon = w.canonBuf
 	}
 	if len(canon) <= 3 && canon[0] != '-' {
 		i, _ := strconv.Atoi(string(canon))
@@ -315,20 +309,11 @@ func (w *walker) checkBounds(nd *node, n number, lit []byte) {
 // boundMessage words a bound violation as the library does, with exact
 // numbers where the library would print float64s.
 func boundMessage(b bound, n number) string {
-	got := string(n.appendCanonical(nil))
-	want := b.r.RatString()
-	switch b.kind {
-	case bMin:
-		return "minimum: got " + got + ", want " + want
-	case bMax:
-		return "maximum: got " + got + ", want " + want
-	case bExclMin:
-		return "exclusiveMinimum: got " + got + ", want " + want
-	case bExclMax:
-		return "exclusiveMaximum: got " + got + ", want " + want
-	default:
+	got, want := string(n.appendCanonical(nil)), b.r.RatString()
+	if b.kind == bMultiple {
 		return got + " not multipleOf " + want
 	}
+	return [...]string{bMin: "minimum", bMax: "maximum", bExclMin: "exclusiveMinimum", bExclMax: "exclusiveMaximum"}[b.kind] + ": got " + got + ", want " + want
 }
 
 func (w *walker) stringValue(set []*node, proj *Projection) (*ast.Term, error) {

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -158,12 +157,7 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	if policy == nil || policy.Plans == nil {
 		return nil, unsupported("empty policy")
 	}
-	var plan *ir.Plan
-	for _, pl := range policy.Plans.Plans {
-		if pl.Name == entry {
-			plan = pl
-		}
-	}
+	plan := planNamed(policy, entry)
 	if plan == nil {
 		return nil, unsupported("no plan named %q", entry)
 	}
@@ -248,11 +242,20 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	p.nmemo = c.nmemo
 	p.maxArgs = c.maxArgs
 	p.kinds = c.kinds
-	for _, f := range c.built {
-		p.funcs = append(p.funcs, f)
-	}
-	sort.Slice(p.funcs, func(i, j int) bool { return p.funcs[i].name < p.funcs[j].name })
+	p.funcs = slices.SortedFunc(maps.Values(c.built), func(a, b *function) int { return strings.Compare(a.name, b.name) })
 	return p, nil
+}
+
+// planNamed is the plan of policy named name, the last one of that name,
+// or nil.
+func planNamed(policy *ir.Policy, name string) *ir.Plan {
+	var plan *ir.Plan
+	for _, pl := range policy.Plans.Plans {
+		if pl.Name == name {
+			plan = pl
+		}
+	}
+	return plan
 }
 
 // frameSize is the number of locals a frame running blocks needs, at
@@ -269,10 +272,7 @@ func frameSize(blocks []*ir.Block, named ...ir.Local) int {
 }
 
 func (c *compiler) allDynamic(base map[*function]bool) map[*function]bool {
-	out := map[*function]bool{}
-	for f := range base {
-		out[f] = true
-	}
+	out := maps.Clone(base)
 	for _, f := range c.dynamic {
 		out[f] = true
 	}

@@ -117,20 +117,8 @@ func sameInfo(a, b *info) bool {
 	if a == nil {
 		return true
 	}
-	if a.other != b.other || a.coll != b.coll || a.dirtyCol != b.dirtyCol || len(a.paths) != len(b.paths) || len(a.consts) != len(b.consts) {
-		return false
-	}
-	for p := range a.paths {
-		if !b.paths[p] {
-			return false
-		}
-	}
-	for k := range a.consts {
-		if _, ok := b.consts[k]; !ok {
-			return false
-		}
-	}
-	return true
+	return a.other == b.other && a.coll == b.coll && a.dirtyCol == b.dirtyCol && maps.Equal(a.paths, b.paths) &&
+		maps.EqualFunc(a.consts, b.consts, func(_, _ *ast.Term) bool { return true }) // constants by key
 }
 
 type absState map[ir.Local]*info
@@ -204,12 +192,7 @@ func newAnalysis(policy *ir.Policy) *analysis {
 }
 
 func analyzeInput(p *Program) *Projection {
-	var plan *ir.Plan
-	for _, pl := range p.policy.Plans.Plans {
-		if pl.Name == p.entry {
-			plan = pl
-		}
-	}
+	plan := planNamed(p.policy, p.entry)
 	if plan == nil {
 		return &Projection{All: true}
 	}
