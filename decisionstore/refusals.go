@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
@@ -327,10 +329,6 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	allowJSON, _ := json.Marshal(allow)
 	sql := fmt.Sprintf(refusalsSQL, MaxReasonsPerRefusal, strings.Join(append(conds, inputs...), " AND "),
 		arg(string(allowJSON)), arg(q.MaxRefusals), arg(q.Series), arg(q.Groups), arg(q.Window.Since), arg(q.Window.Step.Microseconds()))
-	rows, err := r.db.Query(ctx, sql, args...)
-	if err != nil {
-		return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
-	}
 	type group struct {
 		set                       int
 		bucket                    *int
@@ -338,16 +336,16 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 		isReason                  bool
 		n                         int64
 	}
+	rows, err := r.db.Query(ctx, sql, args...)
 	var got []group
-	for rows.Next() {
-		var g group
-		if err := rows.Scan(&g.set, &g.bucket, &g.revision, &g.replica, &g.reason, &g.isReason, &g.n); err != nil {
-			rows.Close()
-			return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
-		}
-		got = append(got, g)
+	if err == nil {
+		got, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (group, error) {
+			var g group
+			err := row.Scan(&g.set, &g.bucket, &g.revision, &g.replica, &g.reason, &g.isReason, &g.n)
+			return g, err
+		})
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
 	}
 	// The bars' order and the series are ranked here, as TallyRefusals ranks

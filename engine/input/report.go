@@ -82,12 +82,8 @@ func (r *reporter) addAt(ptr, msg string) {
 	r.violations = append(r.violations, Violation{Path: ptr, Message: msg})
 }
 
-// list returns the violations sorted by path, each once, with a last entry
-// counting those beyond MaxViolations.
-func (r *reporter) list() []Violation {
-	return finish(r.violations, r.extra)
-}
-
+// finish returns the violations sorted by path, each once, with a last
+// entry counting those beyond MaxViolations (extra and those past it).
 func finish(out []Violation, extra int) []Violation {
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	out = slices.Compact(out)
