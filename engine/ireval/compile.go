@@ -38,17 +38,8 @@ type Program struct {
 	policy    *ir.Policy
 	funcs     []*function // every function reachable from the plan
 	pool      statePool
-	kinds     map[string]int
 	projOnce  sync.Once
 	proj      *Projection
-}
-
-// StatementKinds counts the IR statements compiled into p (functions
-// included), by kind: "DotStmt", "ScanStmt", ...
-func (p *Program) StatementKinds() map[string]int {
-	out := make(map[string]int, len(p.kinds))
-	maps.Copy(out, p.kinds)
-	return out
 }
 
 // Functions lists the plan functions p can call, by name
@@ -60,9 +51,6 @@ func (p *Program) Functions() []string {
 	}
 	return out
 }
-
-// Entrypoint is the name of the plan the Program runs.
-func (p *Program) Entrypoint() string { return p.entry }
 
 // stmt runs one statement on the frame l. It returns next to go on with the
 // following statement, k >= 0 to leave k+1 enclosing blocks (0: the
@@ -136,7 +124,6 @@ type compiler struct {
 	// function whose callees the statements compiled now add to (a stand-in
 	// for the plan's).
 	cur, scope *function
-	kinds      map[string]int // statements compiled, by kind
 	// err is the first operand of the statement being compiled that did
 	// not compile (stmt returns it).
 	err error
@@ -162,7 +149,7 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 		return nil, unsupported("no plan named %q", entry)
 	}
 	top := &function{callee: map[*function]bool{}} // the plan's callees
-	c := &compiler{policy: policy, funcs: map[string]*ir.Func{}, built: map[string]*function{}, busy: map[string]bool{}, dynamic: map[string]*function{}, kinds: map[string]int{}, scope: top}
+	c := &compiler{policy: policy, funcs: map[string]*ir.Func{}, built: map[string]*function{}, busy: map[string]bool{}, dynamic: map[string]*function{}, scope: top}
 	if policy.Static != nil {
 		for _, s := range policy.Static.Strings {
 			c.strs = append(c.strs, ast.StringTerm(s.Value))
@@ -241,7 +228,6 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	p.stackSize = p.nlocal + n
 	p.nmemo = c.nmemo
 	p.maxArgs = c.maxArgs
-	p.kinds = c.kinds
 	p.funcs = slices.SortedFunc(maps.Values(c.built), func(a, b *function) int { return strings.Compare(a.name, b.name) })
 	return p, nil
 }
@@ -431,7 +417,6 @@ func (c *compiler) fail(err error) {
 
 // stmt compiles one statement: a statement of control, or one of values.
 func (c *compiler) stmt(s ir.Stmt, depth int) (stmt, error) {
-	c.kinds[fmt.Sprintf("%T", s)[len("*ir."):]]++
 	out, err := c.control(s, depth)
 	if out == nil && err == nil {
 		out = c.value(s)
