@@ -352,32 +352,24 @@ func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, m
 // index (listByInputQuery).
 const listProbeRows = 1000
 
-// listConditions are f's conditions and the cursor's, the input's apart,
-// and their arguments.
-func listConditions(f Filter, before Cursor) (conds, inputs []string, args []any) {
-	conds, inputs, args = f.conditions()
-	if !before.IsZero() {
-		n := len(args)
-		args = append(args, before.Time, before.ID, before.Kind)
-		// time <= is what the (time DESC) index can seek on; the row
-		// comparison breaks ties within one microsecond.
-		conds = append(conds, fmt.Sprintf("time <= $%d AND (time, decision_id, kind) < ($%d, $%d, $%d)", n+1, n+1, n+2, n+3))
-	}
-	return conds, inputs, args
-}
-
 // inputExpr is a row's input document, as the input's GIN index holds it
 // (migration 003): the same expression, so that the planner finds it.
 const inputExpr = "arbiter_store.record_input(record, path)"
 
 const newestFirst = " ORDER BY time DESC, decision_id DESC, kind DESC"
 
-// listParts are what both of list's queries build on: the conditions
-// (the input's apart), the columns a row is read with (its record up to
-// maxRecord bytes; its run id when runs is set), and the arguments, of
-// which $n+1 is limit+1.
+// listParts are what both of list's queries build on: the conditions of
+// f and the cursor (the input's apart), the columns a row is read with
+// (its record up to maxRecord bytes; its run id when runs is set), and
+// the arguments, of which $n+1 is limit+1.
 func listParts(f Filter, before Cursor, limit int, maxRecord int64, runs []byte) (conds, inputs []string, cols string, args []any, n int) {
-	conds, inputs, args = listConditions(f, before)
+	conds, inputs, args = f.conditions()
+	if n = len(args); !before.IsZero() {
+		args = append(args, before.Time, before.ID, before.Kind)
+		// time <= is what the (time DESC) index can seek on; the row
+		// comparison breaks ties within one microsecond.
+		conds = append(conds, fmt.Sprintf("time <= $%d AND (time, decision_id, kind) < ($%d, $%d, $%d)", n+1, n+1, n+2, n+3))
+	}
 	n = len(args)
 	args = append(args, limit+1, maxRecord, HeadBytes)
 	cols = rowColumns + recordColumn(n+2, n+3)

@@ -52,16 +52,13 @@ func (r *reporter) push(key string, index int) {
 func (r *reporter) pop() { r.path = r.path[:len(r.path)-1] }
 
 func (r *reporter) pointer() string {
-	var b []byte
-	for _, t := range r.path {
-		b = append(b, '/')
-		if t.index >= 0 {
-			b = strconv.AppendInt(b, int64(t.index), 10)
-		} else {
-			b = append(b, jsonptr.Escape(t.key)...)
+	toks := make([]string, len(r.path))
+	for i, t := range r.path {
+		if toks[i] = t.key; t.index >= 0 {
+			toks[i] = strconv.Itoa(t.index)
 		}
 	}
-	return string(b)
+	return jsonptr.Join(toks)
 }
 
 // add records msg at the current location plus names (a missing or

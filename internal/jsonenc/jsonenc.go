@@ -104,19 +104,13 @@ func AppendValue(b []byte, v ast.Value) ([]byte, error) {
 	case ast.Set:
 		b = append(b, '[')
 		var err error
-		first := true
-		x.Foreach(func(t *ast.Term) {
-			if err != nil {
-				return
-			}
-			if !first {
+		for i, t := range x.Slice() { // sorted, as Foreach would give them
+			if i > 0 {
 				b = append(b, ',')
 			}
-			first = false
-			b, err = AppendValue(b, t.Value)
-		})
-		if err != nil {
-			return b, err
+			if b, err = AppendValue(b, t.Value); err != nil {
+				return b, err
+			}
 		}
 		return append(b, ']'), nil
 	case ast.Object:
