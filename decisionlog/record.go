@@ -1,5 +1,3 @@
-// Package decisionlog records every decision as one JSON line, off the request
-// path, so that it can be audited and decided again by `arbiter replay`.
 package decisionlog
 
 import (

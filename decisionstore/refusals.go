@@ -188,10 +188,7 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		revisions[r.revision]++
 		replicas[r.replica]++
 	}
-	out.Reasons, out.OtherReasons = top(reasons, q.Series)
-	revKeys, otherRev := top(revisions, q.Groups)
-	repKeys, otherRep := top(replicas, q.Groups)
-	shownRev, shownRep, series := out.bars(revKeys, otherRev, repKeys, otherRep)
+	shownRev, shownRep, series := out.bars(q, reasons, revisions, replicas, [3]int{len(reasons), len(revisions), len(replicas)})
 	at := func(shown map[string]int, ts []Tally, k string) *Tally {
 		if i, ok := shown[k]; ok {
 			return &ts[i]
@@ -217,15 +214,12 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 }
 
 // top are the n keys of counts with the highest counts (ties by name,
-// bytewise, as the store's COLLATE "C"), and how many others there are.
-func top(counts map[string]int, n int) ([]string, int) {
+// bytewise, as the store's COLLATE "C").
+func top(counts map[string]int, n int) []string {
 	keys := slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
 		return cmp.Or(cmp.Compare(counts[b], counts[a]), strings.Compare(a, b))
 	})
-	if len(keys) <= n {
-		return keys, 0
-	}
-	return keys[:n], len(keys) - n
+	return keys[:min(n, len(keys))]
 }
 
 func index(keys []string) map[string]int {
@@ -236,12 +230,16 @@ func index(keys []string) map[string]int {
 	return m
 }
 
-// bars makes out's bars, zero: one per bucket, per revision and per
-// replica of the keys given (then one "other" for the others lumped), each
-// with a count per reason of out.Reasons (then one "other" when
-// out.OtherReasons). It returns where each revision, replica and reason
+// bars ranks the reasons, revisions and replicas counted (of which there
+// are distinct in all) into out's series and makes out's bars, zero: one
+// per bucket, per revision and per replica shown (then one "other" for the
+// others lumped), each with a count per series (then one "other" when
+// reasons are lumped). It returns where each revision, replica and reason
 // stands in them.
-func (out *Refusals) bars(revKeys []string, otherRev int, repKeys []string, otherRep int) (revAt, repAt, series map[string]int) {
+func (out *Refusals) bars(q RefusalQuery, reasons, revisions, replicas map[string]int, distinct [3]int) (revAt, repAt, series map[string]int) {
+	out.Reasons = top(reasons, q.Series)
+	out.OtherReasons = distinct[0] - len(out.Reasons)
+	revKeys, repKeys := top(revisions, q.Groups), top(replicas, q.Groups)
 	width := len(out.Reasons)
 	if out.OtherReasons > 0 {
 		width++
@@ -260,7 +258,7 @@ func (out *Refusals) bars(revKeys []string, otherRev int, repKeys []string, othe
 	for i := range out.Window.Buckets() {
 		out.Time = append(out.Time, Tally{Key: strconv.Itoa(i), Counts: make([]int, width)})
 	}
-	out.Revisions, out.Replicas = tallies(revKeys, otherRev), tallies(repKeys, otherRep)
+	out.Revisions, out.Replicas = tallies(revKeys, distinct[1]-len(revKeys)), tallies(repKeys, distinct[2]-len(repKeys))
 	return index(revKeys), index(repKeys), index(out.Reasons)
 }
 
@@ -373,11 +371,7 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 			replicas[*g.replica] = int(g.n)
 		}
 	}
-	out.Reasons, _ = top(reasons, q.Series)
-	out.OtherReasons = distinct[0] - len(out.Reasons)
-	revKeys, _ := top(revisions, q.Groups)
-	repKeys, _ := top(replicas, q.Groups)
-	revAt, repAt, series := out.bars(revKeys, distinct[1]-len(revKeys), repKeys, distinct[2]-len(repKeys))
+	revAt, repAt, series := out.bars(q, reasons, revisions, replicas, distinct)
 	pick := func(ts []Tally, at map[string]int, k *string) *Tally {
 		if k == nil {
 			return &ts[len(ts)-1]
