@@ -2,6 +2,7 @@ package decisionlog
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,10 +52,7 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 	case opts.sink != nil:
 		f.dest = opts.sink
 	case opts.Path == "-":
-		f.dest = opts.Stdout
-		if f.dest == nil {
-			f.dest = os.Stdout
-		}
+		f.dest = cmp.Or[io.Writer](opts.Stdout, os.Stdout)
 	default:
 		return f, f.open(opts)
 	}
@@ -62,15 +60,8 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 }
 
 func (l *fileSink) open(opts Options) error {
-	mb := defaults.Positive(opts.MaxMegabytes, DefaultMaxMegabytes)
-	backups := opts.MaxBackups
-	switch {
-	case backups == 0:
-		backups = DefaultMaxBackups
-	case backups < 0:
-		backups = 0 // keep every backup
-	}
-	l.maxWrite = MaxLineBytes(mb)
+	backups := max(0, cmp.Or(opts.MaxBackups, DefaultMaxBackups)) // negative: 0, every backup kept
+	l.maxWrite = MaxLineBytes(opts.MaxMegabytes)
 	rf, err := openRotating(opts.Path, l.maxWrite, backups, l.l.now)
 	if err != nil {
 		return err
@@ -103,8 +94,7 @@ func endsWithNewline(path string, n int64) bool {
 // record larger than the file may be is not written (add). The reader
 // bounds lines with it.
 func MaxLineBytes(maxMegabytes int) int64 {
-	maxMegabytes = defaults.Positive(maxMegabytes, DefaultMaxMegabytes)
-	return int64(maxMegabytes) << 20
+	return int64(defaults.Positive(maxMegabytes, DefaultMaxMegabytes)) << 20
 }
 
 // FlushDelay bounds how long a written record may wait in memory before it

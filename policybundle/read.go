@@ -179,9 +179,7 @@ func ReadLocalFile(path string, lim Limits) (*Revision, error) {
 }
 
 func readFile(path string, vc *bundle.VerificationConfig, skipVerify bool, lim Limits) (*Revision, error) {
-	if lim == (Limits{}) {
-		lim = DefaultLimits
-	}
+	lim = cmp.Or(lim, DefaultLimits)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

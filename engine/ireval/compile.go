@@ -596,7 +596,7 @@ func (c *compiler) value(s ir.Stmt) stmt {
 		return setLocal(int(s.Target), nil, next)
 
 	case *ir.AssignIntStmt:
-		return setLocal(int(s.Target), intTerm(s.Value), next)
+		return setLocal(int(s.Target), ast.InternedTerm(int(s.Value)), next)
 
 	case *ir.AssignVarStmt:
 		src, t := c.op(s.Source), int(s.Target)
@@ -623,7 +623,7 @@ func (c *compiler) value(s ir.Stmt) stmt {
 		return setLocal(int(s.Target), ast.InternedNullTerm, next)
 
 	case *ir.MakeNumberIntStmt:
-		return setLocal(int(s.Target), intTerm(s.Value), next)
+		return setLocal(int(s.Target), ast.InternedTerm(int(s.Value)), next)
 
 	case *ir.MakeNumberRefStmt:
 		// The literal as the parser read it: topdown's constant term.
@@ -766,10 +766,6 @@ func makeFresh(t ir.Local, mk func() ast.Value) stmt {
 // only those may be appended to or inserted into. Values of the input, the
 // data and builtin results are shared and never modified.
 var fresh = &ast.Location{File: "<ireval>"}
-
-func intTerm(v int64) *ast.Term {
-	return ast.InternedTerm(int(v))
-}
 
 // Dot looks key up in src as topdown does: an object member, an array
 // element at an integer index, a set element (the key itself); anything

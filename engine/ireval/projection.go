@@ -1,6 +1,7 @@
 package ireval
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -417,11 +418,7 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 				a.params[s.Func] = merged
 				a.changed = true
 			}
-			ret := a.returns[s.Func]
-			if ret == nil {
-				ret = &info{other: true}
-			}
-			st[s.Result] = ret
+			st[s.Result] = cmp.Or(a.returns[s.Func], &info{other: true})
 			return st
 		}
 		a.builtinCall(s.Func, args)
@@ -621,10 +618,7 @@ func Apply(doc any, p *Projection) (ast.Value, error) {
 		}
 		elems := make([]*ast.Term, len(v))
 		for i, x := range v {
-			sub := p.Index[i]
-			if sub == nil {
-				sub = p.Any
-			}
+			sub := cmp.Or(p.Index[i], p.Any)
 			if sub == nil {
 				elems[i] = ast.InternedNullTerm
 				continue
