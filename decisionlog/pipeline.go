@@ -244,13 +244,8 @@ type Stats struct {
 
 // Stats returns the account so far; after Close it is final.
 func (l *Logger) Stats() Stats {
-	s := Stats{Refused: l.refused(), Failed: l.failed()}
-	accepted := l.accepted.Load()
-	s.Written = l.written.Load()
-	s.Unwritten = s.Refused
-	if accepted > s.Written {
-		s.Unwritten += accepted - s.Written
-	}
+	s := Stats{Written: l.written.Load(), Refused: l.refused(), Failed: l.failed()}
+	s.Unwritten = s.Refused + max(l.accepted.Load(), s.Written) - s.Written
 	return s
 }
 

@@ -439,11 +439,8 @@ func upsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
 	if len(path) == 0 {
 		return v, true
 	}
-	var top ast.Object
-	switch {
-	case root == nil:
-		top = ast.NewObject()
-	default:
+	top := ast.NewObject()
+	if root != nil {
 		o, ok := root.Value.(ast.Object)
 		if !ok {
 			return nil, false
@@ -452,14 +449,11 @@ func upsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
 	}
 	cur := top
 	for _, seg := range path[:len(path)-1] {
-		var child ast.Object
+		child := ast.NewObject()
 		if t := cur.Get(seg); t != nil {
 			if o, ok := t.Value.(ast.Object); ok {
 				child = shallowCopy(o)
 			}
-		}
-		if child == nil {
-			child = ast.NewObject()
 		}
 		cur.Insert(seg, ast.NewTerm(child))
 		cur = child
