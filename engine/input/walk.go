@@ -163,8 +163,7 @@ func (w *walker) check(set []*node, got typeMask, v scalar, raw func() any) uint
 			continue
 		}
 		if n.types != 0 && n.types&got == 0 && !(got == tInteger && n.types&tNumber != 0) {
-			name := typeName(got)
-			w.failKind(&kind.Type{Got: name, Want: n.s.Types.ToStrings()})
+			w.failKind(&kind.Type{Got: typeName(got), Want: n.s.Types.ToStrings()})
 			continue
 		}
 		if n.enum != nil && !inEnum(n.enum, got, v) {
@@ -183,20 +182,12 @@ func (w *walker) check(set []*node, got typeMask, v scalar, raw func() any) uint
 // typeName is the library's name for a value's type: JSON numbers are all
 // "number", even integral ones.
 func typeName(t typeMask) string {
-	switch t {
-	case tNull:
-		return "null"
-	case tBool:
-		return "boolean"
-	case tString:
-		return "string"
-	case tArray:
-		return "array"
-	case tObject:
-		return "object"
-	default:
-		return "number"
+	for name, bit := range typeBits {
+		if bit == t && t != tInteger {
+			return name
+		}
 	}
+	return "number"
 }
 
 func inEnum(enum []scalar, got typeMask, v scalar) bool {
@@ -208,24 +199,19 @@ func inEnum(enum []scalar, got typeMask, v scalar) bool {
 }
 
 func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term, error) {
-	word, kindOf, v := "null", tNull, scalar{kind: tNull}
-	var t *ast.Term
+	word, v, t := "null", scalar{kind: tNull}, ast.InternedNullTerm
 	switch c {
 	case 't':
-		word, kindOf, v = "true", tBool, scalar{kind: tBool, b: true}
-		t = ast.InternedTerm(true)
+		word, v, t = "true", scalar{kind: tBool, b: true}, ast.InternedTerm(true)
 	case 'f':
-		word, kindOf, v = "false", tBool, scalar{kind: tBool}
-		t = ast.InternedTerm(false)
-	default:
-		t = ast.InternedNullTerm
+		word, v, t = "false", scalar{kind: tBool}, ast.InternedTerm(false)
 	}
 	if err := w.literal(word); err != nil {
 		return nil, err
 	}
 	if len(set) > 0 {
-		w.check(set, kindOf, v, func() any {
-			if kindOf == tNull {
+		w.check(set, v.kind, v, func() any {
+			if v.kind == tNull {
 				return nil
 			}
 			return v.b
