@@ -94,7 +94,8 @@ func join(a, b *info) *info {
 	case b == nil:
 		return a
 	}
-	out := &info{other: a.other || b.other, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
+	// A collection joined with anything else may hold anything.
+	out := &info{other: a.other || b.other || a.coll != b.coll, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
 	if len(a.paths)+len(b.paths) > 0 {
 		out.paths = map[path]bool{}
 		maps.Copy(out.paths, a.paths)
@@ -104,9 +105,6 @@ func join(a, b *info) *info {
 		out.consts = map[string]*ast.Term{}
 		maps.Copy(out.consts, a.consts)
 		maps.Copy(out.consts, b.consts)
-	}
-	if (a.coll != b.coll) && (a.coll || b.coll) {
-		out.other = true
 	}
 	return out
 }
