@@ -360,8 +360,8 @@ func appendTail(b []byte, rec Record) []byte {
 	b = appendString(b, `,"caller":`, rec.Caller)
 	b = appendString(b, `,"trace_id":`, rec.TraceID)
 	b = appendString(b, `,"span_id":`, rec.SpanID)
-	b = appendStrings(b, "masked", rec.Masked)
-	b = appendStrings(b, "erased", rec.Erased)
+	b = appendStrings(b, `,"masked":[`, rec.Masked)
+	b = appendStrings(b, `,"erased":[`, rec.Erased)
 	if sh := rec.Shadow; sh != nil {
 		b = append(b, `,"shadow":{"policy_revision":`...)
 		b = jsonenc.AppendString(b, sh.Revision)
@@ -419,13 +419,11 @@ func appendError(b []byte, e *RecordError) []byte {
 	return append(b, '}')
 }
 
-func appendStrings(b []byte, name string, list []string) []byte {
+func appendStrings(b []byte, member string, list []string) []byte {
 	if len(list) == 0 {
 		return b
 	}
-	b = append(b, `,"`...)
-	b = append(b, name...)
-	b = append(b, `":[`...)
+	b = append(b, member...)
 	for i, s := range list {
 		if i > 0 {
 			b = append(b, ',')
