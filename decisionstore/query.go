@@ -501,16 +501,10 @@ WHERE kind = $1 ORDER BY time DESC LIMIT $2`, KindDecision, ValuesSample)
 	if err != nil {
 		return nil, fmt.Errorf("decision store: reading the filter values: %w", err)
 	}
-	seen := map[string]map[string]bool{}
+	seen := map[[2]string]bool{}
 	add := func(key, v string) {
-		if v == "" || len(out[key]) >= max {
-			return
-		}
-		if seen[key] == nil {
-			seen[key] = map[string]bool{}
-		}
-		if !seen[key][v] {
-			seen[key][v] = true
+		if v != "" && len(out[key]) < max && !seen[[2]string{key, v}] {
+			seen[[2]string{key, v}] = true
 			out[key] = append(out[key], v)
 		}
 	}

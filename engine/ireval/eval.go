@@ -224,18 +224,10 @@ func (st *state) tick() bool {
 }
 
 func (st *state) expired() bool {
-	if st.stopped {
-		return true
+	if !st.stopped {
+		st.stopped = st.ctx != nil && st.ctx.Err() != nil || !st.deadline.IsZero() && !time.Now().Before(st.deadline)
 	}
-	if st.ctx != nil && st.ctx.Err() != nil {
-		st.stopped = true
-		return true
-	}
-	if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
-		st.stopped = true
-		return true
-	}
-	return false
+	return st.stopped
 }
 
 func (st *state) cancelledErr() error {
