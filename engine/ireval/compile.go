@@ -533,11 +533,7 @@ func (c *compiler) control(s ir.Stmt, depth int) (stmt, error) {
 			return nil, unsupported("dynamic call outside the planner's block structure")
 		}
 		c.scope.dyn = true
-		args := make([]int, len(s.Args))
-		for i, a := range s.Args {
-			args[i] = int(a)
-		}
-		return c.callDynamic(c.ops(s.Path), args, int(s.Result)), nil
+		return c.callDynamic(c.ops(s.Path), s.Args, int(s.Result)), nil
 	}
 	return nil, nil
 }
@@ -857,11 +853,11 @@ func setResult(l []*ast.Term, t int, v *ast.Term, r int) int {
 	return set(l, t, v)
 }
 
-func (c *compiler) callDynamic(path []operand, args []int, result int) stmt {
+func (c *compiler) callDynamic(path []operand, args []ir.Local, result int) stmt {
 	table := c.dynamic
 	ops := make([]operand, len(args))
 	for i, a := range args {
-		ops[i] = operand{local: a}
+		ops[i] = operand{local: int(a)}
 	}
 	return func(st *state, l []*ast.Term) int {
 		var sb strings.Builder
