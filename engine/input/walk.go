@@ -396,7 +396,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		if top || !build || !w.valid {
 			return nil, nil
 		}
-		return w.emptyObject(), nil
+		return shared(&w.emptyObj, func() ast.Value { return ast.NewObject() }), nil
 	}
 	for {
 		raw, escaped, at, err := w.key()
@@ -664,26 +664,19 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 		return nil, nil
 	}
 	if len(elems) == 0 {
-		return w.emptyArray(), nil
+		return shared(&w.emptyArr, func() ast.Value { return ast.NewArray() }), nil
 	}
 	return ast.NewTerm(ast.NewArray(elems...)), nil
 }
 
-// emptyObject and emptyArray share one term per walk: policies never
-// mutate their input, and a body of a million {} then costs a pointer each,
-// not a million objects.
-func (w *walker) emptyObject() *ast.Term {
-	if w.emptyObj == nil {
-		w.emptyObj = ast.NewTerm(ast.NewObject())
+// shared is *t, made by mk the first time: the empty object and array
+// share one term per walk (policies never mutate their input, and a body
+// of a million {} then costs a pointer each, not a million objects).
+func shared(t **ast.Term, mk func() ast.Value) *ast.Term {
+	if *t == nil {
+		*t = ast.NewTerm(mk())
 	}
-	return w.emptyObj
-}
-
-func (w *walker) emptyArray() *ast.Term {
-	if w.emptyArr == nil {
-		w.emptyArr = ast.NewTerm(ast.NewArray())
-	}
-	return w.emptyArr
+	return *t
 }
 
 // elementSet returns the nodes that apply to element i of an array read
