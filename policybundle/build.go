@@ -175,7 +175,6 @@ func mergeObjects(files []engine.File) ([]byte, error) {
 		return files[0].Data, nil
 	}
 	out := []byte("{")
-	first := true
 	for _, f := range files {
 		t := bytes.TrimSpace(f.Data)
 		if len(t) < 2 || t[0] != '{' || t[len(t)-1] != '}' || !json.Valid(t) {
@@ -185,10 +184,9 @@ func mergeObjects(files []engine.File) ([]byte, error) {
 		if len(inner) == 0 {
 			continue
 		}
-		if !first {
+		if len(out) > 1 {
 			out = append(out, ",\n"...)
 		}
-		first = false
 		out = append(out, inner...)
 	}
 	return append(out, '}', '\n'), nil
