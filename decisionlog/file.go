@@ -2,6 +2,7 @@ package decisionlog
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,10 +52,7 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 	case opts.sink != nil:
 		f.dest = opts.sink
 	case opts.Path == "-":
-		f.dest = opts.Stdout
-		if f.dest == nil {
-			f.dest = os.Stdout
-		}
+		f.dest = cmp.Or[io.Writer](opts.Stdout, os.Stdout)
 	default:
 		return f, f.open(opts)
 	}
@@ -62,15 +60,8 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 }
 
 func (l *fileSink) open(opts Options) error {
-	mb := defaults.Positive(opts.MaxMegabytes, DefaultMaxMegabytes)
-	backups := opts.MaxBackups
-	switch {
-	case backups == 0:
-		backups = DefaultMaxBackups
-	case backups < 0:
-		backups = 0 // keep every backup
-	}
-	l.maxWrite = MaxLineBytes(mb)
+	backups := max(0, cmp.Or(opts.MaxBackups, DefaultMaxBackups)) // negative: 0, every backup kept
+	l.maxWrite = MaxLineBytes(opts.MaxMegabytes)
 	rf, err := openRotating(opts.Path, l.maxWrite, backups, l.l.now)
 	if err != nil {
 		return err
@@ -103,8 +94,7 @@ func endsWithNewline(path string, n int64) bool {
 // record larger than the file may be is not written (add). The reader
 // bounds lines with it.
 func MaxLineBytes(maxMegabytes int) int64 {
-	maxMegabytes = defaults.Positive(maxMegabytes, DefaultMaxMegabytes)
-	return int64(maxMegabytes) << 20
+	return int64(defaults.Positive(maxMegabytes, DefaultMaxMegabytes)) << 20
 }
 
 // FlushDelay bounds how long a written record may wait in memory before it
@@ -338,12 +328,7 @@ func (rec Record) AppendLine(b []byte) []byte { return appendRecord(b, rec) }
 // this runs once per decision and reflection over RawMessage fields
 // compacts them a second time.
 func appendRecord(b []byte, rec Record) []byte {
-	b = appendHead(b, rec)
-	if len(rec.Input) > 0 {
-		b = append(b, `,"input":`...)
-		b = append(b, rec.Input...)
-	}
-	return appendTail(b, rec)
+	return appendTail(appendRaw(appendHead(b, rec), `,"input":`, rec.Input), rec)
 }
 
 // appendHead appends rec's line up to its input, appendTail what follows
@@ -355,71 +340,57 @@ func appendHead(b []byte, rec Record) []byte {
 	b = rec.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","decision":`...)
 	b = jsonenc.AppendString(b, rec.Decision)
-	if rec.Revision != "" {
-		b = append(b, `,"policy_revision":`...)
-		b = jsonenc.AppendString(b, rec.Revision)
-	}
+	b = appendString(b, `,"policy_revision":`, rec.Revision)
 	b = append(b, `,"path":`...)
 	return jsonenc.AppendString(b, rec.Path)
 }
 
 func appendTail(b []byte, rec Record) []byte {
-	if rec.BodyBase64 != "" {
-		b = append(b, `,"body_base64":`...)
-		b = jsonenc.AppendString(b, rec.BodyBase64)
-	}
+	b = appendString(b, `,"body_base64":`, rec.BodyBase64)
 	if rec.BodySize != 0 {
 		b = append(b, `,"body_size":`...)
 		b = strconv.AppendInt(b, rec.BodySize, 10)
 	}
-	if rec.BodySHA256 != "" {
-		b = append(b, `,"body_sha256":`...)
-		b = jsonenc.AppendString(b, rec.BodySHA256)
-	}
-	if rec.BodyPrefix != "" {
-		b = append(b, `,"body_prefix_base64":`...)
-		b = jsonenc.AppendString(b, rec.BodyPrefix)
-	}
-	if len(rec.Result) > 0 {
-		b = append(b, `,"result":`...)
-		b = append(b, rec.Result...)
-	}
+	b = appendString(b, `,"body_sha256":`, rec.BodySHA256)
+	b = appendString(b, `,"body_prefix_base64":`, rec.BodyPrefix)
+	b = appendRaw(b, `,"result":`, rec.Result)
 	b = appendError(b, rec.Error)
 	b = append(b, `,"duration_ns":`...)
 	b = strconv.AppendInt(b, rec.DurationNS, 10)
-	if rec.Caller != "" {
-		b = append(b, `,"caller":`...)
-		b = jsonenc.AppendString(b, rec.Caller)
-	}
-	if rec.TraceID != "" {
-		b = append(b, `,"trace_id":`...)
-		b = jsonenc.AppendString(b, rec.TraceID)
-	}
-	if rec.SpanID != "" {
-		b = append(b, `,"span_id":`...)
-		b = jsonenc.AppendString(b, rec.SpanID)
-	}
-	b = appendStrings(b, "masked", rec.Masked)
-	b = appendStrings(b, "erased", rec.Erased)
+	b = appendString(b, `,"caller":`, rec.Caller)
+	b = appendString(b, `,"trace_id":`, rec.TraceID)
+	b = appendString(b, `,"span_id":`, rec.SpanID)
+	b = appendStrings(b, `,"masked":[`, rec.Masked)
+	b = appendStrings(b, `,"erased":[`, rec.Erased)
 	if sh := rec.Shadow; sh != nil {
 		b = append(b, `,"shadow":{"policy_revision":`...)
 		b = jsonenc.AppendString(b, sh.Revision)
 		b = append(b, `,"class":`...)
 		b = jsonenc.AppendString(b, sh.Class)
-		if len(sh.Result) > 0 {
-			b = append(b, `,"result":`...)
-			b = append(b, sh.Result...)
-		}
+		b = appendRaw(b, `,"result":`, sh.Result)
 		b = appendError(b, sh.Error)
 		b = append(b, `,"duration_ns":`...)
 		b = strconv.AppendInt(b, sh.DurationNS, 10)
 		b = append(b, '}')
 	}
-	if len(rec.Promotion) > 0 {
-		b = append(b, `,"promotion":`...)
-		b = append(b, rec.Promotion...)
-	}
+	b = appendRaw(b, `,"promotion":`, rec.Promotion)
 	return append(b, '}', '\n')
+}
+
+// appendString appends the member whose key (and the comma before it) is
+// member when s is not empty, appendRaw when raw is not.
+func appendString(b []byte, member, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return jsonenc.AppendString(append(b, member...), s)
+}
+
+func appendRaw(b []byte, member string, raw []byte) []byte {
+	if len(raw) == 0 {
+		return b
+	}
+	return append(append(b, member...), raw...)
 }
 
 // appendError appends the member "error" when e is not nil.
@@ -448,13 +419,11 @@ func appendError(b []byte, e *RecordError) []byte {
 	return append(b, '}')
 }
 
-func appendStrings(b []byte, name string, list []string) []byte {
+func appendStrings(b []byte, member string, list []string) []byte {
 	if len(list) == 0 {
 		return b
 	}
-	b = append(b, `,"`...)
-	b = append(b, name...)
-	b = append(b, `":[`...)
+	b = append(b, member...)
 	for i, s := range list {
 		if i > 0 {
 			b = append(b, ',')

@@ -29,16 +29,9 @@ type reasonCount struct {
 
 // droppedByReason splits Dropped by reason, every reason always present.
 func (l *Logger) droppedByReason() []reasonCount {
-	count := func(why string) uint64 {
-		n := l.queue.Dropped(why)
-		if l.file != nil {
-			n += l.file.queue.Dropped(why)
-		}
-		return n
-	}
 	return []reasonCount{
-		{"full", count(queue.Full)},
-		{"closed", count(queue.Closed)},
+		{"full", l.dropped(queue.Full)},
+		{"closed", l.dropped(queue.Closed)},
 		{"failed", l.failed()},
 		{"abandoned", l.abandoned.Load()},
 	}

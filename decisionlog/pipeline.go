@@ -204,19 +204,18 @@ func (l *Logger) warnRefused(why string) {
 
 // refused counts the records the file (or, without one, the sinks) never
 // queued: each is counted by the one queue that refused it.
-func (l *Logger) refused() uint64 {
-	n := l.queue.Dropped(queue.Full) + l.queue.Dropped(queue.Closed)
+func (l *Logger) refused() uint64 { return l.dropped(queue.Full) + l.dropped(queue.Closed) }
+
+func (l *Logger) failed() uint64 { return l.dropped(dropFailed) }
+
+// dropped is the records the pipeline's queue and the file's dropped for
+// why (the pipeline's drops only those it refuses: full, closed).
+func (l *Logger) dropped(why string) uint64 {
+	n := l.queue.Dropped(why)
 	if l.file != nil {
-		n += l.file.queue.Dropped(queue.Full) + l.file.queue.Dropped(queue.Closed)
+		n += l.file.queue.Dropped(why)
 	}
 	return n
-}
-
-func (l *Logger) failed() uint64 {
-	if l.file == nil {
-		return 0
-	}
-	return l.file.queue.Dropped(dropFailed)
 }
 
 // Dropped is the number of records that were not written so far: refused,
@@ -244,13 +243,8 @@ type Stats struct {
 
 // Stats returns the account so far; after Close it is final.
 func (l *Logger) Stats() Stats {
-	s := Stats{Refused: l.refused(), Failed: l.failed()}
-	accepted := l.accepted.Load()
-	s.Written = l.written.Load()
-	s.Unwritten = s.Refused
-	if accepted > s.Written {
-		s.Unwritten += accepted - s.Written
-	}
+	s := Stats{Written: l.written.Load(), Refused: l.refused(), Failed: l.failed()}
+	s.Unwritten = s.Refused + max(l.accepted.Load(), s.Written) - s.Written
 	return s
 }
 

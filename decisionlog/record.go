@@ -1,5 +1,3 @@
-// Package decisionlog records every decision as one JSON line, off the request
-// path, so that it can be audited and decided again by `arbiter replay`.
 package decisionlog
 
 import (
@@ -167,15 +165,9 @@ func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) 
 		return "", nil
 	}
 	_ = json.Unmarshal(res["reasons"], &reasons)
-	if raw, ok := res[outcomeKey]; ok {
-		var s string
-		var b bool
-		switch {
-		case json.Unmarshal(raw, &s) == nil:
-			outcome = s
-		case json.Unmarshal(raw, &b) == nil:
-			outcome = strconv.FormatBool(b)
-		}
+	var b bool // the outcome: a string, else a boolean
+	if json.Unmarshal(res[outcomeKey], &outcome) != nil && json.Unmarshal(res[outcomeKey], &b) == nil {
+		outcome = strconv.FormatBool(b)
 	}
 	return outcome, reasons
 }

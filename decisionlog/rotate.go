@@ -1,6 +1,7 @@
 package decisionlog
 
 import (
+	"cmp"
 	"errors"
 	"io/fs"
 	"maps"
@@ -165,10 +166,7 @@ func (r *rotatingFile) Close() error {
 	f := r.f
 	r.f = nil
 	err := f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return cmp.Or(err, f.Close()) // closed whether the sync failed or not
 }
 
 // Files returns the log file at path, then the backups the writer rotated

@@ -352,32 +352,24 @@ func (r *Reader) list(ctx context.Context, f Filter, before Cursor, limit int, m
 // index (listByInputQuery).
 const listProbeRows = 1000
 
-// listConditions are f's conditions and the cursor's, the input's apart,
-// and their arguments.
-func listConditions(f Filter, before Cursor) (conds, inputs []string, args []any) {
-	conds, inputs, args = f.conditions()
-	if !before.IsZero() {
-		n := len(args)
-		args = append(args, before.Time, before.ID, before.Kind)
-		// time <= is what the (time DESC) index can seek on; the row
-		// comparison breaks ties within one microsecond.
-		conds = append(conds, fmt.Sprintf("time <= $%d AND (time, decision_id, kind) < ($%d, $%d, $%d)", n+1, n+1, n+2, n+3))
-	}
-	return conds, inputs, args
-}
-
 // inputExpr is a row's input document, as the input's GIN index holds it
 // (migration 003): the same expression, so that the planner finds it.
 const inputExpr = "arbiter_store.record_input(record, path)"
 
 const newestFirst = " ORDER BY time DESC, decision_id DESC, kind DESC"
 
-// listParts are what both of list's queries build on: the conditions
-// (the input's apart), the columns a row is read with (its record up to
-// maxRecord bytes; its run id when runs is set), and the arguments, of
-// which $n+1 is limit+1.
+// listParts are what both of list's queries build on: the conditions of
+// f and the cursor (the input's apart), the columns a row is read with
+// (its record up to maxRecord bytes; its run id when runs is set), and
+// the arguments, of which $n+1 is limit+1.
 func listParts(f Filter, before Cursor, limit int, maxRecord int64, runs []byte) (conds, inputs []string, cols string, args []any, n int) {
-	conds, inputs, args = listConditions(f, before)
+	conds, inputs, args = f.conditions()
+	if n = len(args); !before.IsZero() {
+		args = append(args, before.Time, before.ID, before.Kind)
+		// time <= is what the (time DESC) index can seek on; the row
+		// comparison breaks ties within one microsecond.
+		conds = append(conds, fmt.Sprintf("time <= $%d AND (time, decision_id, kind) < ($%d, $%d, $%d)", n+1, n+1, n+2, n+3))
+	}
 	n = len(args)
 	args = append(args, limit+1, maxRecord, HeadBytes)
 	cols = rowColumns + recordColumn(n+2, n+3)
@@ -444,8 +436,7 @@ func (r *Reader) Count(ctx context.Context, f Filter, max int) (n int, more bool
 // Get returns the decision of an id, whichever replica made it (the
 // newest, should two replicas have logged one id).
 func (r *Reader) Get(ctx context.Context, id string) (Row, bool, error) {
-	got, err := r.query(ctx, "SELECT "+rowColumns+recordColumn(3, 4)+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT 1",
-		r.MaxRecordBytes, false, id, KindDecision, r.MaxRecordBytes, HeadBytes)
+	got, err := r.byID(ctx, id, KindDecision, 1)
 	if err != nil {
 		return Row{}, false, fmt.Errorf("decision store: reading decision %s: %w", id, err)
 	}
@@ -462,12 +453,18 @@ func (r *Reader) Get(ctx context.Context, id string) (Row, bool, error) {
 // (then its columns: the candidate's revision, outcome, reasons and error
 // code).
 func (r *Reader) Shadows(ctx context.Context, id string, limit int) ([]Row, error) {
-	got, err := r.query(ctx, "SELECT "+rowColumns+recordColumn(3, 4)+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT $5",
-		r.MaxRecordBytes, false, id, KindShadow, r.MaxRecordBytes, HeadBytes, limit)
+	got, err := r.byID(ctx, id, KindShadow, limit)
 	if err != nil {
 		return nil, fmt.Errorf("decision store: reading the shadow outcomes of %s: %w", id, err)
 	}
 	return got, nil
+}
+
+// byID reads the rows of kind of the decision id, newest first, at most
+// limit, their records loaded up to MaxRecordBytes.
+func (r *Reader) byID(ctx context.Context, id, kind string, limit int) ([]Row, error) {
+	return r.query(ctx, "SELECT "+rowColumns+recordColumn(3, 4)+" FROM arbiter_store.records WHERE decision_id = $1 AND kind = $2 ORDER BY time DESC LIMIT $5",
+		r.MaxRecordBytes, false, id, kind, r.MaxRecordBytes, HeadBytes, limit)
 }
 
 // ValuesSample is how many of the newest decisions Values reads outcomes,
@@ -490,11 +487,13 @@ func (r *Reader) Values(ctx context.Context, max int) (map[string][]string, erro
   UNION ALL
   SELECT (SELECT ` + col + ` FROM arbiter_store.records WHERE kind = $1 AND ` + col + ` > v.x ORDER BY ` + col + ` LIMIT 1) FROM v WHERE v.x IS NOT NULL
 ) SELECT x FROM v WHERE x IS NOT NULL LIMIT $2`
-		vals, err := r.strings(ctx, q, KindDecision, max)
-		if err != nil {
-			return nil, err
+		rows, err := r.db.Query(ctx, q, KindDecision, max)
+		if err == nil {
+			out[col], err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
-		out[col] = vals
+		if err != nil {
+			return nil, fmt.Errorf("decision store: reading the filter values: %w", err)
+		}
 	}
 	// One pass over the newest rows for the other four.
 	rows, err := r.db.Query(ctx, `SELECT outcome, revision, caller, error_code, reasons FROM arbiter_store.records
@@ -502,16 +501,10 @@ WHERE kind = $1 ORDER BY time DESC LIMIT $2`, KindDecision, ValuesSample)
 	if err != nil {
 		return nil, fmt.Errorf("decision store: reading the filter values: %w", err)
 	}
-	seen := map[string]map[string]bool{}
+	seen := map[[2]string]bool{}
 	add := func(key, v string) {
-		if v == "" || len(out[key]) >= max {
-			return
-		}
-		if seen[key] == nil {
-			seen[key] = map[string]bool{}
-		}
-		if !seen[key][v] {
-			seen[key][v] = true
+		if v != "" && len(out[key]) < max && !seen[[2]string{key, v}] {
+			seen[[2]string{key, v}] = true
 			out[key] = append(out[key], v)
 		}
 	}
@@ -534,18 +527,6 @@ WHERE kind = $1 ORDER BY time DESC LIMIT $2`, KindDecision, ValuesSample)
 		slices.Sort(out[k])
 	}
 	return out, nil
-}
-
-func (r *Reader) strings(ctx context.Context, q string, args ...any) ([]string, error) {
-	rows, err := r.db.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("decision store: reading the filter values: %w", err)
-	}
-	vals, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("decision store: reading the filter values: %w", err)
-	}
-	return vals, nil
 }
 
 // StreamBatch is how many rows one step of Stream reads.

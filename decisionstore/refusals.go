@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
@@ -186,31 +188,7 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		revisions[r.revision]++
 		replicas[r.replica]++
 	}
-	var shownRev, shownRep map[string]int
-	out.Reasons, out.OtherReasons = top(reasons, q.Series)
-	series := index(out.Reasons)
-	revKeys, otherRev := top(revisions, q.Groups)
-	repKeys, otherRep := top(replicas, q.Groups)
-	shownRev, shownRep = index(revKeys), index(repKeys)
-	width := len(out.Reasons)
-	if out.OtherReasons > 0 {
-		width++
-	}
-	newTallies := func(keys []string, others int) []Tally {
-		ts := make([]Tally, len(keys), len(keys)+1)
-		for i, k := range keys {
-			ts[i] = Tally{Key: k, Counts: make([]int, width)}
-		}
-		if others > 0 {
-			ts = append(ts, Tally{Other: true, Others: others, Counts: make([]int, width)})
-		}
-		return ts
-	}
-	out.Time = newTallies(nil, 0)
-	for i := range q.Window.Buckets() {
-		out.Time = append(out.Time, Tally{Key: strconv.Itoa(i), Counts: make([]int, width)})
-	}
-	out.Revisions, out.Replicas = newTallies(revKeys, otherRev), newTallies(repKeys, otherRep)
+	shownRev, shownRep, series := out.bars(q, reasons, revisions, replicas, [3]int{len(reasons), len(revisions), len(replicas)})
 	at := func(shown map[string]int, ts []Tally, k string) *Tally {
 		if i, ok := shown[k]; ok {
 			return &ts[i]
@@ -225,7 +203,7 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		for _, x := range r.reasons {
 			s, ok := series[x]
 			if !ok {
-				s = width - 1
+				s = len(bars[0].Counts) - 1 // "other"
 			}
 			for _, b := range bars {
 				b.Counts[s]++
@@ -236,15 +214,12 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 }
 
 // top are the n keys of counts with the highest counts (ties by name,
-// bytewise, as the store's COLLATE "C"), and how many others there are.
-func top(counts map[string]int, n int) ([]string, int) {
+// bytewise, as the store's COLLATE "C").
+func top(counts map[string]int, n int) []string {
 	keys := slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
 		return cmp.Or(cmp.Compare(counts[b], counts[a]), strings.Compare(a, b))
 	})
-	if len(keys) <= n {
-		return keys, 0
-	}
-	return keys[:n], len(keys) - n
+	return keys[:min(n, len(keys))]
 }
 
 func index(keys []string) map[string]int {
@@ -253,6 +228,38 @@ func index(keys []string) map[string]int {
 		m[k] = i
 	}
 	return m
+}
+
+// bars ranks the reasons, revisions and replicas counted (of which there
+// are distinct in all) into out's series and makes out's bars, zero: one
+// per bucket, per revision and per replica shown (then one "other" for the
+// others lumped), each with a count per series (then one "other" when
+// reasons are lumped). It returns where each revision, replica and reason
+// stands in them.
+func (out *Refusals) bars(q RefusalQuery, reasons, revisions, replicas map[string]int, distinct [3]int) (revAt, repAt, series map[string]int) {
+	out.Reasons = top(reasons, q.Series)
+	out.OtherReasons = distinct[0] - len(out.Reasons)
+	revKeys, repKeys := top(revisions, q.Groups), top(replicas, q.Groups)
+	width := len(out.Reasons)
+	if out.OtherReasons > 0 {
+		width++
+	}
+	tallies := func(keys []string, others int) []Tally {
+		ts := make([]Tally, len(keys), len(keys)+1)
+		for i, k := range keys {
+			ts[i] = Tally{Key: k, Counts: make([]int, width)}
+		}
+		if others > 0 {
+			ts = append(ts, Tally{Other: true, Others: others, Counts: make([]int, width)})
+		}
+		return ts
+	}
+	out.Time = tallies(nil, 0)
+	for i := range out.Window.Buckets() {
+		out.Time = append(out.Time, Tally{Key: strconv.Itoa(i), Counts: make([]int, width)})
+	}
+	out.Revisions, out.Replicas = tallies(revKeys, distinct[1]-len(revKeys)), tallies(repKeys, distinct[2]-len(repKeys))
+	return index(revKeys), index(repKeys), index(out.Reasons)
 }
 
 // refusalsSQL counts the refusals in the database: the newest
@@ -320,10 +327,6 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	allowJSON, _ := json.Marshal(allow)
 	sql := fmt.Sprintf(refusalsSQL, MaxReasonsPerRefusal, strings.Join(append(conds, inputs...), " AND "),
 		arg(string(allowJSON)), arg(q.MaxRefusals), arg(q.Series), arg(q.Groups), arg(q.Window.Since), arg(q.Window.Step.Microseconds()))
-	rows, err := r.db.Query(ctx, sql, args...)
-	if err != nil {
-		return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
-	}
 	type group struct {
 		set                       int
 		bucket                    *int
@@ -331,16 +334,16 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 		isReason                  bool
 		n                         int64
 	}
+	rows, err := r.db.Query(ctx, sql, args...)
 	var got []group
-	for rows.Next() {
-		var g group
-		if err := rows.Scan(&g.set, &g.bucket, &g.revision, &g.replica, &g.reason, &g.isReason, &g.n); err != nil {
-			rows.Close()
-			return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
-		}
-		got = append(got, g)
+	if err == nil {
+		got, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (group, error) {
+			var g group
+			err := row.Scan(&g.set, &g.bucket, &g.revision, &g.replica, &g.reason, &g.isReason, &g.n)
+			return g, err
+		})
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
 	}
 	// The bars' order and the series are ranked here, as TallyRefusals ranks
@@ -368,31 +371,7 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 			replicas[*g.replica] = int(g.n)
 		}
 	}
-	out.Reasons, _ = top(reasons, q.Series)
-	out.OtherReasons = distinct[0] - len(out.Reasons)
-	revKeys, _ := top(revisions, q.Groups)
-	repKeys, _ := top(replicas, q.Groups)
-	width := len(out.Reasons)
-	if out.OtherReasons > 0 {
-		width++
-	}
-	bars := func(keys []string, others int) ([]Tally, map[string]int) {
-		ts := make([]Tally, 0, len(keys)+1)
-		for _, k := range keys {
-			ts = append(ts, Tally{Key: k, Counts: make([]int, width)})
-		}
-		if others > 0 {
-			ts = append(ts, Tally{Other: true, Others: others, Counts: make([]int, width)})
-		}
-		return ts, index(keys)
-	}
-	for i := range q.Window.Buckets() {
-		out.Time = append(out.Time, Tally{Key: strconv.Itoa(i), Counts: make([]int, width)})
-	}
-	var revAt, repAt map[string]int
-	out.Revisions, revAt = bars(revKeys, distinct[1]-len(revKeys))
-	out.Replicas, repAt = bars(repKeys, distinct[2]-len(repKeys))
-	series := index(out.Reasons)
+	revAt, repAt, series := out.bars(q, reasons, revisions, replicas, distinct)
 	pick := func(ts []Tally, at map[string]int, k *string) *Tally {
 		if k == nil {
 			return &ts[len(ts)-1]
@@ -418,7 +397,7 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 			t.Total = int(g.n)
 			continue
 		}
-		s := width - 1
+		s := len(t.Counts) - 1 // "other"
 		if g.reason != nil {
 			s = series[*g.reason]
 		}

@@ -142,8 +142,7 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 		cfg.now = time.Now
 	}
 	s := &Sink{cfg: cfg, store: st, password: st.pool.Config().ConnConfig.Password, log: cfg.Logger,
-		tried: make(chan struct{}), days: map[time.Time]bool{}}
-	s.reader = NewReader(st.pool)
+		tried: make(chan struct{}), days: map[time.Time]bool{}, reader: NewReader(st.pool)}
 	s.b = decisionlog.NewBatcher[[]any](decisionlog.BatchConfig{
 		Name: "decision store writes", Queue: queue.Limits{Bytes: cfg.QueueBytes}.Or(queue.Limits{Bytes: DefaultQueueBytes}),
 		BatchRecords: cfg.BatchRecords, Linger: cfg.FlushInterval, MaxRetryDelay: cfg.MaxRetryDelay,

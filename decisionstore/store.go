@@ -161,13 +161,6 @@ func (s *Store) locked(ctx context.Context, f func(pgx.Tx) error) error {
 	})
 }
 
-// Version is the newest migration the database has applied (0: none).
-func (s *Store) Version(ctx context.Context) (int, error) {
-	var v int
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+Schema+`.schema_version`).Scan(&v)
-	return v, err
-}
-
 // day is the UTC day of t, at midnight.
 func day(t time.Time) time.Time {
 	y, m, d := t.UTC().Date()

@@ -141,3 +141,10 @@ func TestRetentionDropsOldPartitions(t *testing.T) {
 		t.Fatalf("after retention: partitions %s", g)
 	}
 }
+
+// Version is the newest migration the database has applied (0: none).
+func (s *Store) Version(ctx context.Context) (int, error) {
+	var v int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+Schema+`.schema_version`).Scan(&v)
+	return v, err
+}

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"path"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -134,9 +133,7 @@ func layout(fs engine.FileSet) (map[string][]byte, error) {
 	}
 	for _, f := range fs.Policies {
 		switch {
-		case path.Ext(f.Path) == ".rego":
-			put(f.Path, f.Data, rolePolicy, "policies")
-		case path.Base(f.Path) == dataFile:
+		case path.Ext(f.Path) == ".rego", path.Base(f.Path) == dataFile:
 			put(f.Path, f.Data, rolePolicy, "policies")
 		default:
 			errs = append(errs, fmt.Errorf("policies/%s: a bundle carries data as data.json files (OPA's bundle format): rename it", f.Path))
@@ -173,12 +170,11 @@ func layout(fs engine.FileSet) (map[string][]byte, error) {
 // a bundle only its data.json, and numbers must keep their literal form. A
 // case defined twice is a duplicate key, which the gate refuses.
 func mergeObjects(files []engine.File) ([]byte, error) {
-	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	slices.SortFunc(files, func(a, b engine.File) int { return strings.Compare(a.Path, b.Path) })
 	if len(files) == 1 {
 		return files[0].Data, nil
 	}
 	out := []byte("{")
-	first := true
 	for _, f := range files {
 		t := bytes.TrimSpace(f.Data)
 		if len(t) < 2 || t[0] != '{' || t[len(t)-1] != '}' || !json.Valid(t) {
@@ -188,10 +184,9 @@ func mergeObjects(files []engine.File) ([]byte, error) {
 		if len(inner) == 0 {
 			continue
 		}
-		if !first {
+		if len(out) > 1 {
 			out = append(out, ",\n"...)
 		}
-		first = false
 		out = append(out, inner...)
 	}
 	return append(out, '}', '\n'), nil
@@ -229,13 +224,7 @@ func sign(files map[string][]byte, o BuildOptions) ([]byte, error) {
 // writeTarball writes a reproducible gzip tarball: sorted paths, fixed
 // times and modes, the signatures and manifest first as `opa build` does.
 func writeTarball(files map[string][]byte) ([]byte, error) {
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		if p != signaturesFile && p != manifestFile {
-			paths = append(paths, p)
-		}
-	}
-	sort.Strings(paths)
+	paths := slices.DeleteFunc(slices.Sorted(maps.Keys(files)), func(p string) bool { return p == signaturesFile || p == manifestFile })
 	for _, p := range []string{manifestFile, signaturesFile} {
 		if _, ok := files[p]; ok {
 			paths = append([]string{p}, paths...)

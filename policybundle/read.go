@@ -111,12 +111,9 @@ type Revision struct {
 
 // ContentHash is the content hash the builder recorded in the manifest.
 func (r *Revision) ContentHash() string {
-	if a, ok := r.Manifest.Metadata["arbiter"].(map[string]any); ok {
-		if h, ok := a["content_hash"].(string); ok {
-			return h
-		}
-	}
-	return ""
+	a, _ := r.Manifest.Metadata["arbiter"].(map[string]any)
+	h, _ := a["content_hash"].(string)
+	return h
 }
 
 // Keys configure signature verification. With no key, a signed bundle is
@@ -179,9 +176,7 @@ func ReadLocalFile(path string, lim Limits) (*Revision, error) {
 }
 
 func readFile(path string, vc *bundle.VerificationConfig, skipVerify bool, lim Limits) (*Revision, error) {
-	if lim == (Limits{}) {
-		lim = DefaultLimits
-	}
+	lim = cmp.Or(lim, DefaultLimits)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -140,9 +140,7 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	// The URL may be signed in its query (a presigned S3 URL, a token):
 	// every line of this source, OPA's downloader's too, hides it.
 	cfg.Logger = redact.Logger(cfg.Logger, cfg.URL)
-	if cfg.Limits == (Limits{}) {
-		cfg.Limits = DefaultLimits
-	}
+	cfg.Limits = cmp.Or(cfg.Limits, DefaultLimits)
 	cfg.DownloadTimeout = defaults.Positive(cfg.DownloadTimeout, DefaultDownloadTimeout)
 	cfg.StallTimeout = defaults.Positive(cfg.StallTimeout, DefaultStallTimeout)
 	vc, err := cfg.Keys.VerificationConfig()

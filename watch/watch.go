@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -92,12 +93,8 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 			return true
 		}
 	}
-	for _, d := range w.dirs {
-		if dir == filepath.Dir(filepath.Clean(d)) {
-			return false // a sibling of one of our folders changed
-		}
-	}
-	return true
+	// Not a sibling of one of our folders.
+	return !slices.ContainsFunc(w.dirs, func(d string) bool { return dir == filepath.Dir(filepath.Clean(d)) })
 }
 
 func hasPrefixDir(p, dir string) bool {

@@ -200,3 +200,10 @@ func decisions(tb testing.TB) []string {
 	}
 	return out
 }
+
+// Streaming reports whether inputs are validated in one pass, and when not,
+// why the library validates them alone.
+func (s *Schema) Streaming() (bool, string) { return s.why == "", s.why }
+
+// Library returns the library's compiled schema.
+func (s *Schema) Library() *jsonschema.Schema { return s.lib }

@@ -14,6 +14,7 @@
 package input
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -92,10 +93,7 @@ func notWrapped() error {
 // MaxNumberLength or MaxExponentDigits, at its place), *LimitError, the context's
 // error when its deadline passed while reading, or *DisagreementError.
 func Parse(ctx context.Context, body []byte, s *Schema, opts Options) (Input, error) {
-	proj := opts.Projection
-	if proj == nil {
-		proj = whole
-	}
+	proj := cmp.Or(opts.Projection, whole)
 	maxValues := opts.MaxValues
 	if maxValues <= 0 {
 		maxValues = DefaultMaxValues
@@ -175,7 +173,7 @@ func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapp
 		return pass{}, notObject()
 	}
 	if report {
-		return pass{raw: raw, violations: w.rep.list()}, nil
+		return pass{raw: raw, violations: finish(w.rep.violations, w.rep.extra)}, nil
 	}
 	return pass{value: t, raw: raw, valid: w.valid && t != nil, oneLine: !w.lineBreak}, nil
 }

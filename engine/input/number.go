@@ -1,6 +1,7 @@
 package input
 
 import (
+	"cmp"
 	"math/big"
 	"strconv"
 )
@@ -142,13 +143,7 @@ func (n number) rat() *big.Rat {
 func (n number) cmpRat(r *big.Rat, ru uint64, rIsU64 bool) int {
 	if rIsU64 {
 		if u, ok := n.uint64(); ok {
-			switch {
-			case u < ru:
-				return -1
-			case u > ru:
-				return 1
-			}
-			return 0
+			return cmp.Compare(u, ru)
 		}
 	}
 	return n.rat().Cmp(r)

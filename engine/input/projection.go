@@ -70,20 +70,20 @@ func Normalize(p *Projection) *Projection {
 	if p == nil || p.All {
 		return p
 	}
-	n := &Projection{Count: p.Count, Any: Normalize(p.Any)}
-	if len(p.Keys) > 0 {
-		n.Keys = make(map[string]*Projection, len(p.Keys))
-		for k, v := range p.Keys {
-			n.Keys[k] = Normalize(Union(v, p.Any))
-		}
+	return &Projection{Count: p.Count, Any: Normalize(p.Any), Keys: normalizeMembers(p.Keys, p.Any), Index: normalizeMembers(p.Index, p.Any)}
+}
+
+// normalizeMembers is Normalize of each member projection of m with any
+// merged in (nil when m is empty).
+func normalizeMembers[K comparable](m map[K]*Projection, any *Projection) map[K]*Projection {
+	if len(m) == 0 {
+		return nil
 	}
-	if len(p.Index) > 0 {
-		n.Index = make(map[int]*Projection, len(p.Index))
-		for k, v := range p.Index {
-			n.Index[k] = Normalize(Union(v, p.Any))
-		}
+	out := make(map[K]*Projection, len(m))
+	for k, v := range m {
+		out[k] = Normalize(Union(v, any))
 	}
-	return n
+	return out
 }
 
 // Union returns a projection that observes what a or b observes.

@@ -52,16 +52,13 @@ func (r *reporter) push(key string, index int) {
 func (r *reporter) pop() { r.path = r.path[:len(r.path)-1] }
 
 func (r *reporter) pointer() string {
-	var b []byte
-	for _, t := range r.path {
-		b = append(b, '/')
-		if t.index >= 0 {
-			b = strconv.AppendInt(b, int64(t.index), 10)
-		} else {
-			b = append(b, jsonptr.Escape(t.key)...)
+	toks := make([]string, len(r.path))
+	for i, t := range r.path {
+		if toks[i] = t.key; t.index >= 0 {
+			toks[i] = strconv.Itoa(t.index)
 		}
 	}
-	return string(b)
+	return jsonptr.Join(toks)
 }
 
 // add records msg at the current location plus names (a missing or
@@ -82,12 +79,8 @@ func (r *reporter) addAt(ptr, msg string) {
 	r.violations = append(r.violations, Violation{Path: ptr, Message: msg})
 }
 
-// list returns the violations sorted by path, each once, with a last entry
-// counting those beyond MaxViolations.
-func (r *reporter) list() []Violation {
-	return finish(r.violations, r.extra)
-}
-
+// finish returns the violations sorted by path, each once, with a last
+// entry counting those beyond MaxViolations (extra and those past it).
 func finish(out []Violation, extra int) []Violation {
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	out = slices.Compact(out)

@@ -153,13 +153,6 @@ func NewSchema(lib *jsonschema.Schema) *Schema {
 	return &Schema{lib: lib, root: root}
 }
 
-// Streaming reports whether inputs are validated in one pass, and when not,
-// why the library validates them alone.
-func (s *Schema) Streaming() (bool, string) { return s.why == "", s.why }
-
-// Library returns the library's compiled schema.
-func (s *Schema) Library() *jsonschema.Schema { return s.lib }
-
 type compiler struct {
 	nodes map[*jsonschema.Schema]*node
 	order []*node

@@ -44,6 +44,9 @@ type treeDecoder struct {
 	scanner
 	max, values int
 	buf         []byte
+	// skipping scans values with the same rules but builds nothing (nil):
+	// Lookup's way past the members before the one it looks for.
+	skipping bool
 }
 
 func (d *treeDecoder) value(depth int) (any, error) {
@@ -64,7 +67,10 @@ func (d *treeDecoder) value(depth int) (any, error) {
 		if depth+1 > MaxDepth {
 			return nil, d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
 		}
-		obj := map[string]any{}
+		var obj map[string]any
+		if !d.skipping {
+			obj = map[string]any{}
+		}
 		if d.open('}') {
 			return obj, nil
 		}
@@ -73,15 +79,20 @@ func (d *treeDecoder) value(depth int) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			key := d.text(raw, escaped)
-			if _, dup := obj[key]; dup {
-				return nil, d.quoting(at, "duplicate object key", key)
+			var key string
+			if !d.skipping {
+				key = d.text(raw, escaped)
+				if _, dup := obj[key]; dup {
+					return nil, d.quoting(at, "duplicate object key", key)
+				}
 			}
 			v, err := d.value(depth + 1)
 			if err != nil {
 				return nil, err
 			}
-			obj[key] = v
+			if !d.skipping {
+				obj[key] = v
+			}
 			if done, err := d.next('}', "object"); err != nil || done {
 				return obj, err
 			}
@@ -90,7 +101,10 @@ func (d *treeDecoder) value(depth int) (any, error) {
 		if depth+1 > MaxDepth {
 			return nil, d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
 		}
-		arr := make([]any, 0, 4)
+		var arr []any
+		if !d.skipping {
+			arr = make([]any, 0, 4)
+		}
 		if d.open(']') {
 			return arr, nil
 		}
@@ -99,14 +113,16 @@ func (d *treeDecoder) value(depth int) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			arr = append(arr, v)
+			if !d.skipping {
+				arr = append(arr, v)
+			}
 			if done, err := d.next(']', "array"); err != nil || done {
 				return arr, err
 			}
 		}
 	case c == '"':
 		raw, escaped, err := d.str()
-		if err != nil {
+		if err != nil || d.skipping {
 			return nil, err
 		}
 		return d.text(raw, escaped), nil
@@ -118,7 +134,7 @@ func (d *treeDecoder) value(depth int) (any, error) {
 		return nil, d.literal("null")
 	case c == '-' || isDigit(c):
 		lit, err := d.number()
-		if err != nil {
+		if err != nil || d.skipping {
 			return nil, err
 		}
 		return json.Number(lit), nil
@@ -194,7 +210,9 @@ func Lookup(data []byte, tokens []string) (any, bool, error) {
 			if !escaped && string(raw) == tok || escaped && d.text(raw, true) == tok {
 				break
 			}
-			if err := d.skip(depth + 1); err != nil {
+			d.skipping = true
+			_, err = d.value(depth + 1)
+			if d.skipping = false; err != nil {
 				return nil, false, err
 			}
 			if done, err := d.next('}', "object"); err != nil || done {
@@ -204,43 +222,4 @@ func Lookup(data []byte, tokens []string) (any, bool, error) {
 	}
 	v, err := d.value(len(tokens))
 	return v, err == nil, err
-}
-
-// skip scans one value with Decode's rules but builds nothing.
-func (d *treeDecoder) skip(depth int) error {
-	if d.pos >= len(d.data) {
-		return d.errorf(d.pos, "unexpected end of input")
-	}
-	switch c := d.data[d.pos]; c {
-	case '{', '[':
-		if depth+1 > MaxDepth {
-			return d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
-		}
-		close, what := byte('}'), "object"
-		if c == '[' {
-			close, what = ']', "array"
-		}
-		if d.open(close) {
-			return nil
-		}
-		for {
-			if close == '}' {
-				if _, _, _, err := d.key(); err != nil {
-					return err
-				}
-			}
-			if err := d.skip(depth + 1); err != nil {
-				return err
-			}
-			if done, err := d.next(close, what); err != nil || done {
-				return err
-			}
-		}
-	case '"':
-		_, _, err := d.str()
-		return err
-	default:
-		_, err := d.value(depth) // a literal or a number: nothing to build
-		return err
-	}
 }

@@ -163,8 +163,7 @@ func (w *walker) check(set []*node, got typeMask, v scalar, raw func() any) uint
 			continue
 		}
 		if n.types != 0 && n.types&got == 0 && !(got == tInteger && n.types&tNumber != 0) {
-			name := typeName(got)
-			w.failKind(&kind.Type{Got: name, Want: n.s.Types.ToStrings()})
+			w.failKind(&kind.Type{Got: typeName(got), Want: n.s.Types.ToStrings()})
 			continue
 		}
 		if n.enum != nil && !inEnum(n.enum, got, v) {
@@ -183,20 +182,12 @@ func (w *walker) check(set []*node, got typeMask, v scalar, raw func() any) uint
 // typeName is the library's name for a value's type: JSON numbers are all
 // "number", even integral ones.
 func typeName(t typeMask) string {
-	switch t {
-	case tNull:
-		return "null"
-	case tBool:
-		return "boolean"
-	case tString:
-		return "string"
-	case tArray:
-		return "array"
-	case tObject:
-		return "object"
-	default:
-		return "number"
+	for name, bit := range typeBits {
+		if bit == t && t != tInteger {
+			return name
+		}
 	}
+	return "number"
 }
 
 func inEnum(enum []scalar, got typeMask, v scalar) bool {
@@ -208,24 +199,19 @@ func inEnum(enum []scalar, got typeMask, v scalar) bool {
 }
 
 func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term, error) {
-	word, kindOf, v := "null", tNull, scalar{kind: tNull}
-	var t *ast.Term
+	word, v, t := "null", scalar{kind: tNull}, ast.InternedNullTerm
 	switch c {
 	case 't':
-		word, kindOf, v = "true", tBool, scalar{kind: tBool, b: true}
-		t = ast.InternedTerm(true)
+		word, v, t = "true", scalar{kind: tBool, b: true}, ast.InternedTerm(true)
 	case 'f':
-		word, kindOf, v = "false", tBool, scalar{kind: tBool}
-		t = ast.InternedTerm(false)
-	default:
-		t = ast.InternedNullTerm
+		word, v, t = "false", scalar{kind: tBool}, ast.InternedTerm(false)
 	}
 	if err := w.literal(word); err != nil {
 		return nil, err
 	}
 	if len(set) > 0 {
-		w.check(set, kindOf, v, func() any {
-			if kindOf == tNull {
+		w.check(set, v.kind, v, func() any {
+			if v.kind == tNull {
 				return nil
 			}
 			return v.b
@@ -263,12 +249,10 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 		if n.integral() {
 			got = tInteger
 		}
+		w.canonBuf = n.appendCanonical(w.canonBuf[:0])
+		canon = w.canonBuf
 	}
 	if len(set) > 0 {
-		if canon == nil {
-			w.canonBuf = n.appendCanonical(w.canonBuf[:0])
-			canon = w.canonBuf
-		}
 		v := scalar{kind: tNumber, s: unsafe.String(unsafe.SliceData(canon), len(canon))}
 		alive := w.check(set, got, v, func() any { return json.Number(lit) })
 		for i, nd := range set {
@@ -279,10 +263,6 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 	}
 	if proj == nil || !w.valid {
 		return nil, nil
-	}
-	if canon == nil {
-		w.canonBuf = n.appendCanonical(w.canonBuf[:0])
-		canon = w.canonBuf
 	}
 	if len(canon) <= 3 && canon[0] != '-' {
 		i, _ := strconv.Atoi(string(canon))
@@ -315,20 +295,11 @@ func (w *walker) checkBounds(nd *node, n number, lit []byte) {
 // boundMessage words a bound violation as the library does, with exact
 // numbers where the library would print float64s.
 func boundMessage(b bound, n number) string {
-	got := string(n.appendCanonical(nil))
-	want := b.r.RatString()
-	switch b.kind {
-	case bMin:
-		return "minimum: got " + got + ", want " + want
-	case bMax:
-		return "maximum: got " + got + ", want " + want
-	case bExclMin:
-		return "exclusiveMinimum: got " + got + ", want " + want
-	case bExclMax:
-		return "exclusiveMaximum: got " + got + ", want " + want
-	default:
+	got, want := string(n.appendCanonical(nil)), b.r.RatString()
+	if b.kind == bMultiple {
 		return got + " not multipleOf " + want
 	}
+	return [...]string{bMin: "minimum", bMax: "maximum", bExclMin: "exclusiveMinimum", bExclMax: "exclusiveMaximum"}[b.kind] + ": got " + got + ", want " + want
 }
 
 func (w *walker) stringValue(set []*node, proj *Projection) (*ast.Term, error) {
@@ -425,7 +396,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		if top || !build || !w.valid {
 			return nil, nil
 		}
-		return w.emptyObject(), nil
+		return shared(&w.emptyObj, func() ast.Value { return ast.NewObject() }), nil
 	}
 	for {
 		raw, escaped, at, err := w.key()
@@ -693,26 +664,19 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 		return nil, nil
 	}
 	if len(elems) == 0 {
-		return w.emptyArray(), nil
+		return shared(&w.emptyArr, func() ast.Value { return ast.NewArray() }), nil
 	}
 	return ast.NewTerm(ast.NewArray(elems...)), nil
 }
 
-// emptyObject and emptyArray share one term per walk: policies never
-// mutate their input, and a body of a million {} then costs a pointer each,
-// not a million objects.
-func (w *walker) emptyObject() *ast.Term {
-	if w.emptyObj == nil {
-		w.emptyObj = ast.NewTerm(ast.NewObject())
+// shared is *t, made by mk the first time: the empty object and array
+// share one term per walk (policies never mutate their input, and a body
+// of a million {} then costs a pointer each, not a million objects).
+func shared(t **ast.Term, mk func() ast.Value) *ast.Term {
+	if *t == nil {
+		*t = ast.NewTerm(mk())
 	}
-	return w.emptyObj
-}
-
-func (w *walker) emptyArray() *ast.Term {
-	if w.emptyArr == nil {
-		w.emptyArr = ast.NewTerm(ast.NewArray())
-	}
-	return w.emptyArr
+	return *t
 }
 
 // elementSet returns the nodes that apply to element i of an array read

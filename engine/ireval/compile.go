@@ -5,7 +5,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -39,17 +38,8 @@ type Program struct {
 	policy    *ir.Policy
 	funcs     []*function // every function reachable from the plan
 	pool      statePool
-	kinds     map[string]int
 	projOnce  sync.Once
 	proj      *Projection
-}
-
-// StatementKinds counts the IR statements compiled into p (functions
-// included), by kind: "DotStmt", "ScanStmt", ...
-func (p *Program) StatementKinds() map[string]int {
-	out := make(map[string]int, len(p.kinds))
-	maps.Copy(out, p.kinds)
-	return out
 }
 
 // Functions lists the plan functions p can call, by name
@@ -61,9 +51,6 @@ func (p *Program) Functions() []string {
 	}
 	return out
 }
-
-// Entrypoint is the name of the plan the Program runs.
-func (p *Program) Entrypoint() string { return p.entry }
 
 // stmt runs one statement on the frame l. It returns next to go on with the
 // following statement, k >= 0 to leave k+1 enclosing blocks (0: the
@@ -137,7 +124,6 @@ type compiler struct {
 	// function whose callees the statements compiled now add to (a stand-in
 	// for the plan's).
 	cur, scope *function
-	kinds      map[string]int // statements compiled, by kind
 	// err is the first operand of the statement being compiled that did
 	// not compile (stmt returns it).
 	err error
@@ -158,17 +144,12 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	if policy == nil || policy.Plans == nil {
 		return nil, unsupported("empty policy")
 	}
-	var plan *ir.Plan
-	for _, pl := range policy.Plans.Plans {
-		if pl.Name == entry {
-			plan = pl
-		}
-	}
+	plan := planNamed(policy, entry)
 	if plan == nil {
 		return nil, unsupported("no plan named %q", entry)
 	}
 	top := &function{callee: map[*function]bool{}} // the plan's callees
-	c := &compiler{policy: policy, funcs: map[string]*ir.Func{}, built: map[string]*function{}, busy: map[string]bool{}, dynamic: map[string]*function{}, kinds: map[string]int{}, scope: top}
+	c := &compiler{policy: policy, funcs: map[string]*ir.Func{}, built: map[string]*function{}, busy: map[string]bool{}, dynamic: map[string]*function{}, scope: top}
 	if policy.Static != nil {
 		for _, s := range policy.Static.Strings {
 			c.strs = append(c.strs, ast.StringTerm(s.Value))
@@ -247,12 +228,20 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 	p.stackSize = p.nlocal + n
 	p.nmemo = c.nmemo
 	p.maxArgs = c.maxArgs
-	p.kinds = c.kinds
-	for _, f := range c.built {
-		p.funcs = append(p.funcs, f)
-	}
-	sort.Slice(p.funcs, func(i, j int) bool { return p.funcs[i].name < p.funcs[j].name })
+	p.funcs = slices.SortedFunc(maps.Values(c.built), func(a, b *function) int { return strings.Compare(a.name, b.name) })
 	return p, nil
+}
+
+// planNamed is the plan of policy named name, the last one of that name,
+// or nil.
+func planNamed(policy *ir.Policy, name string) *ir.Plan {
+	var plan *ir.Plan
+	for _, pl := range policy.Plans.Plans {
+		if pl.Name == name {
+			plan = pl
+		}
+	}
+	return plan
 }
 
 // frameSize is the number of locals a frame running blocks needs, at
@@ -269,10 +258,7 @@ func frameSize(blocks []*ir.Block, named ...ir.Local) int {
 }
 
 func (c *compiler) allDynamic(base map[*function]bool) map[*function]bool {
-	out := map[*function]bool{}
-	for f := range base {
-		out[f] = true
-	}
+	out := maps.Clone(base)
 	for _, f := range c.dynamic {
 		out[f] = true
 	}
@@ -431,7 +417,6 @@ func (c *compiler) fail(err error) {
 
 // stmt compiles one statement: a statement of control, or one of values.
 func (c *compiler) stmt(s ir.Stmt, depth int) (stmt, error) {
-	c.kinds[fmt.Sprintf("%T", s)[len("*ir."):]]++
 	out, err := c.control(s, depth)
 	if out == nil && err == nil {
 		out = c.value(s)
@@ -548,11 +533,7 @@ func (c *compiler) control(s ir.Stmt, depth int) (stmt, error) {
 			return nil, unsupported("dynamic call outside the planner's block structure")
 		}
 		c.scope.dyn = true
-		args := make([]int, len(s.Args))
-		for i, a := range s.Args {
-			args[i] = int(a)
-		}
-		return c.callDynamic(c.ops(s.Path), args, int(s.Result)), nil
+		return c.callDynamic(c.ops(s.Path), s.Args, int(s.Result)), nil
 	}
 	return nil, nil
 }
@@ -611,7 +592,7 @@ func (c *compiler) value(s ir.Stmt) stmt {
 		return setLocal(int(s.Target), nil, next)
 
 	case *ir.AssignIntStmt:
-		return setLocal(int(s.Target), intTerm(s.Value), next)
+		return setLocal(int(s.Target), ast.InternedTerm(int(s.Value)), next)
 
 	case *ir.AssignVarStmt:
 		src, t := c.op(s.Source), int(s.Target)
@@ -638,7 +619,7 @@ func (c *compiler) value(s ir.Stmt) stmt {
 		return setLocal(int(s.Target), ast.InternedNullTerm, next)
 
 	case *ir.MakeNumberIntStmt:
-		return setLocal(int(s.Target), intTerm(s.Value), next)
+		return setLocal(int(s.Target), ast.InternedTerm(int(s.Value)), next)
 
 	case *ir.MakeNumberRefStmt:
 		// The literal as the parser read it: topdown's constant term.
@@ -782,10 +763,6 @@ func makeFresh(t ir.Local, mk func() ast.Value) stmt {
 // data and builtin results are shared and never modified.
 var fresh = &ast.Location{File: "<ireval>"}
 
-func intTerm(v int64) *ast.Term {
-	return ast.InternedTerm(int(v))
-}
-
 // Dot looks key up in src as topdown does: an object member, an array
 // element at an integer index, a set element (the key itself); anything
 // else is undefined.
@@ -876,11 +853,11 @@ func setResult(l []*ast.Term, t int, v *ast.Term, r int) int {
 	return set(l, t, v)
 }
 
-func (c *compiler) callDynamic(path []operand, args []int, result int) stmt {
+func (c *compiler) callDynamic(path []operand, args []ir.Local, result int) stmt {
 	table := c.dynamic
 	ops := make([]operand, len(args))
 	for i, a := range args {
-		ops[i] = operand{local: a}
+		ops[i] = operand{local: int(a)}
 	}
 	return func(st *state, l []*ast.Term) int {
 		var sb strings.Builder

@@ -224,18 +224,10 @@ func (st *state) tick() bool {
 }
 
 func (st *state) expired() bool {
-	if st.stopped {
-		return true
+	if !st.stopped {
+		st.stopped = st.ctx != nil && st.ctx.Err() != nil || !st.deadline.IsZero() && !time.Now().Before(st.deadline)
 	}
-	if st.ctx != nil && st.ctx.Err() != nil {
-		st.stopped = true
-		return true
-	}
-	if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
-		st.stopped = true
-		return true
-	}
-	return false
+	return st.stopped
 }
 
 func (st *state) cancelledErr() error {
@@ -370,42 +362,39 @@ func scanStmt(src, key, val int, body block) stmt {
 		switch v := t.Value.(type) {
 		case *ast.Array:
 			for i := 0; i < v.Len(); i++ {
-				if st.tick() {
-					return st.stop()
-				}
-				l[key], l[val] = ast.InternedTerm(i), v.Elem(i)
-				if r := body.run(st, l); r != next && r != 0 {
+				if r := scanOne(st, l, key, val, body, ast.InternedTerm(i), v.Elem(i)); r != next {
 					return r
 				}
 			}
 		case ast.Object:
 			r := next
 			v.Until(func(k, x *ast.Term) bool {
-				if st.tick() {
-					r = st.stop()
-					return true
-				}
-				l[key], l[val] = k, x
-				if b := body.run(st, l); b != next && b != 0 {
-					r = b
-					return true
-				}
-				return false
+				r = scanOne(st, l, key, val, body, k, x)
+				return r != next
 			})
 			return r
 		case ast.Set:
 			for _, e := range v.Slice() {
-				if st.tick() {
-					return st.stop()
-				}
-				l[key], l[val] = e, e
-				if r := body.run(st, l); r != next && r != 0 {
+				if r := scanOne(st, l, key, val, body, e, e); r != next {
 					return r
 				}
 			}
 		}
 		return next
 	}
+}
+
+// scanOne runs a scan's body on one element: next to go on with the
+// following one, or how the scan ends.
+func scanOne(st *state, l []*ast.Term, key, val int, body block, k, x *ast.Term) int {
+	if st.tick() {
+		return st.stop()
+	}
+	l[key], l[val] = k, x
+	if r := body.run(st, l); r != 0 {
+		return r
+	}
+	return next
 }
 
 // withStmt replaces a local (input or data), or the document at a path
@@ -442,11 +431,8 @@ func upsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
 	if len(path) == 0 {
 		return v, true
 	}
-	var top ast.Object
-	switch {
-	case root == nil:
-		top = ast.NewObject()
-	default:
+	top := ast.NewObject()
+	if root != nil {
 		o, ok := root.Value.(ast.Object)
 		if !ok {
 			return nil, false
@@ -455,14 +441,11 @@ func upsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
 	}
 	cur := top
 	for _, seg := range path[:len(path)-1] {
-		var child ast.Object
+		child := ast.NewObject()
 		if t := cur.Get(seg); t != nil {
 			if o, ok := t.Value.(ast.Object); ok {
 				child = shallowCopy(o)
 			}
-		}
-		if child == nil {
-			child = ast.NewObject()
 		}
 		cur.Insert(seg, ast.NewTerm(child))
 		cur = child

@@ -1,6 +1,7 @@
 package ireval
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -93,7 +94,8 @@ func join(a, b *info) *info {
 	case b == nil:
 		return a
 	}
-	out := &info{other: a.other || b.other, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
+	// A collection joined with anything else may hold anything.
+	out := &info{other: a.other || b.other || a.coll != b.coll, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
 	if len(a.paths)+len(b.paths) > 0 {
 		out.paths = map[path]bool{}
 		maps.Copy(out.paths, a.paths)
@@ -103,9 +105,6 @@ func join(a, b *info) *info {
 		out.consts = map[string]*ast.Term{}
 		maps.Copy(out.consts, a.consts)
 		maps.Copy(out.consts, b.consts)
-	}
-	if (a.coll != b.coll) && (a.coll || b.coll) {
-		out.other = true
 	}
 	return out
 }
@@ -117,20 +116,8 @@ func sameInfo(a, b *info) bool {
 	if a == nil {
 		return true
 	}
-	if a.other != b.other || a.coll != b.coll || a.dirtyCol != b.dirtyCol || len(a.paths) != len(b.paths) || len(a.consts) != len(b.consts) {
-		return false
-	}
-	for p := range a.paths {
-		if !b.paths[p] {
-			return false
-		}
-	}
-	for k := range a.consts {
-		if _, ok := b.consts[k]; !ok {
-			return false
-		}
-	}
-	return true
+	return a.other == b.other && a.coll == b.coll && a.dirtyCol == b.dirtyCol && maps.Equal(a.paths, b.paths) &&
+		maps.EqualFunc(a.consts, b.consts, func(_, _ *ast.Term) bool { return true }) // constants by key
 }
 
 type absState map[ir.Local]*info
@@ -204,12 +191,7 @@ func newAnalysis(policy *ir.Policy) *analysis {
 }
 
 func analyzeInput(p *Program) *Projection {
-	var plan *ir.Plan
-	for _, pl := range p.policy.Plans.Plans {
-		if pl.Name == p.entry {
-			plan = pl
-		}
-	}
+	plan := planNamed(p.policy, p.entry)
 	if plan == nil {
 		return &Projection{All: true}
 	}
@@ -434,11 +416,7 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 				a.params[s.Func] = merged
 				a.changed = true
 			}
-			ret := a.returns[s.Func]
-			if ret == nil {
-				ret = &info{other: true}
-			}
-			st[s.Result] = ret
+			st[s.Result] = cmp.Or(a.returns[s.Func], &info{other: true})
 			return st
 		}
 		a.builtinCall(s.Func, args)
@@ -638,10 +616,7 @@ func Apply(doc any, p *Projection) (ast.Value, error) {
 		}
 		elems := make([]*ast.Term, len(v))
 		for i, x := range v {
-			sub := p.Index[i]
-			if sub == nil {
-				sub = p.Any
-			}
+			sub := cmp.Or(p.Index[i], p.Any)
 			if sub == nil {
 				elems[i] = ast.InternedNullTerm
 				continue

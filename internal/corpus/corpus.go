@@ -19,11 +19,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Input is one generated request body.
@@ -56,15 +58,10 @@ func Summarize(inputs []Input) []Mix {
 	for _, in := range inputs {
 		sizes[in.Decision] = append(sizes[in.Decision], len(in.Body))
 	}
-	names := make([]string, 0, len(sizes))
-	for n := range sizes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := make([]Mix, 0, len(names))
-	for _, n := range names {
+	out := make([]Mix, 0, len(sizes))
+	for _, n := range slices.Sorted(maps.Keys(sizes)) {
 		s := sizes[n]
-		sort.Ints(s)
+		slices.Sort(s)
 		out = append(out, Mix{Decision: n, Count: len(s), MinBytes: s[0], MedianBytes: s[len(s)/2], MaxBytes: s[len(s)-1]})
 	}
 	return out
@@ -78,9 +75,7 @@ type seed struct {
 }
 
 // doc decodes a fresh, mutable copy of the seed's input, numbers exact.
-func (s seed) doc() any {
-	return decode(s.input)
-}
+func (s seed) doc() any { return decode(s.input) }
 
 func decode(b []byte) any {
 	var d any
@@ -104,7 +99,7 @@ func loadSeeds(dir string) ([]seed, error) {
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(files)
+	slices.Sort(files)
 	var out []seed
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -118,13 +113,8 @@ func loadSeeds(dir string) ([]seed, error) {
 		if err := json.Unmarshal(data, &cases); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
-		names := make([]string, 0, len(cases))
-		for n := range cases {
-			names = append(names, n)
-		}
-		sort.Strings(names)
 		decision := filepath.Base(filepath.Dir(f))
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(cases)) {
 			if c := cases[n]; c.Input != nil && c.WantResult != nil {
 				out = append(out, seed{decision: decision, name: decision + "/" + filepath.Base(f) + ":" + n, input: c.Input})
 			}
@@ -206,12 +196,7 @@ func walkMembers(v any, path string, f func(path string, v any)) {
 	if !ok {
 		return
 	}
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		p := path + "/" + k
 		f(p, obj[k])
 		walkMembers(obj[k], p, f)
@@ -253,7 +238,7 @@ func (g *gen) vary(doc any, s seed) string {
 // setMember replaces the member at path (as walkMembers gives it).
 func setMember(doc any, path string, v any) {
 	cur := doc
-	keys := splitPath(path)
+	keys := strings.Split(path[1:], "/")
 	for i, k := range keys {
 		obj, ok := cur.(map[string]any)
 		if !ok {
@@ -265,18 +250,6 @@ func setMember(doc any, path string, v any) {
 		}
 		cur = obj[k]
 	}
-}
-
-func splitPath(path string) []string {
-	var keys []string
-	start := 1
-	for i := 1; i <= len(path); i++ {
-		if i == len(path) || path[i] == '/' {
-			keys = append(keys, path[start:i])
-			start = i + 1
-		}
-	}
-	return keys
 }
 
 // walkRunnerStates calls f on every object in v that has the members a

@@ -108,18 +108,6 @@ var eventTypes = []weightedString{
 	{"turn.started", 5}, {"turn.completed", 5}, {"runner.heartbeat", 9},
 }
 
-// outbox returns n events from sourceSeq first on, and their total byteSize.
-func (g *gen) outbox(rs map[string]any, first uint64, n int) ([]any, uint64) {
-	out := make([]any, n)
-	var total uint64
-	for i := range out {
-		e, size := g.event(rs, first+uint64(i))
-		out[i] = e
-		total += size
-	}
-	return out, total
-}
-
 func (g *gen) event(rs map[string]any, seq uint64) (map[string]any, uint64) {
 	typ := g.weighted(eventTypes)
 	var payload map[string]any
@@ -196,7 +184,12 @@ func (g *gen) history(rs map[string]any) {
 	default:
 		n = g.between(60, 120)
 	}
-	outbox, total := g.outbox(rs, acked+1, n)
+	outbox, total := make([]any, n), uint64(0) // from sourceSeq acked+1 on, and their byteSize
+	for i := range outbox {
+		var size uint64
+		outbox[i], size = g.event(rs, acked+1+uint64(i))
+		total += size
+	}
 	rs["outbox"] = outbox
 	rs["nextSourceSeq"] = num(acked + uint64(n) + 1)
 	rs["peakOutboxBytes"] = num(total + uint64(g.rng.IntN(64<<10)))

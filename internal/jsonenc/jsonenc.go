@@ -46,19 +46,14 @@ func AppendString(b []byte, s string) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
 			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
+			if r == utf8.RuneError {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			}
+			start = i + size
 		}
 		i += size
 	}
@@ -109,19 +104,13 @@ func AppendValue(b []byte, v ast.Value) ([]byte, error) {
 	case ast.Set:
 		b = append(b, '[')
 		var err error
-		first := true
-		x.Foreach(func(t *ast.Term) {
-			if err != nil {
-				return
-			}
-			if !first {
+		for i, t := range x.Slice() { // sorted, as Foreach would give them
+			if i > 0 {
 				b = append(b, ',')
 			}
-			first = false
-			b, err = AppendValue(b, t.Value)
-		})
-		if err != nil {
-			return b, err
+			if b, err = AppendValue(b, t.Value); err != nil {
+				return b, err
+			}
 		}
 		return append(b, ']'), nil
 	case ast.Object:

@@ -3,6 +3,7 @@
 package opalog
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,10 +18,7 @@ type Logger struct {
 
 // New returns an OPA logger over l (nil discards).
 func New(l *slog.Logger) logging.Logger {
-	if l == nil {
-		l = slog.New(slog.DiscardHandler)
-	}
-	return &Logger{l: l}
+	return &Logger{l: cmp.Or(l, slog.New(slog.DiscardHandler))}
 }
 
 func (o *Logger) log(level slog.Level, format string, a ...any) {
