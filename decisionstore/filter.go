@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -139,9 +138,9 @@ func (m InputMatch) document() []byte {
 // store's containment test does: each token an object member, the value
 // equal (numbers by value: 42 is 42.0). The ring of a server without a
 // store filters with it, so that a filter means the same on both.
-func (m InputMatch) Match(input []byte) bool {
+func (m InputMatch) Match(in []byte) bool {
 	var doc any
-	dec := json.NewDecoder(bytes.NewReader(input))
+	dec := json.NewDecoder(bytes.NewReader(in))
 	dec.UseNumber()
 	if dec.Decode(&doc) != nil {
 		return false
@@ -166,9 +165,9 @@ func (m InputMatch) Match(input []byte) bool {
 		if !ok {
 			return false
 		}
-		x, okx := new(big.Float).SetString(string(a))
-		y, oky := new(big.Float).SetString(string(b))
-		return okx && oky && x.Cmp(y) == 0
+		x, okx := input.CanonicalNumber(string(a))
+		y, oky := input.CanonicalNumber(string(b))
+		return okx && oky && x == y // exact, as numeric is
 	}
 	return doc == want
 }
