@@ -1,7 +1,7 @@
 // Package queue is the one bounded queue of Arbiter's background work: the
-// decision-record pipeline, its upload, the shadow candidate and the
-// compiled self-check each hand work to their own goroutines through a
-// Queue. A Queue is bounded by count and by bytes, never blocks the one who
+// decision-record pipeline, its upload and the decision store, and the
+// shadow's workers (a candidate's decisions and the compiled self-check)
+// each hand work to their goroutines through a Queue. A Queue is bounded by count and by bytes, never blocks the one who
 // puts, and counts every item it did not keep by reason.
 package queue
 
