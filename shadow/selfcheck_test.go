@@ -1,12 +1,10 @@
 package shadow
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,33 +12,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 )
-
-// syncBuffer is a log destination the workers write while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSelfCheckCatchesADisagreement: a compiled answer handed to the
 // self-check wrong, as a compiler bug would make it, is decided again by
 // topdown on the shadow's workers; the disagreement turns the compiled path
 // off for the decision, and is counted and logged with both answers.
 func TestSelfCheckCatchesADisagreement(t *testing.T) {
-	var logged syncBuffer
+	var logged testfiles.Buffer
 	sh := New(Config{CPU: 8, SelfCheck: 1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	t.Cleanup(func() { _ = sh.Close(context.Background()) })
 	cfg := configOf(access)
