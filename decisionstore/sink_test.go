@@ -139,14 +139,20 @@ func TestSinkKeepsTheLineExactly(t *testing.T) {
 		{`{ "b" :[ 1 , 2 ],"a":"\u00e9\/"}`, true},
 		{`{"run":{"id":"\u0000"}}`, false},
 		{`{"n":1e1000000}`, false},
-		{`{"input": {"used": 1, "used": 99}}`, true}, // on the Data API's path: its input member
+		// On the Data API's path: a decision's record holds the input the
+		// engine unwrapped, a refused request's the body as received.
+		{`{"run":{"runId":"r-data"}}`, true},
+		{`{"input": {"run":{"runId":"r-refused"}}}`, true},
 	}
 	var recs []decisionlog.Record
 	for i, in := range inputs {
 		rec := decision(i)
 		rec.Input = json.RawMessage(in.input)
+		if i >= len(inputs)-2 {
+			rec.Path = "/v1/data/decisions/d1/decision"
+		}
 		if i == len(inputs)-1 {
-			rec.Path = "/v1/data/d1"
+			rec.Result, rec.Error = nil, &decisionlog.RecordError{Code: "invalid_input", Message: "x"}
 		}
 		recs = append(recs, rec)
 	}
@@ -171,6 +177,18 @@ func TestSinkKeepsTheLineExactly(t *testing.T) {
 		}
 		if has != inputs[i].hasInput {
 			t.Errorf("%s: an input column %v, want %v", inputs[i].input, has, inputs[i].hasInput)
+		}
+		if !has {
+			continue
+		}
+		// The column is the record's input document, as Go reads it (the
+		// ring's filters, the upload's events).
+		var same bool
+		if err := open(t, url).Pool().QueryRow(ctxT(t), `SELECT input = $2::jsonb FROM arbiter_store.records_json WHERE decision_id = $1`, rec.DecisionID, string(rec.InputDocument())).Scan(&same); err != nil {
+			t.Fatal(err)
+		}
+		if !same {
+			t.Errorf("%s on %s: the input column is not the record's input document %s", inputs[i].input, rec.Path, rec.InputDocument())
 		}
 	}
 }
