@@ -51,10 +51,14 @@ type Batcher[T any] struct {
 
 // BatchConfig configures a Batcher; each sink fills it from its own.
 type BatchConfig struct {
-	// Name leads the Batcher's log lines: "decision-log uploads",
-	// "decision store writes"; Unit names what it sends in them: "events",
-	// "records".
-	Name, Unit string
+	// Name leads the Batcher's recovery line: "decision-log uploads",
+	// "decision store writes"; Unit names what it sends in its lines:
+	// "events", "records". Full and Failed are the messages of its
+	// warnings, a record the queue cannot take and a send retried: each
+	// sink keeps the lines it logged before it shared the skeleton
+	// (default: Name + ": queue full, " + Unit + " dropped", and Name +
+	// " failed; retrying").
+	Name, Unit, Full, Failed string
 	// Queue bounds the records waiting, the batch being sent or retried
 	// included (its bytes are held until the batch is done), each sized
 	// by Record.QueueSize.
@@ -123,6 +127,8 @@ func NewBatcher[T any](cfg BatchConfig) *Batcher[T] {
 		cfg.Redact = func(err error) string { return err.Error() }
 	}
 	cfg.Unit = cmp.Or(cfg.Unit, "records")
+	cfg.Full = cmp.Or(cfg.Full, cfg.Name+": queue full, "+cfg.Unit+" dropped")
+	cfg.Failed = cmp.Or(cfg.Failed, cfg.Name+" failed; retrying")
 	if cfg.After == nil {
 		cfg.After = time.After
 	}
@@ -144,7 +150,7 @@ func (b *Batcher[T]) Start(w BatchWriter[T]) {
 func (b *Batcher[T]) Put(rec Record) {
 	if ok, _ := b.queue.Put(pendingRecord{rec, time.Now().UnixNano()}, rec.QueueSize()); !ok {
 		if n := b.queue.Dropped(queue.Full); n&(n-1) == 0 {
-			b.cfg.Logger.Warn(b.cfg.Name+": queue full, "+b.cfg.Unit+" dropped", "dropped", n, "queue_bytes", b.queue.Limits().Bytes)
+			b.cfg.Logger.Warn(b.cfg.Full, "dropped", n, "queue_bytes", b.queue.Limits().Bytes)
 		}
 	}
 }
@@ -291,7 +297,7 @@ func (b *Batcher[T]) send(batch []T) bool {
 		b.Failed(err)
 		delay := util.DefaultBackoff(float64(100*time.Millisecond), float64(b.cfg.MaxRetryDelay), retry)
 		if retry == 0 || retry%10 == 0 {
-			b.cfg.Logger.Warn(b.cfg.Name+" failed; retrying", b.cfg.Unit, len(batch), "retry", retry, "next_in", delay, "err", b.cfg.Redact(err))
+			b.cfg.Logger.Warn(b.cfg.Failed, b.cfg.Unit, len(batch), "retry", retry, "next_in", delay, "err", b.cfg.Redact(err))
 		}
 		select {
 		case <-b.cfg.After(delay):
