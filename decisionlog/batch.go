@@ -37,7 +37,7 @@ type Batcher[T any] struct {
 
 	sent, sendsOK, sendsFailed atomic.Uint64
 	lastOK                     atomic.Int64 // unix nanoseconds
-	inFlight                   atomic.Int64 // records of the batch being built, sent or retried
+	inFlight                   atomic.Int64 // records of the batch being built, sent or retried: each leaves it sent or dropped
 	oldest                     atomic.Int64 // unix nanoseconds its oldest record was queued (0: none)
 	lastErr                    atomic.Pointer[string]
 	closing                    atomic.Bool
@@ -189,7 +189,6 @@ func (b *Batcher[T]) loop() {
 			b.queue.Done(held)
 			clear(batch)
 			batch, size, held = batch[:0], 0, 0
-			b.inFlight.Store(0)
 			b.oldest.Store(0)
 			b.lastSend = time.Now()
 		}
@@ -250,12 +249,14 @@ func (b *Batcher[T]) send(batch []T) bool {
 	for retry := 0; ; retry++ {
 		if b.ctx.Err() != nil {
 			b.queue.Drop(DropShutdown, uint64(len(batch)))
+			b.inFlight.Add(-int64(len(batch)))
 			return false
 		}
 		err := b.w.Send(b.ctx, batch)
 		if err == nil {
 			b.sendsOK.Add(1)
 			b.sent.Add(uint64(len(batch)))
+			b.inFlight.Add(-int64(len(batch)))
 			b.lastOK.Store(time.Now().UnixNano())
 			b.lastErr.Store(nil)
 			if retry > 0 {
@@ -274,6 +275,7 @@ func (b *Batcher[T]) send(batch []T) bool {
 			switch {
 			case r.Index >= 0 && r.Index < len(batch):
 				b.refuse(batch[r.Index], err)
+				b.inFlight.Add(-1) // no longer queued, whatever the others' fate
 				if batch = append(batch[:r.Index:r.Index], batch[r.Index+1:]...); len(batch) == 0 {
 					return true
 				}
@@ -283,11 +285,13 @@ func (b *Batcher[T]) send(batch []T) bool {
 				half := len(batch) / 2
 				if !b.send(batch[:half]) { // Close's deadline: the rest is dropped too
 					b.queue.Drop(DropShutdown, uint64(len(batch)-half))
+					b.inFlight.Add(-int64(len(batch) - half))
 					return false
 				}
 				return b.send(batch[half:])
 			case r.Drop:
 				b.refuse(batch[0], err)
+				b.inFlight.Add(-1)
 				return true
 			}
 		}
