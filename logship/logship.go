@@ -191,11 +191,11 @@ func (u *Uploader) Encode(rec decisionlog.Record) (json.RawMessage, int, error) 
 // backoff while the bounded buffer holds the rest.
 func (u *Uploader) Send(ctx context.Context, batch []json.RawMessage) error {
 	err := u.post(ctx, batch)
-	size := 0
-	for _, ev := range batch {
-		size += len(ev) + 1
-	}
 	if err == nil {
+		size := 0
+		for _, ev := range batch {
+			size += len(ev) + 1
+		}
 		u.acceptedMax = max(u.acceptedMax, size)
 		return nil
 	}
