@@ -37,7 +37,7 @@ type Batcher[T any] struct {
 
 	sent, sendsOK, sendsFailed atomic.Uint64
 	lastOK                     atomic.Int64 // unix nanoseconds
-	inFlight                   atomic.Int64 // records of the batch being built, sent or retried
+	inFlight                   atomic.Int64 // records of the batch being built, sent or retried: each leaves it sent or dropped
 	oldest                     atomic.Int64 // unix nanoseconds its oldest record was queued (0: none)
 	lastErr                    atomic.Pointer[string]
 	closing                    atomic.Bool
@@ -51,10 +51,14 @@ type Batcher[T any] struct {
 
 // BatchConfig configures a Batcher; each sink fills it from its own.
 type BatchConfig struct {
-	// Name leads the Batcher's log lines: "decision-log uploads",
-	// "decision store writes"; Unit names what it sends in them: "events",
-	// "records".
-	Name, Unit string
+	// Name leads the Batcher's recovery line: "decision-log uploads",
+	// "decision store writes"; Unit names what it sends in its lines:
+	// "events", "records". Full and Failed are the messages of its
+	// warnings, a record the queue cannot take and a send retried: each
+	// sink keeps the lines it logged before it shared the skeleton
+	// (default: Name + ": queue full, " + Unit + " dropped", and Name +
+	// " failed; retrying").
+	Name, Unit, Full, Failed string
 	// Queue bounds the records waiting, the batch being sent or retried
 	// included (its bytes are held until the batch is done), each sized
 	// by Record.QueueSize.
@@ -123,6 +127,8 @@ func NewBatcher[T any](cfg BatchConfig) *Batcher[T] {
 		cfg.Redact = func(err error) string { return err.Error() }
 	}
 	cfg.Unit = cmp.Or(cfg.Unit, "records")
+	cfg.Full = cmp.Or(cfg.Full, cfg.Name+": queue full, "+cfg.Unit+" dropped")
+	cfg.Failed = cmp.Or(cfg.Failed, cfg.Name+" failed; retrying")
 	if cfg.After == nil {
 		cfg.After = time.After
 	}
@@ -144,7 +150,7 @@ func (b *Batcher[T]) Start(w BatchWriter[T]) {
 func (b *Batcher[T]) Put(rec Record) {
 	if ok, _ := b.queue.Put(pendingRecord{rec, time.Now().UnixNano()}, rec.QueueSize()); !ok {
 		if n := b.queue.Dropped(queue.Full); n&(n-1) == 0 {
-			b.cfg.Logger.Warn(b.cfg.Name+": queue full, "+b.cfg.Unit+" dropped", "dropped", n, "queue_bytes", b.queue.Limits().Bytes)
+			b.cfg.Logger.Warn(b.cfg.Full, "dropped", n, "queue_bytes", b.queue.Limits().Bytes)
 		}
 	}
 }
@@ -183,7 +189,6 @@ func (b *Batcher[T]) loop() {
 			b.queue.Done(held)
 			clear(batch)
 			batch, size, held = batch[:0], 0, 0
-			b.inFlight.Store(0)
 			b.oldest.Store(0)
 			b.lastSend = time.Now()
 		}
@@ -244,12 +249,14 @@ func (b *Batcher[T]) send(batch []T) bool {
 	for retry := 0; ; retry++ {
 		if b.ctx.Err() != nil {
 			b.queue.Drop(DropShutdown, uint64(len(batch)))
+			b.inFlight.Add(-int64(len(batch)))
 			return false
 		}
 		err := b.w.Send(b.ctx, batch)
 		if err == nil {
 			b.sendsOK.Add(1)
 			b.sent.Add(uint64(len(batch)))
+			b.inFlight.Add(-int64(len(batch)))
 			b.lastOK.Store(time.Now().UnixNano())
 			b.lastErr.Store(nil)
 			if retry > 0 {
@@ -268,6 +275,7 @@ func (b *Batcher[T]) send(batch []T) bool {
 			switch {
 			case r.Index >= 0 && r.Index < len(batch):
 				b.refuse(batch[r.Index], err)
+				b.inFlight.Add(-1) // no longer queued, whatever the others' fate
 				if batch = append(batch[:r.Index:r.Index], batch[r.Index+1:]...); len(batch) == 0 {
 					return true
 				}
@@ -277,11 +285,13 @@ func (b *Batcher[T]) send(batch []T) bool {
 				half := len(batch) / 2
 				if !b.send(batch[:half]) { // Close's deadline: the rest is dropped too
 					b.queue.Drop(DropShutdown, uint64(len(batch)-half))
+					b.inFlight.Add(-int64(len(batch) - half))
 					return false
 				}
 				return b.send(batch[half:])
 			case r.Drop:
 				b.refuse(batch[0], err)
+				b.inFlight.Add(-1)
 				return true
 			}
 		}
@@ -291,7 +301,7 @@ func (b *Batcher[T]) send(batch []T) bool {
 		b.Failed(err)
 		delay := util.DefaultBackoff(float64(100*time.Millisecond), float64(b.cfg.MaxRetryDelay), retry)
 		if retry == 0 || retry%10 == 0 {
-			b.cfg.Logger.Warn(b.cfg.Name+" failed; retrying", b.cfg.Unit, len(batch), "retry", retry, "next_in", delay, "err", b.cfg.Redact(err))
+			b.cfg.Logger.Warn(b.cfg.Failed, b.cfg.Unit, len(batch), "retry", retry, "next_in", delay, "err", b.cfg.Redact(err))
 		}
 		select {
 		case <-b.cfg.After(delay):

@@ -79,3 +79,58 @@ func TestBatcherDropsOnlyTheRefusedRecord(t *testing.T) {
 		}
 	}
 }
+
+// stalled refuses r1 by its index and fails every other send until
+// released.
+type stalled struct {
+	mu       sync.Mutex
+	released bool
+}
+
+func (s *stalled) Encode(rec Record) (string, int, error) { return rec.DecisionID, 1, nil }
+func (s *stalled) Idle() time.Duration                    { return time.Hour }
+func (s *stalled) Refused(string, error)                  {}
+
+func (s *stalled) Send(_ context.Context, batch []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(batch, "r1"); i >= 0 {
+		return &Refusal{Index: i, Drop: true, Reason: "rejected", Err: errors.New("refused r1")}
+	}
+	if !s.released {
+		return errors.New("away")
+	}
+	return nil
+}
+
+// TestBatcherQueuedLeavesWithTheRefused: a record dropped for a refusal is
+// no longer counted as queued while the rest of its batch is retried
+// through an outage.
+func TestBatcherQueuedLeavesWithTheRefused(t *testing.T) {
+	w := &stalled{}
+	b := NewBatcher[string](BatchConfig{Name: "test", BatchRecords: 4, Linger: time.Hour, MaxRetryDelay: time.Millisecond,
+		After: func(time.Duration) <-chan time.Time { return time.After(time.Millisecond) }})
+	b.Start(w)
+	for _, id := range []string{"r0", "r1", "r2", "r3"} {
+		b.Put(Record{DecisionID: id})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Dropped("rejected") == 0 || b.Stats().SendsFailed == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal and retry: %+v", b.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := b.Stats(); st.Queued != 3 {
+		t.Errorf("during the outage: %d queued, want the 3 not refused", st.Queued)
+	}
+	w.mu.Lock()
+	w.released = true
+	w.mu.Unlock()
+	if n := b.Close(context.Background()); n != 0 {
+		t.Fatalf("%d unsent at close", n)
+	}
+	if st := b.Stats(); st.Sent != 3 || st.Queued != 0 {
+		t.Errorf("after close: %+v; want 3 sent, none queued", st)
+	}
+}

@@ -125,6 +125,7 @@ func New(cfg Config) (*Uploader, error) {
 	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger}
 	u.b = decisionlog.NewBatcher[json.RawMessage](decisionlog.BatchConfig{
 		Name: "decision-log uploads", Unit: "events",
+		Full: "decision-log upload buffer full: events dropped", Failed: "decision-log upload failed; retrying",
 		Queue:        queue.Limits{Items: cfg.MaxEvents, Bytes: cfg.MaxBytes}.Or(queue.Limits{Items: DefaultMaxEvents, Bytes: DefaultQueueBytes}),
 		BatchRecords: cfg.BatchEvents, BatchBytes: cfg.BatchBytes,
 		Linger: cfg.Interval, MaxRetryDelay: cfg.MaxRetryDelay, Logger: cfg.Logger, After: cfg.after,
@@ -169,11 +170,14 @@ func (u *Uploader) Close(ctx context.Context) error {
 	return nil
 }
 
-// Encode is rec's event, sized as its JSON (and the comma after it).
+// Encode is rec's event, sized as its JSON (and the comma after it). An
+// event it cannot encode is dropped as too_large, and warned about here,
+// where its decision id is known.
 func (u *Uploader) Encode(rec decisionlog.Record) (json.RawMessage, int, error) {
 	ev, err := u.event(rec)
 	if err != nil {
-		return nil, 0, &decisionlog.Refusal{Index: -1, Drop: true, Reason: dropTooLarge, Err: fmt.Errorf("decision %s: event not encodable: %w", rec.DecisionID, err)}
+		u.log.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
+		return nil, 0, &decisionlog.Refusal{Index: -1, Drop: true, Reason: dropTooLarge, Err: err}
 	}
 	return ev, len(ev) + 1, nil
 }
@@ -187,11 +191,11 @@ func (u *Uploader) Encode(rec decisionlog.Record) (json.RawMessage, int, error) 
 // backoff while the bounded buffer holds the rest.
 func (u *Uploader) Send(ctx context.Context, batch []json.RawMessage) error {
 	err := u.post(ctx, batch)
-	size := 0
-	for _, ev := range batch {
-		size += len(ev) + 1
-	}
 	if err == nil {
+		size := 0
+		for _, ev := range batch {
+			size += len(ev) + 1
+		}
 		u.acceptedMax = max(u.acceptedMax, size)
 		return nil
 	}
@@ -201,9 +205,12 @@ func (u *Uploader) Send(ctx context.Context, batch []json.RawMessage) error {
 	return err
 }
 
-// Refused warns of an event dropped as too large.
-func (u *Uploader) Refused(ev json.RawMessage, err error) {
-	u.log.Warn("decision-log event dropped as too large", "bytes", len(ev), "largest_accepted", u.acceptedMax, "err", err)
+// Refused warns of an event the service refused as too large (Encode
+// warned of one it could not encode: ev is nil).
+func (u *Uploader) Refused(ev json.RawMessage, _ error) {
+	if ev != nil {
+		u.log.Warn("decision-log service refused an event as too large: dropped", "bytes", len(ev), "largest_accepted", u.acceptedMax)
+	}
 }
 
 // Idle: the upload has no maintenance.

@@ -5,7 +5,11 @@
 // puts, and counts every item it did not keep by reason.
 package queue
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
+)
 
 // Reasons an item is dropped. A component adds its own (Drop) for what it
 // loses after taking an item: a failed write, a shutdown deadline.
@@ -27,12 +31,7 @@ type Limits struct {
 // Or returns l with each bound that is not positive replaced by def's: the
 // defaults of a component's configuration.
 func (l Limits) Or(def Limits) Limits {
-	if l.Items <= 0 {
-		l.Items = def.Items
-	}
-	if l.Bytes <= 0 {
-		l.Bytes = def.Bytes
-	}
+	l.Items, l.Bytes = defaults.Positive(l.Items, def.Items), defaults.Positive(l.Bytes, def.Bytes)
 	return l
 }
 
