@@ -144,7 +144,7 @@ func NewSink(dbURL string, cfg SinkConfig) (*Sink, error) {
 	s := &Sink{cfg: cfg, store: st, password: st.pool.Config().ConnConfig.Password, log: cfg.Logger,
 		tried: make(chan struct{}), days: map[time.Time]bool{}, reader: NewReader(st.pool)}
 	s.b = decisionlog.NewBatcher[[]any](decisionlog.BatchConfig{
-		Name: "decision store writes", Full: "decision store queue full: records dropped",
+		Name: "decision store writes", Full: "decision store queue full: records dropped", Failed: "decision store write failed; retrying",
 		Queue:        queue.Limits{Bytes: cfg.QueueBytes}.Or(queue.Limits{Bytes: DefaultQueueBytes}),
 		BatchRecords: cfg.BatchRecords, Linger: cfg.FlushInterval, MaxRetryDelay: cfg.MaxRetryDelay,
 		Logger: cfg.Logger, Redact: s.redact, After: cfg.after,

@@ -190,7 +190,7 @@ func TestDecisionStoreFleet(t *testing.T) {
 		if got := metricValue(t, f.client, f.replicas[r].url, "arbiter_decision_store_queued_records"); got == 0 {
 			t.Errorf("%s: arbiter_decision_store_queued_records is 0 during the outage", f.names[r])
 		}
-		if !strings.Contains(f.replicas[r].stderr.String(), "decision store writes failed") {
+		if !strings.Contains(f.replicas[r].stderr.String(), "decision store write failed") {
 			t.Errorf("%s logged no failed write during the outage", f.names[r])
 		}
 	}
