@@ -768,13 +768,10 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 // outcomeKey is the outcome member of a decision of the live revision,
 // "" when there is none.
 func outcomeKey(dc Decider, decision string) string {
-	if snap := dc.Snapshot(); snap != nil {
-		return outcomeKeyOf(snap, decision)
+	snap := dc.Snapshot()
+	if snap == nil {
+		return ""
 	}
-	return ""
-}
-
-func outcomeKeyOf(snap *engine.Snapshot, decision string) string {
 	for _, d := range snap.Decisions() {
 		if d.Name != decision {
 			continue
