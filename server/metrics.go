@@ -122,10 +122,8 @@ func (m *metrics) observeError(name string, code engine.Code, elapsed time.Durat
 	m.duration.WithLabelValues(label).Observe(elapsed.Seconds())
 }
 
-var (
-	revisionDesc = prometheus.NewDesc("arbiter_policy_revision_info",
-		"The active policy revision (always 1).", []string{"revision"}, nil)
-)
+var revisionDesc = prometheus.NewDesc("arbiter_policy_revision_info",
+	"The active policy revision (always 1).", []string{"revision"}, nil)
 
 // revisionCollector exports the active revision as an info metric, read at
 // scrape time so that it follows reloads without hooks.

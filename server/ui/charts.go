@@ -344,17 +344,15 @@ func stack(t decisionstore.Tally, series []seriesView, top int, span float64, pr
 	return segs
 }
 
-func sum(ns []int) (n int) {
-	for _, x := range ns {
-		n += x
-	}
-	return n
-}
-
-// tallest is the largest sum of a tally's counts.
+// tallest is the largest sum of a tally's counts (a refusal of several
+// reasons is a segment of each: more than its Total).
 func tallest(ts []decisionstore.Tally) (top int) {
 	for _, t := range ts {
-		top = max(top, sum(t.Counts))
+		n := 0
+		for _, c := range t.Counts {
+			n += c
+		}
+		top = max(top, n)
 	}
 	return top
 }

@@ -124,3 +124,38 @@ func TestDecisionPageShowsTheShadowAnswer(t *testing.T) {
 		}
 	}
 }
+
+// archiveOf is a decision log holding one decision and its candidates'
+// answers.
+type archiveOf struct {
+	rec     decisionlog.Record
+	shadows []decisionlog.Shadow
+}
+
+func (a archiveOf) Lookup(id string) (decisionlog.Record, []decisionlog.Shadow, bool, error) {
+	if id != a.rec.DecisionID {
+		return decisionlog.Record{}, nil, false, nil
+	}
+	return a.rec, a.shadows, true, nil
+}
+
+// TestDecisionPageShowsAShadowAnswerOnce: a decision whose input the ring
+// gave up is read whole from the log, which holds the same candidate's
+// answer the ring kept with it: the page shows it once, not once per
+// place it was found.
+func TestDecisionPageShowsAShadowAnswerOnce(t *testing.T) {
+	big := newHarness(t, Config{}).all[0].rec
+	big.DecisionID = "big-input"
+	big.Input = putAt(t, big.Input, []string{"zz-blob"}, strings.Repeat("x", DefaultMaxKeptInput+1))
+	sh := decisionlog.Shadow{Revision: "candidate-1", Class: string(shadow.Same), Result: big.Result}
+	h := newHarness(t, Config{Archive: archiveOf{big, []decisionlog.Shadow{sh}}})
+	h.ring.Write([]decisionlog.Record{big,
+		{DecisionID: big.DecisionID, Time: big.Time, Decision: big.Decision, Path: big.Path, Shadow: &sh}})
+	if e, ok := h.ring.Get(big.DecisionID); !ok || !e.InputDropped || len(e.Shadows) != 1 {
+		t.Fatalf("the ring does not hold the decision without its input and with its answer: %v %+v", ok, e)
+	}
+	status, body := h.get(t, "/ui/decisions/"+big.DecisionID)
+	if n := strings.Count(body, `class="shadow-answer `); status != 200 || n != 1 {
+		t.Errorf("status %d, %d shadow answers shown, want 1:\n%s", status, n, body)
+	}
+}

@@ -38,10 +38,7 @@ type shadowAnswer struct {
 // replica's decision is answered by that replica's candidate).
 func (h *handler) shadowAnswers(ctx context.Context, e Entry) shadowView {
 	v := shadowView{Running: h.cfg.Shadow != nil}
-	key := ""
-	if snap := h.cfg.Decider.Snapshot(); snap != nil {
-		key = outcomeKeyOf(snap, e.Record.Decision)
-	}
+	key := outcomeKey(h.cfg.Decider, e.Record.Decision)
 	for _, sh := range e.Shadows {
 		v.Answers = append(v.Answers, answerOf(e.Record.Decision, key, sh))
 	}

@@ -717,7 +717,13 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 			h.log.Warn("ui: reading the decision log failed", "err", err)
 		}
 		if found {
-			e = Entry{Seq: e.Seq, Record: rec, Replica: e.Replica, Shadows: append(e.Shadows, shadows...)}
+			// The log's answers are the ring's own records, whole: those
+			// of the ring only when the log's lookahead missed them (and
+			// never appended to, which would write into the ring's array).
+			if len(shadows) == 0 {
+				shadows = e.Shadows
+			}
+			e = Entry{Seq: e.Seq, Record: rec, Replica: e.Replica, Shadows: shadows}
 			e.Outcome, e.Reasons = rec.Summary(outcomeKey(h.cfg.Decider, rec.Decision))
 			ok = true
 		}
@@ -768,13 +774,10 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 // outcomeKey is the outcome member of a decision of the live revision,
 // "" when there is none.
 func outcomeKey(dc Decider, decision string) string {
-	if snap := dc.Snapshot(); snap != nil {
-		return outcomeKeyOf(snap, decision)
+	snap := dc.Snapshot()
+	if snap == nil {
+		return ""
 	}
-	return ""
-}
-
-func outcomeKeyOf(snap *engine.Snapshot, decision string) string {
 	for _, d := range snap.Decisions() {
 		if d.Name != decision {
 			continue
