@@ -75,7 +75,7 @@ semantic diff of the previous revision against this one goes into the signed man
 // buildDiff diffs the revision at against (as arbiter diff loads a side)
 // against the folders being built, named revision when it is set.
 func buildDiff(ctx context.Context, against string, f folders, revision string, budget time.Duration) (*diff.Report, error) {
-	old, err := loadSide(ctx, against, f.schemas, policybundle.Keys{})
+	old, err := loadSide(ctx, against, f.schemas, nil)
 	if err != nil {
 		return nil, err
 	}
