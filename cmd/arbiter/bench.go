@@ -11,7 +11,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
-// cmdBench decides one input over and over in process, as `opa bench` does
+// benchCommand decides one input over and over in process, as `opa bench` does
 // for a query: what a policy edit costs per decision, before it ships. The
 // measuring is the standard library's (testing.Benchmark); the comparison
 // with stock OPA over HTTP is `make bench`.

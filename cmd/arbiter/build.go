@@ -15,7 +15,7 @@ import (
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
-// cmdBuild packs the three folders into one OPA bundle that carries
+// buildCommand packs the three folders into one OPA bundle that carries
 // everything a revision needs (policies, data, schemas, the gate's tests and
 // fixtures), after running that gate on the packed files themselves.
 func buildCommand() *command {

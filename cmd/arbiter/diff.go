@@ -18,7 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 )
 
-// cmdDiff is the command line of package diff: for each decision, whether
+// diffCommand is the command line of package diff: for each decision, whether
 // an input exists that OLD refuses and NEW allows (and the other two
 // questions), proved absent or shown. It exits 0 when no refuse_to_allow
 // exists (proved), 1 when one was found, 2 when an answer is unknown or the
