@@ -11,7 +11,7 @@ import (
 	"github.com/arbiter-dev/arbiter/engine"
 )
 
-// cmdBench decides one input over and over in process, as `opa bench` does
+// benchCommand decides one input over and over in process, as `opa bench` does
 // for a query: what a policy edit costs per decision, before it ships. The
 // measuring is the standard library's (testing.Benchmark); the comparison
 // with stock OPA over HTTP is `make bench`.
@@ -36,13 +36,9 @@ before it ships.`, exitError)
 		if err != nil {
 			return say(stderr, exitError, "arbiter bench: %v", err)
 		}
-		body, code, ok := f.readOrReport("bench", stdin, stdout, stderr)
-		if !ok {
+		body, snap, code := f.load(ctx, "bench", stdin, stdout, stderr)
+		if snap == nil {
 			return code
-		}
-		snap, err := engine.Load(ctx, f.config())
-		if err != nil {
-			return say(stderr, exitError, "arbiter bench: %v", err)
 		}
 		// One decision first: an input that gives an error is not worth timing.
 		if _, err := snap.Decide(ctx, f.decision, body, engine.Options{}); err != nil {

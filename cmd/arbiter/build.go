@@ -15,7 +15,7 @@ import (
 	"github.com/arbiter-dev/arbiter/policybundle"
 )
 
-// cmdBuild packs the three folders into one OPA bundle that carries
+// buildCommand packs the three folders into one OPA bundle that carries
 // everything a revision needs (policies, data, schemas, the gate's tests and
 // fixtures), after running that gate on the packed files themselves.
 func buildCommand() *command {
@@ -75,7 +75,7 @@ semantic diff of the previous revision against this one goes into the signed man
 // buildDiff diffs the revision at against (as arbiter diff loads a side)
 // against the folders being built, named revision when it is set.
 func buildDiff(ctx context.Context, against string, f folders, revision string, budget time.Duration) (*diff.Report, error) {
-	old, err := loadSide(ctx, against, f.schemas, policybundle.Keys{})
+	old, err := loadSide(ctx, against, f.schemas, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func (s *storeQuery) open(ctx context.Context) (*decisionstore.Reader, func(), e
 	return decisionstore.Connect(ctx, s.dsn)
 }
 
-// cmdDecisions lists stored decisions, newest first: "what did it say
+// decisionsCommand lists stored decisions, newest first: "what did it say
 // about run X" without a browser. It exits 0 when decisions were listed,
 // 1 when none matches, and 2 on bad arguments or a store it cannot read.
 func decisionsCommand() *command {

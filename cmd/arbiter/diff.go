@@ -15,9 +15,10 @@ import (
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/policybundle"
+	"github.com/open-policy-agent/opa/v1/bundle"
 )
 
-// cmdDiff is the command line of package diff: for each decision, whether
+// diffCommand is the command line of package diff: for each decision, whether
 // an input exists that OLD refuses and NEW allows (and the other two
 // questions), proved absent or shown. It exits 0 when no refuse_to_allow
 // exists (proved), 1 when one was found, 2 when an answer is unknown or the
@@ -52,12 +53,13 @@ the command failed.`, exitInput)
 		if *format != "text" && *format != "json" {
 			return say(stderr, exitInput, "arbiter diff: --format must be text or json, not %q", *format)
 		}
-		if _, err := keys.VerificationConfig(); err != nil {
+		vc, err := keys.VerificationConfig()
+		if err != nil {
 			return say(stderr, exitInput, "arbiter diff: --verification-key: %v", err)
 		}
 		var snaps [2]*engine.Snapshot
 		for i, p := range c.Args() {
-			s, err := loadSide(ctx, p, f.schemas, keys)
+			s, err := loadSide(ctx, p, f.schemas, vc)
 			if err != nil {
 				return say(stderr, exitInput, "arbiter diff: loading %s: %v", p, err)
 			}
@@ -98,20 +100,18 @@ func diffExit(rep *diff.Report) int {
 	return code
 }
 
-// loadSide loads one revision: a bundle file (verified with keys when they
-// name a key), a folder holding policies/ and schemas/, or a policy folder
+// loadSide loads one revision: a bundle file (verified with vc when there
+// is a key), a folder holding policies/ and schemas/, or a policy folder
 // with the schemas of --schemas.
-func loadSide(ctx context.Context, p, schemas string, keys policybundle.Keys) (*engine.Snapshot, error) {
+func loadSide(ctx context.Context, p, schemas string, vc *bundle.VerificationConfig) (*engine.Snapshot, error) {
 	st, err := os.Stat(p)
 	if err != nil {
 		return nil, err
 	}
 	if !st.IsDir() {
 		var rev *policybundle.Revision
-		if keys.File == "" {
+		if vc == nil {
 			rev, err = policybundle.ReadLocalFile(p, policybundle.Limits{})
-		} else if vc, verr := keys.VerificationConfig(); verr != nil {
-			return nil, verr
 		} else {
 			rev, err = policybundle.ReadFile(p, vc, policybundle.Limits{})
 		}

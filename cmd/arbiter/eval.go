@@ -42,10 +42,6 @@ func (f *inputFlags) check() error {
 	return f.folders.missing()
 }
 
-func (f *inputFlags) config() engine.Config {
-	return engine.Config{Policies: f.policies, Schemas: f.schemas, MaxInputValues: f.maxInputValues}
-}
-
 // read reads the input: at most --max-body-bytes of it, so that a file that
 // never ends (/dev/zero, a pipe) costs a bounded amount of memory.
 func (f *inputFlags) read(stdin io.Reader) ([]byte, error) {
@@ -68,20 +64,24 @@ func (f *inputFlags) read(stdin io.Reader) ([]byte, error) {
 	return body, nil
 }
 
-// readOrReport reads the input; on failure it reports it and returns the
-// exit code: 2 with the error document for an input over the limit, as for
-// any refused input, 1 when it cannot be read.
-func (f *inputFlags) readOrReport(name string, stdin io.Reader, stdout, stderr io.Writer) ([]byte, int, bool) {
+// load reads the input and loads the folders' policies, as eval and bench
+// both begin. On failure it reports it and returns no snapshot and the exit
+// code: 2 with the error document for an input over the limit, as for any
+// refused input, 1 when the input cannot be read or the policies not load.
+func (f *inputFlags) load(ctx context.Context, name string, stdin io.Reader, stdout, stderr io.Writer) ([]byte, *engine.Snapshot, int) {
 	body, err := f.read(stdin)
 	if e, ok := err.(*engine.Error); ok {
 		writeJSON(stdout, e.Document())
-		return nil, exitInput, false
+		return nil, nil, exitInput
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter %s: reading input: %v\n", name, err)
-		return nil, exitError, false
+		return nil, nil, say(stderr, exitError, "arbiter %s: reading input: %v", name, err)
 	}
-	return body, 0, true
+	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas, MaxInputValues: f.maxInputValues})
+	if err != nil {
+		return nil, nil, say(stderr, exitError, "arbiter %s: %v", name, err)
+	}
+	return body, snap, exitOK
 }
 
 func evalCommand() *command {
@@ -100,13 +100,9 @@ those that held, with the values each read. Exit 2 when the input is refused (th
 		if err != nil || c.NArg() > 0 {
 			return say(stderr, exitError, "arbiter eval: %v", orArgs(err, c.Args()))
 		}
-		body, code, ok := f.readOrReport("eval", stdin, stdout, stderr)
-		if !ok {
+		body, snap, code := f.load(ctx, "eval", stdin, stdout, stderr)
+		if snap == nil {
 			return code
-		}
-		snap, err := engine.Load(ctx, f.config())
-		if err != nil {
-			return say(stderr, exitError, "arbiter eval: %v", err)
 		}
 		d, err := snap.Decide(ctx, f.decision, body, engine.Options{Explain: *explain})
 		if err != nil {

@@ -113,3 +113,27 @@ func TestMissingFolderNamesItsFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestServeNamesTheFirstNonPositiveFlag: of serve's flags that must be
+// positive, a wrong one is named, and of two wrong the first in the list,
+// the same one every run (they were checked in a map's random order).
+func TestServeNamesTheFirstNonPositiveFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--test-timeout", "0"}, "--test-timeout must be positive"},
+		{[]string{"--test-timeout", "0", "--max-body-bytes", "0", "--idle-timeout", "0"}, "--max-body-bytes must be positive"},
+	} {
+		for range 20 {
+			fs := newCommand("serve", "", "", exitError)
+			c := registerServe(fs)
+			if err := fs.ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.validate(fs); err == nil || err.Error() != tc.want {
+				t.Fatalf("serve %q: %v, want %q", tc.args, err, tc.want)
+			}
+		}
+	}
+}

@@ -18,7 +18,7 @@ import (
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
-// cmdReplay is the command line of package replay: the changed decisions
+// replayCommand is the command line of package replay: the changed decisions
 // (refuse_to_allow first), then the impact report GET /v1/shadow shows for
 // a candidate in shadow, classified the same way. The records are read
 // from log files, or from a decision store (--store, with the filters of

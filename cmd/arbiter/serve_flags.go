@@ -147,17 +147,19 @@ func (c *serveConfig) settle(fs *command) error {
 }
 
 func (c *serveConfig) validate(fs *command) error {
-	positive := map[string]bool{
-		"--max-body-bytes": c.api.MaxBodyBytes > 0, "--max-input-values": c.api.MaxInputValues > 0,
-		"--max-inflight-bytes": c.api.MaxInflightBytes > 0, "--max-inflight-values": c.api.MaxInflightValues > 0,
-		"--max-file-bytes": c.engine.MaxFileBytes > 0, "--decision-log-max-mb": c.records.MaxMegabytes > 0, "--decision-log-queue-bytes": c.records.QueueBytes > 0,
-		"--eval-timeout": c.engine.EvalTimeout > 0, "--request-timeout": c.requestTimeout > 0, "--read-timeout": c.readTimeout > 0,
-		"--read-header-timeout": c.headerTimeout > 0, "--min-body-rate": c.api.MinBodyRate > 0,
-		"--idle-timeout": c.idleTimeout > 0, "--reload-timeout": c.engine.ReloadTimeout > 0, "--test-timeout": c.engine.TestTimeout > 0,
-	}
-	for name, ok := range positive {
-		if !ok {
-			return fmt.Errorf("%s must be positive", name)
+	// In order: with two wrong, the message names the same one each run.
+	for _, p := range []struct {
+		name string
+		ok   bool
+	}{
+		{"--max-body-bytes", c.api.MaxBodyBytes > 0}, {"--max-input-values", c.api.MaxInputValues > 0}, {"--max-inflight-bytes", c.api.MaxInflightBytes > 0},
+		{"--max-inflight-values", c.api.MaxInflightValues > 0}, {"--max-file-bytes", c.engine.MaxFileBytes > 0}, {"--decision-log-max-mb", c.records.MaxMegabytes > 0},
+		{"--decision-log-queue-bytes", c.records.QueueBytes > 0}, {"--eval-timeout", c.engine.EvalTimeout > 0}, {"--request-timeout", c.requestTimeout > 0},
+		{"--read-timeout", c.readTimeout > 0}, {"--read-header-timeout", c.headerTimeout > 0}, {"--min-body-rate", c.api.MinBodyRate > 0},
+		{"--idle-timeout", c.idleTimeout > 0}, {"--reload-timeout", c.engine.ReloadTimeout > 0}, {"--test-timeout", c.engine.TestTimeout > 0},
+	} {
+		if !p.ok {
+			return fmt.Errorf("%s must be positive", p.name)
 		}
 	}
 	if err := c.fleetConfig.validate(); err != nil {

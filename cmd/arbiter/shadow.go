@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,10 +103,6 @@ type candidateView struct {
 	LoadedAt  time.Time `json:"loaded_at"`
 }
 
-// shadowShown are the members of GET /v1/shadow that shadowStatus
-// formats; the others it prints leaf by leaf (writeLeaves).
-var shadowShown = []string{"candidate", "live_revision", "stats", "promotable", "refusals", "progress", "report"}
-
 func shadowStatus(ctx context.Context, cl *client) int {
 	stdout := cl.stdout
 	var doc struct {
@@ -142,7 +137,7 @@ func shadowStatus(ctx context.Context, cl *client) int {
 			s.Sampled, s.Judged, s.Dropped, s.Expired, s.Abandoned, s.Unjudged, s.Queued, s.InFlight, s.Paused)
 		fmt.Fprintf(stdout, "time       %s evaluating, %s throttled, %s paused\n", seconds(s.EvaluationSeconds), seconds(s.ThrottledSeconds), seconds(s.PausedSeconds))
 	}
-	writeOthers(stdout, all, shadowShown...)
+	writeOthers(stdout, all, doc)
 	if doc.Report != nil {
 		doc.Report.WriteText(stdout)
 	}
@@ -162,15 +157,10 @@ func shadowPromote(ctx context.Context, cl *client, force bool, revision string)
 	fmt.Fprintf(stdout, "%s %s by %s at %s, replacing %s (from %s)\n", promoted(p.Forced), p.Revision, orNone(p.By), p.At.UTC().Format(time.RFC3339Nano), orNone(p.From), orNone(p.Origin))
 	writeIndented(stdout, p.Refusals)
 	p.Report.WriteText(stdout)
-	writeOthers(stdout, all, "promotion")
-	if b, err := json.Marshal(struct {
-		Gate     shadow.Gate       `json:"gate"`
-		Evidence []shadow.Evidence `json:"evidence"`
-	}{p.Gate, p.Evidence}); err == nil {
-		var rest any
-		_ = json.Unmarshal(b, &rest)
-		writeLeaves(stdout, "promotion", rest)
-	}
+	// The gate and its evidence, leaf by leaf, as the answer has them.
+	pm, _ := all["promotion"].(map[string]any)
+	writeOthers(stdout, all, doc)
+	writeLeaves(stdout, "promotion", map[string]any{"gate": pm["gate"], "evidence": pm["evidence"]})
 	return exitOK
 }
 

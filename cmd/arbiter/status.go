@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -32,10 +33,6 @@ type statusView struct {
 	Uptime     float64               `json:"uptime_seconds"`
 	Diff       *diff.Status          `json:"diff"`
 }
-
-// statusShown are the members of GET /v1/status that statusView formats.
-var statusShown = []string{"version", "policy_revision", "policy_origin", "loaded_at", "files", "decisions", "compiled",
-	"last_reload", "reload", "started_at", "uptime_seconds", "diff"}
 
 func statusCommand() *command {
 	return clientCommand("status", "Show the running server's revision, last reload, bundles and diff",
@@ -79,7 +76,7 @@ func printStatus(ctx context.Context, cl *client, _ []string) int {
 	fmt.Fprintf(w, "reload     %s\n", st.Reload)
 	fmt.Fprintf(w, "last       %s\n", reloadLine(st.LastReload))
 	writeIndented(w, st.LastReload.Problems)
-	writeOthers(w, doc, statusShown...)
+	writeOthers(w, doc, st)
 	fmt.Fprintf(w, "started    %s\n", st.StartedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "uptime     %s\n", (time.Duration(st.Uptime) * time.Second).String())
 	if d := st.Diff; d != nil {
@@ -106,12 +103,18 @@ func printStatus(ctx context.Context, cl *client, _ []string) int {
 	return exitOK
 }
 
-// writeOthers prints the leaves of the members of doc not in shown.
-func writeOthers(w io.Writer, doc map[string]any, shown ...string) {
+// writeOthers prints the leaves of the members of doc that the struct
+// shown, the same answer decoded, has no field for: the members a command
+// formats are the fields it decodes, so the two cannot drift apart. It
+// deletes those members from doc.
+func writeOthers(w io.Writer, doc map[string]any, shown any) {
+	t := reflect.TypeOf(shown)
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		delete(doc, name)
+	}
 	for _, k := range slices.Sorted(maps.Keys(doc)) {
-		if !slices.Contains(shown, k) {
-			writeLeaves(w, k, doc[k])
-		}
+		writeLeaves(w, k, doc[k])
 	}
 }
 

@@ -53,11 +53,8 @@ func buildVersion() string {
 	if rev == "" {
 		return "(devel)"
 	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
 	if dirty {
-		rev += "-dirty"
+		return shortRev(rev) + "-dirty"
 	}
-	return rev
+	return shortRev(rev)
 }
