@@ -26,7 +26,7 @@ func confirm(ctx context.Context, old, new *engine.Snapshot, name string, doc []
 	side := func(s *engine.Snapshot) (shadow.Outcome, bool) {
 		d, err := s.Decide(ctx, name, doc, engine.Options{})
 		o1 := shadow.OutcomeOf("", d, err)
-		d, err = s.DecideTopdown(ctx, name, doc, engine.Options{})
+		d, err = s.Decide(ctx, name, doc, engine.Options{Topdown: true})
 		o2 := shadow.OutcomeOf("", d, err)
 		return o1, shadow.SameAnswer(o1, o2)
 	}

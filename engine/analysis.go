@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"context"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -44,11 +43,4 @@ func (s *Snapshot) Analysis(name string) (Analysis, bool) {
 	}
 	return Analysis{Plan: def.plan, Entry: "decisions/" + name + "/decision", PlanError: def.planErr, Data: data,
 		InputSchema: def.inputDoc, ResultSchema: def.resultDoc, Valid: valid}, true
-}
-
-// DecideTopdown decides body as Decide does, on topdown, the authority,
-// whatever program the decision has.
-func (s *Snapshot) DecideTopdown(ctx context.Context, name string, body []byte, opts Options) (*Decision, error) {
-	opts.Topdown = true
-	return s.Decide(ctx, name, body, opts)
 }

@@ -37,10 +37,7 @@ func TestFloorMatchesEngine(t *testing.T) {
 	s := mustLoad(t, repo)
 	decide := floorDecide(t)
 	inputs := mustCorpus(t, s)
-	fixtures, err := LoadFixtures(repoTests)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixtures := repoFixtures(t)
 	for _, fx := range fixtures {
 		if fx.WantResult != nil && fx.Input != nil {
 			inputs = append(inputs, corpus.Input{Decision: fx.Decision, Name: "fixture " + fx.Decision + "/" + fx.Name, Body: fx.Input})

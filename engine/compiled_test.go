@@ -368,10 +368,7 @@ func TestSelfCheckAgreementCountsNothing(t *testing.T) {
 	s := mustLoad(t, repo)
 	var rechecks []Recheck
 	s.selfCheck = func(c Recheck) { rechecks = append(rechecks, c) }
-	fixtures, err := LoadFixtures(repoTests)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixtures := repoFixtures(t)
 	decided := 0
 	for _, fx := range fixtures {
 		if fx.WantResult == nil {

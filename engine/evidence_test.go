@@ -93,10 +93,7 @@ func TestEvidenceIsComplete(t *testing.T) {
 	race.Skip(t)
 	s := mustLoad(t, repo)
 	fired := topdownRules(t, repo.Policies)
-	fixtures, err := LoadFixtures(repoTests)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixtures := repoFixtures(t)
 	var inputs []corpus.Input
 	for _, fx := range fixtures {
 		if fx.Input != nil && fx.WantError == nil {
@@ -166,10 +163,7 @@ func checkComplete(t *testing.T, s *Snapshot, fired firedOn, inputs []corpus.Inp
 // input to the value shown.
 func TestEvidenceOfFixtures(t *testing.T) {
 	s := mustLoad(t, repo)
-	fixtures, err := LoadFixtures(repoTests)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixtures := repoFixtures(t)
 	withEvidence, withChecked := 0, 0
 	for _, fx := range fixtures {
 		if fx.Input == nil || fx.WantError != nil {
@@ -237,10 +231,7 @@ func TestEvidenceOfFixtures(t *testing.T) {
 // schema's x-arbiter-allow.
 func TestAllowedExplainsEveryRuleAsHeld(t *testing.T) {
 	s := mustLoad(t, repo)
-	fixtures, err := LoadFixtures(repoTests)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixtures := repoFixtures(t)
 	held := map[string]int{}
 	for _, fx := range fixtures {
 		v, ok := s.Verdict(fx.Decision)

@@ -13,14 +13,21 @@ var repo = Config{Policies: "../policies", Schemas: "../schemas"}
 
 const repoTests = "../policy_test"
 
-// TestRepositoryFixtures runs every fixture of policy_test/ through the full
-// Decide path, one subtest each, and the Rego tests through OPA's tester.
-func TestRepositoryFixtures(t *testing.T) {
-	s := mustLoad(t, repo)
+// repoFixtures are the fixtures of policy_test/.
+func repoFixtures(t testing.TB) []Fixture {
+	t.Helper()
 	fixtures, err := LoadFixtures(repoTests)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fixtures
+}
+
+// TestRepositoryFixtures runs every fixture of policy_test/ through the full
+// Decide path, one subtest each, and the Rego tests through OPA's tester.
+func TestRepositoryFixtures(t *testing.T) {
+	s := mustLoad(t, repo)
+	fixtures := repoFixtures(t)
 	perDecision := map[string]int{}
 	for _, fx := range fixtures {
 		perDecision[fx.Decision]++

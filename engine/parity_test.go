@@ -25,10 +25,7 @@ func TestStockOPAAgrees(t *testing.T) {
 		t.Skip("OPA_BIN not set (make test sets it to the stock opa binary)")
 	}
 	s := mustLoad(t, repo)
-	fixtures, err := LoadFixtures(repoTests)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixtures := repoFixtures(t)
 	compared := 0
 	for _, name := range s.Names() {
 		dir := t.TempDir()

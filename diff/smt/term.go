@@ -494,8 +494,8 @@ func (b *Builder) Add(s Sort, xs ...*Term) *Term {
 
 // Cmp applies a comparison op (<, <=, >, >=) to two numbers.
 func (b *Builder) Cmp(op string, x, y *Term) *Term {
-	if x == y {
-		return b.BoolLit(op == "<=" || op == ">=")
+	if same := cmpHolds(op, 0); x == y {
+		return b.BoolLit(same)
 	}
 	// A count of guards against 0 or 1 is a Boolean formula.
 	if gs, ok := indicators(x); ok {
@@ -516,10 +516,27 @@ func (b *Builder) Cmp(op string, x, y *Term) *Term {
 	if xv, ok := NumLit(x); ok {
 		if yv, ok := NumLit(y); ok {
 			c := xv.Cmp(yv)
-			return b.BoolLit(map[string]bool{"<": c < 0, "<=": c <= 0, ">": c > 0, ">=": c >= 0}[op])
+			return b.BoolLit(cmpHolds(op, c))
 		}
 	}
 	return b.App(op, Bool, x, y)
+}
+
+// cmpHolds is whether op holds of two numbers that compare as c (-1, 0,
+// 1). Any other op is a fault of the analysis (an answer it cannot give),
+// never a constant folded to false, which could prove a property vacuously.
+func cmpHolds(op string, c int) bool {
+	switch op {
+	case "<":
+		return c < 0
+	case "<=":
+		return c <= 0
+	case ">":
+		return c > 0
+	case ">=":
+		return c >= 0
+	}
+	panic(fmt.Sprintf("smt: %q is not a comparison", op))
 }
 
 // NumLit reads an integer or real constant (possibly negated or a ratio)

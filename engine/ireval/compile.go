@@ -582,8 +582,8 @@ func (c *compiler) value(s ir.Stmt) stmt {
 	case *ir.IsSetStmt:
 		return c.isKind(s.Source, func(v ast.Value) bool { _, ok := v.(ast.Set); return ok })
 	case *ir.IsDefinedStmt:
-		return c.isKind(ir.Operand{Value: s.Source}, func(ast.Value) bool { return true })
-
+		src := int(s.Source)
+		return func(_ *state, l []*ast.Term) int { return holds(l[src] != nil) }
 	case *ir.IsUndefinedStmt:
 		src := int(s.Source)
 		return func(_ *state, l []*ast.Term) int { return holds(l[src] == nil) }

@@ -431,22 +431,21 @@ func upsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
 	if len(path) == 0 {
 		return v, true
 	}
-	top := ast.NewObject()
+	var o ast.Object
 	if root != nil {
-		o, ok := root.Value.(ast.Object)
-		if !ok {
+		var ok bool
+		if o, ok = root.Value.(ast.Object); !ok {
 			return nil, false
 		}
-		top = shallowCopy(o)
 	}
+	top := copyOrNew(o)
 	cur := top
 	for _, seg := range path[:len(path)-1] {
-		child := ast.NewObject()
+		var o ast.Object
 		if t := cur.Get(seg); t != nil {
-			if o, ok := t.Value.(ast.Object); ok {
-				child = shallowCopy(o)
-			}
+			o, _ = t.Value.(ast.Object)
 		}
+		child := copyOrNew(o)
 		cur.Insert(seg, ast.NewTerm(child))
 		cur = child
 	}
@@ -454,7 +453,12 @@ func upsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
 	return ast.NewTerm(top), true
 }
 
-func shallowCopy(o ast.Object) ast.Object {
+// copyOrNew is a shallow copy of o, or a new empty object when o is nil:
+// one object either way, none made to be thrown away.
+func copyOrNew(o ast.Object) ast.Object {
+	if o == nil {
+		return ast.NewObject()
+	}
 	out := ast.NewObjectWithCapacity(o.Len())
 	o.Foreach(func(k, v *ast.Term) { out.Insert(k, v) })
 	return out

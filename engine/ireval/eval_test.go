@@ -143,3 +143,32 @@ func TestProgramIsSafeForConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+var sink *ast.Term
+
+// upsert copies each object on the path once: with the path's objects all
+// there it allocates no more than copying the root and inserting the value
+// does (the refactor once made an empty object per level and threw it away).
+func TestUpsertMakesOneObjectPerLevel(t *testing.T) {
+	root := ast.MustParseTerm(`{"a": {"b": 1, "c": 2}, "d": 3}`)
+	path := []*ast.Term{ast.StringTerm("a"), ast.StringTerm("b")}
+	v := ast.IntNumberTerm(4)
+	got, ok := upsert(root, path, v)
+	if want := ast.MustParseTerm(`{"a": {"b": 4, "c": 2}, "d": 3}`); !ok || !got.Equal(want) {
+		t.Fatalf("upsert = %v, %v; want %v", got, ok, want)
+	}
+	if a := ast.MustParseTerm(`{"b": 1, "c": 2}`); !root.Value.(ast.Object).Get(ast.StringTerm("a")).Equal(a) {
+		t.Fatalf("upsert changed the shared root: %v", root)
+	}
+	n := testing.AllocsPerRun(100, func() { upsert(root, path, v) })
+	copies := testing.AllocsPerRun(100, func() {
+		top := copyOrNew(root.Value.(ast.Object))
+		a := copyOrNew(top.Get(path[0]).Value.(ast.Object))
+		top.Insert(path[0], ast.NewTerm(a))
+		a.Insert(path[1], v)
+		sink = ast.NewTerm(top)
+	})
+	if n > copies {
+		t.Errorf("upsert allocates %v times, copying the path %v", n, copies)
+	}
+}
