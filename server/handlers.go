@@ -91,6 +91,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 			DecisionID: d.ID, Time: q.start.UTC(), Decision: d.Name, Revision: d.Revision,
 			Path: r.URL.Path, Input: d.Input, InputOneLine: d.InputOneLine, Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
+			Summarized: true, Outcome: d.Outcome, Reasons: d.Reasons, // as the pages and the store would read them
 		}
 		s.endSpan(q, &rec, cmp.Or(d.Outcome, noOutcome), "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)

@@ -824,7 +824,7 @@ func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, nam
 	ev.Decision = d
 	ev.Revision = d.Revision
 	ev.Result = indent(d.Result)
-	ev.Outcome, ev.Reasons = decisionlog.Record{Result: d.Result}.Summary(outcomeKey(h.cfg.Decider, name))
+	ev.Outcome, ev.Reasons = d.Outcome, d.Reasons // as the revision that decided read them
 	for _, ro := range d.Explanation {
 		if ro.Fired {
 			ev.Fired = append(ev.Fired, ro)
