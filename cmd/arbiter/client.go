@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
@@ -177,7 +178,7 @@ func clientCommand(use, short, long string, nargs int, run func(ctx context.Cont
 
 // reloadLine is one reload attempt on one line: when, what asked, what it
 // did, and the rest of what its JSON holds (reloadDetails).
-func reloadLine(st engine.ReloadStatus) string {
+func reloadLine(st live.ReloadStatus) string {
 	var what string
 	switch {
 	case !st.OK:
@@ -207,7 +208,7 @@ func promoted(forced bool) string {
 // reloadDetails is what reloadLine's words leave out of a reload attempt:
 // its candidate, the revision it replaced, how long it took, the triggers
 // it answered, the files it skipped and its promotion's record.
-func reloadDetails(st engine.ReloadStatus) string {
+func reloadDetails(st live.ReloadStatus) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  (in %s", st.Duration)
 	if st.Candidate != "" {

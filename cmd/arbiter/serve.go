@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 func serveCommand() *command {
@@ -86,22 +87,22 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger, stdout io.Writ
 // from: the bundle (the engine then starts empty and not ready until it
 // activates) or the folders, with the last good copy below --state-dir to
 // fall back to at the start and each revision made live saved there.
-func newEngine(ctx context.Context, c *serveConfig, ecfg engine.Config, log *slog.Logger, opts ...engine.Option) (*engine.Engine, error) {
+func newEngine(ctx context.Context, c *serveConfig, ecfg engine.Config, log *slog.Logger, opts ...live.Option) (*live.Engine, error) {
 	if c.bundleURL != "" {
-		return engine.New(ctx, ecfg, append(opts, engine.Pushed())...)
+		return live.New(ctx, ecfg, append(opts, live.Pushed())...)
 	}
 	if c.stateDir == "" {
-		return engine.New(ctx, ecfg, opts...)
+		return live.New(ctx, ecfg, opts...)
 	}
-	opts = append(opts, engine.OnActivate(func(s *engine.Snapshot) {
+	opts = append(opts, live.OnActivate(func(s *engine.Snapshot) {
 		if err := s.SaveTo(c.stateDir); err != nil {
 			log.Warn("could not save the last good revision", "dir", c.stateDir, "err", err)
 		}
 	}))
-	if saved, ok := engine.LastGood(c.stateDir, ecfg); ok {
-		opts = append(opts, engine.Fallback(saved))
+	if saved, ok := live.LastGood(c.stateDir, ecfg); ok {
+		opts = append(opts, live.Fallback(saved))
 	}
-	return engine.New(ctx, ecfg, opts...)
+	return live.New(ctx, ecfg, opts...)
 }
 
 // connectionCap is --max-connections, or half of the file descriptor limit:

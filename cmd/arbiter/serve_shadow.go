@@ -10,6 +10,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/redact"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
@@ -100,7 +101,7 @@ func newShadow(c *serveConfig, diffs *diff.Runner, log *slog.Logger) *shadowing 
 // failure is a failed start, as a live revision's is). Candidates are
 // built with the live configuration (deadline, limits, self-check), so a
 // promoted one runs as a reload would.
-func (s *shadowing) start(ctx context.Context, c *serveConfig, eng *engine.Engine, ecfg engine.Config, log *slog.Logger) error {
+func (s *shadowing) start(ctx context.Context, c *serveConfig, eng *live.Engine, ecfg engine.Config, log *slog.Logger) error {
 	forbid, _ := c.forbidden()
 	sh := s.sh
 	s.srv = &server.ShadowConfig{
@@ -110,7 +111,7 @@ func (s *shadowing) start(ctx context.Context, c *serveConfig, eng *engine.Engin
 		Tests:   ecfg.Tests,
 		Gate:    shadow.Gate{MinDecisions: c.sampling.MinDecisions, Forbidden: forbid},
 		Admins:  splitList(c.shadowAdmins),
-		Bundle: func(path string) (engine.Source, error) {
+		Bundle: func(path string) (live.Source, error) {
 			vc, err := c.polls.Keys.VerificationConfig()
 			if err != nil {
 				return nil, err
@@ -123,7 +124,7 @@ func (s *shadowing) start(ctx context.Context, c *serveConfig, eng *engine.Engin
 		},
 	}
 	if c.shadowPolicies != "" {
-		cand := engine.Folders(c.shadowPolicies, cmp.Or(c.shadowSchemas, ecfg.Schemas), cmp.Or(c.shadowTests, ecfg.Tests))
+		cand := live.Folders(c.shadowPolicies, cmp.Or(c.shadowSchemas, ecfg.Schemas), cmp.Or(c.shadowTests, ecfg.Tests))
 		snap, err := eng.Judge(ctx, cand)
 		if err != nil {
 			_ = sh.Close(context.Background())
