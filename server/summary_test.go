@@ -8,6 +8,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
 )
 
@@ -18,7 +19,7 @@ import (
 // by the decision's x-arbiter-outcome), on every input of the corpus, both
 // decisions, allowed and refused.
 func TestRecordCarriesTheResultsSummary(t *testing.T) {
-	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		t.Fatal(err)
 	}
