@@ -51,19 +51,6 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrorCode returns the contract code of err, or policy_error for any error
-// that is not an *Error: an unclassified failure is never an allowance.
-func ErrorCode(err error) Code {
-	if err == nil {
-		return ""
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return CodePolicyError
-}
-
 // AsError returns err as an *Error, wrapping anything unclassified as a
 // policy_error whose message does not leak internals.
 func AsError(err error) *Error {

@@ -59,7 +59,7 @@ func projectionAgrees(t testing.TB, s *Snapshot, def *decisionDef, body []byte, 
 	switch {
 	case (werr == nil) != (terr == nil):
 		t.Fatalf("%s: topdown on the whole input: %v %v; on the projected input: %v %v", what, valueOrNil(want), werr, valueOrNil(td), terr)
-	case werr != nil && ErrorCode(werr) != ErrorCode(terr):
+	case werr != nil && AsError(werr).Code != AsError(terr).Code:
 		t.Fatalf("%s: topdown errors differ: %v / %v", what, werr, terr)
 	case werr == nil && !sameValue(want, td):
 		t.Fatalf("%s: topdown on the whole input %s, on the projected input %s", what, valueString(want), valueString(td))
