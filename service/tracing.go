@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"cmp"
@@ -102,7 +102,7 @@ func otlpEndpoint(proto string) string {
 
 // newTracing builds what the environment asks for, and says in one line
 // where the traces go.
-func newTracing(ctx context.Context, log *slog.Logger) (*tracing, error) {
+func newTracing(ctx context.Context, version string, log *slog.Logger) (*tracing, error) {
 	exporters, unknown := traceExporters()
 	if len(unknown) > 0 {
 		log.Warn("tracing: OTEL_TRACES_EXPORTER names exporters this server does not have (it has otlp, console, none); they are ignored",
@@ -144,7 +144,7 @@ func newTracing(ctx context.Context, log *slog.Logger) (*tracing, error) {
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
 	res, err := resource.Merge(resource.Default(),
-		resource.NewSchemaless(semconv.ServiceName("arbiter"), semconv.ServiceVersion(buildVersion())))
+		resource.NewSchemaless(semconv.ServiceName("arbiter"), semconv.ServiceVersion(version)))
 	if err != nil {
 		return nil, err
 	}
