@@ -36,7 +36,9 @@ import (
 // server/tracing.go). The OTLP exporter's protocol (http/protobuf by
 // default, or grpc), headers, timeout and TLS, the sampler
 // (OTEL_TRACES_SAMPLER), the batch (OTEL_BSP_*) and the resource
-// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) are read by the SDK.
+// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) are read by the SDK. So
+// the OTEL_* variables are read here, beside the SDK that reads the rest of
+// them, not with the flags in cmd/arbiter.
 type tracing struct {
 	tp *sdktrace.TracerProvider // nil: off
 }
