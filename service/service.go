@@ -71,10 +71,10 @@ type Config struct {
 	// A replica of a fleet (fleet.go).
 	BundleURL        string
 	BundleName       string
-	LogService       string // --decision-log-service
-	LogMaxEvents     int64  // --decision-log-upload-max-events
-	UploadQueueBytes int64  // --decision-log-upload-queue-bytes
-	LogInterval      time.Duration
+	LogService       string        // --decision-log-service
+	LogMaxEvents     int64         // --decision-log-upload-max-events
+	UploadQueueBytes int64         // --decision-log-upload-queue-bytes
+	LogInterval      time.Duration // --decision-log-upload-interval
 	LogRetryMax      time.Duration // --decision-log-upload-max-retry-delay
 	UploadDeadline   time.Duration // --decision-log-upload-shutdown-timeout
 	ReplicaID        string
