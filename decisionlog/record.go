@@ -87,6 +87,13 @@ type Record struct {
 	// candidate revision live, on what evidence: the JSON of package
 	// shadow's Promotion. Replay skips such records.
 	Promotion json.RawMessage `json:"promotion,omitempty"`
+	// Summarized says that Outcome and Reasons are already Summary's
+	// answer, read from the result by whoever made the record (the server
+	// takes the engine's): Summary returns them and parses nothing. The
+	// outcome of a record may be "".
+	Summarized bool     `json:"-"`
+	Outcome    string   `json:"-"`
+	Reasons    []string `json:"-"`
 }
 
 // IsDecision reports whether rec is the record of a decision request, not
@@ -152,6 +159,9 @@ const DefaultOutcomeKey = "outcome"
 // the reasons are the result's "reasons" member. Of a shadow outcome it
 // reads the candidate's result. The pages and the decision store use it.
 func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) {
+	if rec.Summarized {
+		return rec.Outcome, rec.Reasons
+	}
 	result, failed := rec.Result, rec.Error != nil
 	if rec.IsShadowOutcome() {
 		result, failed = rec.Shadow.Result, rec.Shadow.Error != nil

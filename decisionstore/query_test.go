@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 // stored is a record as a test stored it, with the columns it was stored
@@ -30,7 +31,7 @@ var testReplicas = []string{"replica-a", "replica-b", "replica-c"}
 func fixtureRecords(t *testing.T) []stored {
 	t.Helper()
 	ctx := context.Background()
-	eng, err := engine.New(ctx, engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	eng, err := live.New(ctx, engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		t.Fatal(err)
 	}

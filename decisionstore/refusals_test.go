@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 // TestRefusalsAgree: the store's aggregate query and TallyRefusals (the
@@ -23,7 +24,7 @@ import (
 func TestRefusalsAgree(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	eng, err := engine.New(ctx, engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	eng, err := live.New(ctx, engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		t.Fatal(err)
 	}

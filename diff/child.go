@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 // Child runs each diff in a child process, `arbiter diff --format json`
@@ -168,7 +169,7 @@ func Carried(old, new *engine.Snapshot) (*Report, bool) {
 // an unknown refuses): arbiter serve --diff-gate. The report its bundle
 // carried serves when it is of the live revision; otherwise the diff runs
 // now, in child (in this process when nil), within ctx.
-func GateCheck(child *Child) engine.GateCheck {
+func GateCheck(child *Child) live.GateCheck {
 	return func(ctx context.Context, cand, live *engine.Snapshot) error {
 		if live == nil {
 			return nil // the first revision: nothing to be looser than

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
@@ -68,7 +69,7 @@ const (
 
 // maxKept bounds the finished diffs a Runner keeps: one per entry of the
 // reload history, and the shadow candidate's.
-const maxKept = engine.MaxReloadHistory + 2
+const maxKept = live.MaxReloadHistory + 2
 
 type job struct {
 	st               Status
@@ -103,7 +104,7 @@ func NewRunner(timeout time.Duration, log *slog.Logger, child *Child) *Runner {
 // a solver is killed with it); it does not wait for it to end.
 func (r *Runner) Close() { r.stop() }
 
-// Activated is told of each revision made live (engine.OnActivate): it
+// Activated is told of each revision made live (live.OnActivate): it
 // diffs it against the one it replaced, and the candidate in shadow, if
 // any, against it.
 func (r *Runner) Activated(s *engine.Snapshot) {

@@ -14,7 +14,7 @@ func Check(ctx context.Context, cfg Config, tests string) (probs []Problem) {
 	cfg.Tests = ""
 	b, err := build(ctx, cfg)
 	if err != nil {
-		return problemsOf(err)
+		return ProblemsOf(err)
 	}
 	probs = formatProblems(b.policySrcs)
 	r := newTreeReader(ctx, cfg)

@@ -279,29 +279,29 @@ type Disagreement struct {
 // Run decides c's input again with topdown, on the whole input parsed by
 // the general decoder (independent of the fast parser and of any
 // projection), and compares the answers with exact equality. It returns
-// nil when they agree or when topdown ran out of time (inconclusive);
-// otherwise the Disagreement, which turns the compiled path off for the
-// decision until the next reload. ctx may be engine.Background's.
-func (c Recheck) Run(ctx context.Context) *Disagreement {
+// the Disagreement, which turns the compiled path off for the decision
+// until the next reload, or nil; concluded is false when topdown ran out
+// of time, so that nothing was compared. ctx may be engine.Background's.
+func (c Recheck) Run(ctx context.Context) (d *Disagreement, concluded bool) {
 	def := c.Snapshot.decisions[c.Decision]
 	doc, err := input.Decode(c.Input)
 	if err != nil {
-		return c.disagree(def, fmt.Sprintf("the input the compiled program answered does not decode: %v", err))
+		return c.disagree(def, fmt.Sprintf("the input the compiled program answered does not decode: %v", err)), true
 	}
 	whole, err := input.Value(doc)
 	if err != nil {
-		return c.disagree(def, fmt.Sprintf("the input the compiled program answered does not convert: %v", err))
+		return c.disagree(def, fmt.Sprintf("the input the compiled program answered does not convert: %v", err)), true
 	}
 	want, err := c.Snapshot.eval(ctx, def, whole)
 	switch {
 	case err != nil && AsError(err).Code == CodePolicyTimeout:
-		return nil
+		return nil, false
 	case err != nil:
-		return c.disagree(def, "error: "+err.Error())
+		return c.disagree(def, "error: "+err.Error()), true
 	case sameValue(want, c.Compiled):
-		return nil
+		return nil, true
 	}
-	return c.disagree(def, valueString(want))
+	return c.disagree(def, valueString(want)), true
 }
 
 func (c Recheck) disagree(def *decisionDef, topdown string) *Disagreement {

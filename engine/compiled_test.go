@@ -338,8 +338,8 @@ func TestSelfCheckTurnsOffADisagreeingDecision(t *testing.T) {
 	if len(rechecks) != 1 {
 		t.Fatalf("%d compiled answers handed to the self-check, want 1", len(rechecks))
 	}
-	dis := rechecks[0].Run(context.Background())
-	if dis == nil || dis.Decision != "quota_check" || dis.Compiled != `{"allow":true,"reasons":[]}` ||
+	dis, concluded := rechecks[0].Run(context.Background())
+	if !concluded || dis == nil || dis.Decision != "quota_check" || dis.Compiled != `{"allow":true,"reasons":[]}` ||
 		dis.Topdown != `{"allow":false,"reasons":["quota_exhausted"]}` || !SameJSON(dis.Input, body) {
 		t.Fatalf("disagreement: %+v", dis)
 	}
@@ -383,8 +383,8 @@ func TestSelfCheckAgreementCountsNothing(t *testing.T) {
 		t.Fatalf("%d compiled answers of %d decisions", len(rechecks), decided)
 	}
 	for _, c := range rechecks {
-		if d := c.Run(context.Background()); d != nil {
-			t.Errorf("disagreement: %+v", d)
+		if d, concluded := c.Run(context.Background()); d != nil || !concluded {
+			t.Errorf("disagreement: %+v (concluded %t)", d, concluded)
 		}
 	}
 	for _, ci := range s.Compiled() {

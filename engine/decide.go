@@ -269,6 +269,7 @@ func summarize(result ast.Value, outcomeKey string) ([]string, string) {
 	var reasons []string
 	if t := obj.Get(ast.InternedTerm("reasons")); t != nil {
 		if arr, ok := t.Value.(*ast.Array); ok {
+			reasons = make([]string, 0, arr.Len()) // [] when empty, as the result says, not nil
 			for i := 0; i < arr.Len(); i++ {
 				if s, ok := arr.Elem(i).Value.(ast.String); ok {
 					reasons = append(reasons, string(s))

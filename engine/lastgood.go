@@ -121,21 +121,11 @@ func pruneSaved(dir, keep string) error {
 	return nil
 }
 
-// LastGood is the source of the last good copy saved below dir, and
-// whether there is one to fall back to. When cfg gates on tests, only a
-// copy that passed the gate when it was saved qualifies: a revision served
-// with the gate off never stands in for a gated one. The copy's own tests
-// gate it again.
-func LastGood(dir string, cfg Config) (Source, bool) {
+// SavedCopy returns the folder of the copy SaveTo last made current below
+// dir (its policies, schemas and tests folders), whether it passed the test
+// gate when it was saved, and whether there is one.
+func SavedCopy(dir string) (folder string, gated, ok bool) {
 	cur := filepath.Join(dir, currentLink)
 	info, ok := readSavedInfo(cur)
-	if !ok || cfg.Tests != "" && !info.Gated {
-		return nil, false
-	}
-	if cfg.Tests != "" {
-		cfg.Tests = filepath.Join(cur, "tests")
-	}
-	src := Folders(filepath.Join(cur, "policies"), filepath.Join(cur, "schemas"), cfg.Tests).(loader)
-	src.origin = "the last good copy saved in " + dir
-	return src, true
+	return cur, info.Gated, ok
 }

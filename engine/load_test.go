@@ -14,14 +14,7 @@ import (
 const quota = "testdata/quota"
 
 // copyTree copies src into a fresh temporary folder and returns it.
-func copyTree(t testing.TB, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
+var copyTree = testfiles.CopyTree
 
 func quotaConfig(root string) Config {
 	return Config{Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas")}

@@ -63,6 +63,15 @@ func (e *LoadError) Error() string {
 	return fmt.Sprintf("%d problem(s):\n  %s", len(lines), strings.Join(lines, "\n  "))
 }
 
+// ProblemsOf is the problems err names: a *LoadError's, or err's message as
+// one problem.
+func ProblemsOf(err error) []Problem {
+	if le, ok := err.(*LoadError); ok {
+		return le.Problems
+	}
+	return []Problem{{Message: err.Error()}}
+}
+
 func astProblems(errs ast.Errors) []Problem {
 	out := make([]Problem, 0, len(errs))
 	for _, e := range errs {

@@ -266,22 +266,19 @@ func TestSandboxRunawayPolicyIsCutOff(t *testing.T) {
 }
 
 // TestSandboxRunawayDoesNotBlockOthers: while one request runs away, good
-// requests through the same Engine are answered, and the runaway one is
+// requests on the same Snapshot are answered, and the runaway one is
 // still running when they are: it ends only when its caller goes away (its
 // deadline, a minute, is not what ends it here), with policy_timeout. The
 // test waits for the runaway evaluation to reach its loop through the
 // policy's own call of testSignal.
 func TestSandboxRunawayDoesNotBlockOthers(t *testing.T) {
-	eng, err := New(context.Background(), bomb(t, bombs[0].expr, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := mustLoad(t, bomb(t, bombs[0].expr, time.Minute))
 	started := signalOn(t, "bomb")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	bombDone := make(chan error, 1)
 	go func() {
-		_, err := eng.Decide(ctx, "quota_check", []byte(`{"tenant":"bomb","used":1}`), Options{})
+		_, err := snap.Decide(ctx, "quota_check", []byte(`{"tenant":"bomb","used":1}`), Options{})
 		bombDone <- err
 	}()
 	select {
@@ -294,7 +291,7 @@ func TestSandboxRunawayDoesNotBlockOthers(t *testing.T) {
 	goodDone := make(chan error, 1)
 	go func() {
 		for i := 0; i < 5; i++ {
-			d, err := eng.Decide(context.Background(), "quota_check", []byte(`{"tenant":"t","used":2,"suspended":true}`), Options{})
+			d, err := snap.Decide(context.Background(), "quota_check", []byte(`{"tenant":"t","used":2,"suspended":true}`), Options{})
 			if err != nil || !SameJSON(d.Result, []byte(`{"allow":false,"reasons":["tenant_suspended"]}`)) {
 				goodDone <- fmt.Errorf("good request %d during a runaway one: %v %v", i, d, err)
 				return

@@ -19,7 +19,7 @@ type Snapshot struct {
 	Hash     string    // content hash of every policy, data and schema file
 	Files    []string  // the files it was built from
 	LoadedAt time.Time // when it was built
-	Origin   string    // where it came from (its Source), set as it is built
+	Origin   string    // where it came from (its live.Source), set as it is built
 	// Skipped lists the files with a policy extension that were not read.
 	Skipped []SkippedFile
 	// Gated is true when the policy tests and fixtures of a test folder

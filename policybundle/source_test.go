@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 )
@@ -85,7 +86,7 @@ func TestSourcePollsVerifiesAndGates(t *testing.T) {
 	srv := &bundleServer{}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	eng, err := engine.New(ctx, engine.Config{EvalTimeout: slowEval}, engine.Pushed())
+	eng, err := live.New(ctx, engine.Config{EvalTimeout: slowEval}, live.Pushed())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
 )
 
@@ -19,7 +20,7 @@ import (
 // corpus: handler, metrics and the decision log (to a file), without TCP.
 // Compare with engine's BenchmarkCorpus/decide in the same run.
 func BenchmarkServeDecision(b *testing.B) {
-	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 )
 
@@ -299,8 +300,8 @@ func TestDecisionLogFull(t *testing.T) {
 // inProgressEngine is an engine with a reload always running.
 type inProgressEngine struct{ fakeEngine }
 
-func (inProgressEngine) ReloadInProgress() (engine.ReloadProgress, bool) {
-	return engine.ReloadProgress{Since: time.Now(), Trigger: "watch"}, true
+func (inProgressEngine) ReloadInProgress() (live.ReloadProgress, bool) {
+	return live.ReloadProgress{Since: time.Now(), Trigger: "watch"}, true
 }
 
 // TestStatusSaysReloadInProgress: /v1/status answers while a reload runs,
@@ -310,8 +311,8 @@ func TestStatusSaysReloadInProgress(t *testing.T) {
 		h := serve(t, Config{}, eng)
 		r := h.do(t, "GET", "/v1/status", "")
 		var doc struct {
-			Reload  string                 `json:"reload"`
-			Running *engine.ReloadProgress `json:"reload_in_progress"`
+			Reload  string               `json:"reload"`
+			Running *live.ReloadProgress `json:"reload_in_progress"`
 		}
 		if err := json.Unmarshal(r.body, &doc); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 )
@@ -40,7 +41,7 @@ func quotaEdited(t *testing.T, old, new string, timeout time.Duration) *harness 
 	t.Helper()
 	dir := quotaDir(t)
 	testfiles.Edit(t, filepath.Join(dir, "policies", "decisions", "quota_check", "policy.rego"), old, new)
-	eng, err := engine.New(context.Background(), engine.Config{Policies: filepath.Join(dir, "policies"), Schemas: filepath.Join(dir, "schemas"), EvalTimeout: timeout})
+	eng, err := live.New(context.Background(), engine.Config{Policies: filepath.Join(dir, "policies"), Schemas: filepath.Join(dir, "schemas"), EvalTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/corpus"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/server/ui"
@@ -34,7 +35,7 @@ func TestLargeBodiesCostTheirSize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("generates 12 MiB of Runner states")
 	}
-	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		t.Fatal(err)
 	}

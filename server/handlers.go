@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 )
 
@@ -91,6 +92,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 			DecisionID: d.ID, Time: q.start.UTC(), Decision: d.Name, Revision: d.Revision,
 			Path: r.URL.Path, Input: d.Input, InputOneLine: d.InputOneLine, Result: d.Result,
 			DurationNS: elapsed.Nanoseconds(), Caller: callerOf(r.Context()),
+			Summarized: true, Outcome: d.Outcome, Reasons: d.Reasons, // as the pages and the store would read them
 		}
 		s.endSpan(q, &rec, cmp.Or(d.Outcome, noOutcome), "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
@@ -442,16 +444,16 @@ type statusDoc struct {
 	Files      []string             `json:"files"`
 	Skipped    []engine.SkippedFile `json:"skipped_files,omitempty"`
 	Decisions  []string             `json:"decisions"`
-	LastReload engine.ReloadStatus  `json:"last_reload"`
+	LastReload live.ReloadStatus    `json:"last_reload"`
 	// Reload is "in progress" while a reload runs, "idle" otherwise; the
 	// status never waits for a reload.
-	Reload        string                 `json:"reload"`
-	ReloadRunning *engine.ReloadProgress `json:"reload_in_progress,omitempty"`
-	Bundles       any                    `json:"bundles,omitempty"`
-	Store         any                    `json:"store,omitempty"` // the decision store's account
-	Memory        any                    `json:"memory,omitempty"`
-	StartedAt     time.Time              `json:"started_at"`
-	UptimeSeconds float64                `json:"uptime_seconds"`
+	Reload        string               `json:"reload"`
+	ReloadRunning *live.ReloadProgress `json:"reload_in_progress,omitempty"`
+	Bundles       any                  `json:"bundles,omitempty"`
+	Store         any                  `json:"store,omitempty"` // the decision store's account
+	Memory        any                  `json:"memory,omitempty"`
+	StartedAt     time.Time            `json:"started_at"`
+	UptimeSeconds float64              `json:"uptime_seconds"`
 	// Compiled says which decisions run compiled, and why the others not.
 	Compiled []engine.CompiledInfo `json:"compiled"`
 	// Diff is the semantic diff of the live revision against the one it
@@ -503,10 +505,10 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 func (s *server) reloads(w http.ResponseWriter, _ *http.Request) {
 	h := s.eng.ReloadHistory()
 	if h == nil {
-		h = []engine.ReloadStatus{}
+		h = []live.ReloadStatus{}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Reloads []engine.ReloadStatus `json:"reloads"`
+		Reloads []live.ReloadStatus `json:"reloads"`
 	}{h})
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 // The hostile-input suite: the repository's real policies behind the real
@@ -34,7 +35,7 @@ func endpoints(fx engine.Fixture) (plain, data string) {
 // the answer to it.
 func repoHarness(t *testing.T, cfg Config) (*harness, engine.Fixture) {
 	t.Helper()
-	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		t.Fatal(err)
 	}

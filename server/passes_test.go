@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
-	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/race"
 	"github.com/arbiter-dev/arbiter/internal/wait"
 	"github.com/arbiter-dev/arbiter/logship"
@@ -77,7 +77,7 @@ func TestOnePassPerRequest(t *testing.T) {
 // candidate), sends n accepted requests, waits until every part has done
 // its work on them, and returns the bytes the process allocated meanwhile.
 func countPasses(t *testing.T, body string, n int, all, explain bool) uint64 {
-	live, cand, logPath, _ := loosenedWithLog(t)
+	liveDir, cand, logPath, _ := loosenedWithLog(t)
 	opts := decisionlog.Options{Path: logPath}
 	var uploaded atomic.Int64
 	var up *logship.Uploader
@@ -110,7 +110,7 @@ func countPasses(t *testing.T, body string, n int, all, explain bool) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ecfg := folderConfig(live)
+	ecfg := folderConfig(liveDir)
 	ecfg.Tests = "" // no test decisions for the self-check: it checks the requests' only
 	var sh *shadow.Shadow
 	if all { // a self-check of every decision, with room for every request's input: none is dropped
@@ -118,7 +118,7 @@ func countPasses(t *testing.T, body string, n int, all, explain bool) uint64 {
 		t.Cleanup(func() { _ = sh.Close(context.Background()) })
 		ecfg.SelfCheck = sh.SelfCheck
 	}
-	eng, err := engine.New(context.Background(), ecfg)
+	eng, err := live.New(context.Background(), ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
@@ -27,11 +28,11 @@ type Engine interface {
 	Decide(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
 	Snapshot() *engine.Snapshot
 	Has(name string) bool // whether the active Snapshot serves name
-	Reload(ctx context.Context, trigger string) engine.ReloadStatus
-	LastReload() engine.ReloadStatus
-	ReloadInProgress() (engine.ReloadProgress, bool)
+	Reload(ctx context.Context, trigger string) live.ReloadStatus
+	LastReload() live.ReloadStatus
+	ReloadInProgress() (live.ReloadProgress, bool)
 	// ReloadHistory is the most recent reload attempts, newest first.
-	ReloadHistory() []engine.ReloadStatus
+	ReloadHistory() []live.ReloadStatus
 }
 
 // Diffs are the semantic diffs a server shows (package diff's Runner).

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 // quotaDir copies the engine's quota testdata (a decision that exists only
@@ -30,9 +31,9 @@ func quotaDir(t *testing.T) string {
 	return dir
 }
 
-func quotaEngine(t *testing.T, dir string) *engine.Engine {
+func quotaEngine(t *testing.T, dir string) *live.Engine {
 	t.Helper()
-	eng, err := engine.New(context.Background(), engine.Config{
+	eng, err := live.New(context.Background(), engine.Config{
 		Policies: filepath.Join(dir, "policies"),
 		Schemas:  filepath.Join(dir, "schemas"),
 		Tests:    filepath.Join(dir, "tests"),
@@ -347,13 +348,13 @@ func TestReload(t *testing.T) {
 		}
 		return env.Revision
 	}
-	reload := func(t *testing.T) engine.ReloadStatus {
+	reload := func(t *testing.T) live.ReloadStatus {
 		t.Helper()
 		r := h.do(t, "POST", "/v1/reload", "")
 		if r.status != 200 {
 			t.Fatalf("reload: %d %s", r.status, r.body)
 		}
-		var st engine.ReloadStatus
+		var st live.ReloadStatus
 		if err := json.Unmarshal(r.body, &st); err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +405,7 @@ func TestReload(t *testing.T) {
 	// GET /v1/reloads: the history, newest first: the refusal with its
 	// problems, the activation, the first load.
 	var history struct {
-		Reloads []engine.ReloadStatus `json:"reloads"`
+		Reloads []live.ReloadStatus `json:"reloads"`
 	}
 	if r := h.do(t, "GET", "/v1/reloads", ""); r.status != 200 || json.Unmarshal(r.body, &history) != nil {
 		t.Fatalf("GET /v1/reloads: %d %s", r.status, r.body)
@@ -420,7 +421,7 @@ func TestReload(t *testing.T) {
 type fakeEngine struct {
 	snap   *engine.Snapshot
 	decide func() (*engine.Decision, error)
-	last   func() engine.ReloadStatus
+	last   func() live.ReloadStatus
 }
 
 func (f *fakeEngine) Decide(context.Context, string, []byte, engine.Options) (*engine.Decision, error) {
@@ -428,23 +429,23 @@ func (f *fakeEngine) Decide(context.Context, string, []byte, engine.Options) (*e
 }
 func (f *fakeEngine) Snapshot() *engine.Snapshot { return f.snap }
 func (f *fakeEngine) Has(string) bool            { return f.snap != nil }
-func (f *fakeEngine) ReloadInProgress() (engine.ReloadProgress, bool) {
-	return engine.ReloadProgress{}, false
+func (f *fakeEngine) ReloadInProgress() (live.ReloadProgress, bool) {
+	return live.ReloadProgress{}, false
 }
-func (f *fakeEngine) Reload(context.Context, string) engine.ReloadStatus {
-	return engine.ReloadStatus{}
+func (f *fakeEngine) Reload(context.Context, string) live.ReloadStatus {
+	return live.ReloadStatus{}
 }
-func (f *fakeEngine) ReloadHistory() []engine.ReloadStatus {
+func (f *fakeEngine) ReloadHistory() []live.ReloadStatus {
 	if f.last != nil {
-		return []engine.ReloadStatus{f.last()}
+		return []live.ReloadStatus{f.last()}
 	}
 	return nil
 }
-func (f *fakeEngine) LastReload() engine.ReloadStatus {
+func (f *fakeEngine) LastReload() live.ReloadStatus {
 	if f.last != nil {
 		return f.last()
 	}
-	return engine.ReloadStatus{}
+	return live.ReloadStatus{}
 }
 
 func TestFailClosed(t *testing.T) {
@@ -511,7 +512,7 @@ func TestNotReadyListing(t *testing.T) {
 }
 
 func TestPanicOutsideTheEngine(t *testing.T) {
-	eng := &fakeEngine{snap: &engine.Snapshot{Revision: "r"}, last: func() engine.ReloadStatus { panic("status broke") }}
+	eng := &fakeEngine{snap: &engine.Snapshot{Revision: "r"}, last: func() live.ReloadStatus { panic("status broke") }}
 	h := serve(t, Config{}, eng)
 	r := h.do(t, "GET", "/v1/status", "")
 	if r.status != 500 || r.errorDoc(t).Code != engine.CodePolicyError {

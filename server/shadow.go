@@ -18,6 +18,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
@@ -58,7 +59,7 @@ type ShadowConfig struct {
 	// Bundle, when set, reads a bundle file the server can read (POST
 	// /v1/shadow {"bundle": PATH}) as a source of candidates, verified as
 	// the server verifies bundles.
-	Bundle func(path string) (engine.Source, error)
+	Bundle func(path string) (live.Source, error)
 	// Admins are the only callers that may load, clear and promote a
 	// candidate. Empty, they fail closed when the API is authenticated
 	// (Config.Tokens or Config.ClientCerts): no caller may; only an API
@@ -69,9 +70,9 @@ type ShadowConfig struct {
 
 // Lifecycle is what the shadow routes need of the engine's lifecycle.
 type Lifecycle interface {
-	Judge(ctx context.Context, src engine.Source) (*engine.Snapshot, error)
-	Activate(ctx context.Context, trigger string, src engine.Source) (engine.ReloadStatus, error)
-	Promoted() (engine.Promotion, bool)
+	Judge(ctx context.Context, src live.Source) (*engine.Snapshot, error)
+	Activate(ctx context.Context, trigger string, src live.Source) (live.ReloadStatus, error)
+	Promoted() (live.Promotion, bool)
 }
 
 // ShadowSource names the folders of a candidate, or a bundle file.
@@ -147,12 +148,12 @@ func describeCandidate(c *shadow.Candidate) *candidateDoc {
 
 // shadowDoc is GET /v1/shadow.
 type shadowDoc struct {
-	Candidate    *candidateDoc     `json:"candidate"`
-	LiveRevision string            `json:"live_revision,omitempty"`
-	Promotion    *engine.Promotion `json:"promotion"`
-	Sampling     samplingDoc       `json:"sampling"`
-	Stats        shadow.Stats      `json:"stats"`
-	Gate         shadow.Gate       `json:"gate"`
+	Candidate    *candidateDoc   `json:"candidate"`
+	LiveRevision string          `json:"live_revision,omitempty"`
+	Promotion    *live.Promotion `json:"promotion"`
+	Sampling     samplingDoc     `json:"sampling"`
+	Stats        shadow.Stats    `json:"stats"`
+	Gate         shadow.Gate     `json:"gate"`
 	// Promotable says whether the default gate would promote the
 	// candidate now, and if not why.
 	Promotable bool     `json:"promotable"`
@@ -266,7 +267,7 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc := s.cfg.Shadow
-	var cand engine.Source
+	var cand live.Source
 	var err error
 	switch {
 	case (src.Policies == "") == (src.Bundle == "") || src.Bundle != "" && (src.Schemas != "" || src.Tests != ""):
@@ -278,7 +279,7 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 	case src.Bundle != "":
 		cand, err = sc.Bundle(src.Bundle)
 	default:
-		cand = engine.Folders(src.Policies, cmp.Or(src.Schemas, sc.Schemas), cmp.Or(src.Tests, sc.Tests))
+		cand = live.Folders(src.Policies, cmp.Or(src.Schemas, sc.Schemas), cmp.Or(src.Tests, sc.Tests))
 	}
 	var snap *engine.Snapshot
 	if err == nil {
@@ -360,7 +361,7 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 	gate := s.cfg.Shadow.Gate.Stricter(minDecisions, forbid)
 	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
 	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate, forced bool) (string, error) {
-		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", engine.Promote(c.Snapshot, by, c.Origin, forced))
+		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", live.Promote(c.Snapshot, by, c.Origin, forced))
 		if err != nil {
 			return "", err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/testsignal"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -43,11 +44,11 @@ func folderConfig(dir string) engine.Config {
 
 // serveShadow serves the folder dir with a shadow whose candidates are
 // judged by the live engine (with evalTimeout), as cmd does.
-func serveShadow(t *testing.T, dir string, cfg Config, scfg shadow.Config, evalTimeout time.Duration, admins ...string) (*harness, *engine.Engine, *shadow.Shadow) {
+func serveShadow(t *testing.T, dir string, cfg Config, scfg shadow.Config, evalTimeout time.Duration, admins ...string) (*harness, *live.Engine, *shadow.Shadow) {
 	t.Helper()
 	ecfg := folderConfig(dir)
 	ecfg.EvalTimeout = evalTimeout
-	eng, err := engine.New(context.Background(), ecfg)
+	eng, err := live.New(context.Background(), ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +632,7 @@ func evidenceOf(ev []shadow.Evidence) string {
 // decision log holds the evidence, and /v1/status then shows the diff of
 // the live revision against the one it replaced.
 func TestPromotionOnTheDiffsEvidence(t *testing.T) {
-	live, cand := allowingQuota(t), allowingQuota(t)
+	liveDir, cand := allowingQuota(t), allowingQuota(t)
 	testfiles.Edit(t, filepath.Join(cand, "policies", "decisions", "quota_check", "data.json"), `"limit": 10`, `"limit": 11`)
 	logPath := filepath.Join(t.TempDir(), "decisions.log")
 	dlog, err := decisionlog.Open(decisionlog.Options{Path: logPath})
@@ -640,7 +641,7 @@ func TestPromotionOnTheDiffsEvidence(t *testing.T) {
 	}
 	runner := diff.NewRunner(time.Minute, nil, nil)
 	t.Cleanup(runner.Close)
-	eng, err := engine.New(context.Background(), folderConfig(live), engine.OnActivate(runner.Activated))
+	eng, err := live.New(context.Background(), folderConfig(liveDir), live.OnActivate(runner.Activated))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/redact"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
@@ -43,7 +44,7 @@ type assembly struct {
 	tlsConfig *tls.Config
 	ecfg      engine.Config
 	diffs     *diff.Runner // nil: --diff-timeout 0
-	eng       *engine.Engine
+	eng       *live.Engine
 	fl        *fleet
 	sh        *shadowing
 	ds        *store              // the decision store (store.go); its sink is nil without --decision-store
@@ -132,7 +133,7 @@ func (a *assembly) startEngine(ctx context.Context) error {
 	// The semantic diff of each revision made live against the one it
 	// replaced, and of the shadow candidate against the live one: in the
 	// background, one at a time, never holding up an activation.
-	var opts []engine.Option
+	var opts []live.Option
 	if c.DiffTimeout > 0 {
 		// Each diff in a child process of this binary: its fault, memory
 		// or time is its answer (unknown), never this server's.
@@ -142,9 +143,9 @@ func (a *assembly) startEngine(ctx context.Context) error {
 		}
 		child := &diff.Child{Path: exe, Memory: uint64(c.DiffMemory)}
 		a.diffs = diff.NewRunner(c.DiffTimeout, log, child)
-		opts = append(opts, engine.OnActivate(a.diffs.Activated))
+		opts = append(opts, live.OnActivate(a.diffs.Activated))
 		if c.DiffGate {
-			opts = append(opts, engine.WithChecks(diff.GateCheck(child)))
+			opts = append(opts, live.WithChecks(diff.GateCheck(child)))
 		}
 	}
 	a.sh = newShadow(c, a.diffs, log)

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/redact"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/policybundle"
@@ -22,7 +22,7 @@ type fleet struct {
 // newFleet prepares the bundle source (when --bundle-url is set; the
 // engine then starts empty and not ready) and the uploader (when
 // --decision-log-service is set).
-func newFleet(c *Config, eng *engine.Engine, log *slog.Logger) (*fleet, error) {
+func newFleet(c *Config, eng *live.Engine, log *slog.Logger) (*fleet, error) {
 	f := &fleet{cfg: c}
 	if c.BundleURL != "" {
 		src, err := policybundle.NewSource(c.sourceConfig(c.BundleURL, c.BundleName, log), policybundle.Activator(eng))
@@ -104,7 +104,7 @@ func (f *fleet) unloaded() error {
 // sayAtStart logs, once the first poll has ended, one line naming the flag
 // when it did not make a revision live: the replica stays not ready, and
 // its later polls keep trying.
-func (f *fleet) sayAtStart(ctx context.Context, eng *engine.Engine, log *slog.Logger) {
+func (f *fleet) sayAtStart(ctx context.Context, eng *live.Engine, log *slog.Logger) {
 	if f.source != nil {
 		afterClose(ctx, f.source.Polled(), func() {
 			if eng.Snapshot() == nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -138,22 +139,22 @@ func run(ctx context.Context, c *Config, log *slog.Logger, stdout io.Writer) (in
 // from: the bundle (the engine then starts empty and not ready until it
 // activates) or the folders, with the last good copy below --state-dir to
 // fall back to at the start and each revision made live saved there.
-func newEngine(ctx context.Context, c *Config, ecfg engine.Config, log *slog.Logger, opts ...engine.Option) (*engine.Engine, error) {
+func newEngine(ctx context.Context, c *Config, ecfg engine.Config, log *slog.Logger, opts ...live.Option) (*live.Engine, error) {
 	if c.BundleURL != "" {
-		return engine.New(ctx, ecfg, append(opts, engine.Pushed())...)
+		return live.New(ctx, ecfg, append(opts, live.Pushed())...)
 	}
 	if c.StateDir == "" {
-		return engine.New(ctx, ecfg, opts...)
+		return live.New(ctx, ecfg, opts...)
 	}
-	opts = append(opts, engine.OnActivate(func(s *engine.Snapshot) {
+	opts = append(opts, live.OnActivate(func(s *engine.Snapshot) {
 		if err := s.SaveTo(c.StateDir); err != nil {
 			log.Warn("could not save the last good revision", "dir", c.StateDir, "err", err)
 		}
 	}))
-	if saved, ok := engine.LastGood(c.StateDir, ecfg); ok {
-		opts = append(opts, engine.Fallback(saved))
+	if saved, ok := live.LastGood(c.StateDir, ecfg); ok {
+		opts = append(opts, live.Fallback(saved))
 	}
-	return engine.New(ctx, ecfg, opts...)
+	return live.New(ctx, ecfg, opts...)
 }
 
 // connectionCap is --max-connections, or half of the file descriptor limit:

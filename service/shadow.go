@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/redact"
 	"github.com/arbiter-dev/arbiter/policybundle"
 	"github.com/arbiter-dev/arbiter/server"
@@ -38,7 +39,7 @@ func newShadow(c *Config, diffs *diff.Runner, log *slog.Logger) *shadowing {
 // failure is a failed start, as a live revision's is). Candidates are
 // built with the live configuration (deadline, limits, self-check), so a
 // promoted one runs as a reload would.
-func (s *shadowing) start(ctx context.Context, c *Config, eng *engine.Engine, ecfg engine.Config, log *slog.Logger) error {
+func (s *shadowing) start(ctx context.Context, c *Config, eng *live.Engine, ecfg engine.Config, log *slog.Logger) error {
 	sh := s.sh
 	s.srv = &server.ShadowConfig{
 		Shadow:  sh,
@@ -47,7 +48,7 @@ func (s *shadowing) start(ctx context.Context, c *Config, eng *engine.Engine, ec
 		Tests:   ecfg.Tests,
 		Gate:    shadow.Gate{MinDecisions: c.Sampling.MinDecisions, Forbidden: c.ShadowForbid},
 		Admins:  c.ShadowAdmins,
-		Bundle: func(path string) (engine.Source, error) {
+		Bundle: func(path string) (live.Source, error) {
 			vc, err := c.Polls.Keys.VerificationConfig()
 			if err != nil {
 				return nil, err
@@ -60,7 +61,7 @@ func (s *shadowing) start(ctx context.Context, c *Config, eng *engine.Engine, ec
 		},
 	}
 	if c.ShadowPolicies != "" {
-		cand := engine.Folders(c.ShadowPolicies, cmp.Or(c.ShadowSchemas, ecfg.Schemas), cmp.Or(c.ShadowTests, ecfg.Tests))
+		cand := live.Folders(c.ShadowPolicies, cmp.Or(c.ShadowSchemas, ecfg.Schemas), cmp.Or(c.ShadowTests, ecfg.Tests))
 		snap, err := eng.Judge(ctx, cand)
 		if err != nil {
 			_ = sh.Close(context.Background())

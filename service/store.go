@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionstore"
-	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/server/ui"
 )
 
@@ -21,7 +21,7 @@ type store struct {
 // newStore starts the sink (nil sink without --decision-store). It does not
 // wait for the database: one that is away at start is retried while the
 // replica answers, its records queued.
-func newStore(c *Config, eng *engine.Engine, log *slog.Logger) (*store, error) {
+func newStore(c *Config, eng *live.Engine, log *slog.Logger) (*store, error) {
 	s := &store{deadline: c.ShutdownTimeout}
 	if c.StoreURL == "" {
 		return s, nil

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/diff"
-	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/server/ui"
 )
 
@@ -33,7 +33,7 @@ func (p *pages) endStreams() { p.closeOnce.Do(func() { close(p.closing) }) }
 // of the decision-record pipeline: it shows every decision the pipeline
 // took, masked as every sink receives it. With a decision store (store not
 // nil) the list and a decision's page read every replica's from it.
-func newPages(c *Config, eng *engine.Engine, sh *shadowing, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
+func newPages(c *Config, eng *live.Engine, sh *shadowing, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
 	p := &pages{closing: make(chan struct{})}
 	p.ring = ui.NewRing(ui.RingConfig{Size: c.UIRecent, OutcomeKey: ui.OutcomeKeys(eng), RunID: ui.RunIDs(eng), Replica: c.ReplicaID})
 	cfg := ui.Config{Recent: p.ring, Store: store, Decider: eng, Reloads: eng, Logger: log,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/server"
 	"github.com/arbiter-dev/arbiter/server/ui"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -43,7 +44,7 @@ func TestPagesBesideTheLog(t *testing.T) {
 		member = k
 		break
 	}
-	eng, err := engine.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestPagesBesideTheLog(t *testing.T) {
 func TestPagesShowTheShadowCandidate(t *testing.T) {
 	t.Parallel()
 	cfg := engine.Config{Policies: "../policies", Schemas: "../schemas"}
-	eng, err := engine.New(context.Background(), cfg)
+	eng, err := live.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,10 @@ var (
 		"Sampled decisions on which the compiled evaluation and topdown disagreed (each turns the compiled path off for the decision until the next reload).",
 		[]string{"decision"}, nil)
 	descSelfCheck = prometheus.NewDesc("arbiter_selfcheck_samples_total",
-		"Compiled decisions sampled by the self-check, by outcome: checked (decided again by topdown), dropped (the queue was full by count or bytes) or too_large (an input over the self-check's byte bound, never copied).",
+		"Compiled decisions sampled by the self-check, by outcome: checked (decided again by topdown and compared), inconclusive (topdown ran out of time), expired (the shadow's CPU budget did not come within its timeout, or the stop came first), dropped (the queue was full by count or bytes) or too_large (an input over the self-check's byte bound, never copied).",
 		[]string{"outcome"}, nil)
+	descSelfCheckEval = prometheus.NewDesc("arbiter_selfcheck_evaluation_seconds_total",
+		"Time the shadow workers spent deciding sampled answers again with topdown for the self-check (within the shadow's CPU budget, pauses for live traffic aside).", nil, nil)
 )
 
 // Collector returns the shadow's Prometheus metrics. The counters add up
@@ -51,9 +53,10 @@ func (s *Shadow) Collector() prometheus.Collector {
 			for n, c := range s.checks.disagreements {
 				scrape.Counter(ch, descDisagreements, c, n)
 			}
-			for i, o := range []string{"checked", "dropped", "too_large"} {
+			for i, o := range checkOutcomes {
 				scrape.Counter(ch, descSelfCheck, s.checks.n[i].Load(), o)
 			}
+			scrape.Counter(ch, descSelfCheckEval, float64(s.checks.evalNS.Load())/1e9)
 		}
 		s.classMu.Unlock()
 		st := s.stats(&s.total)
@@ -72,5 +75,5 @@ func (s *Shadow) Collector() prometheus.Collector {
 		for i, r := range []string{"promoted", "forced", "refused"} {
 			scrape.Counter(ch, descPromotions, s.promotions[i].Load(), r)
 		}
-	}, descDecisions, descSampled, descDropped, descQueued, descEval, descThrottled, descPaused, descCandidate, descPromotions, descDisagreements, descSelfCheck)
+	}, descDecisions, descSampled, descDropped, descQueued, descEval, descThrottled, descPaused, descCandidate, descPromotions, descDisagreements, descSelfCheck, descSelfCheckEval)
 }

@@ -31,9 +31,25 @@ const (
 // lane is the self-check's queue and account.
 type lane struct {
 	q             *queue.Queue[engine.Recheck]
-	n             [3]atomic.Uint64  // checked, dropped, too_large
+	n             [len(checkOutcomes)]atomic.Uint64
+	evalNS        atomic.Int64      // the time topdown took on them, pauses aside
 	disagreements map[string]uint64 // by decision, under classMu
 }
+
+// checkOutcomes are what becomes of a sampled answer, each counted once:
+// decided again and compared (a disagreement is checked, and counted by
+// decision too), topdown out of time (inconclusive), the shadow's CPU
+// budget not given within Config.Timeout or the stop (expired), the queue
+// full (dropped), the input over Config.SelfCheckBytes (too_large).
+var checkOutcomes = [...]string{"checked", "inconclusive", "expired", "dropped", "too_large"}
+
+const (
+	checked = iota
+	inconclusive
+	expired
+	dropped
+	tooLarge
+)
 
 // SelfCheck samples one compiled answer of the live revision for the
 // self-check. It never blocks: the request's answer does not wait for it.
@@ -43,17 +59,17 @@ func (s *Shadow) SelfCheck(c engine.Recheck) {
 	}
 	n := int64(len(c.Input))
 	if n > s.cfg.SelfCheckBytes {
-		s.checks.n[2].Add(1)
+		s.checks.n[tooLarge].Add(1)
 		return
 	}
 	c.Input = bytes.Clone(c.Input) // the body's buffer goes back to the server's pool with the answer
 	if ok, _ := s.checks.q.Put(c, n); !ok {
-		s.checks.n[1].Add(1)
+		s.checks.n[dropped].Add(1)
 	}
 }
 
 // SelfChecked is how many sampled answers the self-check decided again.
-func (s *Shadow) SelfChecked() uint64 { return s.checks.n[0].Load() }
+func (s *Shadow) SelfChecked() uint64 { return s.checks.n[checked].Load() }
 
 // recheck decides one sampled answer again, as a candidate's decision is
 // (evaluate), bounded by Config.Timeout: past it, as past topdown's own
@@ -63,11 +79,17 @@ func (s *Shadow) recheck(c engine.Recheck) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 	defer cancel()
 	var d *engine.Disagreement
+	concluded := false
 	if _, err := s.budget.wait(ctx); err != nil {
-		return // the budget never came (stopping, or the timeout): not checked
+		s.checks.n[expired].Add(1) // the budget never came (stopping, or the timeout)
+		return
 	}
-	s.checks.n[0].Add(1)
-	s.evaluate(ctx, nil, func(ctx context.Context) { d = c.Run(ctx) })
+	s.checks.evalNS.Add(int64(s.evaluate(ctx, nil, func(ctx context.Context) { d, concluded = c.Run(ctx) })))
+	if !concluded {
+		s.checks.n[inconclusive].Add(1)
+		return
+	}
+	s.checks.n[checked].Add(1)
 	if d == nil {
 		return
 	}

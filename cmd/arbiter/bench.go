@@ -22,7 +22,7 @@ before it ships.`, exitError)
 	var f inputFlags
 	f.register(c)
 	duration := c.Duration("duration", 2*time.Second, "how long to keep deciding (the benchmark's -benchtime)")
-	format := c.String("format", "text", "output format: text or json")
+	format := c.format("text", "output format: text or json")
 	c.run = func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
 		err := f.check()
 		switch {
@@ -30,8 +30,6 @@ before it ships.`, exitError)
 			err = orArgs(nil, c.Args())
 		case err == nil && *duration <= 0:
 			err = fmt.Errorf("--duration must be positive")
-		case err == nil && *format != "text" && *format != "json":
-			err = fmt.Errorf("--format must be text or json, not %q", *format)
 		}
 		if err != nil {
 			return say(stderr, exitError, "arbiter bench: %v", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
 
@@ -27,14 +28,15 @@ const defaultServer = "http://127.0.0.1:8181"
 
 // clientFlags are the flags of the commands that talk to a running server.
 type clientFlags struct {
-	server, token, caFile, format string
+	server, token, caFile string
+	format                *string
 }
 
 func (f *clientFlags) register(c *command) {
 	c.StringVar(&f.server, "server", defaultServer, "the running arbiter serve: http(s)://HOST:PORT")
 	c.StringVar(&f.token, "token", "", "bearer token for a server with --auth-token-file (prefer ARBITER_TOKEN: a flag shows in ps)")
 	c.StringVar(&f.caFile, "tls-ca-file", "", "PEM CA certificates that verify an https server (default: the system's)")
-	c.StringVar(&f.format, "format", "text", "text, or json (the server's answer as it is)")
+	f.format = c.format("text", "text, or json (the server's answer as it is)")
 	c.fromEnv("server", "token", "tls-ca-file")
 }
 
@@ -48,9 +50,6 @@ type client struct {
 }
 
 func (f *clientFlags) client(name string, stdout, stderr io.Writer) (*client, error) {
-	if f.format != "text" && f.format != "json" {
-		return nil, fmt.Errorf("--format %q: want text or json", f.format)
-	}
 	if !strings.HasPrefix(f.server, "http://") && !strings.HasPrefix(f.server, "https://") {
 		return nil, fmt.Errorf("--server %q: want http(s)://HOST:PORT", f.server)
 	}
@@ -108,7 +107,7 @@ func (c *client) call(ctx context.Context, method, path string, body any, outs .
 	if resp.StatusCode/100 != 2 {
 		return false, c.refused(resp.Status, raw)
 	}
-	if c.flags.format == "json" {
+	if *c.flags.format == "json" {
 		var v any
 		if json.Unmarshal(raw, &v) != nil {
 			return false, c.fail(fmt.Errorf("the server answered %s with no JSON", resp.Status))
@@ -179,7 +178,7 @@ func clientCommand(use, short, long string, nargs int, run func(ctx context.Cont
 
 // reloadLine is one reload attempt on one line: when, what asked, what it
 // did, and the rest of what its JSON holds (reloadDetails).
-func reloadLine(st engine.ReloadStatus) string {
+func reloadLine(st live.ReloadStatus) string {
 	var what string
 	switch {
 	case !st.OK:
@@ -209,7 +208,7 @@ func promoted(forced bool) string {
 // reloadDetails is what reloadLine's words leave out of a reload attempt:
 // its candidate, the revision it replaced, how long it took, the triggers
 // it answered, the files it skipped and its promotion's record.
-func reloadDetails(st engine.ReloadStatus) string {
+func reloadDetails(st live.ReloadStatus) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  (in %s", st.Duration)
 	if st.Candidate != "" {

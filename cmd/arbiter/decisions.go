@@ -103,7 +103,7 @@ pages' filters and an input field by JSON pointer and value.`, exitInput)
 	q.register(c, "decisions")
 	limit := c.Int("limit", 50, "decisions listed at most")
 	before := c.String("before", "", "list from this cursor on (the one a longer list ends with), not from the newest")
-	format := c.String("format", "text", "output format: text (one line per decision) or json (the stored records)")
+	format := c.format("text", "output format: text (one line per decision) or json (the stored records)")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		cur, err := decisionstore.ParseCursor(*before)
 		switch {
@@ -111,8 +111,6 @@ pages' filters and an input field by JSON pointer and value.`, exitInput)
 			return say(stderr, exitInput, "arbiter decisions: --store URL is required")
 		case c.NArg() > 0:
 			return say(stderr, exitInput, "arbiter decisions: unexpected argument %q", c.Arg(0))
-		case *format != "text" && *format != "json":
-			return say(stderr, exitInput, "arbiter decisions: --format must be text or json, not %q", *format)
 		case *limit <= 0:
 			return say(stderr, exitInput, "arbiter decisions: --limit must be positive")
 		case err != nil:

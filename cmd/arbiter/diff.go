@@ -38,7 +38,7 @@ the command failed.`, exitInput)
 	c.StringVar(&f.schemas, "schemas", defaultFolder("schemas"), "folder of input and result JSON Schemas, for a side that is a policy folder")
 	c.StringVar(&f.tests, "tests", defaultFolder("policy_test"), "folder whose fixtures' inputs the examples start from ('' for none)")
 	c.fromEnv("schemas", "tests")
-	format := c.String("format", "text", "output format: text or json")
+	format := c.format("text", "output format: text or json")
 	solver := c.String("solver", "", "the SMT solvers to run side by side, comma-separated: z3, cvc5 (names on PATH or paths; default: those on PATH)")
 	budget := c.Duration("budget", diff.DefaultBudget, "time the solvers may spend on one decision's questions together; a question not decided within it is unknown")
 	c.fromEnv("solver", "budget")
@@ -49,9 +49,6 @@ the command failed.`, exitInput)
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
 		if c.NArg() != 2 {
 			return say(stderr, exitInput, "arbiter diff: OLD and NEW are required")
-		}
-		if *format != "text" && *format != "json" {
-			return say(stderr, exitInput, "arbiter diff: --format must be text or json, not %q", *format)
 		}
 		vc, err := keys.VerificationConfig()
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiter-dev/arbiter/diff"
-	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/testfiles"
 	"github.com/arbiter-dev/arbiter/internal/wait"
@@ -105,7 +105,7 @@ func TestServeDiffsEachReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st engine.ReloadStatus
+	var st live.ReloadStatus
 	_ = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
 	if !st.OK || !st.Changed || st.From != first {
@@ -259,14 +259,14 @@ func TestBuildCarriesTheDiff(t *testing.T) {
 }
 
 // reload asks POST /v1/reload and returns its status.
-func reload(t *testing.T, client *http.Client, url string) engine.ReloadStatus {
+func reload(t *testing.T, client *http.Client, url string) live.ReloadStatus {
 	t.Helper()
 	resp, err := client.Post(url+"/v1/reload", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st engine.ReloadStatus
+	var st live.ReloadStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,29 @@ func (c *command) execute(cc *cobra.Command) int {
 	return say(stderr, exitInterrupted, "%s: interrupted", cc.CommandPath())
 }
 
+// format registers --format: text or json, def when unset. Any other
+// value is refused as the flag is parsed, from the command line or from
+// its variable, as every bad flag is: the command's usage and its exit
+// status for a bad flag.
+func (c *command) format(def, usage string) *string {
+	v := formatValue(def)
+	c.Var(&v, "format", usage)
+	return (*string)(&v)
+}
+
+// formatValue is --format's value, "string" in the usage as before.
+type formatValue string
+
+func (f *formatValue) String() string { return string(*f) }
+func (f *formatValue) Type() string   { return "string" }
+func (f *formatValue) Set(s string) error {
+	if s != "text" && s != "json" {
+		return fmt.Errorf("want text or json")
+	}
+	*f = formatValue(s)
+	return nil
+}
+
 // envAnnotation is the annotation of a flag that names its variable.
 const envAnnotation = "arbiter_env"
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/arbiter-dev/arbiter/decisionlog"
 )
 
@@ -68,6 +70,33 @@ func TestMistypedCommandLine(t *testing.T) {
 		if lines := strings.Count(stderr.String(), "\n"); lines > 8 {
 			t.Errorf("arbiter %q: %d lines on stderr, want the usage line, not every flag:\n%s", tc.args, lines, stderr.String())
 		}
+	}
+}
+
+// TestFormatIsTextOrJSON: every command with --format refuses any other
+// value the same way, before it runs: the flag's error, the command's usage
+// line and its exit status for a bad flag, nothing on stdout.
+func TestFormatIsTextOrJSON(t *testing.T) {
+	root, byCobra := rootCommand(nil, nil, nil)
+	var seen int
+	for _, cc := range root.Commands() {
+		for _, cc := range append([]*cobra.Command{cc}, cc.Commands()...) {
+			c := byCobra[cc]
+			if c == nil || cc.Flags().Lookup("format") == nil {
+				continue
+			}
+			seen++
+			args := append(strings.Fields(strings.TrimPrefix(cc.CommandPath(), "arbiter ")), "--format", "yaml")
+			var stdout, stderr strings.Builder
+			code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+			want := `invalid argument "yaml" for "--format" flag: want text or json`
+			if code != c.bad || stdout.Len() > 0 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "Usage: ") {
+				t.Errorf("arbiter %q: exit %d (want %d), stdout %q, stderr:\n%s", args, code, c.bad, stdout.String(), stderr.String())
+			}
+		}
+	}
+	if seen < 7 {
+		t.Errorf("%d commands have --format, want the 7 known and more", seen)
 	}
 }
 

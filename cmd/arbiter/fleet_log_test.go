@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/arbiter-dev/arbiter/logship"
 	"github.com/arbiter-dev/arbiter/server"
@@ -114,7 +115,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) {
 
 func uploadWhatWasAnswered(t *testing.T, mode string) {
 	root := copyAccess(t)
-	eng, err := engine.New(context.Background(), engine.Config{Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas")})
+	eng, err := live.New(context.Background(), engine.Config{Policies: filepath.Join(root, "policies"), Schemas: filepath.Join(root, "schemas")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 func reloadsCommand() *command {
@@ -16,7 +16,7 @@ func reloadsCommand() *command {
 func printReloads(ctx context.Context, cl *client, _ []string) int {
 	stdout := cl.stdout
 	var doc struct {
-		Reloads []engine.ReloadStatus `json:"reloads"`
+		Reloads []live.ReloadStatus `json:"reloads"`
 	}
 	if printed, code := cl.call(ctx, http.MethodGet, "/v1/reloads", nil, &doc); printed || code != exitOK {
 		return code

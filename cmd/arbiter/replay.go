@@ -38,7 +38,7 @@ func replayCommand() *command {
 	})
 	var q storeQuery
 	q.register(c, "records")
-	format := c.String("format", "text", "output format: text or json")
+	format := c.format("text", "output format: text or json")
 	examples := c.Int("examples", shadow.DefaultExamples, "decision ids the impact report keeps per decision and class")
 	workers := c.Int("workers", 0, "records decided in parallel, 0: one per CPU (GOMAXPROCS); the report is the same for any number")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
@@ -58,8 +58,6 @@ func replayCommand() *command {
 			return say(stderr, exitInput, "arbiter replay: the filters read a decision store: they need --store")
 		case *workers < 0:
 			return say(stderr, exitInput, "arbiter replay: --workers must not be negative")
-		case *format != "text" && *format != "json":
-			return say(stderr, exitInput, "arbiter replay: --format must be text or json, not %q", *format)
 		case *examples <= 0:
 			return say(stderr, exitInput, "arbiter replay: --examples must be positive")
 		}

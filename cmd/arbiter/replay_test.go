@@ -292,7 +292,7 @@ func TestReplayBadInput(t *testing.T) {
 		{"missing log file", []string{"--log", filepath.Join(t.TempDir(), "nope.jsonl")}, "no such file"},
 		{"no --log", nil, "--log FILE|DIR is required"},
 		{"unknown flag", []string{"--log", log, "--bogus"}, "unknown flag: --bogus"},
-		{"bad format", []string{"--log", log, "--format", "yaml"}, "--format must be text or json"},
+		{"bad format", []string{"--log", log, "--format", "yaml"}, `invalid argument "yaml" for "--format" flag: want text or json`},
 		{"policies that fail to load", []string{"--log", log, "--policies", brokenPolicies}, "data.json"},
 	}
 	for _, tc := range tests {

@@ -15,6 +15,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 )
 
 // statusView is what `arbiter status` formats of GET /v1/status; the
@@ -27,7 +28,7 @@ type statusView struct {
 	Files      []string              `json:"files"`
 	Decisions  []string              `json:"decisions"`
 	Compiled   []engine.CompiledInfo `json:"compiled"`
-	LastReload engine.ReloadStatus   `json:"last_reload"`
+	LastReload live.ReloadStatus     `json:"last_reload"`
 	Reload     string                `json:"reload"`
 	StartedAt  time.Time             `json:"started_at"`
 	Uptime     float64               `json:"uptime_seconds"`

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/replay"
 )
 
@@ -60,7 +61,7 @@ func (f *storeFleet) checkPagesShowTheFleet(t *testing.T) {
 	// The run the fleet's input names (where its input schema marks it):
 	// one replica's run page shows every replica's decisions about it,
 	// oldest first.
-	eng, err := engine.New(context.Background(), engine.Config{Policies: filepath.Join("..", "..", "policies"), Schemas: filepath.Join("..", "..", "schemas")})
+	eng, err := live.New(context.Background(), engine.Config{Policies: filepath.Join("..", "..", "policies"), Schemas: filepath.Join("..", "..", "schemas")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/golden"
 	"github.com/arbiter-dev/arbiter/internal/ruleedit"
 	"github.com/arbiter-dev/arbiter/replay"
@@ -56,7 +57,7 @@ func fleetRecords(t *testing.T, url string) (logs []string) {
 		rec.Time = base.Add(time.Duration(i) * 700 * time.Millisecond)
 		byReplica[storeReplicas[i%3]] = append(byReplica[storeReplicas[i%3]], rec)
 	}
-	eng, err := engine.New(context.Background(), engine.Config{Policies: quotaPolicies, Schemas: quotaSchemas})
+	eng, err := live.New(context.Background(), engine.Config{Policies: quotaPolicies, Schemas: quotaSchemas})
 	if err != nil {
 		t.Fatal(err)
 	}

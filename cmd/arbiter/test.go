@@ -18,7 +18,7 @@ func testCommand() *command {
 	coverage := c.Bool("coverage", false, "report coverage of the policy files by the Rego tests")
 	threshold := c.Float64("threshold", 0, "fail when coverage is below this percentage (implies --coverage)")
 	runRe := c.String("run", "", "only run tests and fixtures whose name matches this regular expression")
-	format := c.String("format", "text", "output format: text or json")
+	format := c.format("text", "output format: text or json")
 	verbose := c.BoolP("verbose", "v", false, "list every test, not only failures")
 	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field and naming on stderr those whose name or note repeats a word only the old result had; then run the tests")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
@@ -27,9 +27,6 @@ func testCommand() *command {
 		}
 		if c.NArg() > 0 {
 			return say(stderr, exitError, "arbiter test: %v", orArgs(nil, c.Args()))
-		}
-		if *format != "text" && *format != "json" {
-			return say(stderr, exitError, "arbiter test: --format must be text or json, not %q", *format)
 		}
 		if f.tests == "" {
 			return say(stderr, exitError, "arbiter test: --tests is empty: nothing to run")

@@ -43,3 +43,14 @@ func ReadJSON(t testing.TB, path string, v any) {
 		t.Fatalf("%s: %v", path, err)
 	}
 }
+
+// CopyTree copies the folder src into a fresh temporary folder of t and
+// returns it.
+func CopyTree(t testing.TB, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}

@@ -37,3 +37,20 @@ func Until(t testing.TB, limit time.Duration, what string, cond func() bool) tim
 	}
 	return took
 }
+
+// Within runs fn and fails t when it has not returned after a generous
+// bound (a minute): for guarantees about never hanging, where a hung test
+// must say so rather than wait for the test binary's own timeout.
+func Within(t testing.TB, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not return: it hangs", what)
+	}
+}

@@ -45,6 +45,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/diff"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/defaults"
 	"github.com/arbiter-dev/arbiter/internal/jsonenc"
 	"github.com/arbiter-dev/arbiter/shadow"
@@ -82,7 +83,7 @@ type Decider interface {
 
 // Reloads is the history of reload attempts, newest first.
 type Reloads interface {
-	ReloadHistory() []engine.ReloadStatus
+	ReloadHistory() []live.ReloadStatus
 }
 
 // Shadow is a candidate revision evaluated beside the live one: package
@@ -824,7 +825,7 @@ func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, nam
 	ev.Decision = d
 	ev.Revision = d.Revision
 	ev.Result = indent(d.Result)
-	ev.Outcome, ev.Reasons = decisionlog.Record{Result: d.Result}.Summary(outcomeKey(h.cfg.Decider, name))
+	ev.Outcome, ev.Reasons = d.Outcome, d.Reasons // as the revision that decided read them
 	for _, ro := range d.Explanation {
 		if ro.Fired {
 			ev.Fired = append(ev.Fired, ro)
@@ -852,7 +853,7 @@ type policyData struct {
 // historyRow is one reload attempt (a promotion included) with the diff
 // of what it made live against what it replaced, when one ran.
 type historyRow struct {
-	engine.ReloadStatus
+	live.ReloadStatus
 	Diff *diffView
 }
 

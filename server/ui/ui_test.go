@@ -24,6 +24,7 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/engine"
+	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 	"github.com/arbiter-dev/arbiter/shadow"
 )
@@ -34,9 +35,9 @@ var repo = engine.Config{Policies: "../../policies", Schemas: "../../schemas"}
 
 const repoTests = "../../policy_test"
 
-func mustEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+func mustEngine(t testing.TB, cfg engine.Config) *live.Engine {
 	t.Helper()
-	eng, err := engine.New(context.Background(), cfg)
+	eng, err := live.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ type decided struct {
 }
 
 // decideAll decides every fixture with an input and no expected error.
-func decideAll(eng *engine.Engine) ([]decided, error) {
+func decideAll(eng *live.Engine) ([]decided, error) {
 	fixtures, err := engine.LoadFixtures(repoTests)
 	if err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func decideAll(eng *engine.Engine) ([]decided, error) {
 // repoDecided is the repository's engine and its fixtures decided, loaded
 // once for the tests that only read them (none reloads it): under -race a
 // load and the fixtures' decisions cost a second or more each time.
-func repoDecided(t testing.TB) (*engine.Engine, []decided) {
+func repoDecided(t testing.TB) (*live.Engine, []decided) {
 	t.Helper()
 	eng, err := loadRepo()
 	if err != nil {
@@ -94,7 +95,7 @@ func repoDecided(t testing.TB) (*engine.Engine, []decided) {
 }
 
 var (
-	loadRepo   = sync.OnceValues(func() (*engine.Engine, error) { return engine.New(context.Background(), repo) })
+	loadRepo   = sync.OnceValues(func() (*live.Engine, error) { return live.New(context.Background(), repo) })
 	decideRepo = sync.OnceValues(func() ([]decided, error) {
 		eng, err := loadRepo()
 		if err != nil {
@@ -107,7 +108,7 @@ var (
 // countingDecider counts the decisions made for the pages, which must never
 // reach the ring or the log.
 type countingDecider struct {
-	*engine.Engine
+	*live.Engine
 	n int
 }
 
@@ -117,7 +118,7 @@ func (c *countingDecider) Decide(ctx context.Context, name string, body []byte, 
 }
 
 type harness struct {
-	eng  *engine.Engine
+	eng  *live.Engine
 	ring *Ring
 	dec  *countingDecider
 	srv  *httptest.Server
@@ -746,7 +747,7 @@ func BenchmarkListPage10k(b *testing.B) {
 // fakeShadow is a candidate engine beside the live one, as issue 13's
 // shadow evaluation provides it.
 type fakeShadow struct {
-	cand   *engine.Engine
+	cand   *live.Engine
 	report shadow.Report
 }
 

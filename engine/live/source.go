@@ -1,8 +1,10 @@
-package engine
+package live
 
 import (
 	"context"
 	"fmt"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
 // A Source yields candidate revisions: the configured folders, a bundle's
@@ -14,33 +16,35 @@ type Source interface {
 	// Origin says where the revisions come from, in status and history.
 	Origin() string
 	// candidate builds the source's current revision with cfg's limits.
-	candidate(ctx context.Context, cfg Config) (*Snapshot, error)
+	candidate(ctx context.Context, cfg engine.Config) (*engine.Snapshot, error)
 }
 
 // Folders is the source of a policy, a schema and a test folder (tests ""
 // gates on compiling alone); each candidate reads them again.
 func Folders(policies, schemas, tests string) Source {
-	return loader{fmt.Sprintf("folders %s, %s, tests %s", policies, schemas, orNone(tests)), func(ctx context.Context, cfg Config) (*Snapshot, error) {
+	return loader{fmt.Sprintf("folders %s, %s, tests %s", policies, schemas, orNone(tests)), func(ctx context.Context, cfg engine.Config) (*engine.Snapshot, error) {
 		cfg.Policies, cfg.Schemas, cfg.Tests = policies, schemas, tests
-		return Load(ctx, cfg)
+		return engine.Load(ctx, cfg)
 	}}
 }
 
 // Files is the source of a revision held in memory (a bundle's), named
 // origin.
-func Files(origin string, fs FileSet) Source {
-	return loader{origin, func(ctx context.Context, cfg Config) (*Snapshot, error) { return LoadFiles(ctx, fs, cfg) }}
+func Files(origin string, fs engine.FileSet) Source {
+	return loader{origin, func(ctx context.Context, cfg engine.Config) (*engine.Snapshot, error) {
+		return engine.LoadFiles(ctx, fs, cfg)
+	}}
 }
 
 // loader is a source that builds a new Snapshot for each candidate.
 type loader struct {
 	origin string
-	load   func(context.Context, Config) (*Snapshot, error)
+	load   func(context.Context, engine.Config) (*engine.Snapshot, error)
 }
 
 func (l loader) Origin() string { return l.origin }
 
-func (l loader) candidate(ctx context.Context, cfg Config) (*Snapshot, error) {
+func (l loader) candidate(ctx context.Context, cfg engine.Config) (*engine.Snapshot, error) {
 	snap, err := l.load(ctx, cfg)
 	if snap != nil {
 		snap.Origin = l.origin

@@ -1,4 +1,4 @@
-package engine
+package live
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
 // Engine serves decisions from the current Snapshot and swaps in a new one
@@ -15,12 +17,12 @@ import (
 // reload never tears a request in flight, and nothing that reports on
 // reloads waits for one.
 type Engine struct {
-	cfg      Config
+	cfg      engine.Config
 	source   Source // what Reload reads; nil: revisions come through Activate only
 	fallback Source // served at the start when source fails (Fallback)
 	checks   []GateCheck
-	hooks    []func(*Snapshot) // OnActivate
-	current  atomic.Pointer[Snapshot]
+	hooks    []func(*engine.Snapshot) // OnActivate
+	current  atomic.Pointer[engine.Snapshot]
 	last     atomic.Pointer[ReloadStatus]
 	running  atomic.Pointer[ReloadProgress] // non-nil while a candidate is judged
 
@@ -30,7 +32,7 @@ type Engine struct {
 	next   *reloadToken // the reload that triggers arriving now will get
 
 	reloadsOK, reloadsFailed atomic.Uint64
-	history                  reloadHistory // engine/history.go
+	history                  reloadHistory // history.go
 
 	promoted atomic.Pointer[Promotion] // set by a promotion, cleared by the next activation (promote.go)
 }
@@ -45,11 +47,11 @@ type ReloadStatus struct {
 	Candidate string    `json:"candidate,omitempty"`
 	Changed   bool      `json:"changed"`
 	// From is the revision an activation replaced (a diff's old side).
-	From     string        `json:"from_revision,omitempty"`
-	Duration time.Duration `json:"duration_ns"`
-	Problems []Problem     `json:"problems,omitempty"`
+	From     string           `json:"from_revision,omitempty"`
+	Duration time.Duration    `json:"duration_ns"`
+	Problems []engine.Problem `json:"problems,omitempty"`
 	// Skipped lists the files the candidate did not read (not regular files).
-	Skipped []SkippedFile `json:"skipped,omitempty"`
+	Skipped []engine.SkippedFile `json:"skipped,omitempty"`
 	// Coalesced is how many triggers this one reload answered.
 	Coalesced int `json:"coalesced,omitempty"`
 	// Promotion is the record of the promotion this attempt made live.
@@ -79,7 +81,7 @@ func Pushed() Option { return func(e *Engine) { e.source = nil } }
 
 // OnActivate calls fn with each Snapshot made live, the first included, in
 // order and before the next activation (saving the last good copy).
-func OnActivate(fn func(*Snapshot)) Option {
+func OnActivate(fn func(*engine.Snapshot)) Option {
 	return func(e *Engine) { e.hooks = append(e.hooks, fn) }
 }
 
@@ -97,7 +99,7 @@ func Fallback(fallback Source) Option { return func(e *Engine) { e.fallback = fa
 // New builds an Engine whose revisions come from cfg's folders and makes
 // the first one live through the gate; a failure is returned, never served
 // (unless a Fallback serves).
-func New(ctx context.Context, cfg Config, opts ...Option) (*Engine, error) {
+func New(ctx context.Context, cfg engine.Config, opts ...Option) (*Engine, error) {
 	e := &Engine{cfg: cfg, source: Folders(cfg.Policies, cfg.Schemas, cfg.Tests)}
 	for _, o := range opts {
 		o(e)
@@ -114,7 +116,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Engine, error) {
 			// The start stays a failure, counted as one: the configured
 			// folders are not what serves.
 			st.Revision, st.Skipped, err = fst.Revision, fst.Skipped, nil
-			st.Problems = append(st.Problems, Problem{Message: fmt.Sprintf(
+			st.Problems = append(st.Problems, engine.Problem{Message: fmt.Sprintf(
 				"serving the last good revision %s (%s) until the configured folders load", fst.Revision, fst.Origin)})
 			e.reloadsFailed.Add(1)
 		}
@@ -127,10 +129,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Engine, error) {
 }
 
 // Snapshot returns the active Snapshot.
-func (e *Engine) Snapshot() *Snapshot { return e.current.Load() }
+func (e *Engine) Snapshot() *engine.Snapshot { return e.current.Load() }
 
 // Decide decides with opts.Snapshot, or else the active Snapshot.
-func (e *Engine) Decide(ctx context.Context, name string, body []byte, opts Options) (*Decision, error) {
+func (e *Engine) Decide(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error) {
 	if opts.Snapshot != nil {
 		return opts.Snapshot.Decide(ctx, name, body, opts)
 	}
@@ -145,8 +147,8 @@ func (e *Engine) Decide(ctx context.Context, name string, body []byte, opts Opti
 // Reloads run one at a time on their own goroutine. Triggers that arrive
 // while one runs share the next one, which starts when it ends: however
 // many arrive, one more reload reads the files after the last of them. A
-// reload is bounded by Config.ReloadTimeout; ctx only bounds how long this
-// caller waits for its outcome.
+// reload is bounded by engine.Config.ReloadTimeout; ctx only bounds how long
+// this caller waits for its outcome.
 func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 	if e.source == nil {
 		return e.LastReload()
@@ -167,7 +169,7 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 		return tok.st
 	case <-ctx.Done():
 		return ReloadStatus{At: time.Now().UTC(), Trigger: trigger, Revision: e.Snapshot().Revision,
-			Problems: []Problem{{Message: "stopped waiting for the reload: " + ctx.Err().Error() + "; it goes on, see /v1/status"}}}
+			Problems: []engine.Problem{{Message: "stopped waiting for the reload: " + ctx.Err().Error() + "; it goes on, see /v1/status"}}}
 	}
 }
 
@@ -210,13 +212,6 @@ func (e *Engine) ReloadInProgress() (ReloadProgress, bool) {
 		return *p, true
 	}
 	return ReloadProgress{}, false
-}
-
-func problemsOf(err error) []Problem {
-	if le, ok := err.(*LoadError); ok {
-		return le.Problems
-	}
-	return []Problem{{Message: err.Error()}}
 }
 
 // Has reports whether the active Snapshot serves a decision of that name.

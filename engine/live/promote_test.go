@@ -1,9 +1,11 @@
-package engine
+package live
 
 import (
 	"context"
 	"path/filepath"
 	"testing"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
 // A promotion holds while the configured source holds what it held when
@@ -11,7 +13,7 @@ import (
 func TestPromotionHoldsUntilTheSourceChanges(t *testing.T) {
 	live := copyTree(t, quota)
 	var activated []string
-	eng, err := New(context.Background(), quotaConfig(live), OnActivate(func(s *Snapshot) { activated = append(activated, s.Revision) }))
+	eng, err := New(context.Background(), quotaConfig(live), OnActivate(func(s *engine.Snapshot) { activated = append(activated, s.Revision) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestPromotionHoldsUntilTheSourceChanges(t *testing.T) {
 		t.Fatalf("a reload of the unchanged source: %+v, active %s", st, eng.Snapshot().Revision)
 	}
 	// So does the same revision from elsewhere (a bundle activation).
-	fs, err := ReadFolders(quotaConfig(live))
+	fs, err := engine.ReadFolders(quotaConfig(live))
 	if err != nil {
 		t.Fatal(err)
 	}

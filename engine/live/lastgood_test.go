@@ -1,10 +1,12 @@
-package engine
+package live
 
 import (
 	"context"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
 func TestSaveToAndFallback(t *testing.T) {
@@ -29,15 +31,15 @@ func TestSaveToAndFallback(t *testing.T) {
 	// reports why; fixing them activates them.
 	policy := filepath.Join(root, "policies", "decisions", "quota_check", "policy.rego")
 	editFile(t, policy, "reasons := [", "reasons := [[")
-	var activated *Snapshot
-	e, err := New(context.Background(), cfg, Fallback(saved), OnActivate(func(s *Snapshot) { activated = s }))
+	var activated *engine.Snapshot
+	e, err := New(context.Background(), cfg, Fallback(saved), OnActivate(func(s *engine.Snapshot) { activated = s }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st := e.LastReload(); st.OK || st.Revision != good.Revision || len(st.Problems) < 2 {
 		t.Fatalf("start status = %+v", st)
 	}
-	if _, err := e.Decide(context.Background(), "quota_check", []byte(`{"tenant":"t","used":1}`), Options{}); err != nil {
+	if _, err := e.Decide(context.Background(), "quota_check", []byte(`{"tenant":"t","used":1}`), engine.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	editFile(t, policy, "reasons := [[", "reasons := [")
@@ -72,9 +74,9 @@ func TestSaveToAndFallback(t *testing.T) {
 
 // mustJudge builds src's revision through the gate of an engine with no
 // revision of its own.
-func mustJudge(t *testing.T, src Source) *Snapshot {
+func mustJudge(t *testing.T, src Source) *engine.Snapshot {
 	t.Helper()
-	e, _ := New(context.Background(), Config{}, Pushed())
+	e, _ := New(context.Background(), engine.Config{}, Pushed())
 	snap, err := e.Judge(context.Background(), src)
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,14 @@
-package engine
+package live
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
 // One gate judges every candidate: a check that refuses holds back a
@@ -17,7 +20,7 @@ func TestGateJudgesEverySource(t *testing.T) {
 	live := copyTree(t, quota)
 	refuse := false
 	var judged []string
-	check := func(_ context.Context, cand, cur *Snapshot) error {
+	check := func(_ context.Context, cand, cur *engine.Snapshot) error {
 		if cur != nil {
 			judged = append(judged, cur.Revision+">"+cand.Revision)
 		}
@@ -38,7 +41,7 @@ func TestGateJudgesEverySource(t *testing.T) {
 	cand := copyTree(t, quota)
 	editFile(t, filepath.Join(cand, "policies/decisions/quota_check/data.json"), `"limit": 10`, `"limit": 11`)
 	candSrc := Folders(filepath.Join(cand, "policies"), filepath.Join(cand, "schemas"), "")
-	fs, err := ReadFolders(quotaConfig(cand))
+	fs, err := engine.ReadFolders(quotaConfig(cand))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +57,7 @@ func TestGateJudgesEverySource(t *testing.T) {
 	}
 	refused := func(what string, st ReloadStatus) {
 		t.Helper()
-		if st.OK || st.Changed || e.Snapshot() != first || !strings.Contains(problemLines(st.Problems), "refused by the check") {
+		if st.OK || st.Changed || e.Snapshot() != first || !strings.Contains(fmt.Sprint(st.Problems), "refused by the check") {
 			t.Errorf("%s: %+v, serving %s", what, st, e.Snapshot().Revision)
 		}
 	}

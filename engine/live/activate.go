@@ -1,15 +1,17 @@
-package engine
+package live
 
 import (
 	"context"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
 // Activate is the one way a revision goes live: src's candidate passes the
 // gate, or it is refused and the active Snapshot keeps serving. The outcome
 // is recorded (status, history, counts) and returned with the gate's
-// refusal, a *LoadError. A candidate whose revision and content are those
-// of the active Snapshot changes nothing.
+// refusal, a *engine.LoadError. A candidate whose revision and content are
+// those of the active Snapshot changes nothing.
 func (e *Engine) Activate(ctx context.Context, trigger string, src Source) (ReloadStatus, error) {
 	st := ReloadStatus{Trigger: trigger}
 	err := e.try(ctx, &st, src)
@@ -38,7 +40,7 @@ func (e *Engine) try(ctx context.Context, st *ReloadStatus, src Source) error {
 // checks and differs from the active Snapshot, and records the outcome in
 // st. Activations take turns here, so the checks judge the very Snapshot
 // snap replaces and the hooks see activations in order.
-func (e *Engine) activate(ctx context.Context, st *ReloadStatus, src Source, snap *Snapshot, err error) error {
+func (e *Engine) activate(ctx context.Context, st *ReloadStatus, src Source, snap *engine.Snapshot, err error) error {
 	e.swap.Lock()
 	defer e.swap.Unlock()
 	cur := e.current.Load()
@@ -55,8 +57,8 @@ func (e *Engine) activate(ctx context.Context, st *ReloadStatus, src Source, sna
 		err = e.check(ctx, snap, cur)
 	}
 	if err != nil {
-		st.Candidate, st.Problems = "", problemsOf(err)
-		if le, ok := err.(*LoadError); ok {
+		st.Candidate, st.Problems = "", engine.ProblemsOf(err)
+		if le, ok := err.(*engine.LoadError); ok {
 			st.Skipped = le.Skipped
 		}
 		return err
@@ -79,7 +81,7 @@ func (e *Engine) activate(ctx context.Context, st *ReloadStatus, src Source, sna
 }
 
 // same reports whether a is b's revision with b's content and gate outcome.
-func same(a, b *Snapshot) bool {
+func same(a, b *engine.Snapshot) bool {
 	return b != nil && a.Revision == b.Revision && a.Hash == b.Hash && a.Gated == b.Gated
 }
 

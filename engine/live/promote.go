@@ -1,9 +1,11 @@
-package engine
+package live
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/engine"
 )
 
 // Promotion is a revision made live by a promotion (Promote) instead of being loaded
@@ -41,19 +43,19 @@ type Promotion struct {
 // Activated, it replaces the live revision even when that is the same one,
 // and its status carries the Promotion record. The Snapshot it replaced
 // keeps serving the requests that started on it.
-func Promote(snap *Snapshot, by, origin string, forced bool) Source {
+func Promote(snap *engine.Snapshot, by, origin string, forced bool) Source {
 	return promotion{snap, by, origin, forced}
 }
 
 type promotion struct {
-	snap       *Snapshot
+	snap       *engine.Snapshot
 	by, origin string
 	forced     bool
 }
 
 func (p promotion) Origin() string { return p.origin }
 
-func (p promotion) candidate(context.Context, Config) (*Snapshot, error) {
+func (p promotion) candidate(context.Context, engine.Config) (*engine.Snapshot, error) {
 	if p.snap == nil {
 		return nil, errors.New("nothing to promote")
 	}
@@ -61,7 +63,7 @@ func (p promotion) candidate(context.Context, Config) (*Snapshot, error) {
 }
 
 // record is the Promotion of p replacing cur, prev the promotion in effect.
-func (p promotion) record(cur *Snapshot, prev *Promotion) *Promotion {
+func (p promotion) record(cur *engine.Snapshot, prev *Promotion) *Promotion {
 	r := &Promotion{Revision: p.snap.Revision, By: p.by, Origin: p.origin, At: time.Now().UTC(), Forced: p.forced}
 	if cur != nil {
 		r.From, r.SourceRevision, r.sourceHash = cur.Revision, cur.Revision, cur.Hash
@@ -84,7 +86,7 @@ func (e *Engine) Promoted() (Promotion, bool) {
 // keepsPromotion reports whether snap, loaded from the configured source,
 // is what the source held when the active revision was promoted: then the
 // promotion holds (see Promotion). Called under e.swap.
-func (e *Engine) keepsPromotion(snap *Snapshot) bool {
+func (e *Engine) keepsPromotion(snap *engine.Snapshot) bool {
 	p := e.promoted.Load()
 	return p != nil && snap.Revision == p.SourceRevision && snap.Hash == p.sourceHash
 }
