@@ -118,11 +118,11 @@ func TestCompletion(t *testing.T) {
 // TestReplicaIDIsBounded: a replica's id is a stored name (the decision
 // store indexes it), so serve refuses one past decisionlog.MaxNameBytes.
 func TestReplicaIDIsBounded(t *testing.T) {
-	long := &fleetConfig{replicaID: strings.Repeat("r", decisionlog.MaxNameBytes+1)}
-	if err := long.validate(); err == nil || !strings.Contains(err.Error(), "--replica-id") {
-		t.Errorf("a %d-byte --replica-id: %v; want it refused", len(long.replicaID), err)
+	long := strings.Repeat("r", decisionlog.MaxNameBytes+1)
+	if err := validateServe(t, "--replica-id", long); err == nil || !strings.Contains(err.Error(), "--replica-id") {
+		t.Errorf("a %d-byte --replica-id: %v; want it refused", len(long), err)
 	}
-	if err := (&fleetConfig{replicaID: "replica-1"}).validate(); err != nil {
+	if err := validateServe(t, "--replica-id", "replica-1"); err != nil {
 		t.Errorf("--replica-id replica-1: %v", err)
 	}
 }
@@ -155,14 +155,20 @@ func TestServeNamesTheFirstNonPositiveFlag(t *testing.T) {
 		{[]string{"--test-timeout", "0", "--max-body-bytes", "0", "--idle-timeout", "0"}, "--max-body-bytes must be positive"},
 	} {
 		for range 20 {
-			fs := newCommand("serve", "", "", exitError)
-			c := registerServe(fs)
-			if err := fs.ParseFlags(tc.args); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.validate(fs); err == nil || err.Error() != tc.want {
+			if err := validateServe(t, tc.args...); err == nil || err.Error() != tc.want {
 				t.Fatalf("serve %q: %v, want %q", tc.args, err, tc.want)
 			}
 		}
 	}
+}
+
+// validateServe is what serve's validation says of the command line args.
+func validateServe(t *testing.T, args ...string) error {
+	t.Helper()
+	fs := newCommand("serve", "", "", exitError)
+	c := registerServe(fs)
+	if err := fs.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	return c.validate(fs)
 }

@@ -12,16 +12,18 @@ import (
 
 	opaversion "github.com/open-policy-agent/opa/v1/version"
 	"github.com/spf13/cobra"
+
+	"github.com/arbiter-dev/arbiter/service"
 )
 
 // Exit codes. Each command documents which it uses.
 const (
 	exitOK          = 0
 	exitError       = 1
-	exitInput       = 2   // eval, bench: the input was refused; replay: bad arguments or log
-	exitSkipped     = 3   // replay: nothing changed, but records or lines were skipped
-	exitUnlogged    = 3   // serve: stopped, but decision records were not written
-	exitInterrupted = 130 // SIGINT or SIGTERM stopped a command other than serve
+	exitInput       = 2                    // eval, bench: the input was refused; replay: bad arguments or log
+	exitSkipped     = 3                    // replay: nothing changed, but records or lines were skipped
+	exitUnlogged    = service.ExitUnlogged // serve: stopped, but decision records were not written
+	exitInterrupted = 130                  // SIGINT or SIGTERM stopped a command other than serve
 )
 
 func main() {

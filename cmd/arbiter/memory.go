@@ -102,10 +102,10 @@ func planMemory(c *serveConfig, set map[string]bool, cgroup memlimit.Provider) *
 	scale := p.LimitBytes > 0 && p.Source != "default"
 	l := float64(p.LimitBytes)
 	queues := float64(decisionlog.DefaultQueueBytes + shadow.DefaultQueueBytes)
-	if c.logService != "" {
+	if c.LogService != "" {
 		queues += logship.DefaultQueueBytes
 	}
-	if c.storeURL != "" { // the decision store's queue shares the eighth only when there is one
+	if c.StoreURL != "" { // the decision store's queue shares the eighth only when there is one
 		queues += decisionstore.DefaultQueueBytes
 	}
 	type budget struct {
@@ -115,16 +115,16 @@ func planMemory(c *serveConfig, set map[string]bool, cgroup memlimit.Provider) *
 		fitted float64
 	}
 	budgets := []budget{
-		{"max-inflight-bytes", &c.api.MaxInflightBytes, server.DefaultMaxInflightBytes, l * admissionBytesShare},
-		{"max-inflight-values", &c.api.MaxInflightValues, server.DefaultMaxInflightValues, l * admissionValuesShare / bytesPerValue},
-		{"decision-log-queue-bytes", &c.records.QueueBytes, decisionlog.DefaultQueueBytes, l * queueShare * decisionlog.DefaultQueueBytes / queues},
-		{"shadow-queue-bytes", &c.sampling.QueueBytes, shadow.DefaultQueueBytes, l * queueShare * shadow.DefaultQueueBytes / queues},
+		{"max-inflight-bytes", &c.API.MaxInflightBytes, server.DefaultMaxInflightBytes, l * admissionBytesShare},
+		{"max-inflight-values", &c.API.MaxInflightValues, server.DefaultMaxInflightValues, l * admissionValuesShare / bytesPerValue},
+		{"decision-log-queue-bytes", &c.Records.QueueBytes, decisionlog.DefaultQueueBytes, l * queueShare * decisionlog.DefaultQueueBytes / queues},
+		{"shadow-queue-bytes", &c.Sampling.QueueBytes, shadow.DefaultQueueBytes, l * queueShare * shadow.DefaultQueueBytes / queues},
 	}
-	if c.logService != "" {
-		budgets = append(budgets, budget{"decision-log-upload-queue-bytes", &c.uploadQueueBytes, logship.DefaultQueueBytes, l * queueShare * logship.DefaultQueueBytes / queues})
+	if c.LogService != "" {
+		budgets = append(budgets, budget{"decision-log-upload-queue-bytes", &c.UploadQueueBytes, logship.DefaultQueueBytes, l * queueShare * logship.DefaultQueueBytes / queues})
 	}
-	if c.storeURL != "" {
-		budgets = append(budgets, budget{"decision-store-queue-bytes", &c.storeQueueBytes, decisionstore.DefaultQueueBytes, l * queueShare * decisionstore.DefaultQueueBytes / queues})
+	if c.StoreURL != "" {
+		budgets = append(budgets, budget{"decision-store-queue-bytes", &c.StoreQueueBytes, decisionstore.DefaultQueueBytes, l * queueShare * decisionstore.DefaultQueueBytes / queues})
 	}
 	for _, b := range budgets {
 		switch {

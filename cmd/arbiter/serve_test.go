@@ -82,7 +82,7 @@ func startServerWith(t *testing.T, setup func(*exec.Cmd), args ...string) *proc 
 		base = append(base, "--state-dir", t.TempDir())
 	}
 	// A log of its own: two servers on one log file refuse to share it
-	// (lock.go), and the default is the working directory's.
+	// (service/lock.go), and the default is the working directory's.
 	if !containsArg(args, "--decision-log") {
 		base = append(base, "--decision-log", filepath.Join(t.TempDir(), "decisions.log"))
 	}

@@ -1,8 +1,7 @@
-package main
+package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -11,30 +10,6 @@ import (
 	"github.com/arbiter-dev/arbiter/engine/live"
 	"github.com/arbiter-dev/arbiter/server/ui"
 )
-
-// storeConfig is `arbiter serve`'s decision store (docs/DECISION-STORE.md):
-// every record of the pipeline into one PostgreSQL shared by the fleet.
-type storeConfig struct {
-	storeURL        string
-	storeRetention  time.Duration
-	storeQueueBytes int64
-}
-
-func (s *storeConfig) register(fs *command) {
-	fs.StringVar(&s.storeURL, "decision-store", "", "also write every decision record (decisions, refused inputs, shadow outcomes, promotions) to this PostgreSQL database, postgres://USER:PASSWORD@HOST:PORT/DB, off the answer path; its schema arbiter_store is migrated on start")
-	fs.DurationVar(&s.storeRetention, "decision-store-retention", decisionstore.DefaultRetention, "drop the decision store's days older than this (whole daily partitions, checked on start and hourly); 0 keeps them all")
-	fs.Int64Var(&s.storeQueueBytes, "decision-store-queue-bytes", decisionstore.DefaultQueueBytes, "bytes of records that may wait for the decision store (while it is slow or away); past it records are dropped from the store and counted")
-}
-
-func (s *storeConfig) validate() error {
-	switch {
-	case s.storeRetention < 0:
-		return errors.New("--decision-store-retention must not be negative (0 keeps every day)")
-	case s.storeQueueBytes <= 0:
-		return errors.New("--decision-store-queue-bytes must be positive")
-	}
-	return nil
-}
 
 // store is the decision store's sink of one serve process, when
 // --decision-store is set.
@@ -46,19 +21,19 @@ type store struct {
 // newStore starts the sink (nil sink without --decision-store). It does not
 // wait for the database: one that is away at start is retried while the
 // replica answers, its records queued.
-func newStore(c *serveConfig, eng *live.Engine, log *slog.Logger) (*store, error) {
-	s := &store{deadline: c.shutdownTimeout}
-	if c.storeURL == "" {
+func newStore(c *Config, eng *live.Engine, log *slog.Logger) (*store, error) {
+	s := &store{deadline: c.ShutdownTimeout}
+	if c.StoreURL == "" {
 		return s, nil
 	}
-	sink, err := decisionstore.NewSink(c.storeURL, decisionstore.SinkConfig{
-		Replica: c.replicaID, QueueBytes: c.storeQueueBytes, Retention: c.storeRetention,
+	sink, err := decisionstore.NewSink(c.StoreURL, decisionstore.SinkConfig{
+		Replica: c.ReplicaID, QueueBytes: c.StoreQueueBytes, Retention: c.StoreRetention,
 		OutcomeKey: ui.OutcomeKeys(eng), Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--decision-store: %w", err)
 	}
-	log.Info("decision store", "url", sink.Stats().URL, "replica", c.replicaID, "retention", c.storeRetention)
+	log.Info("decision store", "url", sink.Stats().URL, "replica", c.ReplicaID, "retention", c.StoreRetention)
 	s.sink = sink
 	return s, nil
 }

@@ -1,9 +1,8 @@
-package main
+package service
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -20,31 +19,32 @@ import (
 // authentication, for Prometheus when the API requires a token or a client
 // certificate: the metrics carry counts and revisions, no input.
 func (a *assembly) serveSide(ctx context.Context) error {
-	if a.c.debugAddr != "" {
+	if a.c.DebugAddr != "" {
 		r := chi.NewRouter()
 		r.Mount("/debug", middleware.Profiler())
-		if err := serveAside(ctx, "--debug-addr", a.c.debugAddr, &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}, "serving profiles", a.log); err != nil {
+		if err := a.serveAside(ctx, "--debug-addr", a.c.DebugAddr, &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}, "serving profiles"); err != nil {
 			return err
 		}
 	}
-	if a.c.metricsAddr != "" {
+	if a.c.MetricsAddr != "" {
 		r := chi.NewRouter()
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 		srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
-		return serveAside(ctx, "--metrics-addr", a.c.metricsAddr, srv, "serving metrics", a.log)
+		return a.serveAside(ctx, "--metrics-addr", a.c.MetricsAddr, srv, "serving metrics")
 	}
 	return nil
 }
 
 // serveAside serves srv on a listener of its own at the address of flag,
-// until ctx ends, and says so in the log line said.
-func serveAside(ctx context.Context, flag, addr string, srv *http.Server, said string, log *slog.Logger) error {
+// until ctx ends, and says so in the log line said. Its end is not the
+// server's: it joins the group only so that Run returns once it is closed.
+func (a *assembly) serveAside(ctx context.Context, flag, addr string, srv *http.Server, said string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
-	go func() { _ = srv.Serve(ln) }()
+	a.group.Go(func() error { _ = srv.Serve(ln); return nil })
 	context.AfterFunc(ctx, func() { _ = srv.Close() })
-	log.Info(said, "addr", ln.Addr().String())
+	a.log.Info(said, "addr", ln.Addr().String())
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/diff"
@@ -36,7 +37,7 @@ import (
 // server) until told to stop, and stops in the reverse order, draining
 // every record.
 type assembly struct {
-	c   *serveConfig
+	c   *Config
 	log *slog.Logger
 
 	tokens    []server.Token
@@ -56,6 +57,10 @@ type assembly struct {
 	srv       *http.Server
 	ln        net.Listener
 	locks     []*heldLock // of the decision log and the state folder (lock.go)
+	// group runs what serves until the stop (the server, the side
+	// listeners); served ends when the server ends on its own.
+	group  *errgroup.Group
+	served context.Context
 }
 
 // close releases what outlives the stop: the background diffs.
@@ -78,8 +83,8 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	a.locks = locks
-	if c.tokenFile != "" {
-		b, err := os.ReadFile(c.tokenFile)
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
 		if err != nil {
 			return fmt.Errorf("reading --auth-token-file: %w", err)
 		}
@@ -96,7 +101,7 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 	if a.fl, err = newFleet(c, a.eng, log); err != nil {
 		return err
 	}
-	if err = a.sh.start(ctx, c, a.eng, a.ecfg, log); err != nil { // a candidate in shadow (serve_shadow.go)
+	if err = a.sh.start(ctx, c, a.eng, a.ecfg, log); err != nil { // a candidate in shadow (shadow.go)
 		return err
 	}
 	if a.ds, err = newStore(c, a.eng, log); err != nil {
@@ -107,11 +112,12 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	a.stopping = make(chan struct{})
-	if a.tr, err = newTracing(ctx, a.log); err != nil { // off unless OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_* asks (tracing.go)
+	a.group, a.served = errgroup.WithContext(context.Background()) // not ctx's: a stop is not the server's end
+	if a.tr, err = newTracing(ctx, c.Version, a.log); err != nil { // off unless OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_* asks (tracing.go)
 		return err
 	}
 	a.newServer(sink)
-	ln, err := net.Listen("tcp", c.addr)
+	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return err
 	}
@@ -122,29 +128,28 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 // startEngine makes the first revision live and says what it is.
 func (a *assembly) startEngine(ctx context.Context) error {
 	c, log := a.c, a.log
-	a.ecfg = c.engine
-	a.ecfg.Policies, a.ecfg.Schemas, a.ecfg.Tests = c.policies, c.schemas, c.tests
-	a.ecfg.MaxInputValues = int(c.api.MaxInputValues)
+	a.ecfg = c.Engine
+	a.ecfg.MaxInputValues = int(c.API.MaxInputValues)
 	// The semantic diff of each revision made live against the one it
 	// replaced, and of the shadow candidate against the live one: in the
 	// background, one at a time, never holding up an activation.
 	var opts []live.Option
-	if c.diffTimeout > 0 {
+	if c.DiffTimeout > 0 {
 		// Each diff in a child process of this binary: its fault, memory
 		// or time is its answer (unknown), never this server's.
 		exe, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("the diff's child process: %w", err)
 		}
-		child := &diff.Child{Path: exe, Memory: uint64(c.diffMemory)}
-		a.diffs = diff.NewRunner(c.diffTimeout, log, child)
+		child := &diff.Child{Path: exe, Memory: uint64(c.DiffMemory)}
+		a.diffs = diff.NewRunner(c.DiffTimeout, log, child)
 		opts = append(opts, live.OnActivate(a.diffs.Activated))
-		if c.diffGate {
+		if c.DiffGate {
 			opts = append(opts, live.WithChecks(diff.GateCheck(child)))
 		}
 	}
 	a.sh = newShadow(c, a.diffs, log)
-	if c.selfCheckRate > 0 {
+	if c.SelfCheckRate > 0 {
 		a.ecfg.SelfCheck = a.sh.sh.SelfCheck
 	}
 	eng, err := newEngine(ctx, c, a.ecfg, log, opts...)
@@ -152,11 +157,11 @@ func (a *assembly) startEngine(ctx context.Context) error {
 		return noPolicies(c, err)
 	}
 	a.eng = eng
-	if st := eng.LastReload(); !st.OK && c.bundleURL == "" {
+	if st := eng.LastReload(); !st.OK && c.BundleURL == "" {
 		log.Error("the configured policies do not load; serving the last good revision until they do", "revision", st.Revision, "problems", problemList(st.Problems))
 	}
 	if snap := eng.Snapshot(); snap != nil {
-		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.tests != "")
+		log.Info("policies loaded", "revision", snap.Revision, "decisions", strings.Join(snap.Names(), ","), "files", len(snap.Files), "test_gate", c.Engine.Tests != "")
 		logSkipped(log, "start", eng.LastReload().Skipped)
 		for _, ci := range snap.Compiled() {
 			if !ci.Compiled {
@@ -169,16 +174,16 @@ func (a *assembly) startEngine(ctx context.Context) error {
 
 // noPolicies is the start's one line when the folders load no revision
 // and no last good copy serves instead: it names the flags to look at.
-func noPolicies(c *serveConfig, err error) error {
+func noPolicies(c *Config, err error) error {
 	why := err.Error()
 	if le := (*engine.LoadError)(nil); errors.As(err, &le) {
 		why = problemList(le.Problems)
 	}
-	saved := "no last good copy in --state-dir " + c.stateDir
-	if c.stateDir == "" {
+	saved := "no last good copy in --state-dir " + c.StateDir
+	if c.StateDir == "" {
 		saved = "--state-dir is off"
 	}
-	return fmt.Errorf("--policies %s: no policies loaded, nothing to serve (%s): %s (with --schemas %s, --tests %q)", c.policies, saved, why, c.schemas, c.tests)
+	return fmt.Errorf("--policies %s: no policies loaded, nothing to serve (%s): %s (with --schemas %s, --tests %q)", c.Engine.Policies, saved, why, c.Engine.Schemas, c.Engine.Tests)
 }
 
 // openRecords opens the decision-record pipeline: the file, the upload,
@@ -195,7 +200,7 @@ func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 	if a.ds.sink != nil {
 		sinks = append(sinks, a.ds.sink)
 	}
-	if c.ui {
+	if c.UI {
 		var fleetPages ui.Store // every replica's decisions, when there is a store
 		if a.ds.sink != nil {
 			fleetPages = ui.FromStore(a.ds.sink.Reader())
@@ -203,14 +208,14 @@ func (a *assembly) openRecords(stdout io.Writer) (server.DecisionLog, error) {
 		a.pg = newPages(c, a.eng, a.sh, a.diffs, fleetPages, len(a.tokens) > 0, log)
 		sinks = append(sinks, a.pg.ring)
 	}
-	if c.decisionLog == "" {
+	if c.DecisionLog == "" {
 		log.Warn("decision log disabled")
 	}
-	if c.decisionLog == "" && len(sinks) == 0 {
+	if c.DecisionLog == "" && len(sinks) == 0 {
 		return nil, nil
 	}
-	o := c.records
-	o.Path, o.Stdout, o.Sinks, o.Refuse, o.Mask, o.Logger = c.decisionLog, stdout, sinks, c.logFull == "refuse", splitList(c.logMask), log
+	o := c.Records
+	o.Path, o.Stdout, o.Sinks, o.Refuse, o.Mask, o.Logger = c.DecisionLog, stdout, sinks, c.RefuseUnlogged, c.DecisionLogMask, log
 	dlog, err := decisionlog.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("opening the decision log: %w", err)
@@ -233,11 +238,11 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 		}
 		return n
 	}}
-	scfg := c.api
-	scfg.RequestTimeout, scfg.BodyGrace = min(c.requestTimeout, c.readTimeout), c.headerTimeout
-	scfg.RefuseUnlogged, scfg.Tokens, scfg.Logger, scfg.DecisionLog, scfg.ReloadCounts = c.logFull == "refuse", a.tokens, a.log, sink, a.eng.ReloadCounts
-	scfg.Memory, scfg.Tracer, scfg.Version, scfg.Dropping, scfg.Stopping, scfg.Shadow = c.memory, a.tr.tracer(), buildVersion(), drops.dropping, a.stopping, a.sh.srv
-	scfg.ClientCerts = c.tlsClientCA != "" // authenticated, as with tokens: --shadow-admins must name who changes what runs
+	scfg := c.API
+	scfg.RequestTimeout, scfg.BodyGrace = min(c.RequestTimeout, c.ReadTimeout), c.HeaderTimeout
+	scfg.RefuseUnlogged, scfg.Tokens, scfg.Logger, scfg.DecisionLog, scfg.ReloadCounts = c.RefuseUnlogged, a.tokens, a.log, sink, a.eng.ReloadCounts
+	scfg.Tracer, scfg.Version, scfg.Dropping, scfg.Stopping, scfg.Shadow = a.tr.tracer(), c.Version, drops.dropping, a.stopping, a.sh.srv
+	scfg.ClientCerts = c.TLSClientCA != "" // authenticated, as with tokens: --shadow-admins must name who changes what runs
 	// The live bundle's and the shadow's bundle's metrics, by their bundle
 	// label, and the shadow's; the others' when they are on.
 	scfg.Registry = prometheus.NewRegistry()
@@ -263,13 +268,13 @@ func (a *assembly) newServer(sink server.DecisionLog) {
 	if a.pg != nil {
 		scfg.UI = a.pg.handler
 	}
-	a.conns = server.NewConnLimiter(c.connectionCap(), c.api.MinBodyRate)
+	a.conns = server.NewConnLimiter(c.connectionCap(), c.API.MinBodyRate)
 	a.srv = &http.Server{
 		Handler:           a.tr.handler(server.New(scfg, a.eng)),
-		ReadHeaderTimeout: c.headerTimeout,
-		ReadTimeout:       c.readTimeout, // a body trickled byte by byte is cut off
-		WriteTimeout:      c.readTimeout + c.requestTimeout,
-		IdleTimeout:       c.idleTimeout,
+		ReadHeaderTimeout: c.HeaderTimeout,
+		ReadTimeout:       c.ReadTimeout, // a body trickled byte by byte is cut off
+		WriteTimeout:      c.ReadTimeout + c.RequestTimeout,
+		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig:         a.tlsConfig,
 		ConnState:         a.conns.ConnState,
@@ -298,13 +303,13 @@ func (a *assembly) watchReloads(ctx context.Context) func() {
 		}
 		logSkipped(log, st.Trigger, st.Skipped)
 	}
-	dirs := []string{c.policies, c.schemas}
-	if c.tests != "" {
-		dirs = append(dirs, c.tests)
+	dirs := []string{c.Engine.Policies, c.Engine.Schemas}
+	if c.Engine.Tests != "" {
+		dirs = append(dirs, c.Engine.Tests)
 	}
-	if c.bundleURL != "" {
-		log.Info("policies come from the bundle; the folders are not watched", "bundle_url", redact.URL(c.bundleURL))
-	} else if _, err := watch.Start(ctx, dirs, c.debounce, func() { reload("watch") }, log); err != nil {
+	if c.BundleURL != "" {
+		log.Info("policies come from the bundle; the folders are not watched", "bundle_url", redact.URL(c.BundleURL))
+	} else if _, err := watch.Start(ctx, dirs, c.ReloadDebounce, func() { reload("watch") }, log); err != nil {
 		log.Warn("file watching unavailable; reload with SIGHUP or POST /v1/reload", "err", err)
 	}
 	hup := make(chan os.Signal, 1)
@@ -323,16 +328,14 @@ func (a *assembly) watchReloads(ctx context.Context) func() {
 }
 
 // run serves on the listener, and starts the bundle polls, the upload and
-// shadow; the server's end is sent on the channel it returns.
-func (a *assembly) run(ctx context.Context) <-chan error {
-	errc := make(chan error, 1)
-	go func() {
+// shadow; the server's end ends served.
+func (a *assembly) run(ctx context.Context) {
+	a.group.Go(func() error {
 		if a.tlsConfig != nil {
-			errc <- a.srv.ServeTLS(a.ln, "", "") // the certificate comes from tlsConfig, reloaded
-		} else {
-			errc <- a.srv.Serve(a.ln)
+			return a.srv.ServeTLS(a.ln, "", "") // the certificate comes from tlsConfig, reloaded
 		}
-	}()
+		return a.srv.Serve(a.ln)
+	})
 	for _, src := range []*policybundle.Source{a.fl.source, a.sh.source} { // the live bundle's polls, the shadow's
 		if src != nil {
 			src.Start(ctx)
@@ -340,38 +343,34 @@ func (a *assembly) run(ctx context.Context) <-chan error {
 	}
 	a.fl.sayAtStart(ctx, a.eng, a.log)
 	a.ds.sayAtStart(ctx, a.log)
-	a.log.Info("listening", "addr", a.ln.Addr().String(), "tls", a.tlsConfig != nil, "mtls", a.c.tlsClientCA != "", "auth_tokens", len(a.tokens), "max_connections", a.c.connectionCap())
-	return errc
+	a.log.Info("listening", "addr", a.ln.Addr().String(), "tls", a.tlsConfig != nil, "mtls", a.c.TLSClientCA != "", "auth_tokens", len(a.tokens), "max_connections", a.c.connectionCap())
 }
 
 // waitForStop waits for ctx to end (then readiness turns off, and after
-// --shutdown-delay the stop begins) or for the server to end on its own,
-// and returns the server's error if it ended.
-func (a *assembly) waitForStop(ctx context.Context, errc <-chan error) error {
+// --shutdown-delay the stop begins) or for the server to end on its own.
+func (a *assembly) waitForStop(ctx context.Context) {
 	c, log := a.c, a.log
-	var serveErr error
 	select {
 	case <-ctx.Done():
 		close(a.stopping) // /health/ready: not ready from now on
-		if c.shutdownDelay > 0 {
-			log.Info("stopping: not ready, still answering while the load balancer stops sending", "shutdown_delay", c.shutdownDelay)
+		if c.ShutdownDelay > 0 {
+			log.Info("stopping: not ready, still answering while the load balancer stops sending", "shutdown_delay", c.ShutdownDelay)
 			select {
-			case <-time.After(c.shutdownDelay):
-			case serveErr = <-errc:
+			case <-time.After(c.ShutdownDelay):
+			case <-a.served.Done():
 			}
 		}
-		log.Info("stopping: finishing requests in flight", "timeout", c.shutdownTimeout)
-	case serveErr = <-errc:
+		log.Info("stopping: finishing requests in flight", "timeout", c.ShutdownTimeout)
+	case <-a.served.Done():
 	}
-	return serveErr
 }
 
 // stop finishes the requests in flight, then drains shadow, the decision
-// log, the upload and the traces, and returns the exit status:
-// exitUnlogged when decision records were not written.
+// log, the upload, the store and the traces, and returns the exit status:
+// ExitUnlogged when decision records were not written.
 func (a *assembly) stop() int {
 	c, log, dlog := a.c, a.log, a.dlog
-	shutCtx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	shutCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
 	if err := a.srv.Shutdown(shutCtx); err != nil {
 		log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
@@ -379,10 +378,10 @@ func (a *assembly) stop() int {
 	}
 	// Draining has its own budget, as long again: requests that ran to the
 	// shutdown deadline must not leave the decision log an expired one.
-	drainCtx, cancelDrain := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancelDrain()
 	a.sh.stop(drainCtx, log) // before the log closes, so that no outcome is logged into a closed pipeline
-	code := exitOK
+	code := ExitOK
 	if dlog != nil {
 		// Every answered decision was queued before its response was
 		// written, so draining now loses nothing, unless the sink is stuck
@@ -392,8 +391,8 @@ func (a *assembly) stop() int {
 		}
 		st := dlog.Stats()
 		level := slog.LevelInfo
-		if st.Unwritten > 0 && c.decisionLog != "" {
-			level, code = slog.LevelError, exitUnlogged
+		if st.Unwritten > 0 && c.DecisionLog != "" {
+			level, code = slog.LevelError, ExitUnlogged
 		}
 		log.Log(context.Background(), level, "decision log closed", "written", st.Written, "unwritten", st.Unwritten,
 			"refused", st.Refused, "failed", st.Failed, "lost_at_stop", st.Unwritten-st.Refused-st.Failed)

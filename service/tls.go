@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"crypto/tls"
@@ -16,17 +16,17 @@ import (
 // most once a second, on a handshake), as OPA and Cerbos do: a rotated
 // certificate is served without a restart, and a broken pair keeps the
 // previous one serving.
-func (c *serveConfig) tlsConfig(log *slog.Logger) (*tls.Config, error) {
-	if c.tlsCert == "" {
+func (c *Config) tlsConfig(log *slog.Logger) (*tls.Config, error) {
+	if c.TLSCert == "" {
 		return nil, nil
 	}
-	kp := &keyPair{certFile: c.tlsCert, keyFile: c.tlsKey, log: log}
+	kp := &keyPair{certFile: c.TLSCert, keyFile: c.TLSKey, log: log}
 	if err := kp.load(); err != nil {
 		return nil, fmt.Errorf("loading the TLS key pair: %w", err)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: kp.get}
-	if c.tlsClientCA != "" {
-		pem, err := os.ReadFile(c.tlsClientCA)
+	if c.TLSClientCA != "" {
+		pem, err := os.ReadFile(c.TLSClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("reading --tls-client-ca-file: %w", err)
 		}

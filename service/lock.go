@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"errors"
@@ -71,17 +71,17 @@ func acquireLock(path, flag, value string) (*heldLock, error) {
 // lockOwned takes the locks of the decision log file (unless it is stdout
 // or off) and of the state folder (unless off, or unused: the revisions
 // come from a bundle).
-func (c *serveConfig) lockOwned() ([]*heldLock, error) {
+func (c *Config) lockOwned() ([]*heldLock, error) {
 	var held []*heldLock
-	if c.decisionLog != "" && c.decisionLog != "-" {
-		l, err := acquireLock(logLockPath(c.decisionLog), "--decision-log", c.decisionLog)
+	if c.DecisionLog != "" && c.DecisionLog != "-" {
+		l, err := acquireLock(logLockPath(c.DecisionLog), "--decision-log", c.DecisionLog)
 		if err != nil {
 			return nil, err
 		}
 		held = append(held, l)
 	}
-	if c.stateDir != "" && c.bundleURL == "" {
-		l, err := acquireLock(stateLockPath(c.stateDir), "--state-dir", c.stateDir)
+	if c.StateDir != "" && c.BundleURL == "" {
+		l, err := acquireLock(stateLockPath(c.StateDir), "--state-dir", c.StateDir)
 		if err != nil {
 			for _, h := range held {
 				h.release()

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"cmp"
@@ -36,7 +36,9 @@ import (
 // server/tracing.go). The OTLP exporter's protocol (http/protobuf by
 // default, or grpc), headers, timeout and TLS, the sampler
 // (OTEL_TRACES_SAMPLER), the batch (OTEL_BSP_*) and the resource
-// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) are read by the SDK.
+// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) are read by the SDK. So
+// the OTEL_* variables are read here, beside the SDK that reads the rest of
+// them, not with the flags in cmd/arbiter.
 type tracing struct {
 	tp *sdktrace.TracerProvider // nil: off
 }
@@ -102,7 +104,7 @@ func otlpEndpoint(proto string) string {
 
 // newTracing builds what the environment asks for, and says in one line
 // where the traces go.
-func newTracing(ctx context.Context, log *slog.Logger) (*tracing, error) {
+func newTracing(ctx context.Context, version string, log *slog.Logger) (*tracing, error) {
 	exporters, unknown := traceExporters()
 	if len(unknown) > 0 {
 		log.Warn("tracing: OTEL_TRACES_EXPORTER names exporters this server does not have (it has otlp, console, none); they are ignored",
@@ -144,7 +146,7 @@ func newTracing(ctx context.Context, log *slog.Logger) (*tracing, error) {
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
 	res, err := resource.Merge(resource.Default(),
-		resource.NewSchemaless(semconv.ServiceName("arbiter"), semconv.ServiceVersion(buildVersion())))
+		resource.NewSchemaless(semconv.ServiceName("arbiter"), semconv.ServiceVersion(version)))
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // and none it refused.
 func TestPagesBesideTheLog(t *testing.T) {
 	t.Parallel()
-	fixtures, err := engine.LoadFixtures("../../policy_test")
+	fixtures, err := engine.LoadFixtures("../policy_test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,11 +44,11 @@ func TestPagesBesideTheLog(t *testing.T) {
 		member = k
 		break
 	}
-	eng, err := live.New(context.Background(), engine.Config{Policies: "../../policies", Schemas: "../../schemas"})
+	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := parseServe(t, "--decision-log", "")
+	c := &Config{UIRecent: 100}
 	pg := newPages(c, eng, nil, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pipe, err := decisionlog.Open(decisionlog.Options{Mask: []string{"/" + member}, Sinks: []decisionlog.Sink{pg.ring}})
 	if err != nil {
@@ -86,7 +86,7 @@ func TestPagesBesideTheLog(t *testing.T) {
 // reaches the ring.
 func TestPagesShowTheShadowCandidate(t *testing.T) {
 	t.Parallel()
-	cfg := engine.Config{Policies: "../../policies", Schemas: "../../schemas"}
+	cfg := engine.Config{Policies: "../policies", Schemas: "../schemas"}
 	eng, err := live.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestPagesShowTheShadowCandidate(t *testing.T) {
 	sh := shadow.New(shadow.Config{})
 	defer func() { _ = sh.Close(context.Background()) }()
 	var _ ui.Shadow = sh // the pages read the shadow itself, no adapter
-	c := parseServe(t, "--decision-log", "")
+	c := &Config{UIRecent: 100}
 	pg := newPages(c, eng, &shadowing{sh: sh, srv: &server.ShadowConfig{}}, nil, nil, false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	policyPage := func() string {
 		rec := httptest.NewRecorder()
@@ -120,18 +120,4 @@ func TestPagesShowTheShadowCandidate(t *testing.T) {
 	if pg.ring.Len() != 0 {
 		t.Error("a promotion or a shadow outcome record is listed among the decisions")
 	}
-}
-
-// parseServe is serve's config from the command line args.
-func parseServe(t *testing.T, args ...string) *serveConfig {
-	t.Helper()
-	fs := newCommand("serve", "", "", exitError)
-	c := registerServe(fs)
-	if err := fs.ParseFlags(args); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.settle(fs); err != nil {
-		t.Fatal(err)
-	}
-	return c
 }

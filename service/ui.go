@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"log/slog"
@@ -33,15 +33,15 @@ func (p *pages) endStreams() { p.closeOnce.Do(func() { close(p.closing) }) }
 // of the decision-record pipeline: it shows every decision the pipeline
 // took, masked as every sink receives it. With a decision store (store not
 // nil) the list and a decision's page read every replica's from it.
-func newPages(c *serveConfig, eng *live.Engine, sh *shadowing, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
+func newPages(c *Config, eng *live.Engine, sh *shadowing, diffs *diff.Runner, store ui.Store, login bool, log *slog.Logger) *pages {
 	p := &pages{closing: make(chan struct{})}
-	p.ring = ui.NewRing(ui.RingConfig{Size: c.uiRecent, OutcomeKey: ui.OutcomeKeys(eng), RunID: ui.RunIDs(eng), Replica: c.replicaID})
+	p.ring = ui.NewRing(ui.RingConfig{Size: c.UIRecent, OutcomeKey: ui.OutcomeKeys(eng), RunID: ui.RunIDs(eng), Replica: c.ReplicaID})
 	cfg := ui.Config{Recent: p.ring, Store: store, Decider: eng, Reloads: eng, Logger: log,
-		MaxBodyBytes: c.api.MaxBodyBytes, EvalTimeout: 2*c.engine.EvalTimeout + 5*time.Second, Login: login,
-		Closing: p.closing, TraceURL: c.uiTraceURL}
-	if c.decisionLog != "" && c.decisionLog != "-" {
-		lf := ui.LogFile{Path: c.decisionLog}
-		n, err := lf.Preload(p.ring, c.uiRecent)
+		MaxBodyBytes: c.API.MaxBodyBytes, EvalTimeout: 2*c.Engine.EvalTimeout + 5*time.Second, Login: login,
+		Closing: p.closing, TraceURL: c.UITraceURL}
+	if c.DecisionLog != "" && c.DecisionLog != "-" {
+		lf := ui.LogFile{Path: c.DecisionLog}
+		n, err := lf.Preload(p.ring, c.UIRecent)
 		if err != nil {
 			log.Warn("ui: could not read the decision log's tail", "err", err)
 		}
