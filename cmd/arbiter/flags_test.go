@@ -162,6 +162,32 @@ func TestServeNamesTheFirstNonPositiveFlag(t *testing.T) {
 	}
 }
 
+// TestServeBundleFlagsNeedABundle: the bundle flags are checked for the
+// shadow's bundle as for the live one (they verify and poll both), and
+// refused when no bundle is polled: a verification key that verifies
+// nothing must not pass for a setting.
+func TestServeBundleFlagsNeedABundle(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" accepted
+	}{
+		{[]string{"--bundle-verification-key-file", "key.pem"}, "--bundle-verification-key-file needs --bundle-url or --shadow-bundle-url"},
+		{[]string{"--bundle-poll-min-delay", "30s", "--bundle-max-files", "10"}, "--bundle-max-files needs --bundle-url or --shadow-bundle-url"},
+		{[]string{"--shadow-bundle-url", "http://b/x.tar.gz", "--bundle-poll-min-delay", "0s"}, "--bundle-poll-min-delay must be at least 1s"},
+		{[]string{"--shadow-bundle-url", "http://b/x.tar.gz", "--bundle-max-bytes", "0"}, "--bundle-max-bytes, "},
+		{[]string{"--shadow-bundle-url", "http://b/x.tar.gz", "--bundle-verification-key-file", "/nonexistent/key.pem"}, "--bundle-verification-key-file: "},
+		{[]string{"--bundle-url", "http://b/x.tar.gz", "--bundle-poll-min-delay", "0s"}, "--bundle-poll-min-delay must be at least 1s"},
+		{[]string{"--shadow-bundle-url", "http://b/x.tar.gz", "--bundle-poll-min-delay", "30s", "--bundle-poll-max-delay", "60s"}, ""},
+		{[]string{"--bundle-url", "http://b/x.tar.gz", "--bundle-name", "live"}, ""},
+		{nil, ""},
+	} {
+		err := validateServe(t, tc.args...)
+		if (tc.want == "") != (err == nil) || err != nil && !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("serve %q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // validateServe is what serve's validation says of the command line args.
 func validateServe(t *testing.T, args ...string) error {
 	t.Helper()

@@ -218,7 +218,20 @@ func (c *serveConfig) validate(fs *command) (err error) {
 			return fmt.Errorf("%s must be positive", p.name)
 		}
 	}
-	if c.BundleURL != "" {
+	// The bundle flags are the live bundle's and the shadow's: checked when
+	// either is polled, refused when neither is (a verification key that
+	// verifies nothing is not a safe setting).
+	if c.BundleURL == "" && c.ShadowBundleURL == "" {
+		var stray string
+		fs.Visit(func(f *pflag.Flag) {
+			if stray == "" && strings.HasPrefix(f.Name, "bundle-") && f.Name != "bundle-url" {
+				stray = f.Name
+			}
+		})
+		if stray != "" {
+			return fmt.Errorf("--%s needs --bundle-url or --shadow-bundle-url: no bundle is polled", stray)
+		}
+	} else {
 		if _, err := c.Polls.Keys.VerificationConfig(); err != nil {
 			return fmt.Errorf("--bundle-verification-key-file: %w", err)
 		}
