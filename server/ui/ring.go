@@ -180,7 +180,7 @@ func (r *Ring) Add(rec decisionlog.Record) {
 		e.Record.Result = nil // a result schema keeps results small; never seen
 	}
 	key := ""
-	if r.cfg.OutcomeKey != nil {
+	if r.cfg.OutcomeKey != nil && !rec.Summarized { // a summarized record needs no key
 		key = r.cfg.OutcomeKey(rec.Decision)
 	}
 	e.Outcome, e.Reasons = rec.Summary(key)
