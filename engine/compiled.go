@@ -3,14 +3,11 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/engine/ireval"
@@ -76,17 +73,6 @@ func (cd *compiledDecision) info(name string) CompiledInfo {
 	return CompiledInfo{Decision: name, Compiled: true}
 }
 
-// CompiledDecisions builds the configured folders (without running their
-// tests) and says which decisions run compiled, for `arbiter check`.
-func CompiledDecisions(cfg Config) ([]CompiledInfo, error) {
-	cfg.Tests, cfg.SelfCheck = "", nil
-	b, err := build(context.Background(), cfg)
-	if err != nil {
-		return nil, err
-	}
-	return b.snap.Compiled(), nil
-}
-
 // program returns the program to run, nil when the decision runs on topdown.
 func (cd *compiledDecision) program() *ireval.Program {
 	if cd == nil || cd.prog == nil || cd.off.Load() != nil {
@@ -105,109 +91,6 @@ func (def *decisionDef) inputProjection() *input.Projection {
 		return nil
 	}
 	return def.compiled.proj
-}
-
-// compileDecisions plans every decision's query with OPA's planner and
-// compiles the plans. Nothing here can fail a load: a decision that does
-// not compile runs on topdown.
-func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.Store, modules map[string]*ast.Module) {
-	s.selfCheck = cfg.SelfCheck
-	ctx := context.Background()
-	data, dataErr := storeData(ctx, store)
-	entry := func(name string) string { return "decisions/" + name + "/decision" }
-	entries := make([]string, len(s.names))
-	for i, n := range s.names {
-		entries[i] = entry(n)
-	}
-	// One plan for all decisions; when one of them does not plan, each is
-	// planned on its own so that the others still compile. The plan also
-	// says what each reason rule reads (evidence.go), compiled or not.
-	policy, err := ireval.Plan(ctx, modules, c.Capabilities(), entries...)
-	for _, n := range s.names {
-		def := s.decisions[n]
-		cd := &compiledDecision{}
-		def.compiled = cd
-		p := policy
-		if err != nil {
-			var perr error
-			if p, perr = ireval.Plan(ctx, modules, c.Capabilities(), entry(n)); perr != nil {
-				cd.reason = perr.Error()
-				def.planErr = perr.Error()
-				continue
-			}
-		}
-		def.plan = p
-		def.reads = ruleReads(p, store, def.name, def.rules)
-		if dataErr != nil {
-			cd.reason = dataErr.Error()
-			continue
-		}
-		prog, err := ireval.Compile(p, entry(n), data)
-		if err != nil {
-			cd.reason = err.Error()
-			continue
-		}
-		if why := indexedComprehension(c, prog); why != "" {
-			cd.reason = why
-			continue
-		}
-		if p := prog.InputProjection(); p != nil && !p.All {
-			cd.proj = p
-		}
-		cd.prog = prog
-	}
-}
-
-// storeData reads the whole data document as topdown reads base documents
-// from the store, converted once.
-func storeData(ctx context.Context, store storage.Store) (ast.Value, error) {
-	doc, err := storage.ReadOne(ctx, store, storage.RootPath)
-	if err != nil {
-		return nil, fmt.Errorf("reading data: %w", err)
-	}
-	if obj, ok := doc.(map[string]any); ok {
-		if _, ok := obj[string(ast.SystemDocumentKey)]; ok {
-			// topdown hides data.system from reads of the whole document.
-			return nil, errors.New("data holds a system document, which topdown hides from data")
-		}
-	}
-	v, err := ast.InterfaceToValue(doc)
-	if err != nil {
-		return nil, fmt.Errorf("converting data: %w", err)
-	}
-	return v, nil
-}
-
-// indexedComprehension reports a comprehension that topdown evaluates
-// through a comprehension index in any rule the program can reach. Topdown
-// then evaluates the comprehension's body for every element, not only the
-// ones the enclosing query binds: a builtin error there is an error in
-// topdown and possibly not in the plan, which evaluates it per binding.
-func indexedComprehension(c *ast.Compiler, prog *ireval.Program) string {
-	for _, name := range prog.Functions() {
-		// Plan functions are named g<generation>.<rule ref>.
-		_, path, ok := strings.Cut(name, ".")
-		if !ok {
-			continue
-		}
-		ref, err := ast.ParseRef(path)
-		if err != nil {
-			return "function " + name + " names no rule"
-		}
-		for _, r := range c.GetRules(ref) {
-			found := ""
-			ast.WalkTerms(r, func(t *ast.Term) bool {
-				if found == "" && ast.IsComprehension(t.Value) && c.ComprehensionIndex(t) != nil {
-					found = fmt.Sprintf("%s:%d: topdown indexes this comprehension, so it evaluates it otherwise than the plan", r.Location.File, t.Location.Row)
-				}
-				return found != ""
-			})
-			if found != "" {
-				return found
-			}
-		}
-	}
-	return ""
 }
 
 // evaluate decides input with the decision's compiled program when it has

@@ -4,48 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
+	"github.com/arbiter-dev/arbiter/engine/ireval"
 	"github.com/arbiter-dev/arbiter/internal/defaults"
-)
-
-// Config names the folders a Snapshot is built from. It is a plain struct:
-// flags and environment variables are read in cmd, never here.
-type Config struct {
-	Policies string // Rego modules and their data.json files
-	Schemas  string // <decision>/input.json and <decision>/result.json
-	// Tests, when set, holds *_test.rego files and fixtures/<decision>/*.json.
-	// A candidate Snapshot only becomes active when all of them pass.
-	Tests string
-	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
-	EvalTimeout time.Duration
-	// MaxInputValues caps the JSON values of one input (body_too_large
-	// beyond it); zero means input.DefaultMaxValues.
-	MaxInputValues int
-	// TestTimeout bounds each Rego test and fixture of the reload gate; zero
-	// means DefaultTestTimeout. It is not EvalTimeout: a gate that shared
-	// the request deadline would refuse a good candidate on a busy machine.
-	TestTimeout time.Duration
-	// ReloadTimeout bounds a whole reload, reading, compiling and testing
-	// included; zero means DefaultReloadTimeout.
-	ReloadTimeout time.Duration
-	// MaxFileBytes caps each file read; zero means DefaultMaxFileBytes.
-	MaxFileBytes int64
-	// SelfCheck, when set, is handed every answer of a compiled program, on
-	// the request path (it must not block): package shadow decides a sample
-	// of them again with topdown in the background (engine/compiled.go).
-	SelfCheck func(Recheck)
-}
-
-// Defaults of Config.
-const (
-	DefaultEvalTimeout   = 2 * time.Second
-	DefaultTestTimeout   = 10 * time.Second
-	DefaultReloadTimeout = time.Minute
 )
 
 // Load reads, compiles and checks the configured folders and returns a
@@ -173,4 +142,118 @@ func newCompiler(caps *ast.Capabilities, ss *ast.SchemaSet) *ast.Compiler {
 		WithUseTypeCheckAnnotations(true).
 		WithStrict(true).
 		WithDefaultRegoVersion(ast.RegoV1)
+}
+
+// CompiledDecisions builds the configured folders (without running their
+// tests) and says which decisions run compiled, for `arbiter check`.
+func CompiledDecisions(cfg Config) ([]CompiledInfo, error) {
+	cfg.Tests, cfg.SelfCheck = "", nil
+	b, err := build(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return b.snap.Compiled(), nil
+}
+
+// compileDecisions plans every decision's query with OPA's planner and
+// compiles the plans. Nothing here can fail a load: a decision that does
+// not compile runs on topdown.
+func (s *Snapshot) compileDecisions(cfg Config, c *ast.Compiler, store storage.Store, modules map[string]*ast.Module) {
+	s.selfCheck = cfg.SelfCheck
+	ctx := context.Background()
+	data, dataErr := storeData(ctx, store)
+	entry := func(name string) string { return "decisions/" + name + "/decision" }
+	entries := make([]string, len(s.names))
+	for i, n := range s.names {
+		entries[i] = entry(n)
+	}
+	// One plan for all decisions; when one of them does not plan, each is
+	// planned on its own so that the others still compile. The plan also
+	// says what each reason rule reads (evidence.go), compiled or not.
+	policy, err := ireval.Plan(ctx, modules, c.Capabilities(), entries...)
+	for _, n := range s.names {
+		def := s.decisions[n]
+		cd := &compiledDecision{}
+		def.compiled = cd
+		p := policy
+		if err != nil {
+			var perr error
+			if p, perr = ireval.Plan(ctx, modules, c.Capabilities(), entry(n)); perr != nil {
+				cd.reason = perr.Error()
+				def.planErr = perr.Error()
+				continue
+			}
+		}
+		def.plan = p
+		def.reads = ruleReads(p, store, def.name, def.rules)
+		if dataErr != nil {
+			cd.reason = dataErr.Error()
+			continue
+		}
+		prog, err := ireval.Compile(p, entry(n), data)
+		if err != nil {
+			cd.reason = err.Error()
+			continue
+		}
+		if why := indexedComprehension(c, prog); why != "" {
+			cd.reason = why
+			continue
+		}
+		if p := prog.InputProjection(); p != nil && !p.All {
+			cd.proj = p
+		}
+		cd.prog = prog
+	}
+}
+
+// storeData reads the whole data document as topdown reads base documents
+// from the store, converted once.
+func storeData(ctx context.Context, store storage.Store) (ast.Value, error) {
+	doc, err := storage.ReadOne(ctx, store, storage.RootPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading data: %w", err)
+	}
+	if obj, ok := doc.(map[string]any); ok {
+		if _, ok := obj[string(ast.SystemDocumentKey)]; ok {
+			// topdown hides data.system from reads of the whole document.
+			return nil, errors.New("data holds a system document, which topdown hides from data")
+		}
+	}
+	v, err := ast.InterfaceToValue(doc)
+	if err != nil {
+		return nil, fmt.Errorf("converting data: %w", err)
+	}
+	return v, nil
+}
+
+// indexedComprehension reports a comprehension that topdown evaluates
+// through a comprehension index in any rule the program can reach. Topdown
+// then evaluates the comprehension's body for every element, not only the
+// ones the enclosing query binds: a builtin error there is an error in
+// topdown and possibly not in the plan, which evaluates it per binding.
+func indexedComprehension(c *ast.Compiler, prog *ireval.Program) string {
+	for _, name := range prog.Functions() {
+		// Plan functions are named g<generation>.<rule ref>.
+		_, path, ok := strings.Cut(name, ".")
+		if !ok {
+			continue
+		}
+		ref, err := ast.ParseRef(path)
+		if err != nil {
+			return "function " + name + " names no rule"
+		}
+		for _, r := range c.GetRules(ref) {
+			found := ""
+			ast.WalkTerms(r, func(t *ast.Term) bool {
+				if found == "" && ast.IsComprehension(t.Value) && c.ComprehensionIndex(t) != nil {
+					found = fmt.Sprintf("%s:%d: topdown indexes this comprehension, so it evaluates it otherwise than the plan", r.Location.File, t.Location.Row)
+				}
+				return found != ""
+			})
+			if found != "" {
+				return found
+			}
+		}
+	}
+	return ""
 }

@@ -16,27 +16,6 @@ import (
 	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
-// DefaultMaxFileBytes caps one policy, data, schema or test file when
-// Config leaves MaxFileBytes zero: far above any hand-written file, and low
-// enough that a file swapped for something huge cannot take the process down.
-const DefaultMaxFileBytes = 32 << 20
-
-// sourceFile is one file read into memory: everything of a Snapshot is built
-// from one read of each file, so the revision names exactly what is compiled.
-type sourceFile struct {
-	path string // as shown to users: the configured folder joined with rel
-	rel  string // slash-separated, relative to the folder
-	data []byte
-}
-
-// SkippedFile is a file with a policy extension that was not read because it
-// is not a regular file (a FIFO, a device, a socket, a symlink to one of
-// them): reading one can block forever or never end.
-type SkippedFile struct {
-	File   string `json:"file"`
-	Reason string `json:"reason"`
-}
-
 // treeReader reads the files of a Snapshot's folders: regular files only,
 // each at most maxFile bytes, and never past ctx.
 type treeReader struct {

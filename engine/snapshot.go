@@ -2,9 +2,10 @@ package engine
 
 import (
 	"encoding/json"
-	"github.com/arbiter-dev/arbiter/engine/input"
 	"regexp"
 	"time"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
 
 	"github.com/open-policy-agent/opa/v1/ir"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -120,4 +121,20 @@ var decisionName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 func (s *Snapshot) Has(name string) bool {
 	_, ok := s.decisions[name]
 	return ok
+}
+
+// sourceFile is one file read into memory: everything of a Snapshot is built
+// from one read of each file, so the revision names exactly what is compiled.
+type sourceFile struct {
+	path string // as shown to users: the configured folder joined with rel
+	rel  string // slash-separated, relative to the folder
+	data []byte
+}
+
+// SkippedFile is a file with a policy extension that was not read because it
+// is not a regular file (a FIFO, a device, a socket, a symlink to one of
+// them): reading one can block forever or never end.
+type SkippedFile struct {
+	File   string `json:"file"`
+	Reason string `json:"reason"`
 }
