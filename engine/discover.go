@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/arbiter-dev/arbiter/engine/input"
 	"maps"
 	"slices"
 	"sort"
@@ -12,6 +11,9 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/arbiter-dev/arbiter/engine/input"
 )
 
 // parseSchemas decodes every schema file and keys it as `opa check -s` does:
@@ -133,4 +135,15 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 	}
 	sort.Slice(probs, func(i, j int) bool { return probs[i].String() < probs[j].String() })
 	return probs
+}
+
+// compileSchema compiles one schema document already decoded with exact
+// numbers. url is only a name for messages.
+func compileSchema(url string, doc any) (*jsonschema.Schema, error) {
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft7)
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("adding schema: %w", err)
+	}
+	return c.Compile(url)
 }

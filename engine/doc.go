@@ -9,15 +9,9 @@
 //     boundary (engine/input), the compiled program, topdown where it cannot
 //     decide, the result check, the reasons and, on request, the evidence.
 //
-// The files follow the roles: the runtime (snapshot.go, decide.go,
-// compiled.go, evidence.go, errors.go, yield.go, analysis.go) references
-// no file of the compiler (config.go, read.go, problems.go, load.go, data.go,
-// discover.go, capabilities.go, metadata.go, allow.go, runid.go,
-// validate.go, fmtcheck.go, check.go, lastgood.go, and the tests and
-// fixtures gate: tests.go, fileset.go, fixtureupdate.go), which builds its
-// Snapshots. The only cycles between files are within the runtime and
-// within the gate (Load runs the tests, the tests build a revision).
-// TestRuntimeReferencesNoCompilerFile holds the layering.
+// The files follow the roles: the runtime's (runtimeFiles in
+// layers_test.go, which holds this) use nothing declared in the
+// compiler's, which build its Snapshots.
 //
 // Which revision is live, and how a candidate becomes live (sources, the
 // gate's checks, activation, promotion, reloads and their history, the last

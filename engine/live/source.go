@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/arbiter-dev/arbiter/engine"
 )
@@ -34,6 +35,24 @@ func Files(origin string, fs engine.FileSet) Source {
 	return loader{origin, func(ctx context.Context, cfg engine.Config) (*engine.Snapshot, error) {
 		return engine.LoadFiles(ctx, fs, cfg)
 	}}
+}
+
+// LastGood is the source of the last good copy saved below dir
+// (Snapshot.SaveTo), and whether there is one to fall back to. When cfg
+// gates on tests, only a copy that passed the gate when it was saved
+// qualifies: a revision served with the gate off never stands in for a
+// gated one. The copy's own tests gate it again.
+func LastGood(dir string, cfg engine.Config) (Source, bool) {
+	cur, gated, ok := engine.SavedCopy(dir)
+	if !ok || cfg.Tests != "" && !gated {
+		return nil, false
+	}
+	if cfg.Tests != "" {
+		cfg.Tests = filepath.Join(cur, "tests")
+	}
+	src := Folders(filepath.Join(cur, "policies"), filepath.Join(cur, "schemas"), cfg.Tests).(loader)
+	src.origin = "the last good copy saved in " + dir
+	return src, true
 }
 
 // loader is a source that builds a new Snapshot for each candidate.
