@@ -20,7 +20,8 @@ type Config struct {
 	// the request deadline would refuse a good candidate on a busy machine.
 	TestTimeout time.Duration
 	// ReloadTimeout bounds a whole reload, reading, compiling and testing
-	// included; zero means DefaultReloadTimeout.
+	// included; zero means DefaultReloadTimeout. engine/live's gate holds
+	// it; Load and LoadFiles do not read it.
 	ReloadTimeout time.Duration
 	// MaxFileBytes caps each file read; zero means DefaultMaxFileBytes.
 	MaxFileBytes int64
