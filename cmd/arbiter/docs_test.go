@@ -231,3 +231,91 @@ func markdownBlock(t *testing.T, doc, after, fence string) string {
 	block, _, _ := strings.Cut(rest, "```")
 	return block
 }
+
+// TestDocTestCommands: every `go test ... -run PATTERN ./pkg/` of README.md
+// and docs/*.md names tests that exist: each alternative of the pattern's
+// top level matches a test, fuzz target or example of one of the packages
+// given (a renamed or moved test would leave the command matching nothing,
+// and go test still says ok).
+func TestDocTestCommands(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testFunc := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Example)\w*)\(`)
+	namesIn := func(pkg string) []string {
+		var names []string
+		tests, _ := filepath.Glob(filepath.Join(root, pkg, "*_test.go"))
+		for _, f := range tests {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range testFunc.FindAllStringSubmatch(string(b), -1) {
+				names = append(names, m[1])
+			}
+		}
+		return names
+	}
+	command := regexp.MustCompile(`go test [^\x60\n]*?-run[ =]('[^']*'|"[^"]*"|\S+)([^\x60\n#]*)`)
+	checked := 0
+	for _, file := range append(files, filepath.Join(root, "README.md")) {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range command.FindAllStringSubmatch(string(text), -1) {
+			pattern := strings.Trim(m[1], `'"`)
+			var pkgs []string
+			for _, f := range strings.Fields(m[0]) {
+				if strings.HasPrefix(f, "./") && !strings.Contains(f, "...") {
+					pkgs = append(pkgs, strings.Trim(f, "./"))
+				}
+			}
+			if pattern == "^$" || len(pkgs) == 0 {
+				continue
+			}
+			var names []string
+			for _, p := range pkgs {
+				names = append(names, namesIn(p)...)
+			}
+			top, _, _ := strings.Cut(pattern, "/") // what follows a slash names subtests
+			for _, alt := range topLevelAlternatives(top) {
+				re, err := regexp.Compile(alt)
+				if err != nil {
+					t.Errorf("%s: %q: %v", filepath.Base(file), m[0], err)
+					continue
+				}
+				checked++
+				if !slices.ContainsFunc(names, re.MatchString) {
+					t.Errorf("%s: %q: %q matches no test of %v", filepath.Base(file), m[0], alt, pkgs)
+				}
+			}
+		}
+	}
+	if checked < 50 {
+		t.Errorf("%d test names checked in the docs' commands, want the 50 and more they hold", checked)
+	}
+}
+
+// topLevelAlternatives splits a regexp at the | outside parentheses.
+func topLevelAlternatives(re string) []string {
+	var out []string
+	depth, start := 0, 0
+	for i, r := range re {
+		switch r {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case '|':
+			if depth == 0 {
+				out = append(out, re[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, re[start:])
+}
