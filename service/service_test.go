@@ -82,7 +82,7 @@ func TestRunStopsItsPartsAsAGroup(t *testing.T) {
 	out, last := logs.String(), -1
 	for _, line := range []string{`msg="stopping: finishing requests in flight"`, `msg="decision log closed"`, `msg=stopped exit_status=0`} {
 		i := strings.Index(out, line)
-		if i < last {
+		if i < 0 || i < last { // i < last alone passes a missing first line (-1 < -1 is false)
 			t.Fatalf("%s is missing or out of order:\n%s", line, out)
 		}
 		last = i
