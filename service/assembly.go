@@ -73,6 +73,37 @@ func (a *assembly) close() {
 	}
 }
 
+// unwind ends what a start that failed had begun, without a word: the
+// API's listener, the side listeners (their ctx ended), the shadow's
+// workers, the decision log (nothing was answered: nothing to drain), the
+// upload, the store and the traces; so that Run returns with none of them
+// left running, and before close releases the decision log's lock.
+func (a *assembly) unwind() {
+	ctx, cancel := context.WithTimeout(context.Background(), a.c.ShutdownTimeout)
+	defer cancel()
+	if a.ln != nil {
+		_ = a.ln.Close()
+	}
+	if a.group != nil {
+		_ = a.group.Wait()
+	}
+	if a.sh != nil {
+		_ = a.sh.sh.Close(ctx)
+	}
+	if a.dlog != nil {
+		_ = a.dlog.Close(ctx)
+	}
+	if a.fl != nil && a.fl.upload != nil {
+		_ = a.fl.upload.Close(ctx)
+	}
+	if a.ds != nil && a.ds.sink != nil {
+		_ = a.ds.sink.Close(ctx)
+	}
+	if a.tr != nil {
+		_ = a.tr.shutdown(ctx)
+	}
+}
+
 // assemble builds every part; nothing serves yet.
 func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 	c, log := a.c, a.log

@@ -115,12 +115,15 @@ func run(ctx context.Context, c *Config, log *slog.Logger, stdout io.Writer) (in
 	a := &assembly{c: c, log: log}
 	defer a.close()
 	if err := a.assemble(ctx, stdout); err != nil {
+		a.unwind()
 		return ExitError, err
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	defer a.watchReloads(runCtx)()
 	if err := a.serveSide(runCtx); err != nil {
+		stopRun() // the side listener that started closes
+		a.unwind()
 		return ExitError, err
 	}
 	a.run(runCtx)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestRunStopsItsPartsAsAGroup(t *testing.T) {
 	out, last := logs.String(), -1
 	for _, line := range []string{`msg="stopping: finishing requests in flight"`, `msg="decision log closed"`, `msg=stopped exit_status=0`} {
 		i := strings.Index(out, line)
-		if i < last {
+		if i < 0 || i < last { // i < last alone passes a missing first line (-1 < -1 is false)
 			t.Fatalf("%s is missing or out of order:\n%s", line, out)
 		}
 		last = i
@@ -90,20 +91,44 @@ func TestRunStopsItsPartsAsAGroup(t *testing.T) {
 }
 
 // TestRunFailsToStart: a part that cannot start is a failed start: one
-// line naming its flag, and ExitError.
+// line naming its flag, and ExitError; and Run returns with nothing it
+// started left running: the API's and the side listeners closed, the
+// shadow's workers and the decision log's stopped.
 func TestRunFailsToStart(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer taken.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0") // a port for the API, known before Run
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = free.Close()
 	c := testConfig(t)
-	c.MetricsAddr = taken.Addr().String()
+	c.Addr, c.DebugAddr, c.MetricsAddr = free.Addr().String(), "127.0.0.1:0", taken.Addr().String()
 	logs := &testfiles.Buffer{}
 	if code := Run(context.Background(), c, slog.New(slog.NewTextHandler(logs, nil)), nil); code != ExitError {
 		t.Errorf("exit status %d, want %d", code, ExitError)
 	}
 	if !strings.Contains(logs.String(), `msg="arbiter serve stopped" err="--metrics-addr: listen tcp `+taken.Addr().String()) {
 		t.Errorf("the failed start does not name --metrics-addr:\n%s", logs)
+	}
+	debugAddr := regexp.MustCompile(`msg="serving profiles" addr=(\S+)`).FindStringSubmatch(logs.String())
+	if debugAddr == nil {
+		t.Fatalf("no \"serving profiles\" line:\n%s", logs)
+	}
+	for what, addr := range map[string]string{"API": c.Addr, "--debug-addr": debugAddr[1]} {
+		if conn, err := net.Dial("tcp", addr); err == nil {
+			_ = conn.Close()
+			t.Errorf("the %s listener %s still accepts once the failed start returned", what, addr)
+		}
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, part := range []string{"shadow.New", "decisionlog.Open"} {
+		if strings.Contains(stacks, "created by github.com/arbiter-dev/arbiter/"+part+" ") {
+			t.Errorf("a goroutine %s started still runs once the failed start returned:\n%s", part, stacks)
+		}
 	}
 }

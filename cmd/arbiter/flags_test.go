@@ -163,16 +163,25 @@ func TestServeNamesTheFirstNonPositiveFlag(t *testing.T) {
 }
 
 // TestServeBundleFlagsNeedABundle: the bundle flags are checked for the
-// shadow's bundle as for the live one (they verify and poll both), and
-// refused when no bundle is polled: a verification key that verifies
-// nothing must not pass for a setting.
+// shadow's bundle as for the live one (they verify and poll both). The
+// polling flags are refused when no bundle is polled; the verification key
+// and the size limits are not, and are checked then too: they verify and
+// bound the bundle files POST /v1/shadow {"bundle"} (arbiter shadow load
+// BUNDLE) reads, with no URL as with one, and --bundle-name names the
+// revision in the uploaded events.
 func TestServeBundleFlagsNeedABundle(t *testing.T) {
+	_, public := writeKeyPair(t, t.TempDir())
 	for _, tc := range []struct {
 		args []string
 		want string // "" accepted
 	}{
-		{[]string{"--bundle-verification-key-file", "key.pem"}, "--bundle-verification-key-file needs --bundle-url or --shadow-bundle-url"},
-		{[]string{"--bundle-poll-min-delay", "30s", "--bundle-max-files", "10"}, "--bundle-max-files needs --bundle-url or --shadow-bundle-url"},
+		{[]string{"--bundle-verification-key-file", public}, ""},
+		{[]string{"--bundle-verification-key-file", "/nonexistent/key.pem"}, "--bundle-verification-key-file: "},
+		{[]string{"--bundle-verification-key-id", "k1"}, "--bundle-verification-key-file: "},
+		{[]string{"--bundle-max-files", "0"}, "--bundle-max-bytes, "},
+		{[]string{"--bundle-max-files", "10", "--bundle-poll-min-delay", "30s"}, "--bundle-poll-min-delay needs --bundle-url or --shadow-bundle-url"},
+		{[]string{"--bundle-download-timeout", "5s"}, "--bundle-download-timeout needs --bundle-url or --shadow-bundle-url"},
+		{[]string{"--decision-log-service", "http://logs", "--bundle-name", "live"}, ""},
 		{[]string{"--shadow-bundle-url", "http://b/x.tar.gz", "--bundle-poll-min-delay", "0s"}, "--bundle-poll-min-delay must be at least 1s"},
 		{[]string{"--shadow-bundle-url", "http://b/x.tar.gz", "--bundle-max-bytes", "0"}, "--bundle-max-bytes, "},
 		{[]string{"--shadow-bundle-url", "http://b/x.tar.gz", "--bundle-verification-key-file", "/nonexistent/key.pem"}, "--bundle-verification-key-file: "},

@@ -218,29 +218,30 @@ func (c *serveConfig) validate(fs *command) (err error) {
 			return fmt.Errorf("%s must be positive", p.name)
 		}
 	}
-	// The bundle flags are the live bundle's and the shadow's: checked when
-	// either is polled, refused when neither is (a verification key that
-	// verifies nothing is not a safe setting).
-	if c.BundleURL == "" && c.ShadowBundleURL == "" {
+	// The verification key and the size limits are every bundle's: the
+	// live one's, the shadow's and the files POST /v1/shadow {"bundle"}
+	// reads (without a URL too), so they are always checked. The polling
+	// flags are only the polls': refused when nothing is polled.
+	polled := c.BundleURL != "" || c.ShadowBundleURL != ""
+	if !polled {
 		var stray string
 		fs.Visit(func(f *pflag.Flag) {
-			if stray == "" && strings.HasPrefix(f.Name, "bundle-") && f.Name != "bundle-url" {
+			if stray == "" && pollOnly[f.Name] {
 				stray = f.Name
 			}
 		})
 		if stray != "" {
 			return fmt.Errorf("--%s needs --bundle-url or --shadow-bundle-url: no bundle is polled", stray)
 		}
-	} else {
-		if _, err := c.Polls.Keys.VerificationConfig(); err != nil {
-			return fmt.Errorf("--bundle-verification-key-file: %w", err)
-		}
-		if c.Polls.MinDelay < time.Second || c.Polls.MaxDelay < c.Polls.MinDelay {
-			return errors.New("--bundle-poll-min-delay must be at least 1s and --bundle-poll-max-delay at least as long")
-		}
-		if c.Polls.Limits.Bytes <= 0 || c.Polls.Limits.UnpackedBytes <= 0 || c.Polls.Limits.Files <= 0 || c.Polls.DownloadTimeout <= 0 || c.Polls.StallTimeout <= 0 {
-			return errors.New("--bundle-max-bytes, --bundle-max-unpacked-bytes, --bundle-max-files, --bundle-download-timeout and --bundle-download-stall-timeout must be positive")
-		}
+	}
+	if _, err := c.Polls.Keys.VerificationConfig(); err != nil {
+		return fmt.Errorf("--bundle-verification-key-file: %w", err)
+	}
+	if polled && (c.Polls.MinDelay < time.Second || c.Polls.MaxDelay < c.Polls.MinDelay) {
+		return errors.New("--bundle-poll-min-delay must be at least 1s and --bundle-poll-max-delay at least as long")
+	}
+	if c.Polls.Limits.Bytes <= 0 || c.Polls.Limits.UnpackedBytes <= 0 || c.Polls.Limits.Files <= 0 || c.Polls.DownloadTimeout <= 0 || c.Polls.StallTimeout <= 0 {
+		return errors.New("--bundle-max-bytes, --bundle-max-unpacked-bytes, --bundle-max-files, --bundle-download-timeout and --bundle-download-stall-timeout must be positive")
 	}
 	if len(c.ReplicaID) > decisionlog.MaxNameBytes {
 		return fmt.Errorf("--replica-id is %d bytes long; a replica's id is a stored name, at most %d", len(c.ReplicaID), decisionlog.MaxNameBytes)
@@ -295,6 +296,11 @@ func (c *serveConfig) validate(fs *command) (err error) {
 	}
 	return nil
 }
+
+// pollOnly are the bundle flags that only a polled bundle uses
+// (--bundle-url, --shadow-bundle-url).
+var pollOnly = map[string]bool{"bundle-poll-min-delay": true, "bundle-poll-max-delay": true,
+	"bundle-long-poll-timeout": true, "bundle-download-timeout": true, "bundle-download-stall-timeout": true}
 
 // forbidden parses --shadow-forbid: the promotion gate's classes.
 func forbidden(list string) ([]shadow.Class, error) {
