@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -285,6 +286,42 @@ func TestShadowFromBundle(t *testing.T) {
 	}
 	if _, st := getJSON(t, s.url+"/v1/status"); st["policy_revision"] != "candidate-1" {
 		t.Fatalf("live after promotion: %v", st["policy_revision"])
+	}
+}
+
+// TestShadowBundleFileIsVerifiedWithoutAURL: a server of folders, polling
+// no bundle, still verifies the bundle files POST /v1/shadow {"bundle"}
+// loads with its --bundle-verification-key-file: an unsigned bundle is
+// refused, a signed one becomes the candidate.
+func TestShadowBundleFileIsVerifiedWithoutAURL(t *testing.T) {
+	ruleedit.Skip(t)
+	t.Parallel()
+	live := copyAccess(t)
+	private, public := writeKeyPair(t, t.TempDir())
+	s := startServer(t, append(accessArgs(live), "--bundle-verification-key-file", public)...)
+	dir := t.TempDir()
+	for i, key := range []string{"", private} {
+		raw, _, err := policybundle.Build(context.Background(), policybundle.BuildOptions{
+			Policies: filepath.Join(live, "policies"), Schemas: filepath.Join(live, "schemas"), Tests: filepath.Join(live, "tests"),
+			Revision: fmt.Sprintf("file-%d", i), SigningKey: key,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, fmt.Sprintf("b%d.tar.gz", i))
+		if err := os.WriteFile(file, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(map[string]string{"bundle": file})
+		a := post(t, http.DefaultClient, s.url+"/v1/shadow", body)
+		_, doc := getJSON(t, s.url+"/v1/shadow")
+		c, _ := doc["candidate"].(map[string]any)
+		switch signed := key != ""; {
+		case !signed && (a.status == http.StatusOK || c != nil):
+			t.Fatalf("an unsigned bundle file was loaded into shadow: %d %s, candidate %v", a.status, a.body, c)
+		case signed && (a.status != http.StatusOK || c == nil || c["policy_revision"] != "file-1"):
+			t.Fatalf("the signed bundle file: %d %s, candidate %v", a.status, a.body, c)
+		}
 	}
 }
 
