@@ -11,7 +11,7 @@ import (
 
 // runtimeFiles are the files of the runtime role (doc.go): one decision on
 // one Snapshot. Every other file of the package is the compiler's.
-var runtimeFiles = []string{"snapshot.go", "decide.go", "compiled.go", "evidence.go", "errors.go", "yield.go", "analysis.go"}
+var runtimeFiles = []string{"snapshot.go", "decide.go", "compiled.go", "evidence.go", "errors.go", "yield.go"}
 
 // TestRuntimeReferencesNoCompilerFile: the package's two roles stay
 // layered, as doc.go says: no name a runtime file uses is declared in a

@@ -12,11 +12,15 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
@@ -438,4 +442,75 @@ func (a *assembly) stop() int {
 		log.Warn("spans not exported at the stop", "err", err)
 	}
 	return code
+}
+
+// readyDropWindow is how long /health/ready stays not ready after the
+// decision sinks last dropped a record: long enough for a probe period or
+// two to see it, short enough that a replica that caught up takes traffic
+// again soon.
+const readyDropWindow = 10 * time.Second
+
+// dropWatch says whether decision records were dropped recently: the
+// readiness half of "the decision sinks are not dropping". total is every
+// record dropped so far (the file's and the upload's counters, which only
+// grow); a probe that sees it grow marks the time.
+type dropWatch struct {
+	total  func() uint64
+	window time.Duration
+	now    func() time.Time
+
+	mu     sync.Mutex
+	seen   uint64
+	grewAt time.Time
+}
+
+// dropping is nil unless total grew within the window.
+func (d *dropWatch) dropping() error {
+	n, now := d.total(), d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n > d.seen {
+		d.seen, d.grewAt = n, now
+	}
+	if d.grewAt.IsZero() || now.Sub(d.grewAt) >= d.window {
+		return nil
+	}
+	return fmt.Errorf("decision records were dropped within the last %s (%d in all): the decision log or its upload cannot keep up", d.window, d.seen)
+}
+
+// serveSide starts the side listeners, each stopping with ctx: Go's
+// profiles (chi's middleware.Profiler: /debug/pprof/ and /debug/vars) on a
+// loopback listener, so that an operator can profile a live process without
+// exposing them on the API; and the metrics at /metrics without
+// authentication, for Prometheus when the API requires a token or a client
+// certificate: the metrics carry counts and revisions, no input.
+func (a *assembly) serveSide(ctx context.Context) error {
+	if a.c.DebugAddr != "" {
+		r := chi.NewRouter()
+		r.Mount("/debug", middleware.Profiler())
+		if err := a.serveAside(ctx, "--debug-addr", a.c.DebugAddr, &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}, "serving profiles"); err != nil {
+			return err
+		}
+	}
+	if a.c.MetricsAddr != "" {
+		r := chi.NewRouter()
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+		return a.serveAside(ctx, "--metrics-addr", a.c.MetricsAddr, srv, "serving metrics")
+	}
+	return nil
+}
+
+// serveAside serves srv on a listener of its own at the address of flag,
+// until ctx ends, and says so in the log line said. Its end is not the
+// server's: it joins the group only so that Run returns once it is closed.
+func (a *assembly) serveAside(ctx context.Context, flag, addr string, srv *http.Server, said string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	a.group.Go(func() error { _ = srv.Serve(ln); return nil })
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	a.log.Info(said, "addr", ln.Addr().String())
+	return nil
 }

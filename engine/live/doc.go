@@ -6,7 +6,7 @@
 // builds each off the request path within the reload deadline, with the
 // tests and fixtures of engine.Load, then runs the GateChecks against the
 // live revision; one path (Engine.Activate, activate.go) swaps a candidate
-// that passed in atomically, records the outcome (status, history.go,
-// counts) and calls the OnActivate hooks. Source is sealed and the live
+// that passed in atomically, records the outcome (status, history,
+// counts; engine.go) and calls the OnActivate hooks. Source is sealed and the live
 // pointer unexported: nothing else can make a revision live.
 package live
