@@ -11,26 +11,13 @@ import (
 	"testing"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
-	"github.com/arbiter-dev/arbiter/engine"
-	"github.com/arbiter-dev/arbiter/engine/live"
-	"github.com/arbiter-dev/arbiter/internal/corpus"
 )
 
 // BenchmarkServeDecision is the server's share of one decision on the
 // corpus: handler, metrics and the decision log (to a file), without TCP.
 // Compare with engine's BenchmarkCorpus/decide in the same run.
 func BenchmarkServeDecision(b *testing.B) {
-	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	inputs, err := corpus.Generate("../policy_test", 1000, 1, func(decision string, body []byte) bool {
-		_, err := eng.Decide(context.Background(), decision, body, engine.Options{})
-		return err == nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	eng, inputs := repoCorpus(b, 1000)
 	for _, withLog := range []bool{false, true} {
 		name := "log_off"
 		if withLog {

@@ -16,20 +16,9 @@ import (
 // outcome and reasons as the engine read them from the result, so that the
 // pages' ring and the store do not parse the result again. What it carries
 // must be what parsing the logged result gives (decisionlog.Record.Summary,
-// by the decision's x-arbiter-outcome), on every input of the corpus, both
-// decisions, allowed and refused.
+// by the decision's x-arbiter-outcome), on 300 inputs of the corpus.
 func TestRecordCarriesTheResultsSummary(t *testing.T) {
-	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inputs, err := corpus.Generate("../policy_test", 300, 1, func(decision string, body []byte) bool {
-		_, err := eng.Decide(context.Background(), decision, body, engine.Options{})
-		return err == nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng, inputs := repoCorpus(t, 300)
 	keys := map[string]string{}
 	for _, d := range eng.Snapshot().Decisions() {
 		keys[d.Name] = decisionlog.DefaultOutcomeKey
@@ -62,4 +51,22 @@ func TestRecordCarriesTheResultsSummary(t *testing.T) {
 	if named == 0 {
 		t.Error("no record has an outcome: nothing was compared")
 	}
+}
+
+// repoCorpus is the repository's policies, live, and n inputs of the
+// benchmark corpus that they decide.
+func repoCorpus(tb testing.TB, n int) (*live.Engine, []corpus.Input) {
+	tb.Helper()
+	eng, err := live.New(context.Background(), engine.Config{Policies: "../policies", Schemas: "../schemas"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	inputs, err := corpus.Generate("../policy_test", n, 1, func(decision string, body []byte) bool {
+		_, err := eng.Decide(context.Background(), decision, body, engine.Options{})
+		return err == nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return eng, inputs
 }
