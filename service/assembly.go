@@ -67,8 +67,13 @@ type assembly struct {
 	served context.Context
 }
 
-// close releases what outlives the stop: the background diffs.
+// close releases what outlives the stop: the reloads still running (they
+// may save into the state folder, whose lock goes next) and the background
+// diffs.
 func (a *assembly) close() {
+	if a.eng != nil {
+		a.eng.Close()
+	}
 	if a.diffs != nil {
 		a.diffs.Close()
 	}

@@ -26,10 +26,12 @@ type Engine struct {
 	last     atomic.Pointer[ReloadStatus]
 	running  atomic.Pointer[ReloadProgress] // non-nil while a candidate is judged
 
-	swap   sync.Mutex   // one activation at a time
-	mu     sync.Mutex   // guards worker and next
-	worker bool         // a goroutine is running reloads
-	next   *reloadToken // the reload that triggers arriving now will get
+	swap    sync.Mutex     // one activation at a time
+	mu      sync.Mutex     // guards worker, next and closed
+	worker  bool           // a goroutine is running reloads
+	workers sync.WaitGroup // that goroutine, for Close
+	next    *reloadToken   // the reload that triggers arriving now will get
+	closed  bool           // Close ran: no reload starts
 
 	reloadsOK, reloadsFailed atomic.Uint64
 	history                  reloadHistory // below
@@ -154,6 +156,11 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 		return e.LastReload()
 	}
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ReloadStatus{At: time.Now().UTC(), Trigger: trigger, Revision: e.Snapshot().Revision,
+			Problems: []engine.Problem{{Message: "the server is stopping: no reload starts"}}}
+	}
 	if e.next == nil {
 		e.next = &reloadToken{done: make(chan struct{})}
 	}
@@ -161,6 +168,7 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 	tok.triggers = append(tok.triggers, trigger)
 	if !e.worker {
 		e.worker = true
+		e.workers.Add(1)
 		go e.reloadLoop()
 	}
 	e.mu.Unlock()
@@ -174,6 +182,7 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 }
 
 func (e *Engine) reloadLoop() {
+	defer e.workers.Done()
 	for {
 		e.mu.Lock()
 		tok := e.next
@@ -190,6 +199,18 @@ func (e *Engine) reloadLoop() {
 		e.record(&tok.st)
 		close(tok.done)
 	}
+}
+
+// Close stops taking reloads and waits for the one running, and those
+// already queued behind it, to end (each within the reload deadline), so
+// that once it returns no reload activates a revision or saves the last
+// good copy: the stop of a server calls it before it lets go of its state
+// folder.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.workers.Wait()
 }
 
 // ReloadCounts returns how many reload attempts succeeded and failed.

@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -111,6 +112,51 @@ func TestConcurrentReloadsCoalesce(t *testing.T) {
 	}
 	if _, ok := e.ReloadInProgress(); ok {
 		t.Error("a reload is still reported in progress")
+	}
+}
+
+// TestCloseWaitsForTheRunningReload: Close lets no reload start, and
+// returns only once the running one has ended, its outcome recorded (the
+// stop of a server then lets go of its state folder, into which an
+// activation saves).
+func TestCloseWaitsForTheRunningReload(t *testing.T) {
+	e, err := New(context.Background(), quotaConfig(quota))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := newBlockingLoad()
+	e.source = bl.source(e.source)
+	go e.Reload(context.Background(), "first")
+	<-bl.started
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	// Close is blocked waiting for the reload: its goroutine's stack says
+	// so, or it returned, which it must not while the build runs.
+	wait.Within(t, "Close waiting for the reload", func() {
+		for {
+			select {
+			case <-closed:
+				t.Error("Close returned while a reload was running")
+				return
+			default:
+			}
+			buf := make([]byte, 1<<20)
+			if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "(*WaitGroup).Wait") && strings.Contains(stacks, "(*Engine).Close") {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	close(bl.release)
+	wait.Within(t, "Close", func() { <-closed })
+	if st := e.LastReload(); st.Trigger != "first" || !st.OK {
+		t.Errorf("the reload Close waited for: %+v", st)
+	}
+	if st := e.Reload(context.Background(), "after"); st.OK || len(st.Problems) != 1 || !strings.Contains(st.Problems[0].Message, "stopping") {
+		t.Errorf("a reload after Close: %+v", st)
+	}
+	if bl.calls != 1 {
+		t.Errorf("%d builds, want the one Close waited for", bl.calls)
 	}
 }
 
