@@ -158,8 +158,7 @@ func (e *Engine) Reload(ctx context.Context, trigger string) ReloadStatus {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return ReloadStatus{At: time.Now().UTC(), Trigger: trigger, Revision: e.Snapshot().Revision,
-			Problems: []engine.Problem{{Message: "the server is stopping: no reload starts"}}}
+		return e.stopping(trigger)
 	}
 	if e.next == nil {
 		e.next = &reloadToken{done: make(chan struct{})}
@@ -187,9 +186,13 @@ func (e *Engine) reloadLoop() {
 		e.mu.Lock()
 		tok := e.next
 		e.next = nil
-		if tok == nil {
+		if tok == nil || e.closed { // Close came: what is queued does not start
 			e.worker = false
 			e.mu.Unlock()
+			if tok != nil {
+				tok.st = e.stopping(strings.Join(tok.triggers, ","))
+				close(tok.done)
+			}
 			return
 		}
 		e.mu.Unlock()
@@ -201,8 +204,8 @@ func (e *Engine) reloadLoop() {
 	}
 }
 
-// Close stops taking reloads and waits for the one running, and those
-// already queued behind it, to end (each within the reload deadline), so
+// Close stops taking reloads, answers those queued without starting them,
+// and waits for the one running to end (within the reload deadline), so
 // that once it returns no reload activates a revision or saves the last
 // good copy: the stop of a server calls it before it lets go of its state
 // folder.
@@ -211,6 +214,12 @@ func (e *Engine) Close() {
 	e.closed = true
 	e.mu.Unlock()
 	e.workers.Wait()
+}
+
+// stopping is the answer to a reload asked for after Close.
+func (e *Engine) stopping(trigger string) ReloadStatus {
+	return ReloadStatus{At: time.Now().UTC(), Trigger: trigger, Revision: e.Snapshot().Revision,
+		Problems: []engine.Problem{{Message: "the server is stopping: no reload starts"}}}
 }
 
 // ReloadCounts returns how many reload attempts succeeded and failed.

@@ -115,8 +115,9 @@ func TestConcurrentReloadsCoalesce(t *testing.T) {
 	}
 }
 
-// TestCloseWaitsForTheRunningReload: Close lets no reload start, and
-// returns only once the running one has ended, its outcome recorded (the
+// TestCloseWaitsForTheRunningReload: Close lets no reload start (one
+// queued behind the running one is answered, not built), and returns only
+// once the running one has ended, its outcome recorded (the
 // stop of a server then lets go of its state folder, into which an
 // activation saves).
 func TestCloseWaitsForTheRunningReload(t *testing.T) {
@@ -128,6 +129,19 @@ func TestCloseWaitsForTheRunningReload(t *testing.T) {
 	e.source = bl.source(e.source)
 	go e.Reload(context.Background(), "first")
 	<-bl.started
+	queued := make(chan ReloadStatus, 1)
+	go func() { queued <- e.Reload(context.Background(), "queued") }()
+	wait.Within(t, "a reload queued behind the running one", func() {
+		for {
+			e.mu.Lock()
+			n := e.next != nil && len(e.next.triggers) == 1
+			e.mu.Unlock()
+			if n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
 	closed := make(chan struct{})
 	go func() { e.Close(); close(closed) }()
 	// Close is blocked waiting for the reload: its goroutine's stack says
@@ -152,11 +166,14 @@ func TestCloseWaitsForTheRunningReload(t *testing.T) {
 	if st := e.LastReload(); st.Trigger != "first" || !st.OK {
 		t.Errorf("the reload Close waited for: %+v", st)
 	}
+	if st := <-queued; st.OK || len(st.Problems) != 1 || !strings.Contains(st.Problems[0].Message, "stopping") {
+		t.Errorf("the reload queued behind the running one at Close: %+v", st)
+	}
 	if st := e.Reload(context.Background(), "after"); st.OK || len(st.Problems) != 1 || !strings.Contains(st.Problems[0].Message, "stopping") {
 		t.Errorf("a reload after Close: %+v", st)
 	}
 	if bl.calls != 1 {
-		t.Errorf("%d builds, want the one Close waited for", bl.calls)
+		t.Errorf("%d builds, want the one Close waited for, not the queued one", bl.calls)
 	}
 }
 
