@@ -14,12 +14,15 @@ import (
 // type-check against their schemas, use only allowed builtins, are
 // formatted as `opa fmt` formats them; the test modules compile; and every
 // fixture input is accepted or rejected by its schema as the fixture says.
-func Check(ctx context.Context, cfg Config, tests string) (probs []Problem) {
-	cfg.Tests = ""
+// It says too which decisions of the build run compiled (nil when it
+// failed).
+func Check(ctx context.Context, cfg Config, tests string) (probs []Problem, compiled []CompiledInfo) {
+	cfg.Tests, cfg.SelfCheck = "", nil
 	b, err := build(ctx, cfg)
 	if err != nil {
-		return ProblemsOf(err)
+		return ProblemsOf(err), nil
 	}
+	compiled = b.snap.Compiled()
 	probs = formatProblems(b.policySrcs)
 	r := newTreeReader(ctx, cfg)
 	defer func() {
@@ -29,7 +32,7 @@ func Check(ctx context.Context, cfg Config, tests string) (probs []Problem) {
 		}
 	}()
 	if tests == "" {
-		return probs
+		return probs, compiled
 	}
 	st, p := loadSuite(r, tests)
 	probs = append(probs, p...)
@@ -40,7 +43,7 @@ func Check(ctx context.Context, cfg Config, tests string) (probs []Problem) {
 			probs = append(probs, Problem{File: fx.File, Message: fmt.Sprintf("fixture %s: %s", fx.Name, msg)})
 		}
 	}
-	return probs
+	return probs, compiled
 }
 
 // checkTestModules compiles the test modules together with the policies,

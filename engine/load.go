@@ -144,17 +144,6 @@ func newCompiler(caps *ast.Capabilities, ss *ast.SchemaSet) *ast.Compiler {
 		WithDefaultRegoVersion(ast.RegoV1)
 }
 
-// CompiledDecisions builds the configured folders (without running their
-// tests) and says which decisions run compiled, for `arbiter check`.
-func CompiledDecisions(cfg Config) ([]CompiledInfo, error) {
-	cfg.Tests, cfg.SelfCheck = "", nil
-	b, err := build(context.Background(), cfg)
-	if err != nil {
-		return nil, err
-	}
-	return b.snap.Compiled(), nil
-}
-
 // compileDecisions plans every decision's query with OPA's planner and
 // compiles the plans. Nothing here can fail a load: a decision that does
 // not compile runs on topdown.

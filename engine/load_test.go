@@ -260,12 +260,12 @@ func TestSymlinkedFolder(t *testing.T) {
 
 func TestCheckFindsFormattingAndFixtureProblems(t *testing.T) {
 	root := copyTree(t, quota)
-	if probs := Check(context.Background(), quotaConfig(root), filepath.Join(root, "tests")); len(probs) != 0 {
+	if probs, _ := Check(context.Background(), quotaConfig(root), filepath.Join(root, "tests")); len(probs) != 0 {
 		t.Fatalf("clean tree has problems: %v", probs)
 	}
 	editFile(t, filepath.Join(root, "policies", "decisions", "quota_check", "policy.rego"), "reasons := [", "reasons   := [")
 	editFile(t, filepath.Join(root, "tests", "fixtures", "quota_check", "cases.json"), `"used": 9}`, `"used": -9}`)
-	probs := Check(context.Background(), quotaConfig(root), filepath.Join(root, "tests"))
+	probs, _ := Check(context.Background(), quotaConfig(root), filepath.Join(root, "tests"))
 	joined := ""
 	for _, p := range probs {
 		joined += p.String() + "\n"

@@ -21,20 +21,14 @@ evaluator runs and those on topdown. Each problem is printed as file:line: messa
 		if c.NArg() > 0 {
 			return say(stderr, exitError, "arbiter check: %v", orArgs(nil, c.Args()))
 		}
-		probs := engine.Check(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas}, f.tests)
+		probs, infos := engine.Check(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas}, f.tests)
 		for _, p := range probs {
 			fmt.Fprintln(stdout, p.String())
 		}
 		if len(probs) > 0 {
 			return say(stderr, exitError, "arbiter check: %d problem(s)", len(probs))
 		}
-		// Which decisions run compiled (engine/ireval) and which on topdown.
-		infos, err := engine.CompiledDecisions(engine.Config{Policies: f.policies, Schemas: f.schemas})
-		if err != nil {
-			fmt.Fprintln(stderr, "arbiter check:", err)
-			return exitError
-		}
-		for _, ci := range infos {
+		for _, ci := range infos { // which decisions run compiled (engine/ireval), which on topdown
 			if ci.Compiled {
 				fmt.Fprintf(stdout, "decision %s: compiled\n", ci.Decision)
 			} else {
