@@ -36,6 +36,19 @@ func (f fakeSource) candidate(ctx context.Context, cfg engine.Config) (*engine.S
 	return f.build(ctx, cfg)
 }
 
+// blockedEngine is an Engine of the quota policies whose reloads build
+// through a blockingLoad.
+func blockedEngine(t *testing.T) (*Engine, *blockingLoad) {
+	t.Helper()
+	e, err := New(context.Background(), quotaConfig(quota))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := newBlockingLoad()
+	e.source = bl.source(e.source)
+	return e, bl
+}
+
 func (b *blockingLoad) source(real Source) Source {
 	return fakeSource{real, func(ctx context.Context, cfg engine.Config) (*engine.Snapshot, error) {
 		b.mu.Lock()
@@ -51,12 +64,7 @@ func (b *blockingLoad) source(real Source) Source {
 // share one more reload; status and the last outcome answer at once while
 // it runs.
 func TestConcurrentReloadsCoalesce(t *testing.T) {
-	e, err := New(context.Background(), quotaConfig(quota))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bl := newBlockingLoad()
-	e.source = bl.source(e.source)
+	e, bl := blockedEngine(t)
 
 	first := make(chan ReloadStatus, 1)
 	go func() { first <- e.Reload(context.Background(), "first") }()
@@ -121,12 +129,7 @@ func TestConcurrentReloadsCoalesce(t *testing.T) {
 // stop of a server then lets go of its state folder, into which an
 // activation saves).
 func TestCloseWaitsForTheRunningReload(t *testing.T) {
-	e, err := New(context.Background(), quotaConfig(quota))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bl := newBlockingLoad()
-	e.source = bl.source(e.source)
+	e, bl := blockedEngine(t)
 	go e.Reload(context.Background(), "first")
 	<-bl.started
 	queued := make(chan ReloadStatus, 1)
