@@ -255,8 +255,17 @@ func (s *Source) Stuck(now time.Time) error {
 	return fmt.Errorf("bundle %s: no poll has completed for %s", s.cfg.Name, now.Sub(s.completed).Round(time.Second))
 }
 
-// Stop ends polling and waits for a poll in flight.
-func (s *Source) Stop(ctx context.Context) { s.dl.Stop(ctx) }
+// Stop ends polling and waits for a poll in flight; of a Source never
+// started it does nothing (OPA's downloader would wait for a loop that
+// never ran).
+func (s *Source) Stop(ctx context.Context) {
+	s.mu.Lock()
+	started := !s.completed.IsZero() // Start sets it
+	s.mu.Unlock()
+	if started {
+		s.dl.Stop(ctx)
+	}
+}
 
 // Status returns a copy of the bundle's status, its URL and the message
 // of a failed poll (Go's HTTP errors quote the URL) redacted.

@@ -82,35 +82,17 @@ func (a *assembly) close() {
 	}
 }
 
-// unwind ends what a start that failed had begun, without a word: the
-// API's listener, the side listeners (their ctx ended), the shadow's
-// workers, the decision log (nothing was answered: nothing to drain), the
-// upload, the store and the traces; so that Run returns with none of them
-// left running, and before close releases the decision log's lock.
+// unwind ends what a start that failed had begun, before close releases
+// the locks: the listeners it opened, then the parts that exist, as a stop
+// does (stop skips the parts not built).
 func (a *assembly) unwind() {
-	ctx, cancel := context.WithTimeout(context.Background(), a.c.ShutdownTimeout)
-	defer cancel()
 	if a.ln != nil {
 		_ = a.ln.Close()
 	}
 	if a.group != nil {
-		_ = a.group.Wait()
+		_ = a.group.Wait() // the side listeners that started end with their ctx
 	}
-	if a.sh != nil {
-		_ = a.sh.sh.Close(ctx)
-	}
-	if a.dlog != nil {
-		_ = a.dlog.Close(ctx)
-	}
-	if a.fl != nil && a.fl.upload != nil {
-		_ = a.fl.upload.Close(ctx)
-	}
-	if a.ds != nil && a.ds.sink != nil {
-		_ = a.ds.sink.Close(ctx)
-	}
-	if a.tr != nil {
-		_ = a.tr.shutdown(ctx)
-	}
+	a.stop()
 }
 
 // assemble builds every part; nothing serves yet.
@@ -412,9 +394,11 @@ func (a *assembly) stop() int {
 	c, log, dlog := a.c, a.log, a.dlog
 	shutCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
-	if err := a.srv.Shutdown(shutCtx); err != nil {
-		log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
-		_ = a.srv.Close()
+	if a.srv != nil { // nil: a start that failed before the server was built (unwind)
+		if err := a.srv.Shutdown(shutCtx); err != nil {
+			log.Warn("requests still in flight at the shutdown deadline were cut", "err", err)
+			_ = a.srv.Close()
+		}
 	}
 	// Draining has its own budget, as long again: requests that ran to the
 	// shutdown deadline must not leave the decision log an expired one.

@@ -66,6 +66,9 @@ func (f *fleet) bundleStuck() error {
 // stop ends polling and uploads what is queued (within the upload
 // shutdown timeout); what could not be sent is counted and reported.
 func (f *fleet) stop(log *slog.Logger) error {
+	if f == nil {
+		return nil
+	}
 	if f.source != nil {
 		f.source.Stop(context.Background())
 	}

@@ -98,6 +98,9 @@ const shadowBundleName = "shadow"
 // stop ends polling and the shadow's evaluations, before the decision log
 // closes: an outcome the candidate reaches meanwhile is still logged.
 func (s *shadowing) stop(ctx context.Context, log *slog.Logger) {
+	if s == nil {
+		return
+	}
 	if s.source != nil {
 		s.source.Stop(ctx)
 	}

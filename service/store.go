@@ -41,7 +41,7 @@ func newStore(c *Config, eng *live.Engine, log *slog.Logger) (*store, error) {
 // stop writes what is queued, within the shutdown timeout, after the
 // pipeline closed (so that nothing more arrives), and logs the account.
 func (s *store) stop(log *slog.Logger) {
-	if s.sink == nil {
+	if s == nil || s.sink == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.deadline)

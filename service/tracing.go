@@ -182,7 +182,7 @@ func (t *tracing) handler(h http.Handler) http.Handler {
 
 // shutdown exports the spans still batched, within ctx.
 func (t *tracing) shutdown(ctx context.Context) error {
-	if t.tp == nil {
+	if t == nil || t.tp == nil {
 		return nil
 	}
 	return t.tp.Shutdown(ctx)
