@@ -18,15 +18,17 @@ import (
 const DropShutdown = "shutdown"
 
 // Batcher is the one skeleton of the pipeline's sinks whose destination
-// can stall (the decision-log upload, package logship; the decision store,
-// package decisionstore): Put queues a record in a bounded queue and never
-// blocks; one goroutine takes the records in order, encodes them into
-// batches bounded by count and bytes, and sends each batch until it is
-// accepted, retrying with OPA's backoff and reading nothing new meanwhile,
-// so that the queue bounds what waits. A batch refused for its content
-// (Refusal) is split until the record at fault is alone, and only that one
-// is dropped. Every record not sent is counted by reason; Close sends what
-// is queued until its deadline.
+// can stall (the log file, file.go; the decision-log upload, package
+// logship; the decision store, package decisionstore): Put queues a record
+// in a bounded queue and never blocks; one goroutine takes the records in
+// order, encodes them into batches bounded by count and bytes, and sends
+// each batch until it is accepted, retrying with OPA's backoff and reading
+// nothing new meanwhile, so that the queue bounds what waits. A batch
+// refused for its content (Refusal) is split until the record at fault is
+// alone, and only that one is dropped. Every record not sent is counted by
+// reason; Close sends what is queued until its deadline. (The file's Send
+// never fails: a write that fails is not retried, and the file counts what
+// it lost itself, with Drop.)
 type Batcher[T any] struct {
 	cfg   BatchConfig
 	w     BatchWriter[T]
@@ -67,9 +69,9 @@ type BatchConfig struct {
 	// Encode gives; 0: no bound). A record larger than BatchBytes goes
 	// alone.
 	BatchRecords, BatchBytes int
-	// Linger is how long a batch smaller than BatchRecords waits for more
-	// records after the previous send: a send costs round trips whatever
-	// its size.
+	// Linger is how long a batch that is not full waits for more records
+	// after the previous send: a send costs round trips (or a system
+	// call) whatever its size.
 	Linger time.Duration
 	// MaxRetryDelay caps the backoff between retries of a failed send.
 	MaxRetryDelay time.Duration
@@ -112,11 +114,11 @@ type Refusal struct {
 func (r *Refusal) Error() string { return r.Err.Error() }
 func (r *Refusal) Unwrap() error { return r.Err }
 
-// pendingRecord is a queued record and when it was queued (unix
-// nanoseconds).
+// pendingRecord is a queued record, what it costs in the queue, and when
+// it was queued (unix nanoseconds).
 type pendingRecord struct {
-	rec Record
-	at  int64
+	rec      Record
+	size, at int64
 }
 
 // NewBatcher is a Batcher with an empty queue; Start starts its loop, and
@@ -148,12 +150,30 @@ func (b *Batcher[T]) Start(w BatchWriter[T]) {
 // Put queues rec; it never blocks. A record the queue cannot take is
 // dropped and counted (queue.Full), with a warning at powers of two.
 func (b *Batcher[T]) Put(rec Record) {
-	if ok, _ := b.queue.Put(pendingRecord{rec, time.Now().UnixNano()}, rec.QueueSize()); !ok {
+	size := rec.QueueSize()
+	if ok, _ := b.queue.Put(pendingRecord{rec, size, time.Now().UnixNano()}, size); !ok {
 		if n := b.queue.Dropped(queue.Full); n&(n-1) == 0 {
 			b.cfg.Logger.Warn(b.cfg.Full, "dropped", n, "queue_bytes", b.queue.Limits().Bytes)
 		}
 	}
 }
+
+// Reserve takes room for a record of size bytes that is on its way
+// (queue.Reserve): the file's, so that Log knows at once whether its
+// record will be written. The caller puts the record with PutReserved, or
+// gives the room back with Release, and counts a refusal itself (Drop).
+func (b *Batcher[T]) Reserve(size int64) (bool, string) { return b.queue.Reserve(size) }
+
+// PutReserved queues rec, for which size bytes were reserved.
+func (b *Batcher[T]) PutReserved(rec Record, size int64) {
+	b.queue.PutReserved(pendingRecord{rec, size, time.Now().UnixNano()}, size)
+}
+
+// Release gives back room reserved for a record that will not come.
+func (b *Batcher[T]) Release(size int64) { b.queue.Done(size) }
+
+// Drop counts n records lost for reason outside the skeleton.
+func (b *Batcher[T]) Drop(reason string, n uint64) { b.queue.Drop(reason, n) }
 
 // Close sends what is queued, retrying until ctx ends; it returns how many
 // records were still unsent then (dropped as DropShutdown).
@@ -196,7 +216,7 @@ func (b *Batcher[T]) loop() {
 	add := func(p pendingRecord) {
 		item, n, err := b.w.Encode(p.rec)
 		if err != nil {
-			b.queue.Done(p.rec.QueueSize())
+			b.queue.Done(p.size)
 			b.refuse(item, err)
 			return
 		}
@@ -208,9 +228,9 @@ func (b *Batcher[T]) loop() {
 		}
 		batch = append(batch, item)
 		b.inFlight.Add(1)
-		held += p.rec.QueueSize()
+		held += p.size
 		size += n
-		if len(batch) >= b.cfg.BatchRecords {
+		if b.cfg.BatchRecords > 0 && len(batch) >= b.cfg.BatchRecords {
 			send()
 		}
 	}
@@ -224,11 +244,11 @@ func (b *Batcher[T]) loop() {
 		clear(recs) // drop the inputs before waiting
 		linger := time.Until(b.lastSend.Add(b.cfg.Linger))
 		switch {
+		case len(batch) > 0 && (closed || b.closing.Load() || linger <= 0):
+			send() // on time, even while records keep coming
+			continue
 		case len(recs) > 0:
 			continue // more may have come meanwhile
-		case len(batch) > 0 && (closed || b.closing.Load() || linger <= 0):
-			send()
-			continue
 		case closed:
 			return
 		case len(batch) > 0:

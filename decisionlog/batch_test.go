@@ -110,10 +110,10 @@ func TestBatcherQueuedLeavesWithTheRefused(t *testing.T) {
 	w := &stalled{}
 	b := NewBatcher[string](BatchConfig{Name: "test", BatchRecords: 4, Linger: time.Hour, MaxRetryDelay: time.Millisecond,
 		After: func(time.Duration) <-chan time.Time { return time.After(time.Millisecond) }})
-	b.Start(w)
 	for _, id := range []string{"r0", "r1", "r2", "r3"} {
 		b.Put(Record{DecisionID: id})
 	}
+	b.Start(w) // one batch of the four: the first send fails by its index
 	deadline := time.Now().Add(10 * time.Second)
 	for b.Dropped("rejected") == 0 || b.Stats().SendsFailed == 0 {
 		if time.Now().After(deadline) {

@@ -3,6 +3,7 @@ package decisionlog
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,14 +27,15 @@ const dropFailed = "failed"
 const batchBytes = 64 << 10
 
 // fileSink writes records as JSON lines to the log file (rotatingFile) or
-// Stdout, on a goroutine of its own (run) fed by its own bounded queue, so
-// that a stalled disk or reader costs the other sinks nothing; it counts
-// records in the Logger's written, and in its queue's drops (failed writes,
-// and what Log could not queue).
+// Stdout, on the goroutine of its own Batcher (its BatchWriter: room
+// reserved by Log, records put by the pipeline), so that a stalled disk or
+// reader costs the other sinks nothing; it counts records in the Logger's
+// written, and in its Batcher's drops (failed writes, and what Log could
+// not queue).
 type fileSink struct {
 	l        *Logger
-	queue    *queue.Queue[queued] // room reserved by Log, records put by the pipeline
-	rotating *rotatingFile        // nil when writing to Stdout
+	b        *Batcher[Record]
+	rotating *rotatingFile // nil when writing to Stdout
 	dest     io.Writer
 	maxWrite int64     // the largest write dest takes
 	torn     bool      // a failed write may have left a partial line
@@ -42,11 +44,18 @@ type fileSink struct {
 	warnedAt time.Time // when warnDropped last warned
 }
 
+// FlushDelay bounds how long a written record may wait in memory before it
+// is handed to the operating system: a crash loses at most that much, and
+// under load one write carries many records instead of one each (a write
+// per decision was a tenth of the server's CPU at a few thousand decisions
+// a second).
+const FlushDelay = 5 * time.Millisecond
+
 // openFile opens opts.Path, creating its folder (0750) and the file (0640)
 // when missing and appending to it otherwise. A file that ends mid-line
 // (what a crash leaves) is rotated away first, so that no record is glued
 // to the torn one and no file starts with a blank line.
-func openFile(opts Options, l *Logger) (*fileSink, error) {
+func openFile(opts Options, l *Logger, lim queue.Limits) (*fileSink, error) {
 	f := &fileSink{l: l, maxWrite: 1<<63 - 1}
 	switch {
 	case opts.sink != nil:
@@ -54,8 +63,12 @@ func openFile(opts Options, l *Logger) (*fileSink, error) {
 	case opts.Path == "-":
 		f.dest = cmp.Or[io.Writer](opts.Stdout, os.Stdout)
 	default:
-		return f, f.open(opts)
+		if err := f.open(opts); err != nil {
+			return nil, err
+		}
 	}
+	f.b = NewBatcher[Record](BatchConfig{Name: "decision log", Queue: lim, BatchBytes: batchBytes, Linger: FlushDelay, Logger: l.log})
+	f.b.Start(f)
 	return f, nil
 }
 
@@ -97,58 +110,23 @@ func MaxLineBytes(maxMegabytes int) int64 {
 	return int64(defaults.Positive(maxMegabytes, DefaultMaxMegabytes)) << 20
 }
 
-// FlushDelay bounds how long a written record may wait in memory before it
-// is handed to the operating system.
-const FlushDelay = 5 * time.Millisecond
+// Encode keeps rec as it is: Send encodes it into the batch's buffer, or
+// writes its large input from the request's buffer (add).
+func (l *fileSink) Encode(rec Record) (Record, int, error) { return rec, recordSize(rec), nil }
 
-// run writes what the file's queue holds, until it is closed and empty;
-// then it flushes, syncs and closes the file, and closes the Logger's done.
-// A written record reaches the operating system at most FlushDelay later:
-// a crash loses at most that much, and under load one write carries many
-// records instead of one each (a write per decision was a tenth of the
-// server's CPU at a few thousand decisions a second).
-func (l *fileSink) run() {
-	defer close(l.l.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	armed := false
-	var batch []queued
-	for {
-		var closed bool
-		batch, closed = l.queue.Take(batch[:0], 0)
-		if len(batch) > 0 {
-			select { // under steady load the queue is never empty: still flush on time
-			case <-timer.C:
-				armed = false
-				l.flush()
-			default:
-			}
-			var taken int64
-			for i := range batch {
-				taken += batch[i].size
-				l.add(batch[i].rec)
-			}
-			l.queue.Done(taken)
-			clear(batch) // drop the inputs before waiting
-			if !armed && l.batchN > 0 {
-				armed = true
-				timer.Reset(FlushDelay)
-			}
-			continue // more may have come meanwhile
-		}
-		if closed {
-			l.flush()
-			l.l.closeErr = l.close()
-			return
-		}
-		select {
-		case <-l.queue.Ready():
-		case <-timer.C:
-			armed = false
-			l.flush()
-		}
+// Send writes recs in as few writes as whole lines allow. It never fails:
+// what a write loses is counted as failed, not retried (a full disk is not
+// waited for).
+func (l *fileSink) Send(_ context.Context, recs []Record) error {
+	for _, rec := range recs {
+		l.add(rec)
 	}
+	l.flush()
+	return nil
 }
+
+func (l *fileSink) Refused(Record, error) {}
+func (l *fileSink) Idle() time.Duration   { return time.Hour }
 
 // add encodes rec into the batch, writing the batch first when rec would
 // take it past batchBytes (or past what the file may take in one write).
@@ -200,7 +178,7 @@ func (l *fileSink) add(rec Record) {
 
 // tooLarge drops a record of n bytes, more than the log file may hold.
 func (l *fileSink) tooLarge(n int64, id string) {
-	l.queue.Drop(dropFailed, 1)
+	l.b.Drop(dropFailed, 1)
 	l.warnDropped("decision log: a record is larger than the log file may be (--decision-log-max-mb), not written", fmt.Errorf("%d bytes", n), "decision_id", id)
 }
 
@@ -223,7 +201,7 @@ func (l *fileSink) write(n uint64, lines ...[]byte) {
 		// blank line, as a terminating newline would at the top of a file).
 		if l.rotating != nil {
 			if err := l.rotating.Rotate(); err != nil {
-				l.queue.Drop(dropFailed, n)
+				l.b.Drop(dropFailed, n)
 				l.warnDropped("decision log: rotation after a failed write failed, records not written", err)
 				return
 			}
@@ -238,7 +216,7 @@ func (l *fileSink) write(n uint64, lines ...[]byte) {
 	}
 	if err != nil {
 		l.torn = true
-		l.queue.Drop(dropFailed, n)
+		l.b.Drop(dropFailed, n)
 		l.warnDropped("decision log: write failed, records not written", err)
 		return
 	}

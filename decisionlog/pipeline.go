@@ -136,13 +136,9 @@ func Open(opts Options) (*Logger, error) {
 		return nil, fmt.Errorf("decision log: %w", err)
 	}
 	if opts.Path != "" {
-		if l.file, err = openFile(opts, l); err != nil {
+		if l.file, err = openFile(opts, l, lim); err != nil {
 			return nil, fmt.Errorf("decision log: %w", err)
 		}
-		// Held: the batch a stalled disk is writing is memory too.
-		lim.HoldBytes = true
-		l.file.queue = queue.New[queued](lim)
-		go l.file.run()
 	}
 	go l.run()
 	return l, nil
@@ -169,19 +165,19 @@ func (l *Logger) Log(rec Record) bool {
 	q := queued{rec: rec, size: rec.QueueSize(), file: l.file != nil}
 	why := ""
 	if q.file {
-		q.file, why = l.file.queue.Reserve(q.size)
+		q.file, why = l.file.b.Reserve(q.size)
 	}
 	if why == "" || !l.refuse {
 		if ok, pwhy := l.queue.Put(q, q.size); !ok {
 			if q.file {
-				l.file.queue.Done(q.size)
+				l.file.b.Release(q.size)
 			}
 			l.warnRefused(pwhy)
 			return false
 		}
 	}
 	if why != "" { // refuse: it reaches no sink; drop: the others have it
-		l.file.queue.Drop(why, 1)
+		l.file.b.Drop(why, 1)
 		l.warnRefused(why)
 		return false
 	}
@@ -213,7 +209,7 @@ func (l *Logger) failed() uint64 { return l.dropped(dropFailed) }
 func (l *Logger) dropped(why string) uint64 {
 	n := l.queue.Dropped(why)
 	if l.file != nil {
-		n += l.file.queue.Dropped(why)
+		n += l.file.b.Dropped(why)
 	}
 	return n
 }
@@ -273,11 +269,11 @@ func (l *Logger) Close(ctx context.Context) error {
 // queue, which holds room for it since Log. It never waits for a sink.
 func (l *Logger) run() {
 	defer func() {
-		if l.file != nil {
-			l.file.queue.Close() // the file writes what it holds, then closes done
-		} else {
-			close(l.done)
+		if l.file != nil { // it writes what it holds, then the file closes
+			l.file.b.Close(context.Background())
+			l.closeErr = l.file.close()
 		}
+		close(l.done)
 	}()
 	var batch []queued
 	var recs []Record
@@ -290,7 +286,7 @@ func (l *Logger) run() {
 				q.rec = l.masker.mask(q.rec)
 				recs = append(recs, q.rec)
 				if q.file {
-					l.file.queue.PutReserved(*q, q.size)
+					l.file.b.PutReserved(q.rec, q.size)
 				}
 			}
 			for _, s := range l.sinks {

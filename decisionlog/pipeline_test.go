@@ -545,8 +545,11 @@ func TestStalledFileCostsOnlyItsOwnRecords(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		t.Run(map[bool]string{false: "drop", true: "refuse"}[refuse], func(t *testing.T) {
 			sink := make(idSink, 100)
-			// One byte: the file's queue takes one record at a time.
-			l, gate, _ := stuckLog(t, Options{QueueBytes: 1, Sinks: []Sink{sink}, Refuse: refuse})
+			// The file's queue holds the stalled record's bytes until its
+			// write returns, and room for one more.
+			first, zero := rec("first"), rec("0")
+			bound := first.QueueSize() + zero.QueueSize()
+			l, gate, _ := stuckLog(t, Options{QueueBytes: bound, Sinks: []Sink{sink}, Refuse: refuse})
 			want, got := []string{"first"}, []string{sink.next(t)}
 			for i := range 10 {
 				id := fmt.Sprint(i)
