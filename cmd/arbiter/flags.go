@@ -51,9 +51,6 @@ func (c *command) NArg() int { return c.FlagSet.NArg() }
 // Arg is the i-th operand, "" past the end.
 func (c *command) Arg(i int) string { return c.FlagSet.Arg(i) }
 
-// Name is the command's name, as cobra knows it.
-func (c *command) Name() string { return c.Command.Name() }
-
 // execute applies the environment to the flags the command line left
 // unset, then runs the command. Every command but one that stops itself
 // is stopped at once by a signal, whatever it is doing: they hold nothing
