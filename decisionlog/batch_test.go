@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -133,4 +134,54 @@ func TestBatcherQueuedLeavesWithTheRefused(t *testing.T) {
 	if st := b.Stats(); st.Sent != 3 || st.Queued != 0 {
 		t.Errorf("after close: %+v; want 3 sent, none queued", st)
 	}
+}
+
+// flood is a destination whose every Encode queues one more record, so
+// that the Batcher's queue is never empty when it looks: the flood of a
+// busy replica, without a race.
+type flood struct {
+	b     *Batcher[string]
+	stop  atomic.Bool
+	sends chan int
+}
+
+func (f *flood) Encode(rec Record) (string, int, error) {
+	if !f.stop.Load() {
+		f.b.Put(Record{DecisionID: "r"})
+	}
+	return rec.DecisionID, 1, nil
+}
+func (f *flood) Idle() time.Duration   { return time.Hour }
+func (f *flood) Refused(string, error) {}
+func (f *flood) Send(_ context.Context, batch []string) error {
+	f.sends <- len(batch)
+	return nil
+}
+
+// TestBatcherSendsOnTimeWhileRecordsKeepComing: a batch without a count
+// or byte bound (the file's) goes out when its linger is over even though
+// the queue is never empty, so that a written record reaches the file
+// within FlushDelay under load too.
+func TestBatcherSendsOnTimeWhileRecordsKeepComing(t *testing.T) {
+	b := NewBatcher[string](BatchConfig{Name: "test", Linger: time.Millisecond})
+	f := &flood{b: b, sends: make(chan int, 1000)}
+	b.Put(Record{DecisionID: "r"})
+	b.Start(f)
+	for i := range 3 {
+		select {
+		case n := <-f.sends:
+			if i > 0 && n < 2 {
+				t.Errorf("send %d carried %d records: the flood should fill a batch while it lingers", i, n)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("send %d: none in 10 s while records kept coming (linger 1ms)", i)
+		}
+	}
+	f.stop.Store(true)
+	go func() {
+		for range f.sends { // the sends of what is still queued
+		}
+	}()
+	b.Close(context.Background())
+	close(f.sends)
 }
