@@ -197,6 +197,8 @@ func (b *Batcher[T]) Ctx() context.Context { return b.ctx }
 // full, when its linger is over, or when the Batcher closes.
 func (b *Batcher[T]) loop() {
 	defer close(b.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	var (
 		recs  []pendingRecord
 		batch []T
@@ -254,9 +256,10 @@ func (b *Batcher[T]) loop() {
 		case len(batch) > 0:
 			wait = min(wait, linger)
 		}
+		timer.Reset(wait) // one timer for the loop's life: the file's waits come a record at a time
 		select {
 		case <-b.queue.Ready():
-		case <-time.After(wait):
+		case <-timer.C:
 		}
 	}
 }
