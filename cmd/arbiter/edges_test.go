@@ -530,17 +530,17 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 		if c.stopsItself {
 			continue
 		}
-		_, fifo := readingFIFO[c.Name()]
-		_, pipe := writingStdout[c.Name()]
-		_, silent := awaitingAnswer[c.Name()]
-		if _, ok := cannotHold[c.Name()]; ok || (!fifo && !pipe && !silent) {
+		_, fifo := readingFIFO[c.Command.Name()]
+		_, pipe := writingStdout[c.Command.Name()]
+		_, silent := awaitingAnswer[c.Command.Name()]
+		if _, ok := cannotHold[c.Command.Name()]; ok || (!fifo && !pipe && !silent) {
 			if !ok {
-				t.Errorf("arbiter %s: no way to hold it running for the signal; add one, or a reason to cannotHold", c.Name())
+				t.Errorf("arbiter %s: no way to hold it running for the signal; add one, or a reason to cannotHold", c.Command.Name())
 			}
 			continue
 		}
 		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-			t.Run(fmt.Sprintf("%s %v", c.Name(), sig), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s %v", c.Command.Name(), sig), func(t *testing.T) {
 				var cmd *exec.Cmd
 				var stderr testfiles.Buffer
 				var held func() // returns once the command is seen running, held
@@ -557,13 +557,13 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 							accepted <- conn
 						}
 					}()
-					cmd = exec.Command(binPath, awaitingAnswer[c.Name()](ln.Addr().String())...)
+					cmd = exec.Command(binPath, awaitingAnswer[c.Command.Name()](ln.Addr().String())...)
 					held = func() {
 						select {
 						case conn := <-accepted: // the request is on its way; no answer comes
 							t.Cleanup(func() { conn.Close() })
 						case <-time.After(2 * time.Minute): // a hang guard only
-							t.Fatalf("arbiter %s never connected\n%s", c.Name(), stderr.String())
+							t.Fatalf("arbiter %s never connected\n%s", c.Command.Name(), stderr.String())
 						}
 					}
 				case fifo:
@@ -571,7 +571,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 					if err := syscall.Mkfifo(path, 0o600); err != nil {
 						t.Fatal(err)
 					}
-					cmd = exec.Command(binPath, readingFIFO[c.Name()](path)...)
+					cmd = exec.Command(binPath, readingFIFO[c.Command.Name()](path)...)
 					held = func() {
 						// Opening the FIFO for writing returns once the
 						// command has opened it to read: it is then blocked
@@ -591,7 +591,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 						t.Fatal(err)
 					}
 					t.Cleanup(func() { r.Close() })
-					cmd = exec.Command(binPath, writingStdout[c.Name()]...)
+					cmd = exec.Command(binPath, writingStdout[c.Command.Name()]...)
 					cmd.Stdout = w
 					held = func() {
 						w.Close() // the command holds the only write end
@@ -599,7 +599,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 						// command has done its work.
 						_ = r.SetReadDeadline(time.Now().Add(2 * time.Minute))
 						if _, err := io.ReadFull(r, make([]byte, 1)); err != nil {
-							t.Fatalf("no output from arbiter %s: %v\n%s", c.Name(), err, stderr.String())
+							t.Fatalf("no output from arbiter %s: %v\n%s", c.Command.Name(), err, stderr.String())
 						}
 					}
 				}
@@ -617,7 +617,7 @@ func TestSignalStopsEveryCommand(t *testing.T) {
 				case <-done:
 				case <-time.After(30 * time.Second): // a hang guard only
 					_ = cmd.Process.Kill()
-					t.Fatalf("arbiter %s did not stop on %v while held", c.Name(), sig)
+					t.Fatalf("arbiter %s did not stop on %v while held", c.Command.Name(), sig)
 				}
 				if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(stderr.String(), "interrupted") {
 					t.Errorf("exit %d, stderr %q; want %d and interrupted", code, stderr.String(), exitInterrupted)
