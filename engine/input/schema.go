@@ -143,12 +143,12 @@ var fieldClasses = map[string]fieldClass{
 // NewSchema prepares a compiled library schema for the walk.
 func NewSchema(lib *jsonschema.Schema) *Schema {
 	c := &compiler{nodes: map[*jsonschema.Schema]*node{}}
-	root, err := c.node(lib)
-	if err == nil {
-		err = c.flatten()
+	root := c.node(lib)
+	if c.err == nil {
+		c.err = c.flatten()
 	}
-	if err != nil {
-		return &Schema{lib: lib, why: err.Error()}
+	if c.err != nil {
+		return &Schema{lib: lib, why: c.err.Error()}
 	}
 	return &Schema{lib: lib, root: root}
 }
@@ -156,14 +156,23 @@ func NewSchema(lib *jsonschema.Schema) *Schema {
 type compiler struct {
 	nodes map[*jsonschema.Schema]*node
 	order []*node
+	err   error // the first schema the walk cannot validate, and why
 }
 
-func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
-	if s == nil {
-		return nil, nil
+func (c *compiler) fail(format string, args ...any) *node {
+	if c.err == nil {
+		c.err = fmt.Errorf(format, args...)
+	}
+	return nil
+}
+
+// node prepares s; a schema the walk cannot validate is kept in c.err.
+func (c *compiler) node(s *jsonschema.Schema) *node {
+	if s == nil || c.err != nil {
+		return nil
 	}
 	if n, ok := c.nodes[s]; ok {
-		return n, nil
+		return n
 	}
 	n := &node{s: s}
 	c.nodes[s] = n
@@ -181,21 +190,21 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 		case fDelegate:
 			n.delegated = true
 		case fWhole:
-			return nil, fmt.Errorf("%s: %s depends on the path of evaluation", s.Location, f.Name)
+			return c.fail("%s: %s depends on the path of evaluation", s.Location, f.Name)
 		default:
-			return nil, fmt.Errorf("%s: schema field %s is not known to the single-pass validator", s.Location, f.Name)
+			return c.fail("%s: schema field %s is not known to the single-pass validator", s.Location, f.Name)
 		}
 	}
 	if s.Bool != nil {
 		n.never = !*s.Bool
 		n.own = n.never
-		return n, nil
+		return n
 	}
 	if n.delegated {
 		// The library applies all of this schema to the value, refs and
 		// in-place applicators included; nothing below needs compiling
 		// for the stream.
-		return n, nil
+		return n
 	}
 	if s.Types != nil && !s.Types.IsEmpty() {
 		for _, name := range s.Types.ToStrings() {
@@ -207,7 +216,7 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 		sc, ok := scalarOf(*s.Const)
 		if !ok {
 			n.delegated = true
-			return n, nil
+			return n
 		}
 		n.enum, n.enumConst, n.own = []scalar{sc}, true, true
 	}
@@ -217,7 +226,7 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 			sc, ok := scalarOf(v)
 			if !ok {
 				n.delegated = true
-				return n, nil
+				return n
 			}
 			list = append(list, sc)
 		}
@@ -230,23 +239,16 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 			n.own = true
 		}
 	}
-	var err error
 	if len(s.Properties) > 0 {
 		n.props = make(map[string]*node, len(s.Properties))
 		for name, ps := range s.Properties {
-			if n.props[name], err = c.node(ps); err != nil {
-				return nil, err
-			}
+			n.props[name] = c.node(ps)
 		}
 		n.own = true
 	}
 	if len(s.PatternProperties) > 0 {
 		for re, ps := range s.PatternProperties {
-			pn, err := c.node(ps)
-			if err != nil {
-				return nil, err
-			}
-			n.patterns = append(n.patterns, patternNode{re: re, n: pn})
+			n.patterns = append(n.patterns, patternNode{re: re, n: c.node(ps)})
 		}
 		// The library's map order is random; the walk's order must not
 		// matter, but a fixed one keeps messages stable.
@@ -258,12 +260,9 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 	case bool:
 		n.addlNo, n.own = !a, n.own || !a
 	case *jsonschema.Schema:
-		if n.addl, err = c.node(a); err != nil {
-			return nil, err
-		}
-		n.own = true
+		n.addl, n.own = c.node(a), true
 	default:
-		return nil, fmt.Errorf("%s: additionalProperties of type %T", s.Location, a)
+		return c.fail("%s: additionalProperties of type %T", s.Location, a)
 	}
 	if len(s.Required) > 0 || s.MinProperties != nil || s.MaxProperties != nil {
 		n.own = true
@@ -271,17 +270,10 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 	switch it := s.Items.(type) {
 	case nil:
 	case *jsonschema.Schema:
-		if n.itemsAll, err = c.node(it); err != nil {
-			return nil, err
-		}
-		n.own = true
+		n.itemsAll, n.own = c.node(it), true
 	case []*jsonschema.Schema:
 		for _, ps := range it {
-			pn, err := c.node(ps)
-			if err != nil {
-				return nil, err
-			}
-			n.prefix = append(n.prefix, pn)
+			n.prefix = append(n.prefix, c.node(ps))
 		}
 		n.own = true
 		switch a := s.AdditionalItems.(type) {
@@ -289,28 +281,19 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 		case bool:
 			n.addItemsNo = !a
 		case *jsonschema.Schema:
-			if n.additional, err = c.node(a); err != nil {
-				return nil, err
-			}
+			n.additional = c.node(a)
 		default:
-			return nil, fmt.Errorf("%s: additionalItems of type %T", s.Location, a)
+			return c.fail("%s: additionalItems of type %T", s.Location, a)
 		}
 	default:
-		return nil, fmt.Errorf("%s: items of type %T", s.Location, it)
+		return c.fail("%s: items of type %T", s.Location, it)
 	}
 	for _, ps := range s.PrefixItems {
-		pn, err := c.node(ps)
-		if err != nil {
-			return nil, err
-		}
-		n.prefix = append(n.prefix, pn)
+		n.prefix = append(n.prefix, c.node(ps))
 		n.own = true
 	}
 	if s.Items2020 != nil {
-		if n.itemsAll, err = c.node(s.Items2020); err != nil {
-			return nil, err
-		}
-		n.own = true
+		n.itemsAll, n.own = c.node(s.Items2020), true
 	}
 	if s.MinItems != nil || s.MaxItems != nil || s.MinLength != nil || s.MaxLength != nil || s.Pattern != nil {
 		n.own = true
@@ -327,11 +310,9 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 	}
 	// In-place applicators: their nodes apply to the same value.
 	for _, a := range inPlace(s) {
-		if _, err := c.node(a); err != nil {
-			return nil, err
-		}
+		c.node(a)
 	}
-	return n, nil
+	return n
 }
 
 // inPlace lists the in-place applicators of s: its $ref, then allOf.
