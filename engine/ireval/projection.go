@@ -256,11 +256,14 @@ func (a *analysis) mark(p path, k markKind) {
 	}
 }
 
-func (a *analysis) markAll(ins ...*info) {
+func (a *analysis) markAll(ins ...*info) { a.markPaths(markAll, ins...) }
+
+// markPaths marks with k every input path that one of ins may hold.
+func (a *analysis) markPaths(k markKind, ins ...*info) {
 	for _, in := range ins {
 		if in != nil {
 			for p := range in.paths {
-				a.mark(p, markAll)
+				a.mark(p, k)
 			}
 		}
 	}
@@ -304,37 +307,32 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 			out.paths = map[path]bool{}
 			a.markAll(key) // an input value used as a key is read whole
 			for p := range src.paths {
-				switch {
-				case key.constScalar():
-					for _, k := range key.consts {
-						var q path
-						switch kv := k.Value.(type) {
-						case ast.String:
-							q = p.key(string(kv))
-						case ast.Number:
-							if i, ok := kv.Int(); ok && i >= 0 {
-								q = p.index(i)
-							}
-						}
-						if q == "" { // a key that is neither a member's name nor an index
-							a.mark(p, markAll)
-							continue
-						}
-						a.mark(q, markExists)
-						out.paths[q] = true
-					}
-				default:
+				if !key.constScalar() {
 					a.mark(p, markAll) // a key known only at run time
+					continue
+				}
+				for _, k := range key.consts {
+					var q path
+					switch kv := k.Value.(type) {
+					case ast.String:
+						q = p.key(string(kv))
+					case ast.Number:
+						if i, ok := kv.Int(); ok && i >= 0 {
+							q = p.index(i)
+						}
+					}
+					if q == "" { // a key that is neither a member's name nor an index
+						a.mark(p, markAll)
+						continue
+					}
+					a.mark(q, markExists)
+					out.paths[q] = true
 				}
 			}
 		}
 		st[s.Target] = out
 	case *ir.LenStmt:
-		if src := a.operand(st, s.Source); src != nil {
-			for p := range src.paths {
-				a.mark(p, markCount)
-			}
-		}
+		a.markPaths(markCount, a.operand(st, s.Source))
 		st[s.Target] = &info{other: true}
 	case *ir.ScanStmt:
 		src := st[s.Source]
@@ -395,24 +393,17 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 		if f, ok := a.byName[s.Func]; ok {
 			prev := a.params[s.Func]
 			merged := make([]*info, len(f.Params))
-			for i := range merged {
-				var x *info
-				if i < len(prev) {
-					x = prev[i]
-				}
-				if i < len(args) {
-					x = join(x, args[i])
-				}
-				merged[i] = x
+			copy(merged, prev)
+			for i := range min(len(args), len(merged)) {
+				merged[i] = join(merged[i], args[i])
 			}
-			same := slices.EqualFunc(prev, merged, sameInfo)
 			if !slices.Contains(a.called, f) {
 				a.called = append(a.called, f)
 			}
 			if !slices.Contains(a.calls[a.curFunc], s.Func) {
 				a.calls[a.curFunc] = append(a.calls[a.curFunc], s.Func)
 			}
-			if !same {
+			if !slices.EqualFunc(prev, merged, sameInfo) {
 				a.params[s.Func] = merged
 				a.changed = true
 			}
@@ -500,11 +491,7 @@ var comparisons = map[string]bool{"equal": true, "neq": true, "lt": true, "lte":
 func (a *analysis) builtinCall(name string, args []*info) {
 	switch {
 	case name == "count" && len(args) == 1:
-		if args[0] != nil {
-			for p := range args[0].paths {
-				a.mark(p, markCount)
-			}
-		}
+		a.markPaths(markCount, args[0])
 	case comparisons[name] && len(args) == 2:
 		a.compare(args[0], args[1])
 	case name == "internal.member_2" && len(args) == 2:
