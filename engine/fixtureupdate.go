@@ -152,7 +152,7 @@ func wantEdits(file []byte, w span, got []byte) []span {
 // reorder is got with its members in old's key order first (when both are
 // objects), then its others.
 func reorder(old, got []byte) []byte {
-	okO, okeys := orderedKeys(old)
+	okeys, _, okO := orderedObject(old)
 	gkeys, gm, okG := orderedObject(got)
 	if !okO || !okG {
 		return got

@@ -218,6 +218,11 @@ func loadSuite(r *treeReader, dir string) (*suite, []Problem) {
 	if len(probs) > 0 {
 		return &suite{}, probs
 	}
+	return parseSuite(files)
+}
+
+// parseSuite parses the test modules, test data and fixtures of files.
+func parseSuite(files []sourceFile) (*suite, []Problem) {
 	modules, data, probs := parsePolicies(files)
 	fixtures, p := parseFixtures(files)
 	return &suite{modules: modules, data: data, fixtures: fixtures, files: files}, append(probs, p...)
@@ -489,7 +494,7 @@ func CheckOutcome(fx Fixture, d *Decision, err error) string {
 // objects are shown whole.
 func FieldDiff(want, got []byte) string {
 	keys, wm, okW := orderedObject(want)
-	_, gm, okG := orderedObject(got)
+	gkeys, gm, okG := orderedObject(got)
 	if !okW || !okG {
 		return fmt.Sprintf("  want %s\n  got  %s\n", jsonenc.Compact(want), jsonenc.Compact(got))
 	}
@@ -503,7 +508,6 @@ func FieldDiff(want, got []byte) string {
 			fmt.Fprintf(&b, "  /%s: want %s, got %s%s\n", jsonptr.Escape(k), jsonenc.Compact(wm[k]), jsonenc.Compact(g), elementDiff(wm[k], g))
 		}
 	}
-	_, gkeys := orderedKeys(got)
 	for _, k := range gkeys {
 		if _, ok := wm[k]; !ok {
 			fmt.Fprintf(&b, "  /%s: want no member, got %s\n", jsonptr.Escape(k), jsonenc.Compact(gm[k]))
@@ -552,15 +556,8 @@ func orderedObject(b []byte) ([]string, map[string]json.RawMessage, bool) {
 	if json.Unmarshal(b, &m) != nil || m == nil {
 		return nil, nil, false
 	}
-	ok, keys := orderedKeys(b)
-	return keys, m, ok
-}
-
-// orderedKeys lists the keys of a JSON object in their order.
-func orderedKeys(b []byte) (bool, []string) {
 	spans, ok := memberSpans(b, 0)
-	keys := slices.SortedFunc(maps.Keys(spans), func(x, y string) int { return spans[x].order - spans[y].order })
-	return ok, keys
+	return slices.SortedFunc(maps.Keys(spans), func(x, y string) int { return spans[x].order - spans[y].order }), m, ok
 }
 
 // SameJSON reports whether two JSON texts hold the same value, numbers
