@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
@@ -102,12 +100,8 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 	if _, ok := props[outcomeKey]; !ok {
 		return []Problem{{File: path, Message: fmt.Sprintf("%s needs the outcome member %q declared under properties", AllowKeyword, outcomeKey)}}
 	}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft7)
-	if err := c.AddResource(path, doc); err != nil {
-		return []Problem{{File: path, Message: err.Error()}}
-	}
-	member, err := c.Compile(path + "#/properties/" + pointerToken(outcomeKey))
+	// The whole document compiled already (discover): only the member is new.
+	member, err := compileSchema(path, doc, "#/properties/"+pointerToken(outcomeKey))
 	if err != nil {
 		return []Problem{{File: path, Message: err.Error()}}
 	}

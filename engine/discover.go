@@ -80,12 +80,12 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			continue
 		}
 		var err error
-		if def.inputSchema, err = compileSchema(in.path, in.doc); err != nil {
+		if def.inputSchema, err = compileSchema(in.path, in.doc, ""); err != nil {
 			probs = append(probs, Problem{File: in.path, Message: err.Error()})
 			continue
 		}
 		def.input = input.NewSchema(def.inputSchema)
-		if def.result, err = compileSchema(out.path, out.doc); err != nil {
+		if def.result, err = compileSchema(out.path, out.doc, ""); err != nil {
 			probs = append(probs, Problem{File: out.path, Message: err.Error()})
 			continue
 		}
@@ -139,14 +139,15 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 }
 
 // compileSchema compiles one schema document already decoded with exact
-// numbers. url is only a name for messages.
-func compileSchema(url string, doc any) (*jsonschema.Schema, error) {
+// numbers, or its subschema at the fragment at ("" for the whole). url is
+// only a name for messages.
+func compileSchema(url string, doc any, at string) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft7)
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, fmt.Errorf("adding schema: %w", err)
 	}
-	return c.Compile(url)
+	return c.Compile(url + at)
 }
 
 func declaresInputSchema(as *ast.AnnotationSet, pkg ast.Ref, name string) bool {
