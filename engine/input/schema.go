@@ -111,7 +111,8 @@ type scalar struct {
 type fieldClass uint8
 
 const (
-	fStream   fieldClass = iota + 1 // applied in the stream
+	fStream   fieldClass = iota + 1 // applied in the stream, by this node (own)
+	fApplies                        // applied in the stream, own only as the code below says
 	fDelegate                       // values under it are validated by the library
 	fWhole                          // the library validates the whole input
 	fIgnore                         // annotations and bookkeeping, no effect on validity
@@ -123,10 +124,10 @@ var fieldClasses = map[string]fieldClass{
 	"Title": fIgnore, "Description": fIgnore, "Default": fIgnore, "Comment": fIgnore,
 	"ReadOnly": fIgnore, "WriteOnly": fIgnore, "Examples": fIgnore, "Deprecated": fIgnore,
 
-	"Bool": fStream, "Ref": fStream, "AllOf": fStream, "Types": fStream, "Enum": fStream, "Const": fStream,
-	"Properties": fStream, "PatternProperties": fStream, "AdditionalProperties": fStream, "Required": fStream,
-	"MinProperties": fStream, "MaxProperties": fStream,
-	"Items": fStream, "AdditionalItems": fStream, "PrefixItems": fStream, "Items2020": fStream,
+	"Bool": fApplies, "Ref": fApplies, "AllOf": fApplies, "AdditionalProperties": fApplies, "AdditionalItems": fApplies,
+	"Types": fStream, "Enum": fStream, "Const": fStream,
+	"Properties": fStream, "PatternProperties": fStream, "Required": fStream, "MinProperties": fStream, "MaxProperties": fStream,
+	"Items": fStream, "PrefixItems": fStream, "Items2020": fStream,
 	"MinItems": fStream, "MaxItems": fStream, "MinLength": fStream, "MaxLength": fStream, "Pattern": fStream,
 	"Maximum": fStream, "Minimum": fStream, "ExclusiveMaximum": fStream, "ExclusiveMinimum": fStream,
 	"MultipleOf": fStream,
@@ -186,7 +187,9 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 			continue
 		}
 		switch fieldClasses[f.Name] {
-		case fStream, fIgnore:
+		case fStream:
+			n.own = true
+		case fApplies, fIgnore:
 		case fDelegate:
 			n.delegated = true
 		case fWhole:
@@ -206,11 +209,10 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 		// for the stream.
 		return n
 	}
-	if s.Types != nil && !s.Types.IsEmpty() {
+	if s.Types != nil {
 		for _, name := range s.Types.ToStrings() {
 			n.types |= typeBits[name]
 		}
-		n.own = true
 	}
 	if s.Const != nil {
 		sc, ok := scalarOf(*s.Const)
@@ -218,7 +220,7 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 			n.delegated = true
 			return n
 		}
-		n.enum, n.enumConst, n.own = []scalar{sc}, true, true
+		n.enum, n.enumConst = []scalar{sc}, true
 	}
 	if s.Enum != nil {
 		list := make([]scalar, 0, len(s.Enum.Values))
@@ -236,7 +238,6 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 			n.extra = &node{s: s, enum: list, own: true}
 		} else {
 			n.enum = list
-			n.own = true
 		}
 	}
 	if len(s.Properties) > 0 {
@@ -244,7 +245,6 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 		for name, ps := range s.Properties {
 			n.props[name] = c.node(ps)
 		}
-		n.own = true
 	}
 	if len(s.PatternProperties) > 0 {
 		for re, ps := range s.PatternProperties {
@@ -253,7 +253,6 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 		// The library's map order is random; the walk's order must not
 		// matter, but a fixed one keeps messages stable.
 		sort.Slice(n.patterns, func(i, j int) bool { return n.patterns[i].re.String() < n.patterns[j].re.String() })
-		n.own = true
 	}
 	switch a := s.AdditionalProperties.(type) {
 	case nil:
@@ -264,18 +263,14 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 	default:
 		return c.fail("%s: additionalProperties of type %T", s.Location, a)
 	}
-	if len(s.Required) > 0 || s.MinProperties != nil || s.MaxProperties != nil {
-		n.own = true
-	}
 	switch it := s.Items.(type) {
 	case nil:
 	case *jsonschema.Schema:
-		n.itemsAll, n.own = c.node(it), true
+		n.itemsAll = c.node(it)
 	case []*jsonschema.Schema:
 		for _, ps := range it {
 			n.prefix = append(n.prefix, c.node(ps))
 		}
-		n.own = true
 		switch a := s.AdditionalItems.(type) {
 		case nil:
 		case bool:
@@ -290,13 +285,9 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 	}
 	for _, ps := range s.PrefixItems {
 		n.prefix = append(n.prefix, c.node(ps))
-		n.own = true
 	}
 	if s.Items2020 != nil {
-		n.itemsAll, n.own = c.node(s.Items2020), true
-	}
-	if s.MinItems != nil || s.MaxItems != nil || s.MinLength != nil || s.MaxLength != nil || s.Pattern != nil {
-		n.own = true
+		n.itemsAll = c.node(s.Items2020)
 	}
 	for _, b := range []struct {
 		k boundKind
@@ -305,7 +296,6 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 		if b.r != nil {
 			u, ok := ratUint64(b.r)
 			n.bounds = append(n.bounds, bound{kind: b.k, r: b.r, u: u, isU64: ok})
-			n.own = true
 		}
 	}
 	// In-place applicators: their nodes apply to the same value.
