@@ -112,10 +112,13 @@ func (w *walker) value(set []*node, proj *Projection, depth int) (*ast.Term, err
 	if !w.checking() {
 		set, proj = nil, nil
 	}
-	start := w.pos
+	start, c := w.pos, w.data[w.pos]
+	if depth >= MaxDepth && (c == '{' || c == '[') {
+		return nil, w.errorf(w.pos, "nesting deeper than %d levels", MaxDepth)
+	}
 	var t *ast.Term
 	var err error
-	switch c := w.data[w.pos]; {
+	switch {
 	case c == '{':
 		t, err = w.object(set, proj, depth)
 	case c == '[':
@@ -369,9 +372,6 @@ func (w *walker) stringTerm(s string) *ast.Term {
 }
 
 func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, error) {
-	if depth+1 > MaxDepth {
-		return nil, w.errorf(w.pos, "nesting deeper than %d levels", MaxDepth)
-	}
 	var alive uint64
 	if len(set) > 0 {
 		alive = w.check(set, tObject, scalar{}, func() any { return map[string]any{} })
@@ -606,9 +606,6 @@ func (w *walker) closeObject(set []*node, alive uint64, frame int, seen map[stri
 }
 
 func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, error) {
-	if depth+1 > MaxDepth {
-		return nil, w.errorf(w.pos, "nesting deeper than %d levels", MaxDepth)
-	}
 	var alive uint64
 	if len(set) > 0 {
 		alive = w.check(set, tArray, scalar{}, func() any { return []any{} })
