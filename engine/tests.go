@@ -296,11 +296,10 @@ func (s *Snapshot) runRego(ctx context.Context, b *sourcedSnapshot, st *suite, o
 // stay as they were.
 func (b *sourcedSnapshot) withTests(st *suite) map[string]*ast.Module {
 	modules := make(map[string]*ast.Module, len(b.modules)+len(st.modules))
-	for k, m := range b.modules {
-		modules[k] = m.Copy()
-	}
-	for k, m := range st.modules {
-		modules[k] = m.Copy()
+	for _, from := range []map[string]*ast.Module{b.modules, st.modules} {
+		for k, m := range from {
+			modules[k] = m.Copy()
+		}
 	}
 	return modules
 }
@@ -388,25 +387,24 @@ func parseFixtures(files []sourceFile) ([]Fixture, []Problem) {
 			continue
 		}
 		for name, raw := range cases {
-			var fx Fixture
+			fx := Fixture{Decision: decision, Name: name, File: f.path}
 			dec := json.NewDecoder(bytes.NewReader(raw))
 			dec.DisallowUnknownFields()
-			fx.Decision, fx.Name, fx.File = decision, name, f.path
-			err := dec.Decode(&fx)
-			switch {
-			case err != nil:
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: %v", name, err)})
-				continue
-			case (fx.Input == nil) == (fx.Body == nil):
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: needs exactly one of input and body", name)})
-				continue
-			case (fx.WantResult == nil) == (fx.WantError == nil):
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: needs exactly one of want_result and want_error", name)})
-				continue
-			}
 			key := decision + "/" + name
-			if prev, dup := seen[key]; dup {
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s is also defined in %s", name, prev)})
+			prev, dup := seen[key]
+			var why string
+			switch err := dec.Decode(&fx); {
+			case err != nil:
+				why = ": " + err.Error()
+			case (fx.Input == nil) == (fx.Body == nil):
+				why = ": needs exactly one of input and body"
+			case (fx.WantResult == nil) == (fx.WantError == nil):
+				why = ": needs exactly one of want_result and want_error"
+			case dup:
+				why = " is also defined in " + prev
+			}
+			if why != "" {
+				probs = append(probs, Problem{File: f.path, Message: "fixture " + name + why})
 				continue
 			}
 			seen[key] = f.path
