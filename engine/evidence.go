@@ -252,18 +252,15 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 		for _, t := range r.path {
 			name = append(name, ast.StringTerm(t))
 		}
-		ev := Evidence{Data: strings.TrimPrefix(name.String(), "data."), Via: r.via}
+		ev := Evidence{Absent: true}
 		doc, err := storage.ReadOne(context.Background(), store, storage.Path(r.path))
-		var v ast.Value
 		if err == nil {
-			v, err = ast.InterfaceToValue(doc) // the store holds OPA's values or Go's
+			var v ast.Value
+			if v, err = ast.InterfaceToValue(doc); err == nil { // the store holds OPA's values or Go's
+				ev = shown("", v)
+			}
 		}
-		if err != nil {
-			ev.Absent = true
-		} else {
-			shownEv := shown("", v)
-			ev.Value, ev.Summary = shownEv.Value, shownEv.Summary
-		}
+		ev.Data, ev.Via = strings.TrimPrefix(name.String(), "data."), r.via
 		out = append(out, ev)
 	}
 	return out

@@ -190,17 +190,14 @@ func formatAt(file []byte, at int, v []byte, multiline bool) []byte {
 	line := bytes.LastIndexByte(file[:at], '\n') + 1
 	prefix := file[line:at]
 	prefix = prefix[:len(prefix)-len(bytes.TrimLeft(prefix, " \t"))]
-	var b bytes.Buffer
-	var compact bytes.Buffer
+	var b, compact bytes.Buffer
 	if json.Compact(&compact, v) != nil {
 		return v
 	}
-	composite := len(compact.Bytes()) > 2 && (compact.Bytes()[0] == '{' || compact.Bytes()[0] == '[')
-	if !multiline && !composite {
-		return compact.Bytes()
-	}
-	if json.Indent(&b, compact.Bytes(), string(prefix), "  ") != nil {
-		return compact.Bytes()
+	c := compact.Bytes()
+	composite := len(c) > 2 && (c[0] == '{' || c[0] == '[')
+	if !multiline && !composite || json.Indent(&b, c, string(prefix), "  ") != nil {
+		return c
 	}
 	return b.Bytes()
 }
