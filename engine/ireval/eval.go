@@ -319,13 +319,6 @@ func (st *state) builtin(bi *builtinImpl, ops []operand, l []*ast.Term) (*ast.Te
 	if bi.relation {
 		st.outs = st.outs[:0]
 		err = bi.f(st.bctx, args, st.collect)
-		if err == nil {
-			arr := ast.NewArray(append([]*ast.Term(nil), st.outs...)...)
-			clear(st.outs)
-			st.outs = st.outs[:0]
-			clear(args)
-			return ast.NewTerm(arr), next
-		}
 	} else {
 		st.out = nil
 		err = bi.f(st.bctx, args, st.capture)
@@ -348,6 +341,11 @@ func (st *state) builtin(bi *builtinImpl, ops []operand, l []*ast.Term) (*ast.Te
 	}
 	out := st.out
 	st.out = nil
+	if bi.relation {
+		out = ast.NewTerm(ast.NewArray(append([]*ast.Term(nil), st.outs...)...))
+		clear(st.outs)
+		st.outs = st.outs[:0]
+	}
 	return out, next
 }
 

@@ -122,14 +122,8 @@ func sameInfo(a, b *info) bool {
 
 type absState map[ir.Local]*info
 
-func (s absState) clone() absState {
-	out := make(absState, len(s))
-	maps.Copy(out, s)
-	return out
-}
-
 func joinStates(a, b absState) absState {
-	out := a.clone()
+	out := maps.Clone(a)
 	for k, v := range b {
 		out[k] = join(out[k], v)
 	}
@@ -215,7 +209,7 @@ func (a *analysis) run(entry []*ir.Block) bool {
 		a.curFunc = ""
 		st := absState{ir.Input: root, ir.Data: data}
 		for _, b := range entry {
-			st = joinStates(st, a.block(b, st.clone()))
+			st = joinStates(st, a.block(b, maps.Clone(st)))
 		}
 		for i := 0; i < len(a.called); i++ { // grows as calls are found
 			f := a.called[i]
@@ -228,7 +222,7 @@ func (a *analysis) run(entry []*ir.Block) bool {
 				}
 			}
 			for _, b := range f.Blocks {
-				fs = joinStates(fs, a.block(b, fs.clone()))
+				fs = joinStates(fs, a.block(b, maps.Clone(fs)))
 			}
 		}
 		if a.whole {
@@ -290,7 +284,7 @@ func constInfo(t *ast.Term) *info {
 // block analyses b from st and returns the join of the states at every
 // point b may be left (any statement may be undefined).
 func (a *analysis) block(b *ir.Block, st absState) absState {
-	exit := st.clone()
+	exit := maps.Clone(st)
 	for _, s := range b.Stmts {
 		st = a.stmt(s, st)
 		exit = joinStates(exit, st)
@@ -346,9 +340,9 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 			}
 		}
 		// The body runs any number of times: iterate to a fixpoint.
-		cur := st.clone()
+		cur := maps.Clone(st)
 		for i := 0; ; i++ {
-			in := cur.clone()
+			in := maps.Clone(cur)
 			in[s.Key], in[s.Value] = &info{other: true}, val
 			end := a.block(s.Block, in)
 			next := joinStates(cur, end)
@@ -359,26 +353,26 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 			cur = next
 		}
 	case *ir.BlockStmt:
-		cur := st.clone()
-		exit := st.clone()
+		cur := maps.Clone(st)
+		exit := maps.Clone(st)
 		for _, b := range s.Blocks {
 			if b == nil {
 				continue
 			}
-			end := a.block(b, cur.clone())
+			end := a.block(b, maps.Clone(cur))
 			cur = joinStates(cur, end)
 			exit = joinStates(exit, end)
 		}
 		st = exit
 	case *ir.NotStmt:
-		st = joinStates(st, a.block(s.Block, st.clone()))
+		st = joinStates(st, a.block(s.Block, maps.Clone(st)))
 	case *ir.WithStmt:
 		if s.Local == ir.Input {
 			a.whole = true // `with input`: the input is replaced, or read whole
 		}
 		v := a.operand(st, s.Value)
 		a.markAll(v)
-		in := st.clone()
+		in := maps.Clone(st)
 		in[s.Local] = join(in[s.Local], v)
 		st = joinStates(st, a.block(s.Block, in))
 	case *ir.CallStmt:
