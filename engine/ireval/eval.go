@@ -57,7 +57,6 @@ func IsCancelled(err error) bool {
 // state is everything one evaluation mutates. States are pooled per
 // Program; a state is used by one goroutine at a time.
 type state struct {
-	prog    *Program
 	stack   []*ast.Term
 	sp      int
 	memo    []*ast.Term
@@ -92,7 +91,6 @@ func (p *Program) getState() *state {
 		return st
 	}
 	st := &state{
-		prog:    p,
 		stack:   make([]*ast.Term, p.stackSize),
 		memo:    make([]*ast.Term, p.nmemo),
 		memoHas: make([]uint8, p.nmemo),
