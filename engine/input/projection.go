@@ -119,34 +119,21 @@ func unionMembers[K comparable](a, b map[K]*Projection) map[K]*Projection {
 // String renders p compactly, for tests and `arbiter check`: * is the
 // whole value, #count its length, [any] every member.
 func (p *Projection) String() string {
-	var b strings.Builder
-	p.write(&b)
-	return b.String()
-}
-
-func (p *Projection) write(b *strings.Builder) {
 	if p == nil || p.All {
-		b.WriteString("*")
-		return
+		return "*"
 	}
 	var parts []string
 	if p.Count {
 		parts = append(parts, "#count")
 	}
-	part := func(label string, q *Projection) {
-		var sb strings.Builder
-		sb.WriteString(label + ":")
-		q.write(&sb)
-		parts = append(parts, sb.String())
-	}
 	for _, k := range slices.Sorted(maps.Keys(p.Keys)) {
-		part(strconv.Quote(k), p.Keys[k])
+		parts = append(parts, strconv.Quote(k)+":"+p.Keys[k].String())
 	}
 	for _, i := range slices.Sorted(maps.Keys(p.Index)) {
-		part("["+strconv.Itoa(i)+"]", p.Index[i])
+		parts = append(parts, "["+strconv.Itoa(i)+"]:"+p.Index[i].String())
 	}
 	if p.Any != nil {
-		part("[any]", p.Any)
+		parts = append(parts, "[any]:"+p.Any.String())
 	}
-	b.WriteString("{" + strings.Join(parts, ",") + "}")
+	return "{" + strings.Join(parts, ",") + "}"
 }

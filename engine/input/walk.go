@@ -126,7 +126,7 @@ func (w *walker) value(set []*node, proj *Projection, depth int) (*ast.Term, err
 	case c == '"':
 		t, err = w.stringValue(set, proj)
 	case c == 't' || c == 'f' || c == 'n':
-		t, err = w.literalValue(set, proj, c)
+		t, err = w.literalValue(set, c)
 	case c == '-' || isDigit(c):
 		t, err = w.numberValue(set, proj)
 	default:
@@ -201,7 +201,7 @@ func inEnum(enum []scalar, got typeMask, v scalar) bool {
 	return slices.Contains(enum, v)
 }
 
-func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term, error) {
+func (w *walker) literalValue(set []*node, c byte) (*ast.Term, error) {
 	word, v, t := "null", scalar{kind: tNull}, ast.InternedNullTerm
 	switch c {
 	case 't':
@@ -260,7 +260,7 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 		alive := w.check(set, got, v, func() any { return json.Number(lit) })
 		for i, nd := range set {
 			if alive&(1<<i) != 0 && len(nd.bounds) > 0 {
-				w.checkBounds(nd, n, lit)
+				w.checkBounds(nd, n)
 			}
 		}
 	}
@@ -274,7 +274,7 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 	return ast.NewTerm(ast.Number(string(canon))), nil
 }
 
-func (w *walker) checkBounds(nd *node, n number, lit []byte) {
+func (w *walker) checkBounds(nd *node, n number) {
 	for _, b := range nd.bounds {
 		var bad bool
 		switch b.kind {
