@@ -62,7 +62,7 @@ func (s *Snapshot) UpdateFixtures(ctx context.Context, dir string, run *regexp.R
 		if edits[fx.File] == nil {
 			files = append(files, fx.File)
 		}
-		edits[fx.File] = append(edits[fx.File], fixtureEdit{name: fx.Name, want: fx.WantResult, got: d.Result})
+		edits[fx.File] = append(edits[fx.File], fixtureEdit{name: fx.Name, got: d.Result})
 		changes = append(changes, FixtureChange{Name: name, File: fx.File, Diff: FieldDiff(fx.WantResult, d.Result),
 			Stale: staleWords(fx.Name+" "+fx.Note, fx.WantResult, d.Result)})
 	}
@@ -75,8 +75,8 @@ func (s *Snapshot) UpdateFixtures(ctx context.Context, dir string, run *regexp.R
 }
 
 type fixtureEdit struct {
-	name      string
-	want, got []byte
+	name string
+	got  []byte
 }
 
 // rewriteFixtures replaces, in the fixture file at path, the want_result
