@@ -259,11 +259,7 @@ func (s *Snapshot) runRego(ctx context.Context, b *sourcedSnapshot, st *suite, o
 	}
 	ch, err := runner.RunTests(ctx, txn)
 	if err != nil {
-		if errs, ok := err.(ast.Errors); ok {
-			rep.Setup = append(rep.Setup, astProblems(errs)...)
-			return nil
-		}
-		rep.Setup = append(rep.Setup, Problem{File: opts.Tests, Message: err.Error()})
+		rep.Setup = append(rep.Setup, errProblems(opts.Tests, err)...)
 		return nil
 	}
 	for r := range ch {
