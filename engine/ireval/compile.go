@@ -788,16 +788,13 @@ func mergeObjects(a, b ast.Object) (ast.Object, bool) {
 		}
 		vo, ok1 := v.Value.(ast.Object)
 		wo, ok2 := w.Value.(ast.Object)
-		if !ok1 || !ok2 {
-			ok = false
-			return
+		if ok1 && ok2 {
+			if m, merged := mergeObjects(vo, wo); merged {
+				out.Insert(k, ast.NewTerm(m))
+				return
+			}
 		}
-		m, ok3 := mergeObjects(vo, wo)
-		if !ok3 {
-			ok = false
-			return
-		}
-		out.Insert(k, ast.NewTerm(m))
+		ok = false
 	})
 	b.Foreach(func(k, v *ast.Term) {
 		if a.Get(k) == nil {

@@ -95,17 +95,18 @@ func join(a, b *info) *info {
 		return a
 	}
 	// A collection joined with anything else may hold anything.
-	out := &info{other: a.other || b.other || a.coll != b.coll, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
-	if len(a.paths)+len(b.paths) > 0 {
-		out.paths = map[path]bool{}
-		maps.Copy(out.paths, a.paths)
-		maps.Copy(out.paths, b.paths)
+	return &info{other: a.other || b.other || a.coll != b.coll, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol,
+		paths: joinMaps(a.paths, b.paths), consts: joinMaps(a.consts, b.consts)}
+}
+
+// joinMaps is the members of a and b, nil when there are none.
+func joinMaps[K comparable, V any](a, b map[K]V) map[K]V {
+	if len(a)+len(b) == 0 {
+		return nil
 	}
-	if len(a.consts)+len(b.consts) > 0 {
-		out.consts = map[string]*ast.Term{}
-		maps.Copy(out.consts, a.consts)
-		maps.Copy(out.consts, b.consts)
-	}
+	out := make(map[K]V, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
 	return out
 }
 
