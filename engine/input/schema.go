@@ -246,14 +246,12 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 			n.props[name] = c.node(ps)
 		}
 	}
-	if len(s.PatternProperties) > 0 {
-		for re, ps := range s.PatternProperties {
-			n.patterns = append(n.patterns, patternNode{re: re, n: c.node(ps)})
-		}
-		// The library's map order is random; the walk's order must not
-		// matter, but a fixed one keeps messages stable.
-		sort.Slice(n.patterns, func(i, j int) bool { return n.patterns[i].re.String() < n.patterns[j].re.String() })
+	for re, ps := range s.PatternProperties {
+		n.patterns = append(n.patterns, patternNode{re: re, n: c.node(ps)})
 	}
+	// The library's map order is random; the walk's order must not matter,
+	// but a fixed one keeps messages stable.
+	sort.Slice(n.patterns, func(i, j int) bool { return n.patterns[i].re.String() < n.patterns[j].re.String() })
 	switch a := s.AdditionalProperties.(type) {
 	case nil:
 	case bool:
