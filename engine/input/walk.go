@@ -612,18 +612,17 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 	if build && len(proj.Keys) > 0 {
 		proj = whole // read as an object somewhere: build it whole
 	}
-	keep := build
 	var elems []*ast.Term
 	n := 0
 	if !w.open(']') {
 		for {
 			var childProj *Projection
 			placeholder := false
-			if keep {
+			if build {
 				childProj, placeholder = proj.element(n)
 			}
 			mark := len(w.arena)
-			v, err := w.child(w.elementSet(set, alive, n), mark, childProj, placeholder, keep, "", n, depth)
+			v, err := w.child(w.elementSet(set, alive, n), mark, childProj, placeholder, build, "", n, depth)
 			if err != nil {
 				return nil, err
 			}
