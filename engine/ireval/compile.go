@@ -37,7 +37,7 @@ type Program struct {
 	data      *ast.Term
 	policy    *ir.Policy
 	funcs     []*function // every function reachable from the plan
-	pool      statePool
+	pool      sync.Pool   // of *state
 	projOnce  sync.Once
 	proj      *Projection
 }

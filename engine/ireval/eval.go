@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -83,8 +82,6 @@ type state struct {
 }
 
 const checkEvery = 64
-
-type statePool struct{ sync.Pool }
 
 func (p *Program) getState() *state {
 	if st, ok := p.pool.Get().(*state); ok {

@@ -381,11 +381,9 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 		for i, o := range s.Args {
 			args[i] = a.operand(st, o)
 		}
-		if s.Func == a.skip {
-			st[s.Result] = &info{other: true}
-			return st
-		}
-		if f, ok := a.byName[s.Func]; ok {
+		switch f, ok := a.byName[s.Func]; {
+		case s.Func == a.skip:
+		case ok:
 			prev := a.params[s.Func]
 			merged := make([]*info, len(f.Params))
 			copy(merged, prev)
@@ -404,8 +402,9 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 			}
 			st[s.Result] = cmp.Or(a.returns[s.Func], &info{other: true})
 			return st
+		default:
+			a.builtinCall(s.Func, args)
 		}
-		a.builtinCall(s.Func, args)
 		st[s.Result] = &info{other: true}
 	case *ir.CallDynamicStmt:
 		a.whole = true
