@@ -157,20 +157,16 @@ func reorder(old, got []byte) []byte {
 	if !okO || !okG {
 		return got
 	}
-	var keys []string
-	for _, k := range okeys {
-		if _, ok := gm[k]; ok {
-			keys = append(keys, k)
+	rank := func(k string) int {
+		if i := slices.Index(okeys, k); i >= 0 {
+			return i
 		}
+		return len(okeys)
 	}
-	for _, k := range gkeys {
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
+	slices.SortStableFunc(gkeys, func(x, y string) int { return rank(x) - rank(y) })
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, k := range keys {
+	for i, k := range gkeys {
 		if i > 0 {
 			b.WriteByte(',')
 		}

@@ -517,20 +517,16 @@ func elementDiff(want, got []byte) string {
 	if json.Unmarshal(want, &w) != nil || json.Unmarshal(got, &g) != nil {
 		return ""
 	}
-	lacks := func(list []json.RawMessage, x json.RawMessage) bool {
-		return !slices.ContainsFunc(list, func(y json.RawMessage) bool { return SameJSON(x, y) })
-	}
-	var missing, extra []string
-	for _, x := range w {
-		if lacks(g, x) {
-			missing = append(missing, jsonenc.Compact(x))
+	// only lists the elements of a that b lacks.
+	only := func(a, b []json.RawMessage) (out []string) {
+		for _, x := range a {
+			if !slices.ContainsFunc(b, func(y json.RawMessage) bool { return SameJSON(x, y) }) {
+				out = append(out, jsonenc.Compact(x))
+			}
 		}
+		return out
 	}
-	for _, x := range g {
-		if lacks(w, x) {
-			extra = append(extra, jsonenc.Compact(x))
-		}
-	}
+	missing, extra := only(w, g), only(g, w)
 	if len(missing) == 0 && len(extra) == 0 {
 		return " (the same elements, in another order or number)"
 	}
