@@ -440,7 +440,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 				childProj, placeholder = proj.member(key)
 			}
 			mark := len(w.arena)
-			v, err := w.child(w.memberSet(set, alive, key), mark, childProj, placeholder, build, key, -1, depth)
+			v, err := w.child(w.childSet(set, alive, key, -1), mark, childProj, placeholder, build, key, -1, depth)
 			if err != nil {
 				return nil, err
 			}
@@ -516,17 +516,30 @@ func (w *walker) topMember(key string) error {
 	return nil
 }
 
-// memberSet returns the nodes that apply to member key of an object read
-// under the alive nodes of set.
-func (w *walker) memberSet(set []*node, alive uint64, key string) []*node {
+// childSet returns the nodes that apply to member key (i < 0) or element i
+// of an object or array read under the alive nodes of set.
+func (w *walker) childSet(set []*node, alive uint64, key string, i int) []*node {
 	if alive == 0 {
 		return nil
 	}
 	var single []*node
 	count := 0
 	mark := len(w.arena)
-	for i, n := range set {
-		if alive&(1<<i) == 0 {
+	for j, n := range set {
+		if alive&(1<<j) == 0 {
+			continue
+		}
+		if i >= 0 {
+			var s []*node
+			switch {
+			case i < len(n.prefix):
+				s = n.prefix[i].set
+			case n.itemsAll != nil:
+				s = n.itemsAll.set
+			case n.additional != nil:
+				s = n.additional.set
+			}
+			single, count = w.addSet(single, count, mark, s)
 			continue
 		}
 		matched := false
@@ -622,7 +635,7 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 				childProj, placeholder = proj.element(n)
 			}
 			mark := len(w.arena)
-			v, err := w.child(w.elementSet(set, alive, n), mark, childProj, placeholder, build, "", n, depth)
+			v, err := w.child(w.childSet(set, alive, "", n), mark, childProj, placeholder, build, "", n, depth)
 			if err != nil {
 				return nil, err
 			}
@@ -671,34 +684,6 @@ func shared(t **ast.Term, mk func() ast.Value) *ast.Term {
 		*t = ast.NewTerm(mk())
 	}
 	return *t
-}
-
-// elementSet returns the nodes that apply to element i of an array read
-// under the alive nodes of set.
-func (w *walker) elementSet(set []*node, alive uint64, i int) []*node {
-	if alive == 0 {
-		return nil
-	}
-	var single []*node
-	count := 0
-	mark := len(w.arena)
-	for j, n := range set {
-		if alive&(1<<j) == 0 {
-			continue
-		}
-		switch {
-		case i < len(n.prefix):
-			single, count = w.addSet(single, count, mark, n.prefix[i].set)
-		case n.itemsAll != nil:
-			single, count = w.addSet(single, count, mark, n.itemsAll.set)
-		case n.additional != nil:
-			single, count = w.addSet(single, count, mark, n.additional.set)
-		}
-	}
-	if count <= 1 {
-		return single
-	}
-	return w.arena[mark:]
 }
 
 // delegate has the library validate raw, the text of a value that a node
