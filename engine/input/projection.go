@@ -34,34 +34,25 @@ type Projection struct {
 // whole is the projection that builds everything.
 var whole = &Projection{All: true}
 
-// member returns the projection of the object member key, and whether a
-// placeholder stands in for it.
-func (p *Projection) member(key string) (child *Projection, placeholder bool) {
-	if p.All {
+// child returns the projection of object member key (i < 0) or array
+// element i, and whether a placeholder stands in for it.
+func (p *Projection) child(key string, i int) (*Projection, bool) {
+	var c *Projection
+	switch {
+	case p.All:
 		return whole, false
+	case i < 0:
+		c = p.Keys[key] // Normalize merged Any into it
+	default:
+		c = p.Index[i]
 	}
-	if c := p.Keys[key]; c != nil {
-		return c, false // Normalize merged Any into it
-	}
-	if p.Any != nil {
-		return p.Any, false
-	}
-	return nil, p.Count
-}
-
-// element returns the projection of array element i, and whether a
-// placeholder stands in for it.
-func (p *Projection) element(i int) (child *Projection, placeholder bool) {
-	if p.All {
-		return whole, false
-	}
-	if c := p.Index[i]; c != nil {
+	switch {
+	case c != nil:
 		return c, false
-	}
-	if p.Any != nil {
+	case p.Any != nil:
 		return p.Any, false
 	}
-	return nil, true
+	return nil, i >= 0 || p.Count
 }
 
 // Normalize returns p with Any merged into every member Keys and Index

@@ -437,7 +437,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 			var childProj *Projection
 			placeholder := false
 			if build {
-				childProj, placeholder = proj.member(key)
+				childProj, placeholder = proj.child(key, -1)
 			}
 			mark := len(w.arena)
 			v, err := w.child(w.childSet(set, alive, key, -1), mark, childProj, placeholder, build, key, -1, depth)
@@ -632,7 +632,7 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 			var childProj *Projection
 			placeholder := false
 			if build {
-				childProj, placeholder = proj.element(n)
+				childProj, placeholder = proj.child("", n)
 			}
 			mark := len(w.arena)
 			v, err := w.child(w.childSet(set, alive, "", n), mark, childProj, placeholder, build, "", n, depth)
