@@ -434,13 +434,7 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 				return nil, err
 			}
 		} else {
-			var childProj *Projection
-			placeholder := false
-			if build {
-				childProj, placeholder = proj.child(key, -1)
-			}
-			mark := len(w.arena)
-			v, err := w.child(w.childSet(set, alive, key, -1), mark, childProj, placeholder, build, key, -1, depth)
+			v, err := w.child(set, alive, proj, build, key, -1, depth)
 			if err != nil {
 				return nil, err
 			}
@@ -463,11 +457,19 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 	return ast.NewTerm(ast.NewObject(pairs...)), nil
 }
 
-// child reads the value of a member (key) or element (i >= 0) under the
-// nodes set, which the arena holds from mark on, and returns what its
-// object or array keeps of it when keep: the value, a placeholder (null)
-// for a value no rule reads, or nil for nothing.
-func (w *walker) child(set []*node, mark int, proj *Projection, placeholder, keep bool, key string, i, depth int) (*ast.Term, error) {
+// child reads the value of a member (key) or element (i >= 0) of an object
+// or array read under the alive nodes of set and built by proj, and
+// returns what the object or array keeps of it when keep: the value, a
+// placeholder (null) for a value no rule reads, or nil for nothing.
+func (w *walker) child(set []*node, alive uint64, proj *Projection, keep bool, key string, i, depth int) (*ast.Term, error) {
+	var placeholder bool
+	if keep {
+		proj, placeholder = proj.child(key, i)
+	} else {
+		proj = nil
+	}
+	mark := len(w.arena) // the child's set, when a union, is built from here
+	set = w.childSet(set, alive, key, i)
 	if w.report {
 		w.rep.push(key, i)
 	}
@@ -629,13 +631,7 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 	n := 0
 	if !w.open(']') {
 		for {
-			var childProj *Projection
-			placeholder := false
-			if build {
-				childProj, placeholder = proj.child("", n)
-			}
-			mark := len(w.arena)
-			v, err := w.child(w.childSet(set, alive, "", n), mark, childProj, placeholder, build, "", n, depth)
+			v, err := w.child(set, alive, proj, build, "", n, depth)
 			if err != nil {
 				return nil, err
 			}
