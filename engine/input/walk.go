@@ -389,70 +389,68 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		}
 	}()
 	top := w.wrapped && depth == 0
-	if w.open('}') {
-		w.closeObject(set, alive, frame, seen)
-		if top || !build || !w.valid {
-			return nil, nil
-		}
-		return shared(&w.emptyObj, func() ast.Value { return ast.NewObject() }), nil
-	}
-	for {
-		raw, escaped, at, err := w.key()
-		if err != nil {
-			return nil, err
-		}
-		var key string
-		if escaped {
-			key = string(unescape(nil, raw))
-		} else {
-			key = unsafe.String(unsafe.SliceData(raw), len(raw))
-		}
-		// Duplicate keys would let the policy and another reader of the
-		// body see different documents. A linear scan suits the small
-		// objects that dominate; large ones switch to a set.
-		if seen != nil {
-			if _, dup := seen[key]; dup {
-				return nil, w.quoting(at, "duplicate object key", key)
-			}
-			seen[key] = struct{}{}
-		} else {
-			if slices.Contains(w.keys[frame:], key) {
-				return nil, w.quoting(at, "duplicate object key", key)
-			}
-			if len(w.keys)-frame == 24 {
-				seen = w.keySet()
-				for _, k := range w.keys[frame:] {
-					seen[k] = struct{}{}
-				}
-				seen[key] = struct{}{}
-			}
-		}
-		w.keys = append(w.keys, key)
-
-		if top {
-			if err := w.topMember(key); err != nil {
-				return nil, err
-			}
-		} else {
-			v, err := w.child(set, alive, proj, build, key, -1, depth)
+	if !w.open('}') {
+		for {
+			raw, escaped, at, err := w.key()
 			if err != nil {
 				return nil, err
 			}
-			if v != nil {
-				pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
+			var key string
+			if escaped {
+				key = string(unescape(nil, raw))
+			} else {
+				key = unsafe.String(unsafe.SliceData(raw), len(raw))
 			}
-		}
-		done, err := w.next('}', "object")
-		if err != nil {
-			return nil, err
-		}
-		if done {
-			break
+			// Duplicate keys would let the policy and another reader of the
+			// body see different documents. A linear scan suits the small
+			// objects that dominate; large ones switch to a set.
+			if seen != nil {
+				if _, dup := seen[key]; dup {
+					return nil, w.quoting(at, "duplicate object key", key)
+				}
+				seen[key] = struct{}{}
+			} else {
+				if slices.Contains(w.keys[frame:], key) {
+					return nil, w.quoting(at, "duplicate object key", key)
+				}
+				if len(w.keys)-frame == 24 {
+					seen = w.keySet()
+					for _, k := range w.keys[frame:] {
+						seen[k] = struct{}{}
+					}
+					seen[key] = struct{}{}
+				}
+			}
+			w.keys = append(w.keys, key)
+
+			if top {
+				if err := w.topMember(key); err != nil {
+					return nil, err
+				}
+			} else {
+				v, err := w.child(set, alive, proj, build, key, -1, depth)
+				if err != nil {
+					return nil, err
+				}
+				if v != nil {
+					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
+				}
+			}
+			done, err := w.next('}', "object")
+			if err != nil {
+				return nil, err
+			}
+			if done {
+				break
+			}
 		}
 	}
 	w.closeObject(set, alive, frame, seen)
 	if top || !build || !w.valid {
 		return nil, nil
+	}
+	if len(pairs) == 0 {
+		return shared(&w.emptyObj, func() ast.Value { return ast.NewObject() }), nil
 	}
 	return ast.NewTerm(ast.NewObject(pairs...)), nil
 }
