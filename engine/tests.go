@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -407,11 +408,8 @@ func parseFixtures(files []sourceFile) ([]Fixture, []Problem) {
 			out = append(out, fx)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Decision != out[j].Decision {
-			return out[i].Decision < out[j].Decision
-		}
-		return out[i].Name < out[j].Name
+	slices.SortFunc(out, func(a, b Fixture) int {
+		return cmp.Or(strings.Compare(a.Decision, b.Decision), strings.Compare(a.Name, b.Name))
 	})
 	return out, probs
 }
