@@ -337,30 +337,21 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 			}
 		}
 		// The body runs any number of times: iterate to a fixpoint.
-		cur := maps.Clone(st)
-		for i := 0; ; i++ {
-			in := maps.Clone(cur)
+		for i, done := 0, false; !done; i++ {
+			in := maps.Clone(st)
 			in[s.Key], in[s.Value] = &info{other: true}, val
-			end := a.block(s.Block, in)
-			next := joinStates(cur, end)
-			if sameStates(next, cur) || i > 20 {
-				st = next
-				break
-			}
-			cur = next
+			next := joinStates(st, a.block(s.Block, in))
+			done = sameStates(next, st) || i > 20
+			st = next
 		}
 	case *ir.BlockStmt:
-		cur := maps.Clone(st)
-		exit := maps.Clone(st)
+		// A block starts from the join of the states the blocks before it
+		// may be left with, which is also how the statement may be left.
 		for _, b := range s.Blocks {
-			if b == nil {
-				continue
+			if b != nil {
+				st = joinStates(st, a.block(b, maps.Clone(st)))
 			}
-			end := a.block(b, maps.Clone(cur))
-			cur = joinStates(cur, end)
-			exit = joinStates(exit, end)
 		}
-		st = exit
 	case *ir.NotStmt:
 		st = joinStates(st, a.block(s.Block, maps.Clone(st)))
 	case *ir.WithStmt:
