@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -273,13 +274,9 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 // Snapshot.parseInput), so the body is not read again; each is capped as
 // shown caps it, and their number is the policy's, not the input's.
 func explain(def *decisionDef, reasons []string, doc ast.Value) []RuleOutcome {
-	fired := map[string]bool{}
-	for _, r := range reasons {
-		fired[r] = true
-	}
 	out := make([]RuleOutcome, len(def.rules))
 	for i, r := range def.rules {
-		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
+		out[i] = RuleOutcome{RuleInfo: r, Fired: slices.Contains(reasons, r.Reason)}
 		if i >= len(def.reads) {
 			continue
 		}
