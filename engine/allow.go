@@ -108,7 +108,8 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 			continue
 		}
 		if err := member.Validate(v); err != nil {
-			probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s lists %s, which the outcome member %q cannot hold", AllowKeyword, jsonText(v), outcomeKey)})
+			text, _ := json.Marshal(v) // a string or a boolean: it cannot fail
+			probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s lists %s, which the outcome member %q cannot hold", AllowKeyword, text, outcomeKey)})
 		}
 	}
 	return probs
@@ -118,12 +119,4 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 // fragment.
 func pointerToken(s string) string {
 	return strings.NewReplacer("%", "%25", "#", "%23", " ", "%20").Replace(jsonptr.Escape(s))
-}
-
-func jsonText(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
 }
