@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
 
@@ -44,11 +42,8 @@ func (s *Snapshot) Verdict(name string) (Verdict, bool) {
 		return Verdict{}, false
 	}
 	v := Verdict{OutcomeKey: def.outcomeKey}
-	if obj, ok := def.resultDoc.(map[string]any); ok {
-		if list, ok := obj[AllowKeyword].([]any); ok {
-			v.Allow, v.Declared = list, true
-		}
-	}
+	obj, _ := def.resultDoc.(map[string]any)
+	v.Allow, v.Declared = obj[AllowKeyword].([]any)
 	return v, true
 }
 
@@ -86,10 +81,7 @@ func (v Verdict) Allows(result []byte) (allowed, known bool) {
 // string or a boolean that the outcome member's own schema (properties.KEY
 // of the result schema) accepts, checked by the schema library.
 func checkAllow(path string, doc any, outcomeKey string) []Problem {
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return nil
-	}
+	obj, _ := doc.(map[string]any)
 	raw, ok := obj[AllowKeyword]
 	if !ok {
 		return nil
@@ -102,12 +94,8 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 	if _, ok := props[outcomeKey]; !ok {
 		return []Problem{{File: path, Message: fmt.Sprintf("%s needs the outcome member %q declared under properties", AllowKeyword, outcomeKey)}}
 	}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft7)
-	if err := c.AddResource(path, doc); err != nil {
-		return []Problem{{File: path, Message: err.Error()}}
-	}
-	member, err := c.Compile(path + "#/properties/" + pointerToken(outcomeKey))
+	// The whole document compiled already (discover): only the member is new.
+	member, err := compileSchema(path, doc, "#/properties/"+pointerToken(outcomeKey))
 	if err != nil {
 		return []Problem{{File: path, Message: err.Error()}}
 	}
@@ -120,7 +108,8 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 			continue
 		}
 		if err := member.Validate(v); err != nil {
-			probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s lists %s, which the outcome member %q cannot hold", AllowKeyword, jsonText(v), outcomeKey)})
+			text, _ := json.Marshal(v) // a string or a boolean: it cannot fail
+			probs = append(probs, Problem{File: path, Message: fmt.Sprintf("%s lists %s, which the outcome member %q cannot hold", AllowKeyword, text, outcomeKey)})
 		}
 	}
 	return probs
@@ -130,12 +119,4 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 // fragment.
 func pointerToken(s string) string {
 	return strings.NewReplacer("%", "%25", "#", "%23", " ", "%20").Replace(jsonptr.Escape(s))
-}
-
-func jsonText(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -53,13 +54,7 @@ func refused(b *ast.Builtin) bool {
 // builtin that reaches outside the process, with no network access allowed.
 func Capabilities() *ast.Capabilities {
 	caps := ast.CapabilitiesForThisVersion()
-	kept := caps.Builtins[:0]
-	for _, b := range caps.Builtins {
-		if !refused(b) {
-			kept = append(kept, b)
-		}
-	}
-	caps.Builtins = kept
+	caps.Builtins = slices.DeleteFunc(caps.Builtins, refused)
 	caps.AllowNet = []string{}
 	return caps
 }

@@ -52,9 +52,8 @@ func (b *sourcedSnapshot) checkTestModules(st *suite) []Problem {
 	if len(st.modules) == 0 {
 		return nil
 	}
-	modules := b.withTests(st)
 	c := newCompiler(b.caps, b.schemaSet).WithEnablePrintStatements(true)
-	c.Compile(modules)
+	c.Compile(b.withTests(st))
 	if c.Failed() {
 		return astProblems(c.Errors)
 	}

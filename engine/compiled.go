@@ -106,10 +106,7 @@ func (s *Snapshot) evaluate(ctx context.Context, def *decisionDef, input ast.Val
 	v, err := prog.Eval(ctx, input, ireval.EvalOptions{Deadline: deadline})
 	if err != nil {
 		if ireval.IsCancelled(err) {
-			if ctx.Err() != nil {
-				return nil, &Error{Code: CodePolicyTimeout, Message: "the request was cancelled during policy evaluation", Err: err}
-			}
-			return nil, &Error{Code: CodePolicyTimeout, Message: fmt.Sprintf("policy evaluation exceeded %s", s.timeout), Err: err}
+			return nil, s.timedOut(ctx, err)
 		}
 		// Undefined, a conflict, a builtin error: topdown decides, within
 		// what is left of the deadline, and its answer or error stands.

@@ -169,10 +169,7 @@ func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) 
 	if err != nil {
 		var te *topdown.Error
 		if errors.As(err, &te) && te.Code == topdown.CancelErr {
-			if ctx.Err() != nil {
-				return nil, &Error{Code: CodePolicyTimeout, Message: "the request was cancelled during policy evaluation", Err: err}
-			}
-			return nil, &Error{Code: CodePolicyTimeout, Message: fmt.Sprintf("policy evaluation exceeded %s", s.timeout), Err: err}
+			return nil, s.timedOut(ctx, err)
 		}
 		return nil, &Error{Code: CodePolicyError, Message: "policy evaluation failed", Err: err}
 	}
@@ -187,6 +184,15 @@ func (s *Snapshot) eval(ctx context.Context, def *decisionDef, input ast.Value) 
 		return nil, &Error{Code: CodePolicyError, Message: "the policy produced an unexpected result", Err: fmt.Errorf("result is %T", rs[0].Expressions[0].Value)}
 	}
 	return t.Value, nil
+}
+
+// timedOut is the error of an evaluation, compiled or topdown's, that its
+// deadline or the caller going away stopped.
+func (s *Snapshot) timedOut(ctx context.Context, err error) *Error {
+	if ctx.Err() != nil {
+		return &Error{Code: CodePolicyTimeout, Message: "the request was cancelled during policy evaluation", Err: err}
+	}
+	return &Error{Code: CodePolicyTimeout, Message: fmt.Sprintf("policy evaluation exceeded %s", s.timeout), Err: err}
 }
 
 // checkResult validates a result against the result schema, with the

@@ -80,21 +80,20 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 			continue
 		}
 		var err error
-		if def.inputSchema, err = compileSchema(in.path, in.doc); err != nil {
+		if def.inputSchema, err = compileSchema(in.path, in.doc, ""); err != nil {
 			probs = append(probs, Problem{File: in.path, Message: err.Error()})
 			continue
 		}
 		def.input = input.NewSchema(def.inputSchema)
-		if def.result, err = compileSchema(out.path, out.doc); err != nil {
+		if def.result, err = compileSchema(out.path, out.doc, ""); err != nil {
 			probs = append(probs, Problem{File: out.path, Message: err.Error()})
 			continue
 		}
 		def.inputDoc, def.resultDoc = in.doc, out.doc
+		obj, _ := out.doc.(map[string]any) // a nil map reads as empty
 		def.outcomeKey = "outcome"
-		if obj, ok := out.doc.(map[string]any); ok {
-			if k, ok := obj[OutcomeKeyword].(string); ok {
-				def.outcomeKey = k
-			}
+		if k, ok := obj[OutcomeKeyword].(string); ok {
+			def.outcomeKey = k
 		}
 		if p := checkAllow(out.path, out.doc, def.outcomeKey); len(p) > 0 {
 			probs = append(probs, p...)
@@ -106,11 +105,11 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 		}
 		def.runID, _ = RunIDPointer(in.doc)
 		pkg := ast.MustParseRef("data.decisions." + name)
-		if !declaresInputSchema(as, pkg, name) {
+		var declared bool
+		if def.title, def.description, def.rules, declared = describe(as, pkg, name); !declared {
 			probs = append(probs, Problem{File: file, Line: 1, Message: fmt.Sprintf("package decisions.%s must declare `schemas: [{input: schema.%s.input}]` in its package METADATA so that every input reference is type-checked", name, name)})
 			continue
 		}
-		def.title, def.description, def.rules = describe(as, pkg)
 		pq, err := rego.New(
 			rego.Query(pkg.String()+".decision"),
 			rego.Compiler(c),
@@ -139,40 +138,31 @@ func (s *Snapshot) discover(c *ast.Compiler, store storage.Store, modules map[st
 }
 
 // compileSchema compiles one schema document already decoded with exact
-// numbers. url is only a name for messages.
-func compileSchema(url string, doc any) (*jsonschema.Schema, error) {
+// numbers, or its subschema at the fragment at ("" for the whole). url is
+// only a name for messages.
+func compileSchema(url string, doc any, at string) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft7)
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, fmt.Errorf("adding schema: %w", err)
 	}
-	return c.Compile(url)
+	return c.Compile(url + at)
 }
 
-func declaresInputSchema(as *ast.AnnotationSet, pkg ast.Ref, name string) bool {
+// describe reads the package title and the reason rules of decision name
+// from its METADATA, and whether the package declares its input schema. A
+// reason rule is an annotated rule whose head key is a literal [rank,
+// "code"]: the engine learns every reason from the policy files, so adding
+// one never touches Go.
+func describe(as *ast.AnnotationSet, pkg ast.Ref, name string) (title, description string, rules []RuleInfo, declared bool) {
 	want := ast.MustParseRef("schema." + name + ".input")
-	for _, a := range as.Flatten() {
-		if !a.Path.Equal(pkg) || a.Annotations.Scope != "package" {
-			continue
-		}
-		for _, sa := range a.Annotations.Schemas {
-			if sa.Path.Equal(ast.InputRootRef) && sa.Schema.Equal(want) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// describe reads the package title and the reason rules of a decision from
-// its METADATA. A reason rule is an annotated rule whose head key is a
-// literal [rank, "code"]: the engine learns every reason from the policy
-// files, so adding one never touches Go.
-func describe(as *ast.AnnotationSet, pkg ast.Ref) (title, description string, rules []RuleInfo) {
 	for _, a := range as.Flatten() {
 		ann := a.Annotations
 		if a.Path.Equal(pkg) && ann.Scope == "package" {
 			title, description = ann.Title, ann.Description
+			declared = declared || slices.ContainsFunc(ann.Schemas, func(sa *ast.SchemaAnnotation) bool {
+				return sa.Path.Equal(ast.InputRootRef) && sa.Schema.Equal(want)
+			})
 			continue
 		}
 		r := a.GetRule()
@@ -193,5 +183,5 @@ func describe(as *ast.AnnotationSet, pkg ast.Ref) (title, description string, ru
 	sort.SliceStable(rules, func(i, j int) bool {
 		return ast.NumberCompare(ast.Number(rules[i].Rank), ast.Number(rules[j].Rank)) < 0
 	})
-	return title, description, rules
+	return title, description, rules, declared
 }

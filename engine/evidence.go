@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -252,18 +253,15 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 		for _, t := range r.path {
 			name = append(name, ast.StringTerm(t))
 		}
-		ev := Evidence{Data: strings.TrimPrefix(name.String(), "data."), Via: r.via}
+		ev := Evidence{Absent: true}
 		doc, err := storage.ReadOne(context.Background(), store, storage.Path(r.path))
-		var v ast.Value
 		if err == nil {
-			v, err = ast.InterfaceToValue(doc) // the store holds OPA's values or Go's
+			var v ast.Value
+			if v, err = ast.InterfaceToValue(doc); err == nil { // the store holds OPA's values or Go's
+				ev = shown("", v)
+			}
 		}
-		if err != nil {
-			ev.Absent = true
-		} else {
-			shownEv := shown("", v)
-			ev.Value, ev.Summary = shownEv.Value, shownEv.Summary
-		}
+		ev.Data, ev.Via = strings.TrimPrefix(name.String(), "data."), r.via
 		out = append(out, ev)
 	}
 	return out
@@ -276,13 +274,9 @@ func dataEvidence(store storage.Store, reads []inputRead) []Evidence {
 // Snapshot.parseInput), so the body is not read again; each is capped as
 // shown caps it, and their number is the policy's, not the input's.
 func explain(def *decisionDef, reasons []string, doc ast.Value) []RuleOutcome {
-	fired := map[string]bool{}
-	for _, r := range reasons {
-		fired[r] = true
-	}
 	out := make([]RuleOutcome, len(def.rules))
 	for i, r := range def.rules {
-		out[i] = RuleOutcome{RuleInfo: r, Fired: fired[r.Reason]}
+		out[i] = RuleOutcome{RuleInfo: r, Fired: slices.Contains(reasons, r.Reason)}
 		if i >= len(def.reads) {
 			continue
 		}

@@ -105,7 +105,5 @@ func (b *sourcedSnapshot) loadSuite(r *treeReader, dir string) (*suite, []Proble
 	if b.testFiles == nil {
 		return loadSuite(r, dir)
 	}
-	modules, data, probs := parsePolicies(b.testFiles)
-	fixtures, p := parseFixtures(b.testFiles)
-	return &suite{modules: modules, data: data, fixtures: fixtures, files: b.testFiles}, append(probs, p...)
+	return parseSuite(b.testFiles)
 }

@@ -62,7 +62,7 @@ func (s *Snapshot) UpdateFixtures(ctx context.Context, dir string, run *regexp.R
 		if edits[fx.File] == nil {
 			files = append(files, fx.File)
 		}
-		edits[fx.File] = append(edits[fx.File], fixtureEdit{name: fx.Name, want: fx.WantResult, got: d.Result})
+		edits[fx.File] = append(edits[fx.File], fixtureEdit{name: fx.Name, got: d.Result})
 		changes = append(changes, FixtureChange{Name: name, File: fx.File, Diff: FieldDiff(fx.WantResult, d.Result),
 			Stale: staleWords(fx.Name+" "+fx.Note, fx.WantResult, d.Result)})
 	}
@@ -75,8 +75,8 @@ func (s *Snapshot) UpdateFixtures(ctx context.Context, dir string, run *regexp.R
 }
 
 type fixtureEdit struct {
-	name      string
-	want, got []byte
+	name string
+	got  []byte
 }
 
 // rewriteFixtures replaces, in the fixture file at path, the want_result
@@ -152,25 +152,21 @@ func wantEdits(file []byte, w span, got []byte) []span {
 // reorder is got with its members in old's key order first (when both are
 // objects), then its others.
 func reorder(old, got []byte) []byte {
-	okO, okeys := orderedKeys(old)
+	okeys, _, okO := orderedObject(old)
 	gkeys, gm, okG := orderedObject(got)
 	if !okO || !okG {
 		return got
 	}
-	var keys []string
-	for _, k := range okeys {
-		if _, ok := gm[k]; ok {
-			keys = append(keys, k)
+	rank := func(k string) int {
+		if i := slices.Index(okeys, k); i >= 0 {
+			return i
 		}
+		return len(okeys)
 	}
-	for _, k := range gkeys {
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
+	slices.SortStableFunc(gkeys, func(x, y string) int { return rank(x) - rank(y) })
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, k := range keys {
+	for i, k := range gkeys {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -190,17 +186,14 @@ func formatAt(file []byte, at int, v []byte, multiline bool) []byte {
 	line := bytes.LastIndexByte(file[:at], '\n') + 1
 	prefix := file[line:at]
 	prefix = prefix[:len(prefix)-len(bytes.TrimLeft(prefix, " \t"))]
-	var b bytes.Buffer
-	var compact bytes.Buffer
+	var b, compact bytes.Buffer
 	if json.Compact(&compact, v) != nil {
 		return v
 	}
-	composite := len(compact.Bytes()) > 2 && (compact.Bytes()[0] == '{' || compact.Bytes()[0] == '[')
-	if !multiline && !composite {
-		return compact.Bytes()
-	}
-	if json.Indent(&b, compact.Bytes(), string(prefix), "  ") != nil {
-		return compact.Bytes()
+	c := compact.Bytes()
+	composite := len(c) > 2 && (c[0] == '{' || c[0] == '[')
+	if !multiline && !composite || json.Indent(&b, c, string(prefix), "  ") != nil {
+		return c
 	}
 	return b.Bytes()
 }

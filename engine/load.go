@@ -78,8 +78,6 @@ func build(ctx context.Context, cfg Config) (*sourcedSnapshot, error) {
 
 // buildFrom compiles files already read, from folders or from a bundle.
 func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*sourcedSnapshot, error) {
-	var probs []Problem
-
 	h := sha256.New()
 	var files []string
 	for _, group := range [][]sourceFile{policyFiles, schemaFiles} {
@@ -92,9 +90,8 @@ func buildFrom(cfg Config, policyFiles, schemaFiles []sourceFile) (*sourcedSnaps
 	}
 	revision := hex.EncodeToString(h.Sum(nil))[:16]
 
-	modules, data, p := parsePolicies(policyFiles)
-	probs = append(probs, p...)
-	if len(modules) == 0 && len(p) == 0 {
+	modules, data, probs := parsePolicies(policyFiles)
+	if len(modules) == 0 && len(probs) == 0 {
 		probs = append(probs, Problem{File: cfg.Policies, Message: "no .rego files found"})
 	}
 

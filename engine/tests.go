@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -163,10 +164,8 @@ type passMemo struct {
 
 const passMemoSize = 16
 
+// get finds nothing for "", which add never keeps.
 func (m *passMemo) get(key string) (*TestReport, bool) {
-	if key == "" {
-		return nil, false
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if i := slices.Index(m.keys, key); i >= 0 {
@@ -218,6 +217,11 @@ func loadSuite(r *treeReader, dir string) (*suite, []Problem) {
 	if len(probs) > 0 {
 		return &suite{}, probs
 	}
+	return parseSuite(files)
+}
+
+// parseSuite parses the test modules, test data and fixtures of files.
+func parseSuite(files []sourceFile) (*suite, []Problem) {
 	modules, data, probs := parsePolicies(files)
 	fixtures, p := parseFixtures(files)
 	return &suite{modules: modules, data: data, fixtures: fixtures, files: files}, append(probs, p...)
@@ -254,11 +258,7 @@ func (s *Snapshot) runRego(ctx context.Context, b *sourcedSnapshot, st *suite, o
 	}
 	ch, err := runner.RunTests(ctx, txn)
 	if err != nil {
-		if errs, ok := err.(ast.Errors); ok {
-			rep.Setup = append(rep.Setup, astProblems(errs)...)
-			return nil
-		}
-		rep.Setup = append(rep.Setup, Problem{File: opts.Tests, Message: err.Error()})
+		rep.Setup = append(rep.Setup, errProblems(opts.Tests, err)...)
 		return nil
 	}
 	for r := range ch {
@@ -291,11 +291,10 @@ func (s *Snapshot) runRego(ctx context.Context, b *sourcedSnapshot, st *suite, o
 // stay as they were.
 func (b *sourcedSnapshot) withTests(st *suite) map[string]*ast.Module {
 	modules := make(map[string]*ast.Module, len(b.modules)+len(st.modules))
-	for k, m := range b.modules {
-		modules[k] = m.Copy()
-	}
-	for k, m := range st.modules {
-		modules[k] = m.Copy()
+	for _, from := range []map[string]*ast.Module{b.modules, st.modules} {
+		for k, m := range from {
+			modules[k] = m.Copy()
+		}
 	}
 	return modules
 }
@@ -383,36 +382,32 @@ func parseFixtures(files []sourceFile) ([]Fixture, []Problem) {
 			continue
 		}
 		for name, raw := range cases {
-			var fx Fixture
+			fx := Fixture{Decision: decision, Name: name, File: f.path}
 			dec := json.NewDecoder(bytes.NewReader(raw))
 			dec.DisallowUnknownFields()
-			fx.Decision, fx.Name, fx.File = decision, name, f.path
-			err := dec.Decode(&fx)
-			switch {
-			case err != nil:
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: %v", name, err)})
-				continue
-			case (fx.Input == nil) == (fx.Body == nil):
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: needs exactly one of input and body", name)})
-				continue
-			case (fx.WantResult == nil) == (fx.WantError == nil):
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s: needs exactly one of want_result and want_error", name)})
-				continue
-			}
 			key := decision + "/" + name
-			if prev, dup := seen[key]; dup {
-				probs = append(probs, Problem{File: f.path, Message: fmt.Sprintf("fixture %s is also defined in %s", name, prev)})
+			prev, dup := seen[key]
+			var why string
+			switch err := dec.Decode(&fx); {
+			case err != nil:
+				why = ": " + err.Error()
+			case (fx.Input == nil) == (fx.Body == nil):
+				why = ": needs exactly one of input and body"
+			case (fx.WantResult == nil) == (fx.WantError == nil):
+				why = ": needs exactly one of want_result and want_error"
+			case dup:
+				why = " is also defined in " + prev
+			}
+			if why != "" {
+				probs = append(probs, Problem{File: f.path, Message: "fixture " + name + why})
 				continue
 			}
 			seen[key] = f.path
 			out = append(out, fx)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Decision != out[j].Decision {
-			return out[i].Decision < out[j].Decision
-		}
-		return out[i].Name < out[j].Name
+	slices.SortFunc(out, func(a, b Fixture) int {
+		return cmp.Or(strings.Compare(a.Decision, b.Decision), strings.Compare(a.Name, b.Name))
 	})
 	return out, probs
 }
@@ -489,7 +484,7 @@ func CheckOutcome(fx Fixture, d *Decision, err error) string {
 // objects are shown whole.
 func FieldDiff(want, got []byte) string {
 	keys, wm, okW := orderedObject(want)
-	_, gm, okG := orderedObject(got)
+	gkeys, gm, okG := orderedObject(got)
 	if !okW || !okG {
 		return fmt.Sprintf("  want %s\n  got  %s\n", jsonenc.Compact(want), jsonenc.Compact(got))
 	}
@@ -503,7 +498,6 @@ func FieldDiff(want, got []byte) string {
 			fmt.Fprintf(&b, "  /%s: want %s, got %s%s\n", jsonptr.Escape(k), jsonenc.Compact(wm[k]), jsonenc.Compact(g), elementDiff(wm[k], g))
 		}
 	}
-	_, gkeys := orderedKeys(got)
 	for _, k := range gkeys {
 		if _, ok := wm[k]; !ok {
 			fmt.Fprintf(&b, "  /%s: want no member, got %s\n", jsonptr.Escape(k), jsonenc.Compact(gm[k]))
@@ -519,20 +513,16 @@ func elementDiff(want, got []byte) string {
 	if json.Unmarshal(want, &w) != nil || json.Unmarshal(got, &g) != nil {
 		return ""
 	}
-	lacks := func(list []json.RawMessage, x json.RawMessage) bool {
-		return !slices.ContainsFunc(list, func(y json.RawMessage) bool { return SameJSON(x, y) })
-	}
-	var missing, extra []string
-	for _, x := range w {
-		if lacks(g, x) {
-			missing = append(missing, jsonenc.Compact(x))
+	// only lists the elements of a that b lacks.
+	only := func(a, b []json.RawMessage) (out []string) {
+		for _, x := range a {
+			if !slices.ContainsFunc(b, func(y json.RawMessage) bool { return SameJSON(x, y) }) {
+				out = append(out, jsonenc.Compact(x))
+			}
 		}
+		return out
 	}
-	for _, x := range g {
-		if lacks(w, x) {
-			extra = append(extra, jsonenc.Compact(x))
-		}
-	}
+	missing, extra := only(w, g), only(g, w)
 	if len(missing) == 0 && len(extra) == 0 {
 		return " (the same elements, in another order or number)"
 	}
@@ -552,15 +542,8 @@ func orderedObject(b []byte) ([]string, map[string]json.RawMessage, bool) {
 	if json.Unmarshal(b, &m) != nil || m == nil {
 		return nil, nil, false
 	}
-	ok, keys := orderedKeys(b)
-	return keys, m, ok
-}
-
-// orderedKeys lists the keys of a JSON object in their order.
-func orderedKeys(b []byte) (bool, []string) {
 	spans, ok := memberSpans(b, 0)
-	keys := slices.SortedFunc(maps.Keys(spans), func(x, y string) int { return spans[x].order - spans[y].order })
-	return ok, keys
+	return slices.SortedFunc(maps.Keys(spans), func(x, y string) int { return spans[x].order - spans[y].order }), m, ok
 }
 
 // SameJSON reports whether two JSON texts hold the same value, numbers

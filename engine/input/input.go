@@ -19,6 +19,8 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/arbiter-dev/arbiter/internal/defaults"
 )
 
 // DefaultMaxValues caps the JSON values of one input when Options leaves it
@@ -94,10 +96,7 @@ func notWrapped() error {
 // error when its deadline passed while reading, or *DisagreementError.
 func Parse(ctx context.Context, body []byte, s *Schema, opts Options) (Input, error) {
 	proj := cmp.Or(opts.Projection, whole)
-	maxValues := opts.MaxValues
-	if maxValues <= 0 {
-		maxValues = DefaultMaxValues
-	}
+	maxValues := defaults.Positive(opts.MaxValues, DefaultMaxValues)
 	if s.root == nil {
 		return parseWithLibrary(ctx, body, s, opts, proj, maxValues)
 	}
@@ -143,7 +142,6 @@ func walk(ctx context.Context, body []byte, set []*node, proj *Projection, wrapp
 	if err := w.start(); err != nil {
 		return pass{}, err
 	}
-	var t *ast.Term
 	raw := body
 	isObj := body[w.pos] == '{'
 	if wrapped && isObj {

@@ -78,11 +78,6 @@ func (n number) zero() bool { return len(n.digits) == 0 }
 // integral reports whether the value is an integer (1000.0 and 1e3 are).
 func (n number) integral() bool { return n.exp >= 0 }
 
-// plain reports whether the canonical text is plain integer digits.
-func (n number) plain() bool {
-	return n.zero() || (n.exp >= 0 && len(n.digits)+n.exp <= MaxPlainDigits)
-}
-
 // appendCanonical appends the one text every literal of this value becomes:
 // an integer as plain digits (1e3, 1000.0 and 1.000E+3 are all "1000"),
 // anything else as integer digits and an exponent without a decimal point
@@ -97,7 +92,7 @@ func (n number) appendCanonical(b []byte) []byte {
 		b = append(b, '-')
 	}
 	b = append(b, n.digits...)
-	if n.plain() {
+	if n.integral() && len(n.digits)+n.exp <= MaxPlainDigits {
 		for i := 0; i < n.exp; i++ {
 			b = append(b, '0')
 		}

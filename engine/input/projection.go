@@ -34,34 +34,25 @@ type Projection struct {
 // whole is the projection that builds everything.
 var whole = &Projection{All: true}
 
-// member returns the projection of the object member key, and whether a
-// placeholder stands in for it.
-func (p *Projection) member(key string) (child *Projection, placeholder bool) {
-	if p.All {
+// child returns the projection of object member key (i < 0) or array
+// element i, and whether a placeholder stands in for it.
+func (p *Projection) child(key string, i int) (*Projection, bool) {
+	var c *Projection
+	switch {
+	case p.All:
 		return whole, false
+	case i < 0:
+		c = p.Keys[key] // Normalize merged Any into it
+	default:
+		c = p.Index[i]
 	}
-	if c := p.Keys[key]; c != nil {
-		return c, false // Normalize merged Any into it
-	}
-	if p.Any != nil {
-		return p.Any, false
-	}
-	return nil, p.Count
-}
-
-// element returns the projection of array element i, and whether a
-// placeholder stands in for it.
-func (p *Projection) element(i int) (child *Projection, placeholder bool) {
-	if p.All {
-		return whole, false
-	}
-	if c := p.Index[i]; c != nil {
+	switch {
+	case c != nil:
 		return c, false
-	}
-	if p.Any != nil {
+	case p.Any != nil:
 		return p.Any, false
 	}
-	return nil, true
+	return nil, i >= 0 || p.Count
 }
 
 // Normalize returns p with Any merged into every member Keys and Index
@@ -119,34 +110,21 @@ func unionMembers[K comparable](a, b map[K]*Projection) map[K]*Projection {
 // String renders p compactly, for tests and `arbiter check`: * is the
 // whole value, #count its length, [any] every member.
 func (p *Projection) String() string {
-	var b strings.Builder
-	p.write(&b)
-	return b.String()
-}
-
-func (p *Projection) write(b *strings.Builder) {
 	if p == nil || p.All {
-		b.WriteString("*")
-		return
+		return "*"
 	}
 	var parts []string
 	if p.Count {
 		parts = append(parts, "#count")
 	}
-	part := func(label string, q *Projection) {
-		var sb strings.Builder
-		sb.WriteString(label + ":")
-		q.write(&sb)
-		parts = append(parts, sb.String())
-	}
 	for _, k := range slices.Sorted(maps.Keys(p.Keys)) {
-		part(strconv.Quote(k), p.Keys[k])
+		parts = append(parts, strconv.Quote(k)+":"+p.Keys[k].String())
 	}
 	for _, i := range slices.Sorted(maps.Keys(p.Index)) {
-		part("["+strconv.Itoa(i)+"]", p.Index[i])
+		parts = append(parts, "["+strconv.Itoa(i)+"]:"+p.Index[i].String())
 	}
 	if p.Any != nil {
-		part("[any]", p.Any)
+		parts = append(parts, "[any]:"+p.Any.String())
 	}
-	b.WriteString("{" + strings.Join(parts, ",") + "}")
+	return "{" + strings.Join(parts, ",") + "}"
 }

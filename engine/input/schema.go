@@ -111,7 +111,8 @@ type scalar struct {
 type fieldClass uint8
 
 const (
-	fStream   fieldClass = iota + 1 // applied in the stream
+	fStream   fieldClass = iota + 1 // applied in the stream, by this node (own)
+	fApplies                        // applied in the stream, own only as the code below says
 	fDelegate                       // values under it are validated by the library
 	fWhole                          // the library validates the whole input
 	fIgnore                         // annotations and bookkeeping, no effect on validity
@@ -123,10 +124,10 @@ var fieldClasses = map[string]fieldClass{
 	"Title": fIgnore, "Description": fIgnore, "Default": fIgnore, "Comment": fIgnore,
 	"ReadOnly": fIgnore, "WriteOnly": fIgnore, "Examples": fIgnore, "Deprecated": fIgnore,
 
-	"Bool": fStream, "Ref": fStream, "AllOf": fStream, "Types": fStream, "Enum": fStream, "Const": fStream,
-	"Properties": fStream, "PatternProperties": fStream, "AdditionalProperties": fStream, "Required": fStream,
-	"MinProperties": fStream, "MaxProperties": fStream,
-	"Items": fStream, "AdditionalItems": fStream, "PrefixItems": fStream, "Items2020": fStream,
+	"Bool": fApplies, "Ref": fApplies, "AllOf": fApplies, "AdditionalProperties": fApplies, "AdditionalItems": fApplies,
+	"Types": fStream, "Enum": fStream, "Const": fStream,
+	"Properties": fStream, "PatternProperties": fStream, "Required": fStream, "MinProperties": fStream, "MaxProperties": fStream,
+	"Items": fStream, "PrefixItems": fStream, "Items2020": fStream,
 	"MinItems": fStream, "MaxItems": fStream, "MinLength": fStream, "MaxLength": fStream, "Pattern": fStream,
 	"Maximum": fStream, "Minimum": fStream, "ExclusiveMaximum": fStream, "ExclusiveMinimum": fStream,
 	"MultipleOf": fStream,
@@ -143,12 +144,12 @@ var fieldClasses = map[string]fieldClass{
 // NewSchema prepares a compiled library schema for the walk.
 func NewSchema(lib *jsonschema.Schema) *Schema {
 	c := &compiler{nodes: map[*jsonschema.Schema]*node{}}
-	root, err := c.node(lib)
-	if err == nil {
-		err = c.flatten()
+	root := c.node(lib)
+	if c.err == nil {
+		c.err = c.flatten()
 	}
-	if err != nil {
-		return &Schema{lib: lib, why: err.Error()}
+	if c.err != nil {
+		return &Schema{lib: lib, why: c.err.Error()}
 	}
 	return &Schema{lib: lib, root: root}
 }
@@ -156,14 +157,23 @@ func NewSchema(lib *jsonschema.Schema) *Schema {
 type compiler struct {
 	nodes map[*jsonschema.Schema]*node
 	order []*node
+	err   error // the first schema the walk cannot validate, and why
 }
 
-func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
-	if s == nil {
-		return nil, nil
+func (c *compiler) fail(format string, args ...any) *node {
+	if c.err == nil {
+		c.err = fmt.Errorf(format, args...)
+	}
+	return nil
+}
+
+// node prepares s; a schema the walk cannot validate is kept in c.err.
+func (c *compiler) node(s *jsonschema.Schema) *node {
+	if s == nil || c.err != nil {
+		return nil
 	}
 	if n, ok := c.nodes[s]; ok {
-		return n, nil
+		return n
 	}
 	n := &node{s: s}
 	c.nodes[s] = n
@@ -177,39 +187,40 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 			continue
 		}
 		switch fieldClasses[f.Name] {
-		case fStream, fIgnore:
+		case fStream:
+			n.own = true
+		case fApplies, fIgnore:
 		case fDelegate:
 			n.delegated = true
 		case fWhole:
-			return nil, fmt.Errorf("%s: %s depends on the path of evaluation", s.Location, f.Name)
+			return c.fail("%s: %s depends on the path of evaluation", s.Location, f.Name)
 		default:
-			return nil, fmt.Errorf("%s: schema field %s is not known to the single-pass validator", s.Location, f.Name)
+			return c.fail("%s: schema field %s is not known to the single-pass validator", s.Location, f.Name)
 		}
 	}
 	if s.Bool != nil {
 		n.never = !*s.Bool
 		n.own = n.never
-		return n, nil
+		return n
 	}
 	if n.delegated {
 		// The library applies all of this schema to the value, refs and
 		// in-place applicators included; nothing below needs compiling
 		// for the stream.
-		return n, nil
+		return n
 	}
-	if s.Types != nil && !s.Types.IsEmpty() {
+	if s.Types != nil {
 		for _, name := range s.Types.ToStrings() {
 			n.types |= typeBits[name]
 		}
-		n.own = true
 	}
 	if s.Const != nil {
 		sc, ok := scalarOf(*s.Const)
 		if !ok {
 			n.delegated = true
-			return n, nil
+			return n
 		}
-		n.enum, n.enumConst, n.own = []scalar{sc}, true, true
+		n.enum, n.enumConst = []scalar{sc}, true
 	}
 	if s.Enum != nil {
 		list := make([]scalar, 0, len(s.Enum.Values))
@@ -217,7 +228,7 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 			sc, ok := scalarOf(v)
 			if !ok {
 				n.delegated = true
-				return n, nil
+				return n
 			}
 			list = append(list, sc)
 		}
@@ -227,93 +238,54 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 			n.extra = &node{s: s, enum: list, own: true}
 		} else {
 			n.enum = list
-			n.own = true
 		}
 	}
-	var err error
 	if len(s.Properties) > 0 {
 		n.props = make(map[string]*node, len(s.Properties))
 		for name, ps := range s.Properties {
-			if n.props[name], err = c.node(ps); err != nil {
-				return nil, err
-			}
+			n.props[name] = c.node(ps)
 		}
-		n.own = true
 	}
-	if len(s.PatternProperties) > 0 {
-		for re, ps := range s.PatternProperties {
-			pn, err := c.node(ps)
-			if err != nil {
-				return nil, err
-			}
-			n.patterns = append(n.patterns, patternNode{re: re, n: pn})
-		}
-		// The library's map order is random; the walk's order must not
-		// matter, but a fixed one keeps messages stable.
-		sort.Slice(n.patterns, func(i, j int) bool { return n.patterns[i].re.String() < n.patterns[j].re.String() })
-		n.own = true
+	for re, ps := range s.PatternProperties {
+		n.patterns = append(n.patterns, patternNode{re: re, n: c.node(ps)})
 	}
+	// The library's map order is random; the walk's order must not matter,
+	// but a fixed one keeps messages stable.
+	sort.Slice(n.patterns, func(i, j int) bool { return n.patterns[i].re.String() < n.patterns[j].re.String() })
 	switch a := s.AdditionalProperties.(type) {
 	case nil:
 	case bool:
 		n.addlNo, n.own = !a, n.own || !a
 	case *jsonschema.Schema:
-		if n.addl, err = c.node(a); err != nil {
-			return nil, err
-		}
-		n.own = true
+		n.addl, n.own = c.node(a), true
 	default:
-		return nil, fmt.Errorf("%s: additionalProperties of type %T", s.Location, a)
-	}
-	if len(s.Required) > 0 || s.MinProperties != nil || s.MaxProperties != nil {
-		n.own = true
+		return c.fail("%s: additionalProperties of type %T", s.Location, a)
 	}
 	switch it := s.Items.(type) {
 	case nil:
 	case *jsonschema.Schema:
-		if n.itemsAll, err = c.node(it); err != nil {
-			return nil, err
-		}
-		n.own = true
+		n.itemsAll = c.node(it)
 	case []*jsonschema.Schema:
 		for _, ps := range it {
-			pn, err := c.node(ps)
-			if err != nil {
-				return nil, err
-			}
-			n.prefix = append(n.prefix, pn)
+			n.prefix = append(n.prefix, c.node(ps))
 		}
-		n.own = true
 		switch a := s.AdditionalItems.(type) {
 		case nil:
 		case bool:
 			n.addItemsNo = !a
 		case *jsonschema.Schema:
-			if n.additional, err = c.node(a); err != nil {
-				return nil, err
-			}
+			n.additional = c.node(a)
 		default:
-			return nil, fmt.Errorf("%s: additionalItems of type %T", s.Location, a)
+			return c.fail("%s: additionalItems of type %T", s.Location, a)
 		}
 	default:
-		return nil, fmt.Errorf("%s: items of type %T", s.Location, it)
+		return c.fail("%s: items of type %T", s.Location, it)
 	}
 	for _, ps := range s.PrefixItems {
-		pn, err := c.node(ps)
-		if err != nil {
-			return nil, err
-		}
-		n.prefix = append(n.prefix, pn)
-		n.own = true
+		n.prefix = append(n.prefix, c.node(ps))
 	}
 	if s.Items2020 != nil {
-		if n.itemsAll, err = c.node(s.Items2020); err != nil {
-			return nil, err
-		}
-		n.own = true
-	}
-	if s.MinItems != nil || s.MaxItems != nil || s.MinLength != nil || s.MaxLength != nil || s.Pattern != nil {
-		n.own = true
+		n.itemsAll = c.node(s.Items2020)
 	}
 	for _, b := range []struct {
 		k boundKind
@@ -322,16 +294,13 @@ func (c *compiler) node(s *jsonschema.Schema) (*node, error) {
 		if b.r != nil {
 			u, ok := ratUint64(b.r)
 			n.bounds = append(n.bounds, bound{kind: b.k, r: b.r, u: u, isU64: ok})
-			n.own = true
 		}
 	}
 	// In-place applicators: their nodes apply to the same value.
 	for _, a := range inPlace(s) {
-		if _, err := c.node(a); err != nil {
-			return nil, err
-		}
+		c.node(a)
 	}
-	return n, nil
+	return n
 }
 
 // inPlace lists the in-place applicators of s: its $ref, then allOf.

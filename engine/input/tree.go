@@ -62,11 +62,12 @@ func (d *treeDecoder) value(depth int) (any, error) {
 			return nil, err
 		}
 	}
-	switch c := d.data[d.pos]; {
+	c := d.data[d.pos]
+	if depth >= MaxDepth && (c == '{' || c == '[') {
+		return nil, d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
+	}
+	switch {
 	case c == '{':
-		if depth+1 > MaxDepth {
-			return nil, d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
-		}
 		var obj map[string]any
 		if !d.skipping {
 			obj = map[string]any{}
@@ -98,9 +99,6 @@ func (d *treeDecoder) value(depth int) (any, error) {
 			}
 		}
 	case c == '[':
-		if depth+1 > MaxDepth {
-			return nil, d.errorf(d.pos, "nesting deeper than %d levels", MaxDepth)
-		}
 		var arr []any
 		if !d.skipping {
 			arr = make([]any, 0, 4)

@@ -103,19 +103,20 @@ func (w *walker) value(set []*node, proj *Projection, depth int) (*ast.Term, err
 		if err := w.admitValues(w.values); err != nil {
 			return nil, err
 		}
-		if w.ctx != nil {
-			if err := w.ctx.Err(); err != nil {
-				return nil, err
-			}
+		if w.ctx != nil && w.ctx.Err() != nil {
+			return nil, w.ctx.Err()
 		}
 	}
 	if !w.checking() {
 		set, proj = nil, nil
 	}
-	start := w.pos
+	start, c := w.pos, w.data[w.pos]
+	if depth >= MaxDepth && (c == '{' || c == '[') {
+		return nil, w.errorf(w.pos, "nesting deeper than %d levels", MaxDepth)
+	}
 	var t *ast.Term
 	var err error
-	switch c := w.data[w.pos]; {
+	switch {
 	case c == '{':
 		t, err = w.object(set, proj, depth)
 	case c == '[':
@@ -123,7 +124,7 @@ func (w *walker) value(set []*node, proj *Projection, depth int) (*ast.Term, err
 	case c == '"':
 		t, err = w.stringValue(set, proj)
 	case c == 't' || c == 'f' || c == 'n':
-		t, err = w.literalValue(set, proj, c)
+		t, err = w.literalValue(set, c)
 	case c == '-' || isDigit(c):
 		t, err = w.numberValue(set, proj)
 	default:
@@ -198,7 +199,7 @@ func inEnum(enum []scalar, got typeMask, v scalar) bool {
 	return slices.Contains(enum, v)
 }
 
-func (w *walker) literalValue(set []*node, proj *Projection, c byte) (*ast.Term, error) {
+func (w *walker) literalValue(set []*node, c byte) (*ast.Term, error) {
 	word, v, t := "null", scalar{kind: tNull}, ast.InternedNullTerm
 	switch c {
 	case 't':
@@ -257,7 +258,7 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 		alive := w.check(set, got, v, func() any { return json.Number(lit) })
 		for i, nd := range set {
 			if alive&(1<<i) != 0 && len(nd.bounds) > 0 {
-				w.checkBounds(nd, n, lit)
+				w.checkBounds(nd, n)
 			}
 		}
 	}
@@ -271,7 +272,7 @@ func (w *walker) numberValue(set []*node, proj *Projection) (*ast.Term, error) {
 	return ast.NewTerm(ast.Number(string(canon))), nil
 }
 
-func (w *walker) checkBounds(nd *node, n number, lit []byte) {
+func (w *walker) checkBounds(nd *node, n number) {
 	for _, b := range nd.bounds {
 		var bad bool
 		switch b.kind {
@@ -369,9 +370,6 @@ func (w *walker) stringTerm(s string) *ast.Term {
 }
 
 func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, error) {
-	if depth+1 > MaxDepth {
-		return nil, w.errorf(w.pos, "nesting deeper than %d levels", MaxDepth)
-	}
 	var alive uint64
 	if len(set) > 0 {
 		alive = w.check(set, tObject, scalar{}, func() any { return map[string]any{} })
@@ -391,85 +389,85 @@ func (w *walker) object(set []*node, proj *Projection, depth int) (*ast.Term, er
 		}
 	}()
 	top := w.wrapped && depth == 0
-	if w.open('}') {
-		w.closeObject(set, alive, frame, seen)
-		if top || !build || !w.valid {
-			return nil, nil
-		}
-		return shared(&w.emptyObj, func() ast.Value { return ast.NewObject() }), nil
-	}
-	for {
-		raw, escaped, at, err := w.key()
-		if err != nil {
-			return nil, err
-		}
-		var key string
-		if escaped {
-			key = string(unescape(nil, raw))
-		} else {
-			key = unsafe.String(unsafe.SliceData(raw), len(raw))
-		}
-		// Duplicate keys would let the policy and another reader of the
-		// body see different documents. A linear scan suits the small
-		// objects that dominate; large ones switch to a set.
-		if seen != nil {
-			if _, dup := seen[key]; dup {
-				return nil, w.quoting(at, "duplicate object key", key)
-			}
-			seen[key] = struct{}{}
-		} else {
-			if slices.Contains(w.keys[frame:], key) {
-				return nil, w.quoting(at, "duplicate object key", key)
-			}
-			if len(w.keys)-frame == 24 {
-				seen = w.keySet()
-				for _, k := range w.keys[frame:] {
-					seen[k] = struct{}{}
-				}
-				seen[key] = struct{}{}
-			}
-		}
-		w.keys = append(w.keys, key)
-
-		if top {
-			if err := w.topMember(key); err != nil {
-				return nil, err
-			}
-		} else {
-			var childProj *Projection
-			placeholder := false
-			if build {
-				childProj, placeholder = proj.member(key)
-			}
-			mark := len(w.arena)
-			v, err := w.child(w.memberSet(set, alive, key), mark, childProj, placeholder, build, key, -1, depth)
+	if !w.open('}') {
+		for {
+			raw, escaped, at, err := w.key()
 			if err != nil {
 				return nil, err
 			}
-			if v != nil {
-				pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
+			var key string
+			if escaped {
+				key = string(unescape(nil, raw))
+			} else {
+				key = unsafe.String(unsafe.SliceData(raw), len(raw))
 			}
-		}
-		done, err := w.next('}', "object")
-		if err != nil {
-			return nil, err
-		}
-		if done {
-			break
+			// Duplicate keys would let the policy and another reader of the
+			// body see different documents. A linear scan suits the small
+			// objects that dominate; large ones switch to a set.
+			if seen != nil {
+				if _, dup := seen[key]; dup {
+					return nil, w.quoting(at, "duplicate object key", key)
+				}
+				seen[key] = struct{}{}
+			} else {
+				if slices.Contains(w.keys[frame:], key) {
+					return nil, w.quoting(at, "duplicate object key", key)
+				}
+				if len(w.keys)-frame == 24 {
+					seen = w.keySet()
+					for _, k := range w.keys[frame:] {
+						seen[k] = struct{}{}
+					}
+					seen[key] = struct{}{}
+				}
+			}
+			w.keys = append(w.keys, key)
+
+			if top {
+				if err := w.topMember(key); err != nil {
+					return nil, err
+				}
+			} else {
+				v, err := w.child(set, alive, proj, build, key, -1, depth)
+				if err != nil {
+					return nil, err
+				}
+				if v != nil {
+					pairs = append(pairs, [2]*ast.Term{w.stringTerm(key), v})
+				}
+			}
+			done, err := w.next('}', "object")
+			if err != nil {
+				return nil, err
+			}
+			if done {
+				break
+			}
 		}
 	}
 	w.closeObject(set, alive, frame, seen)
 	if top || !build || !w.valid {
 		return nil, nil
 	}
+	if len(pairs) == 0 {
+		return shared(&w.emptyObj, func() ast.Value { return ast.NewObject() }), nil
+	}
 	return ast.NewTerm(ast.NewObject(pairs...)), nil
 }
 
-// child reads the value of a member (key) or element (i >= 0) under the
-// nodes set, which the arena holds from mark on, and returns what its
-// object or array keeps of it when keep: the value, a placeholder (null)
-// for a value no rule reads, or nil for nothing.
-func (w *walker) child(set []*node, mark int, proj *Projection, placeholder, keep bool, key string, i, depth int) (*ast.Term, error) {
+// child reads the value of a member (key) or element (i >= 0) of an object
+// or array read under the alive nodes of set and built by proj, and
+// returns what the object or array keeps of it when keep: the value, a
+// placeholder (null) for a value no rule reads, or nil for nothing.
+func (w *walker) child(set []*node, alive uint64, proj *Projection, keep bool, key string, i, depth int) (*ast.Term, error) {
+	var placeholder bool
+	if keep {
+		proj, placeholder = proj.child(key, i)
+	} else {
+		proj = nil
+	}
+	mark := len(w.arena) // the child's set, when a union, is built from here
+	set = w.childSet(set, alive, key, i)
 	if w.report {
 		w.rep.push(key, i)
 	}
@@ -518,17 +516,30 @@ func (w *walker) topMember(key string) error {
 	return nil
 }
 
-// memberSet returns the nodes that apply to member key of an object read
-// under the alive nodes of set.
-func (w *walker) memberSet(set []*node, alive uint64, key string) []*node {
+// childSet returns the nodes that apply to member key (i < 0) or element i
+// of an object or array read under the alive nodes of set.
+func (w *walker) childSet(set []*node, alive uint64, key string, i int) []*node {
 	if alive == 0 {
 		return nil
 	}
 	var single []*node
 	count := 0
 	mark := len(w.arena)
-	for i, n := range set {
-		if alive&(1<<i) == 0 {
+	for j, n := range set {
+		if alive&(1<<j) == 0 {
+			continue
+		}
+		if i >= 0 {
+			var s []*node
+			switch {
+			case i < len(n.prefix):
+				s = n.prefix[i].set
+			case n.itemsAll != nil:
+				s = n.itemsAll.set
+			case n.additional != nil:
+				s = n.additional.set
+			}
+			single, count = w.addSet(single, count, mark, s)
 			continue
 		}
 		matched := false
@@ -606,9 +617,6 @@ func (w *walker) closeObject(set []*node, alive uint64, frame int, seen map[stri
 }
 
 func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, error) {
-	if depth+1 > MaxDepth {
-		return nil, w.errorf(w.pos, "nesting deeper than %d levels", MaxDepth)
-	}
 	var alive uint64
 	if len(set) > 0 {
 		alive = w.check(set, tArray, scalar{}, func() any { return []any{} })
@@ -617,18 +625,11 @@ func (w *walker) array(set []*node, proj *Projection, depth int) (*ast.Term, err
 	if build && len(proj.Keys) > 0 {
 		proj = whole // read as an object somewhere: build it whole
 	}
-	keep := build
 	var elems []*ast.Term
 	n := 0
 	if !w.open(']') {
 		for {
-			var childProj *Projection
-			placeholder := false
-			if keep {
-				childProj, placeholder = proj.element(n)
-			}
-			mark := len(w.arena)
-			v, err := w.child(w.elementSet(set, alive, n), mark, childProj, placeholder, keep, "", n, depth)
+			v, err := w.child(set, alive, proj, build, "", n, depth)
 			if err != nil {
 				return nil, err
 			}
@@ -677,34 +678,6 @@ func shared(t **ast.Term, mk func() ast.Value) *ast.Term {
 		*t = ast.NewTerm(mk())
 	}
 	return *t
-}
-
-// elementSet returns the nodes that apply to element i of an array read
-// under the alive nodes of set.
-func (w *walker) elementSet(set []*node, alive uint64, i int) []*node {
-	if alive == 0 {
-		return nil
-	}
-	var single []*node
-	count := 0
-	mark := len(w.arena)
-	for j, n := range set {
-		if alive&(1<<j) == 0 {
-			continue
-		}
-		switch {
-		case i < len(n.prefix):
-			single, count = w.addSet(single, count, mark, n.prefix[i].set)
-		case n.itemsAll != nil:
-			single, count = w.addSet(single, count, mark, n.itemsAll.set)
-		case n.additional != nil:
-			single, count = w.addSet(single, count, mark, n.additional.set)
-		}
-	}
-	if count <= 1 {
-		return single
-	}
-	return w.arena[mark:]
 }
 
 // delegate has the library validate raw, the text of a value that a node

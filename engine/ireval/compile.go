@@ -37,7 +37,7 @@ type Program struct {
 	data      *ast.Term
 	policy    *ir.Policy
 	funcs     []*function // every function reachable from the plan
-	pool      statePool
+	pool      sync.Pool   // of *state
 	projOnce  sync.Once
 	proj      *Projection
 }
@@ -89,7 +89,6 @@ func (b block) run(st *state, l []*ast.Term) int {
 type function struct {
 	name   string
 	params []int
-	ret    int
 	nlocal int
 	blocks []block
 	memo   int // memo slot of a function of (input, data) alone, or -1
@@ -174,11 +173,10 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 			}
 		}
 	}
-	p := &Program{entry: entry, policy: policy}
+	p := &Program{entry: entry, policy: policy, nlocal: frameSize(plan.Blocks, ir.Data)}
 	if data != nil {
 		p.data = ast.NewTerm(data)
 	}
-	p.nlocal = frameSize(plan.Blocks, ir.Data)
 	for _, b := range plan.Blocks {
 		cb, err := c.block(b, 1)
 		if err != nil {
@@ -201,7 +199,10 @@ func Compile(policy *ir.Policy, entry string, data ast.Value) (prog *Program, er
 		deepest := 0
 		callees := f.callee
 		if f.dyn {
-			callees = c.allDynamic(callees)
+			callees = maps.Clone(callees)
+			for _, g := range c.dynamic {
+				callees[g] = true
+			}
 		}
 		for g := range callees {
 			if seen[g] && !f.callee[g] {
@@ -257,23 +258,14 @@ func frameSize(blocks []*ir.Block, named ...ir.Local) int {
 	return n + 1
 }
 
-func (c *compiler) allDynamic(base map[*function]bool) map[*function]bool {
-	out := maps.Clone(base)
-	for _, f := range c.dynamic {
-		out[f] = true
-	}
-	return out
-}
-
+// usesDynamicCalls reports whether policy, which has functions, calls one dynamically.
 func usesDynamicCalls(policy *ir.Policy) bool {
 	var blocks []*ir.Block
 	for _, pl := range policy.Plans.Plans {
 		blocks = append(blocks, pl.Blocks...)
 	}
-	if policy.Funcs != nil {
-		for _, f := range policy.Funcs.Funcs {
-			blocks = append(blocks, f.Blocks...)
-		}
+	for _, f := range policy.Funcs.Funcs {
+		blocks = append(blocks, f.Blocks...)
 	}
 	return slices.ContainsFunc(blocks, contains[*ir.CallDynamicStmt])
 }
@@ -316,7 +308,6 @@ func (c *compiler) function(name string) (*function, error) {
 	for _, p := range f.Params {
 		fn.params = append(fn.params, int(p))
 	}
-	fn.ret = int(f.Return)
 	fn.nlocal = frameSize(f.Blocks, append([]ir.Local{f.Return}, f.Params...)...)
 	c.built[name] = fn
 	if len(f.Params) == 2 {
@@ -797,16 +788,13 @@ func mergeObjects(a, b ast.Object) (ast.Object, bool) {
 		}
 		vo, ok1 := v.Value.(ast.Object)
 		wo, ok2 := w.Value.(ast.Object)
-		if !ok1 || !ok2 {
-			ok = false
-			return
+		if ok1 && ok2 {
+			if m, merged := mergeObjects(vo, wo); merged {
+				out.Insert(k, ast.NewTerm(m))
+				return
+			}
 		}
-		m, ok3 := mergeObjects(vo, wo)
-		if !ok3 {
-			ok = false
-			return
-		}
-		out.Insert(k, ast.NewTerm(m))
+		ok = false
 	})
 	b.Foreach(func(k, v *ast.Term) {
 		if a.Get(k) == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -57,7 +56,6 @@ func IsCancelled(err error) bool {
 // state is everything one evaluation mutates. States are pooled per
 // Program; a state is used by one goroutine at a time.
 type state struct {
-	prog    *Program
 	stack   []*ast.Term
 	sp      int
 	memo    []*ast.Term
@@ -85,14 +83,11 @@ type state struct {
 
 const checkEvery = 64
 
-type statePool struct{ sync.Pool }
-
 func (p *Program) getState() *state {
 	if st, ok := p.pool.Get().(*state); ok {
 		return st
 	}
 	st := &state{
-		prog:    p,
 		stack:   make([]*ast.Term, p.stackSize),
 		memo:    make([]*ast.Term, p.nmemo),
 		memoHas: make([]uint8, p.nmemo),
@@ -319,13 +314,6 @@ func (st *state) builtin(bi *builtinImpl, ops []operand, l []*ast.Term) (*ast.Te
 	if bi.relation {
 		st.outs = st.outs[:0]
 		err = bi.f(st.bctx, args, st.collect)
-		if err == nil {
-			arr := ast.NewArray(append([]*ast.Term(nil), st.outs...)...)
-			clear(st.outs)
-			st.outs = st.outs[:0]
-			clear(args)
-			return ast.NewTerm(arr), next
-		}
 	} else {
 		st.out = nil
 		err = bi.f(st.bctx, args, st.capture)
@@ -348,6 +336,11 @@ func (st *state) builtin(bi *builtinImpl, ops []operand, l []*ast.Term) (*ast.Te
 	}
 	out := st.out
 	st.out = nil
+	if bi.relation {
+		out = ast.NewTerm(ast.NewArray(append([]*ast.Term(nil), st.outs...)...))
+		clear(st.outs)
+		st.outs = st.outs[:0]
+	}
 	return out, next
 }
 

@@ -95,17 +95,18 @@ func join(a, b *info) *info {
 		return a
 	}
 	// A collection joined with anything else may hold anything.
-	out := &info{other: a.other || b.other || a.coll != b.coll, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol}
-	if len(a.paths)+len(b.paths) > 0 {
-		out.paths = map[path]bool{}
-		maps.Copy(out.paths, a.paths)
-		maps.Copy(out.paths, b.paths)
+	return &info{other: a.other || b.other || a.coll != b.coll, coll: a.coll && b.coll, dirtyCol: a.dirtyCol || b.dirtyCol,
+		paths: joinMaps(a.paths, b.paths), consts: joinMaps(a.consts, b.consts)}
+}
+
+// joinMaps is the members of a and b, nil when there are none.
+func joinMaps[K comparable, V any](a, b map[K]V) map[K]V {
+	if len(a)+len(b) == 0 {
+		return nil
 	}
-	if len(a.consts)+len(b.consts) > 0 {
-		out.consts = map[string]*ast.Term{}
-		maps.Copy(out.consts, a.consts)
-		maps.Copy(out.consts, b.consts)
-	}
+	out := make(map[K]V, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
 	return out
 }
 
@@ -122,14 +123,8 @@ func sameInfo(a, b *info) bool {
 
 type absState map[ir.Local]*info
 
-func (s absState) clone() absState {
-	out := make(absState, len(s))
-	maps.Copy(out, s)
-	return out
-}
-
 func joinStates(a, b absState) absState {
-	out := a.clone()
+	out := maps.Clone(a)
 	for k, v := range b {
 		out[k] = join(out[k], v)
 	}
@@ -191,12 +186,8 @@ func newAnalysis(policy *ir.Policy) *analysis {
 }
 
 func analyzeInput(p *Program) *Projection {
-	plan := planNamed(p.policy, p.entry)
-	if plan == nil {
-		return &Projection{All: true}
-	}
-	a := newAnalysis(p.policy)
-	if !a.run(plan.Blocks) {
+	plan, a := planNamed(p.policy, p.entry), newAnalysis(p.policy)
+	if plan == nil || !a.run(plan.Blocks) {
 		return &Projection{All: true}
 	}
 	return a.projection()
@@ -215,7 +206,7 @@ func (a *analysis) run(entry []*ir.Block) bool {
 		a.curFunc = ""
 		st := absState{ir.Input: root, ir.Data: data}
 		for _, b := range entry {
-			st = joinStates(st, a.block(b, st.clone()))
+			st = joinStates(st, a.block(b, maps.Clone(st)))
 		}
 		for i := 0; i < len(a.called); i++ { // grows as calls are found
 			f := a.called[i]
@@ -228,7 +219,7 @@ func (a *analysis) run(entry []*ir.Block) bool {
 				}
 			}
 			for _, b := range f.Blocks {
-				fs = joinStates(fs, a.block(b, fs.clone()))
+				fs = joinStates(fs, a.block(b, maps.Clone(fs)))
 			}
 		}
 		if a.whole {
@@ -256,11 +247,14 @@ func (a *analysis) mark(p path, k markKind) {
 	}
 }
 
-func (a *analysis) markAll(ins ...*info) {
+func (a *analysis) markAll(ins ...*info) { a.markPaths(markAll, ins...) }
+
+// markPaths marks with k every input path that one of ins may hold.
+func (a *analysis) markPaths(k markKind, ins ...*info) {
 	for _, in := range ins {
 		if in != nil {
 			for p := range in.paths {
-				a.mark(p, markAll)
+				a.mark(p, k)
 			}
 		}
 	}
@@ -287,7 +281,7 @@ func constInfo(t *ast.Term) *info {
 // block analyses b from st and returns the join of the states at every
 // point b may be left (any statement may be undefined).
 func (a *analysis) block(b *ir.Block, st absState) absState {
-	exit := st.clone()
+	exit := maps.Clone(st)
 	for _, s := range b.Stmts {
 		st = a.stmt(s, st)
 		exit = joinStates(exit, st)
@@ -304,37 +298,32 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 			out.paths = map[path]bool{}
 			a.markAll(key) // an input value used as a key is read whole
 			for p := range src.paths {
-				switch {
-				case key.constScalar():
-					for _, k := range key.consts {
-						var q path
-						switch kv := k.Value.(type) {
-						case ast.String:
-							q = p.key(string(kv))
-						case ast.Number:
-							if i, ok := kv.Int(); ok && i >= 0 {
-								q = p.index(i)
-							}
-						}
-						if q == "" { // a key that is neither a member's name nor an index
-							a.mark(p, markAll)
-							continue
-						}
-						a.mark(q, markExists)
-						out.paths[q] = true
-					}
-				default:
+				if !key.constScalar() {
 					a.mark(p, markAll) // a key known only at run time
+					continue
+				}
+				for _, k := range key.consts {
+					var q path
+					switch kv := k.Value.(type) {
+					case ast.String:
+						q = p.key(string(kv))
+					case ast.Number:
+						if i, ok := kv.Int(); ok && i >= 0 {
+							q = p.index(i)
+						}
+					}
+					if q == "" { // a key that is neither a member's name nor an index
+						a.mark(p, markAll)
+						continue
+					}
+					a.mark(q, markExists)
+					out.paths[q] = true
 				}
 			}
 		}
 		st[s.Target] = out
 	case *ir.LenStmt:
-		if src := a.operand(st, s.Source); src != nil {
-			for p := range src.paths {
-				a.mark(p, markCount)
-			}
-		}
+		a.markPaths(markCount, a.operand(st, s.Source))
 		st[s.Target] = &info{other: true}
 	case *ir.ScanStmt:
 		src := st[s.Source]
@@ -348,39 +337,30 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 			}
 		}
 		// The body runs any number of times: iterate to a fixpoint.
-		cur := st.clone()
-		for i := 0; ; i++ {
-			in := cur.clone()
+		for i, done := 0, false; !done; i++ {
+			in := maps.Clone(st)
 			in[s.Key], in[s.Value] = &info{other: true}, val
-			end := a.block(s.Block, in)
-			next := joinStates(cur, end)
-			if sameStates(next, cur) || i > 20 {
-				st = next
-				break
-			}
-			cur = next
+			next := joinStates(st, a.block(s.Block, in))
+			done = sameStates(next, st) || i > 20
+			st = next
 		}
 	case *ir.BlockStmt:
-		cur := st.clone()
-		exit := st.clone()
+		// A block starts from the join of the states the blocks before it
+		// may be left with, which is also how the statement may be left.
 		for _, b := range s.Blocks {
-			if b == nil {
-				continue
+			if b != nil {
+				st = joinStates(st, a.block(b, maps.Clone(st)))
 			}
-			end := a.block(b, cur.clone())
-			cur = joinStates(cur, end)
-			exit = joinStates(exit, end)
 		}
-		st = exit
 	case *ir.NotStmt:
-		st = joinStates(st, a.block(s.Block, st.clone()))
+		st = joinStates(st, a.block(s.Block, maps.Clone(st)))
 	case *ir.WithStmt:
 		if s.Local == ir.Input {
 			a.whole = true // `with input`: the input is replaced, or read whole
 		}
 		v := a.operand(st, s.Value)
 		a.markAll(v)
-		in := st.clone()
+		in := maps.Clone(st)
 		in[s.Local] = join(in[s.Local], v)
 		st = joinStates(st, a.block(s.Block, in))
 	case *ir.CallStmt:
@@ -388,38 +368,30 @@ func (a *analysis) stmt(s ir.Stmt, st absState) absState {
 		for i, o := range s.Args {
 			args[i] = a.operand(st, o)
 		}
-		if s.Func == a.skip {
-			st[s.Result] = &info{other: true}
-			return st
-		}
-		if f, ok := a.byName[s.Func]; ok {
+		switch f, ok := a.byName[s.Func]; {
+		case s.Func == a.skip:
+		case ok:
 			prev := a.params[s.Func]
 			merged := make([]*info, len(f.Params))
-			for i := range merged {
-				var x *info
-				if i < len(prev) {
-					x = prev[i]
-				}
-				if i < len(args) {
-					x = join(x, args[i])
-				}
-				merged[i] = x
+			copy(merged, prev)
+			for i := range min(len(args), len(merged)) {
+				merged[i] = join(merged[i], args[i])
 			}
-			same := slices.EqualFunc(prev, merged, sameInfo)
 			if !slices.Contains(a.called, f) {
 				a.called = append(a.called, f)
 			}
 			if !slices.Contains(a.calls[a.curFunc], s.Func) {
 				a.calls[a.curFunc] = append(a.calls[a.curFunc], s.Func)
 			}
-			if !same {
+			if !slices.EqualFunc(prev, merged, sameInfo) {
 				a.params[s.Func] = merged
 				a.changed = true
 			}
 			st[s.Result] = cmp.Or(a.returns[s.Func], &info{other: true})
 			return st
+		default:
+			a.builtinCall(s.Func, args)
 		}
-		a.builtinCall(s.Func, args)
 		st[s.Result] = &info{other: true}
 	case *ir.CallDynamicStmt:
 		a.whole = true
@@ -500,11 +472,7 @@ var comparisons = map[string]bool{"equal": true, "neq": true, "lt": true, "lte":
 func (a *analysis) builtinCall(name string, args []*info) {
 	switch {
 	case name == "count" && len(args) == 1:
-		if args[0] != nil {
-			for p := range args[0].paths {
-				a.mark(p, markCount)
-			}
-		}
+		a.markPaths(markCount, args[0])
 	case comparisons[name] && len(args) == 2:
 		a.compare(args[0], args[1])
 	case name == "internal.member_2" && len(args) == 2:
