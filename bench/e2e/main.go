@@ -194,8 +194,7 @@ func run(ctx context.Context, c config) (err error) {
 		return err
 	}
 	defer os.RemoveAll(l.tmp)
-	inputs, tmp, script, index := l.inputs, l.tmp, l.script, l.index
-	r.mix, r.tmp = corpus.Summarize(inputs), tmp
+	r.mix, r.tmp = corpus.Summarize(l.inputs), l.tmp
 	r.sized = func(size int) (string, []byte, error) {
 		return corpus.Sized(tests, size, func(decision string, body []byte) bool {
 			_, err := l.snap.Decide(ctx, decision, body, engine.Options{})
@@ -214,7 +213,7 @@ func run(ctx context.Context, c config) (err error) {
 		}
 	}()
 	start := func(name, health string, argv func(addr string) []string) (*server, error) {
-		s, err := launch(ctx, name, filepath.Join(tmp, name+".log"), health, func(addr string) []string {
+		s, err := launch(ctx, name, filepath.Join(l.tmp, name+".log"), health, func(addr string) []string {
 			a := argv(addr)
 			r.commands = append(r.commands, shellQuote(a))
 			return a
@@ -224,7 +223,7 @@ func run(ctx context.Context, c config) (err error) {
 		}
 		return s, err
 	}
-	decisionLog := filepath.Join(tmp, "decisions.log")
+	decisionLog := filepath.Join(l.tmp, "decisions.log")
 	arb, err := start("arbiter", "/health", func(addr string) []string { return arbiterArgs(addr, decisionLog) })
 	if err != nil {
 		return err
@@ -242,18 +241,18 @@ func run(ctx context.Context, c config) (err error) {
 		return err
 	}
 
-	if r.checked, err = sameAnswers(ctx, arb, opa, inputs); err != nil {
+	if r.checked, err = sameAnswers(ctx, arb, opa, l.inputs); err != nil {
 		return err
 	}
 	logf("Arbiter and OPA answered %d corpus inputs alike", r.checked)
 
 	if wrkErr == nil {
-		if err := loadRuns(ctx, c, r, []*server{arb, opa, null}, script, index); err != nil {
+		if err := loadRuns(ctx, c, r, []*server{arb, opa, null}, l.script, l.index); err != nil {
 			return err
 		}
 	}
 	if c.pace > 0 {
-		if err := pacedRuns(ctx, c, r, []*server{arb, opa}, inputs); err != nil {
+		if err := pacedRuns(ctx, c, r, []*server{arb, opa}, l.inputs); err != nil {
 			return err
 		}
 	}
@@ -381,7 +380,7 @@ func rotate[T any](reps int, xs []T, fn func(rep int, x T) error) error {
 // saturated, which wrk's closed loop on two shared cores cannot show (there
 // the tail is the operating system's time slices, for every server).
 func pacedRuns(ctx context.Context, c config, r *report, servers []*server, inputs []corpus.Input) error {
-	reqs := dataRequests(inputs)
+	reqs := corpusRequests(inputs, true)
 	return rotate(c.reps, servers, func(rep int, s *server) error {
 		res, err := paced(ctx, s, reqs, c.pace, c.duration)
 		if err := cmp.Or(err, s.alive()); err != nil {

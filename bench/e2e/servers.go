@@ -30,41 +30,6 @@ type server struct {
 	client  *http.Client
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func startServer(name, addr, logPath string, argv ...string) (*server, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, killed with the driver even if the driver is
-	// killed outright.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	s := &server{
-		name: name, addr: addr, logPath: logPath, cmd: cmd, done: make(chan struct{}),
-		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}},
-	}
-	go func() {
-		s.waitErr = cmd.Wait()
-		logf.Close()
-		close(s.done)
-	}()
-	return s, nil
-}
-
 func (s *server) pid() int { return s.cmd.Process.Pid }
 
 func (s *server) url(path string) string { return "http://" + s.addr + path }
@@ -125,17 +90,37 @@ func (s *server) alive() error {
 }
 
 // launch starts the server argv(addr) on a free loopback address, its
-// output in logPath, and waits until health answers 200 (else stops it);
-// the caller stops the server it returns.
+// output in logPath, in its own process group (killed with the driver even
+// if the driver is killed outright), and waits until health answers 200
+// (else stops it); the caller stops the server it returns.
 func launch(ctx context.Context, name, logPath, health string, argv func(addr string) []string) (*server, error) {
-	addr, err := freeAddr()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s, err := startServer(name, addr, logPath, argv(addr)...)
+	addr := l.Addr().String()
+	l.Close()
+	out, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
+	a := argv(addr)
+	cmd := exec.Command(a[0], a[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	s := &server{
+		name: name, addr: addr, logPath: logPath, cmd: cmd, done: make(chan struct{}),
+		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}},
+	}
+	go func() {
+		s.waitErr = cmd.Wait()
+		out.Close()
+		close(s.done)
+	}()
 	t0 := time.Now()
 	if err := s.waitReady(ctx, health, 2*time.Minute); err != nil {
 		s.stop()

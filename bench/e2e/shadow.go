@@ -48,21 +48,20 @@ func runShadow(ctx context.Context, c config) error {
 		return err
 	}
 	defer os.RemoveAll(l.tmp)
-	snap, inputs, tmp, script, index := l.snap, l.inputs, l.tmp, l.script, l.index
-	cand := filepath.Join(tmp, "candidate")
+	cand := filepath.Join(l.tmp, "candidate")
 	for _, dir := range []string{"policies", "schemas"} {
 		if err := os.CopyFS(filepath.Join(cand, dir), os.DirFS(dir)); err != nil {
 			return err
 		}
 	}
-	for _, name := range snap.Names() {
+	for _, name := range l.snap.Names() {
 		src := "package decisions." + name + "\n\n" + loopingRule
 		if err := os.WriteFile(filepath.Join(cand, "policies", "decisions", name, "zz_shadow_benchmark_loop.rego"), []byte(src), 0o644); err != nil {
 			return err
 		}
 	}
 
-	s, argv, err := launchArbiter(ctx, "arbiter", filepath.Join(tmp, "arbiter.log"), filepath.Join(tmp, "decisions.log"), "--shadow-cpu", fmt.Sprint(c.shadowCPU))
+	s, argv, err := launchArbiter(ctx, "arbiter", filepath.Join(l.tmp, "arbiter.log"), filepath.Join(l.tmp, "decisions.log"), "--shadow-cpu", fmt.Sprint(c.shadowCPU))
 	if err != nil {
 		return err
 	}
@@ -86,7 +85,7 @@ func runShadow(ctx context.Context, c config) error {
 	}
 
 	logf("warm-up, %s", c.warmup)
-	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, s.addr)); err != nil {
+	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, l.script, l.index, s.addr)); err != nil {
 		return err
 	}
 	// The modes: no candidate, the looping candidate, and no candidate
@@ -105,7 +104,7 @@ func runShadow(ctx context.Context, c config) error {
 		if err != nil {
 			return abRun{}, err
 		}
-		r, err := abMeasure(ctx, c, s, load, mode, rep, script, index, decisionRequests(inputs), c.shadowPace)
+		r, err := abMeasure(ctx, c, s, load, mode, rep, l.script, l.index, corpusRequests(l.inputs, false), c.shadowPace)
 		if err != nil {
 			return r, err
 		}
@@ -153,21 +152,16 @@ type pacedRequest struct {
 	body []byte
 }
 
-// decisionRequests are the corpus on Arbiter's own decision path.
-func decisionRequests(inputs []corpus.Input) []pacedRequest {
+// corpusRequests are the corpus on Arbiter's own decision path, or (data)
+// on OPA's Data API path, which both servers answer (the bytes wrk sends
+// too).
+func corpusRequests(inputs []corpus.Input, data bool) []pacedRequest {
 	out := make([]pacedRequest, len(inputs))
 	for i, in := range inputs {
 		out[i] = pacedRequest{"/v1/decisions/" + in.Decision, in.Body}
-	}
-	return out
-}
-
-// dataRequests are the corpus on OPA's Data API path, which both servers
-// answer (the bytes wrk sends too).
-func dataRequests(inputs []corpus.Input) []pacedRequest {
-	out := make([]pacedRequest, len(inputs))
-	for i, in := range inputs {
-		out[i] = pacedRequest{dataPath(in.Decision), dataRequest(in.Body)}
+		if data {
+			out[i] = pacedRequest{dataPath(in.Decision), dataRequest(in.Body)}
+		}
 	}
 	return out
 }

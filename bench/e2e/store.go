@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
 )
 
@@ -31,7 +32,6 @@ func runStore(ctx context.Context, c config) error {
 		return err
 	}
 	defer os.RemoveAll(l.tmp)
-	inputs, tmp, script, index := l.inputs, l.tmp, l.script, l.index
 	dbURL, where := c.storeURL, "-store-url"
 	if dbURL == "" {
 		cl, err := pgtest.New()
@@ -51,27 +51,27 @@ func runStore(ctx context.Context, c config) error {
 		dbURL, where = cl.URL("bench"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
 	}
 
-	plain, plainArgv, err := launchArbiter(ctx, "plain", filepath.Join(tmp, "plain.out"), filepath.Join(tmp, "plain.log"))
+	plain, plainArgv, err := launchArbiter(ctx, "plain", filepath.Join(l.tmp, "plain.out"), filepath.Join(l.tmp, "plain.log"))
 	if err != nil {
 		return err
 	}
 	defer plain.stop()
-	stored, storedArgv, err := launchArbiter(ctx, "stored", filepath.Join(tmp, "stored.out"), filepath.Join(tmp, "stored.log"),
+	stored, storedArgv, err := launchArbiter(ctx, "stored", filepath.Join(l.tmp, "stored.out"), filepath.Join(l.tmp, "stored.log"),
 		"--decision-store", dbURL, "--replica-id", "bench")
 	if err != nil {
 		return err
 	}
 	defer stored.stop()
-	storeStats := func() (storeAccount, error) {
+	storeStats := func() (decisionstore.SinkStats, error) {
 		var doc struct {
-			Store storeAccount `json:"store"`
+			Store decisionstore.SinkStats `json:"store"`
 		}
 		return doc.Store, stored.getJSON(ctx, "/v1/status", &doc)
 	}
 
 	for _, s := range []*server{plain, stored} {
 		logf("warm-up of %s, %s", s.name, c.warmup)
-		if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, s.addr)); err != nil {
+		if _, err := runWrk(ctx, wrkArgs(c, c.warmup, l.script, l.index, s.addr)); err != nil {
 			return err
 		}
 	}
@@ -93,7 +93,7 @@ func runStore(ctx context.Context, c config) error {
 		}
 		// Errors (timeouts of an overloaded machine) are reported, not
 		// fatal: they are part of what a run shows.
-		ab, err := abMeasure(ctx, c, s, load, mode, rep, script, index, dataRequests(inputs), c.pace)
+		ab, err := abMeasure(ctx, c, s, load, mode, rep, l.script, l.index, corpusRequests(l.inputs, true), c.pace)
 		if err != nil {
 			return ab, err
 		}
@@ -106,7 +106,7 @@ func runStore(ctx context.Context, c config) error {
 			}
 			if after.Queued == 0 {
 				r.drain = time.Since(ended)
-				r.written, r.dropped = after.Written-before.Written, after.dropped()-before.dropped()
+				r.written, r.dropped = after.Written-before.Written, after.DroppedTotal()-before.DroppedTotal()
 				break
 			}
 			if time.Since(ended) > 5*time.Minute {
@@ -150,18 +150,4 @@ func runStore(ctx context.Context, c config) error {
 		shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")), c.pace, c.duration)
 	fmt.Print(b.String())
 	return nil
-}
-
-// storeAccount is the part of /v1/status's store member the benchmark reads.
-type storeAccount struct {
-	Written uint64            `json:"written"`
-	Queued  int               `json:"queued"`
-	Dropped map[string]uint64 `json:"dropped"`
-}
-
-func (a storeAccount) dropped() (n uint64) {
-	for _, v := range a.Dropped {
-		n += v
-	}
-	return n
 }
