@@ -779,15 +779,8 @@ func outcomeKey(dc Decider, decision string) string {
 	if snap == nil {
 		return ""
 	}
-	for _, d := range snap.Decisions() {
-		if d.Name != decision {
-			continue
-		}
-		if m, ok := d.ResultSchema.(map[string]any); ok {
-			if k, ok := m[engine.OutcomeKeyword].(string); ok && k != "" {
-				return k
-			}
-		}
+	if v, ok := snap.Verdict(decision); ok && v.OutcomeKey != "" {
+		return v.OutcomeKey
 	}
 	return decisionlog.DefaultOutcomeKey
 }
@@ -813,9 +806,7 @@ type evaluation struct {
 	Quiet    []engine.RuleOutcome // rules that did not fire: the conditions that held
 }
 
-type decideFunc func(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
-
-func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, name string, body []byte) evaluation {
+func (h *handler) evaluate(ctx context.Context, decide func(context.Context, string, []byte, engine.Options) (*engine.Decision, error), revision, name string, body []byte) evaluation {
 	ev := evaluation{Revision: revision, Name: name}
 	d, err := decide(ctx, name, body, engine.Options{Explain: true})
 	if err != nil {
@@ -979,7 +970,6 @@ func (h *handler) toneFor(decision, outcome string) string {
 func parseTemplates(prefix string, toneFor func(decision, outcome string) string) map[string]*template.Template {
 	funcs := template.FuncMap{
 		"prefix":  func() string { return prefix },
-		"tone":    tone,
 		"toneFor": toneFor,
 		"short":   func(s string) string { return s[:min(len(s), 8)] },
 		"when": func(t time.Time) string {
@@ -1005,13 +995,6 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 		"num": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 		"selected": func(form url.Values, key, v string) bool {
 			return form.Get(key) == v
-		},
-		"json": func(v any) string {
-			b, err := json.MarshalIndent(v, "", "  ")
-			if err != nil {
-				return fmt.Sprint(v)
-			}
-			return string(b)
 		},
 	}
 	base := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
