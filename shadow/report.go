@@ -48,19 +48,16 @@ type ClassCount struct {
 }
 
 // Count returns the count of class c.
-func (r Report) Count(c Class) uint64 {
-	if i := c.index(); i >= 0 && i < len(r.Classes) {
-		return r.Classes[i].Count
-	}
-	return 0
-}
+func (r Report) Count(c Class) uint64 { return r.class(c).Count }
 
 // Examples returns the example decision ids of class c.
-func (r Report) Examples(c Class) []string {
+func (r Report) Examples(c Class) []string { return r.class(c).Examples }
+
+func (r Report) class(c Class) ClassCount {
 	if i := c.index(); i >= 0 && i < len(r.Classes) {
-		return r.Classes[i].Examples
+		return r.Classes[i]
 	}
-	return nil
+	return ClassCount{}
 }
 
 // Tally counts judgements into a Report. It is safe for concurrent use.
@@ -248,10 +245,7 @@ func Progress(r Report, min uint64) string {
 // added to g's forbidden classes. A request never loosens the operator's
 // gate; only a forced promotion passes a gate that refuses.
 func (g Gate) Stricter(minDecisions uint64, forbid []Class) Gate {
-	out := Gate{MinDecisions: max(g.MinDecisions, minDecisions), Forbidden: slices.Clone(g.Forbidden)}
-	if out.Forbidden == nil {
-		out.Forbidden = []Class{}
-	}
+	out := Gate{MinDecisions: max(g.MinDecisions, minDecisions), Forbidden: append([]Class{}, g.Forbidden...)}
 	for _, c := range forbid {
 		if !slices.Contains(out.Forbidden, c) {
 			out.Forbidden = append(out.Forbidden, c)

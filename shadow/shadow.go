@@ -674,10 +674,7 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(ct
 	}
 	why := s.catchUp(ctx, r)
 	p.Report = r.tally.Report()
-	proofs := Proofs{}
-	if s.cfg.Prover != nil {
-		proofs = s.cfg.Prover.Proofs(r.cand.Snapshot)
-	}
+	proofs := s.Proofs() // r's: adminMu keeps it the candidate
 	p.Evidence = p.Report.Evidence(proofs)
 	p.Refusals = append(p.Refusals, o.Gate.Refusals(p.Report)...)
 	p.Refusals = append(p.Refusals, o.Gate.ProofRefusals(proofs)...)
