@@ -145,7 +145,6 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Option
 			r.rep.Warnings = append(r.rep.Warnings, w.text)
 		}
 		r.rep.Summary.Skipped += len(readWarnings) // each reader warning is one line skipped
-		r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 		if err != nil {
 			return r.rep, err
 		}
@@ -183,7 +182,6 @@ func RunStream(ctx context.Context, snap *engine.Snapshot, stream Stream, opts O
 	}
 	r.rep.Warnings = append(r.rep.Warnings, unread...)
 	r.rep.Summary.Skipped += len(unread)
-	r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 	return r.rep, err
 }
 
@@ -225,6 +223,7 @@ func newRun(snap *engine.Snapshot, opts Options) *run {
 
 func (r *run) finish() {
 	r.rep.Impact = r.tally.Report()
+	r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 	sort.SliceStable(r.rep.Changed, func(i, j int) bool { return classRank(r.rep.Changed[i].Class) < classRank(r.rep.Changed[j].Class) })
 }
 
