@@ -492,13 +492,7 @@ func (s *Shadow) waitIdle(ctx context.Context, seen *uint64) time.Duration {
 			}
 		}
 		n := s.starts.Load()
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(quiet)
+		t.Reset(quiet) // no stale tick after a Reset since Go 1.23
 		select {
 		case <-t.C:
 		case <-ctx.Done():

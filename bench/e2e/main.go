@@ -392,6 +392,10 @@ func pacedRuns(ctx context.Context, c config, r *report, servers []*server, inpu
 	})
 }
 
+// allocMetric is the bytes a server's Go runtime has allocated since it
+// started.
+const allocMetric = "go_memstats_alloc_bytes_total"
+
 // sizeRuns times sequential requests with one large Runner state at each
 // size, alternating servers request by request, and reads how many bytes
 // each server allocated for them from its own /metrics.
@@ -399,8 +403,8 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 	servers := []*server{arb, opa}
 	scrape := map[string]float64{}
 	for _, s := range servers {
-		a1, err1 := s.allocBytes(ctx)
-		a2, err2 := s.allocBytes(ctx)
+		a1, err1 := s.metric(ctx, allocMetric)
+		a2, err2 := s.metric(ctx, allocMetric)
 		if err := cmp.Or(err1, err2); err != nil {
 			return err
 		}
@@ -431,7 +435,7 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 		}
 		before, cpuBefore := map[string]float64{}, map[string]float64{}
 		for _, s := range servers {
-			if before[s.name], err = s.allocBytes(ctx); err != nil {
+			if before[s.name], err = s.metric(ctx, allocMetric); err != nil {
 				return err
 			}
 			cpuBefore[s.name], _ = cpuSeconds(s.pid())
@@ -454,7 +458,7 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 		for _, s := range servers {
 			cpuAfter, _ := cpuSeconds(s.pid())
 			res.cpu[s.name] = (cpuAfter - cpuBefore[s.name]) / float64(sz.requests)
-			after, err := s.allocBytes(ctx)
+			after, err := s.metric(ctx, allocMetric)
 			if err != nil {
 				return err
 			}

@@ -125,11 +125,6 @@ type serverStats struct {
 	n                  int
 }
 
-func (r *report) stats(server string) serverStats { return statsOf(r.runs, server) }
-
-// pacedStats are the fixed-rate runs' medians.
-func (r *report) pacedStats(server string) serverStats { return statsOf(r.pacedRuns, server) }
-
 func statsOf(runs []loadRun, server string) serverStats {
 	var s serverStats
 	var rps, p50, p99, cpu []float64
@@ -239,10 +234,10 @@ func kb(n int) string {
 func (r *report) writeSummary(w func(string, ...any)) {
 	w("## Targets of the issue, measured in this run\n\n")
 	w("| target | measured | |\n|---|---|---|\n")
-	a, o := r.stats("arbiter"), r.stats("opa")
+	a, o := statsOf(r.runs, "arbiter"), statsOf(r.runs, "opa")
 	if a.n > 0 && o.n > 0 {
 		w("| E2E server CPU per request, typical states, validation and decision log on: OPA's ≥ 4x Arbiter's (aim 6x) | %.2fx (%.0f vs %.0f µs; throughput %.2fx: %.0f vs %.0f req/s, more sensitive to the neighbours' load) | %s |\n", o.cpu/a.cpu, o.cpu, a.cpu, a.rps/o.rps, a.rps, o.rps, verdict(o.cpu >= 4*a.cpu))
-		if pa, po := r.pacedStats("arbiter"), r.pacedStats("opa"); pa.n > 0 && po.n > 0 {
+		if pa, po := statsOf(r.pacedRuns, "arbiter"), statsOf(r.pacedRuns, "opa"); pa.n > 0 && po.n > 0 {
 			w("| E2E p99 at a fixed %d req/s (open loop, a rate both sustain): Arbiter under half of OPA's | %.2fx (%.2f ms vs %.2f ms; p50 %.2f vs %.2f ms) | %s |\n",
 				r.cfg.pace, pa.p99/po.p99, pa.p99, po.p99, pa.p50, po.p50, verdict(2*pa.p99 < po.p99))
 		}
@@ -340,14 +335,14 @@ func (r *report) writeLoad(w func(string, ...any)) {
 	w("| server | req/s | p50 ms | p99 ms | req/s per run | errors | server CPU µs/req | max RSS under load | VmHWM after load |\n")
 	w("|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for i, name := range []string{"arbiter", "opa", "null"} {
-		s := r.stats(name)
+		s := statsOf(r.runs, name)
 		hwm := ""
 		if i < len(r.hwmAfterLoad) {
 			hwm = mib(r.hwmAfterLoad[i])
 		}
 		w("| %s | %.0f | %.2f | %.2f | %s | %d | %.0f | %s | %s |\n", label(name), s.rps, s.p50, s.p99, joinf("%.0f", s.perRun), s.errors, s.cpu, mib(s.maxRSS), hwm)
 	}
-	a, o, n := r.stats("arbiter"), r.stats("opa"), r.stats("null")
+	a, o, n := statsOf(r.runs, "arbiter"), statsOf(r.runs, "opa"), statsOf(r.runs, "null")
 	w("\nArbiter/OPA: throughput **%.2fx** (per repetition: %s), p50 %.2fx, p99 %.2fx, server CPU per request %.2fx.\n", a.rps/o.rps, joinf("%.2f", r.repRatios()), a.p50/o.p50, a.p99/o.p99, a.cpu/o.cpu)
 	w("Share of the null server's throughput: Arbiter %.0f%%, OPA %.0f%%.\n", 100*a.rps/n.rps, 100*o.rps/n.rps)
 	w("Arbiter's decision log held %s at the end (every request is logged with its input; records dropped\n", mib(r.decisionLogBytes))
@@ -358,7 +353,7 @@ func (r *report) writeLoad(w func(string, ...any)) {
 		w("latency a caller sees when the service is not saturated:\n\n")
 		w("| server | p50 ms | p90 ms | p99 ms | max ms | p99 per run | errors |\n|---|---:|---:|---:|---:|---|---:|\n")
 		for _, name := range []string{"arbiter", "opa"} {
-			st := r.pacedStats(name)
+			st := statsOf(r.pacedRuns, name)
 			var p90, mx, p99 []float64
 			for _, run := range r.pacedRuns {
 				if run.server == name {

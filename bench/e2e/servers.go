@@ -180,12 +180,6 @@ func (s *server) request(ctx context.Context, method, path string, body []byte) 
 	return resp.StatusCode, out, err
 }
 
-// allocBytes reads go_memstats_alloc_bytes_total, the bytes the server's Go
-// runtime has allocated since it started, from its /metrics.
-func (s *server) allocBytes(ctx context.Context) (float64, error) {
-	return s.metric(ctx, "go_memstats_alloc_bytes_total")
-}
-
 // metric reads an unlabelled metric from the server's /metrics.
 func (s *server) metric(ctx context.Context, name string) (float64, error) {
 	_, out, err := s.request(ctx, http.MethodGet, "/metrics", nil)
