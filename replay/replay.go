@@ -229,30 +229,28 @@ func (r *run) finish() {
 
 // source replays the records read calls take with: read runs on this
 // goroutine, the decisions on opts.Workers goroutines, and their results
-// are taken in the order read gave the records, so the report is the one
-// a single worker would make. At most 16 records per worker are in flight
-// between reading and taking. It returns the skipped records' warnings,
-// in order.
+// are taken in the order read gave the records (each job carries its own
+// answer, awaited in turn), so the report is the one a single worker would
+// make. At most 16 records per worker are in flight between reading and
+// taking. It returns the skipped records' warnings, in order.
 func (r *run) source(ctx context.Context, read func(take func(at place, rec decisionlog.Record) error) error) ([]warning, error) {
-	type job struct {
-		seq int
-		at  place
-		rec decisionlog.Record
-	}
 	type result struct {
-		job
 		ch   *Change
 		skip string
 	}
+	type job struct {
+		at  place
+		rec decisionlog.Record
+		out chan result
+	}
 	jobs := make(chan job, r.opts.Workers)
-	results := make(chan result, r.opts.Workers)
-	window := make(chan struct{}, 16*r.opts.Workers)
+	inOrder := make(chan job, 16*r.opts.Workers-1) // and the one being taken
 	var workers sync.WaitGroup
 	for range r.opts.Workers {
 		workers.Go(func() {
 			for j := range jobs {
 				ch, skip := Record(ctx, r.snap, j.rec)
-				results <- result{j, ch, skip}
+				j.out <- result{ch, skip}
 			}
 		})
 	}
@@ -260,25 +258,13 @@ func (r *run) source(ctx context.Context, read func(take func(at place, rec deci
 	taken := make(chan struct{})
 	go func() {
 		defer close(taken)
-		pending := map[int]result{}
-		next := 0
-		for res := range results {
-			pending[res.seq] = res
-			for {
-				res, ok := pending[next]
-				if !ok {
-					break
-				}
-				delete(pending, next)
-				next++
-				<-window
-				if w, ok := r.take(res.at, res.rec, res.ch, res.skip); ok {
-					skips = append(skips, w)
-				}
+		for j := range inOrder {
+			res := <-j.out
+			if w, ok := r.take(j.at, j.rec, res.ch, res.skip); ok {
+				skips = append(skips, w)
 			}
 		}
 	}()
-	seq := 0
 	err := read(func(at place, rec decisionlog.Record) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -293,18 +279,18 @@ func (r *run) source(ctx context.Context, read func(take func(at place, rec deci
 			r.seenRev[rec.Revision] = true
 			r.rep.Summary.OldRevisions = append(r.rep.Summary.OldRevisions, rec.Revision)
 		}
+		j := job{at, rec, make(chan result, 1)}
 		select {
-		case window <- struct{}{}:
+		case inOrder <- j:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		jobs <- job{seq, at, rec}
-		seq++
+		jobs <- j
 		return nil
 	})
 	close(jobs)
+	close(inOrder)
 	workers.Wait()
-	close(results)
 	<-taken
 	if err == nil {
 		err = ctx.Err() // a record decided after ctx ended is no judgement
