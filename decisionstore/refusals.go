@@ -327,21 +327,17 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	allowJSON, _ := json.Marshal(allow)
 	sql := fmt.Sprintf(refusalsSQL, MaxReasonsPerRefusal, strings.Join(append(conds, inputs...), " AND "),
 		arg(string(allowJSON)), arg(q.MaxRefusals), arg(q.Series), arg(q.Groups), arg(q.Window.Since), arg(q.Window.Step.Microseconds()))
-	type group struct {
-		set                       int
-		bucket                    *int
-		revision, replica, reason *string
-		isReason                  bool
-		n                         int64
+	type group struct { // the columns, in order
+		Set                       int
+		Bucket                    *int
+		Revision, Replica, Reason *string
+		IsReason                  bool
+		N                         int64
 	}
 	rows, err := r.db.Query(ctx, sql, args...)
 	var got []group
 	if err == nil {
-		got, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (group, error) {
-			var g group
-			err := row.Scan(&g.set, &g.bucket, &g.revision, &g.replica, &g.reason, &g.isReason, &g.n)
-			return g, err
-		})
+		got, err = pgx.CollectRows(rows, pgx.RowToStructByPos[group])
 	}
 	if err != nil {
 		return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
@@ -353,22 +349,22 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	var distinct [3]int
 	for _, g := range got {
 		switch {
-		case g.set == -1:
-			out.More = int(g.n) > q.MaxRefusals
-		case g.set == -5:
-			if g.n != 0 {
-				out.Oldest = time.UnixMicro(g.n).UTC()
+		case g.Set == -1:
+			out.More = int(g.N) > q.MaxRefusals
+		case g.Set == -5:
+			if g.N != 0 {
+				out.Oldest = time.UnixMicro(g.N).UTC()
 			}
-		case g.set < 0:
-			distinct[-g.set-2] = int(g.n)
-		case g.set == 3 && g.isReason && g.reason != nil:
-			reasons[*g.reason] += int(g.n)
-		case g.set == 3 && !g.isReason:
-			out.Refusals += int(g.n)
-		case g.set == 5 && !g.isReason && g.revision != nil:
-			revisions[*g.revision] = int(g.n)
-		case g.set == 6 && !g.isReason && g.replica != nil:
-			replicas[*g.replica] = int(g.n)
+		case g.Set < 0:
+			distinct[-g.Set-2] = int(g.N)
+		case g.Set == 3 && g.IsReason && g.Reason != nil:
+			reasons[*g.Reason] += int(g.N)
+		case g.Set == 3 && !g.IsReason:
+			out.Refusals += int(g.N)
+		case g.Set == 5 && !g.IsReason && g.Revision != nil:
+			revisions[*g.Revision] = int(g.N)
+		case g.Set == 6 && !g.IsReason && g.Replica != nil:
+			replicas[*g.Replica] = int(g.N)
 		}
 	}
 	revAt, repAt, series := out.bars(q, reasons, revisions, replicas, distinct)
@@ -380,28 +376,28 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	}
 	for _, g := range got {
 		var t *Tally
-		switch g.set {
+		switch g.Set {
 		case 3:
-			if g.bucket == nil || *g.bucket < 0 || *g.bucket >= len(out.Time) {
+			if g.Bucket == nil || *g.Bucket < 0 || *g.Bucket >= len(out.Time) {
 				continue
 			}
-			t = &out.Time[*g.bucket]
+			t = &out.Time[*g.Bucket]
 		case 5:
-			t = pick(out.Revisions, revAt, g.revision)
+			t = pick(out.Revisions, revAt, g.Revision)
 		case 6:
-			t = pick(out.Replicas, repAt, g.replica)
+			t = pick(out.Replicas, repAt, g.Replica)
 		default:
 			continue
 		}
-		if !g.isReason {
-			t.Total = int(g.n)
+		if !g.IsReason {
+			t.Total = int(g.N)
 			continue
 		}
 		s := len(t.Counts) - 1 // "other"
-		if g.reason != nil {
-			s = series[*g.reason]
+		if g.Reason != nil {
+			s = series[*g.Reason]
 		}
-		t.Counts[s] += int(g.n)
+		t.Counts[s] += int(g.N)
 	}
 	return out, nil
 }

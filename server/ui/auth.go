@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"net/url"
@@ -19,9 +20,7 @@ const TokenCookie = "arbiter_token"
 // API's error document. Nothing else changes: the same tokens, compared
 // the same way.
 func Bridge(prefix string) func(http.Handler) http.Handler {
-	if prefix == "" {
-		prefix = "/ui"
-	}
+	prefix = cmp.Or(prefix, "/ui")
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !strings.HasPrefix(r.URL.Path, prefix+"/") && r.URL.Path != prefix {

@@ -109,17 +109,14 @@ func runIDOf(e Entry, ptrs RunPointers) string {
 	if !found {
 		return ""
 	}
-	var s string
 	switch x := v.(type) {
 	case string:
-		s = x
+		return cut(x, decisionstore.RunIDChars)
 	case nil:
 		return ""
-	default:
-		b, _ := json.Marshal(x)
-		s = string(b)
 	}
-	return cut(s, decisionstore.RunIDChars)
+	b, _ := json.Marshal(v)
+	return cut(string(b), decisionstore.RunIDChars)
 }
 
 // cut is s's first n characters, with "…" when it had more.

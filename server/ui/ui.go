@@ -745,13 +745,11 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
-	d := decisionData{Entry: e, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
+	d := decisionData{Entry: e, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID),
+		InputText: indent(e.Record.Input), ResultText: indent(e.Record.Result), Shadow: h.shadowAnswers(r.Context(), e)}
 	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
 		d.RunURL = h.runURL(d.Run)
 	}
-	d.Shadow = h.shadowAnswers(r.Context(), e)
-	d.InputText = indent(e.Record.Input)
-	d.ResultText = indent(e.Record.Result)
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
 		d.LiveRevision = snap.Revision
 	}
@@ -952,16 +950,14 @@ func tone(v string) string {
 // schema says which outcomes allow: green for those, red for the others;
 // otherwise by tone.
 func (h *handler) toneFor(decision, outcome string) string {
-	if outcome == OutcomeError || outcome == "" {
-		return tone(outcome)
-	}
 	snap := h.cfg.Decider.Snapshot()
-	if snap == nil {
+	if outcome == OutcomeError || outcome == "" || snap == nil {
 		return tone(outcome)
 	}
-	if v, _ := snap.Verdict(decision); !v.Declared {
+	switch v, _ := snap.Verdict(decision); {
+	case !v.Declared:
 		return tone(outcome)
-	} else if slices.ContainsFunc(v.Allow, func(a any) bool { return fmt.Sprint(a) == outcome }) {
+	case slices.ContainsFunc(v.Allow, func(a any) bool { return fmt.Sprint(a) == outcome }):
 		return "tone-allow"
 	}
 	return "tone-refuse"

@@ -55,10 +55,8 @@ func (h *handler) newWhatIf(decision, inputText string) whatIfData {
 // topLevelMembers lists the properties of an input schema, as JSON
 // pointers: where a pasted document can go.
 func topLevelMembers(schema any) []string {
-	m, _ := schema.(map[string]any)
-	props, _ := m["properties"].(map[string]any)
-	out := make([]string, 0, len(props))
-	for k := range props {
+	var out []string
+	for k := range memberProperties(schema) {
 		out = append(out, "/"+jsonptr.Escape(k))
 	}
 	sort.Strings(out)
@@ -248,7 +246,7 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 	return best
 }
 
-// memberProperties lists, for each top-level property of an input schema,
+// memberProperties lists each top-level property of an input schema, with
 // the properties its own schema declares (following local $refs).
 func memberProperties(schema any) map[string][]string {
 	root, _ := schema.(map[string]any)
@@ -264,9 +262,7 @@ func memberProperties(schema any) map[string][]string {
 			sub = resolveLocal(root, ref[2:])
 		}
 		p, _ := sub["properties"].(map[string]any)
-		for k := range p {
-			out[member] = append(out[member], k)
-		}
+		out[member] = slices.Collect(maps.Keys(p))
 	}
 	return out
 }
