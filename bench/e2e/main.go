@@ -348,7 +348,7 @@ func loadRuns(ctx context.Context, c config, r *report, servers []*server, scrip
 		cpu0, _ := cpuSeconds(s.pid())
 		rss := sampleRSS(s.pid(), 100*time.Millisecond)
 		res, err := runWrk(ctx, wrkArgs(c, c.duration, script, index, s.addr))
-		maxRSS := rss.done()
+		maxRSS := rss()
 		cpu1, _ := cpuSeconds(s.pid())
 		if err := cmp.Or(err, s.alive()); err != nil {
 			return err

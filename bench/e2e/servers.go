@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -259,38 +258,30 @@ func cpuSeconds(pid int) (float64, error) {
 	return (ut + st) / clockTicks, nil
 }
 
-// rssSampler records the largest VmRSS of a process while it runs.
-type rssSampler struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
-	max  int64
-}
-
-func sampleRSS(pid int, every time.Duration) *rssSampler {
-	r := &rssSampler{stop: make(chan struct{})}
-	r.wg.Add(1)
+// sampleRSS samples the VmRSS of a process every so often until the
+// function it returns is called, which returns the largest.
+func sampleRSS(pid int, every time.Duration) func() int64 {
+	stop, largest := make(chan struct{}), make(chan int64)
 	go func() {
-		defer r.wg.Done()
+		var max int64
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			if v, err := procStatus(pid, "VmRSS"); err == nil && v > r.max {
-				r.max = v
+			if v, err := procStatus(pid, "VmRSS"); err == nil && v > max {
+				max = v
 			}
 			select {
-			case <-r.stop:
+			case <-stop:
+				largest <- max
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	return r
-}
-
-func (r *rssSampler) done() int64 {
-	close(r.stop)
-	r.wg.Wait()
-	return r.max
+	return func() int64 {
+		close(stop)
+		return <-largest
+	}
 }
 
 // nullServer answers every request with the same small JSON document after
