@@ -116,32 +116,34 @@ func msd(d time.Duration) float64 { return float64(d) / float64(time.Millisecond
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
-// serverStats is the median of a server's load runs.
+// serverStats are the medians of a server's load runs, and each run's
+// throughput and p99.
 type serverStats struct {
-	rps, p50, p99, cpu float64 // req/s, ms, ms, µs per request
-	maxRSS             int64
-	errors             int64
-	perRun             []float64
-	n                  int
+	rps, p50, p90, p99, slowest, cpu float64 // req/s, ms, ms, ms, ms, µs per request
+	maxRSS                           int64
+	errors                           int64
+	rpsRuns, p99Runs                 []float64
+	n                                int
 }
 
 func statsOf(runs []loadRun, server string) serverStats {
 	var s serverStats
-	var rps, p50, p99, cpu []float64
+	var p50, p90, slowest, cpu []float64
 	for _, run := range runs {
 		if run.server != server {
 			continue
 		}
-		rps = append(rps, run.res.rps())
+		s.rpsRuns = append(s.rpsRuns, run.res.rps())
 		p50 = append(p50, ms(run.res.P50US))
-		p99 = append(p99, ms(run.res.P99US))
+		p90 = append(p90, ms(run.res.P90US))
+		s.p99Runs = append(s.p99Runs, ms(run.res.P99US))
+		slowest = append(slowest, ms(run.res.MaxUS))
 		cpu = append(cpu, run.cpuPerReq()*1e6)
 		s.maxRSS = max(s.maxRSS, run.maxRSS)
 		s.errors += run.res.errors()
-		s.perRun = append(s.perRun, run.res.rps())
-		s.n++
 	}
-	s.rps, s.p50, s.p99, s.cpu = median(rps), median(p50), median(p99), median(cpu)
+	s.n = len(s.rpsRuns)
+	s.rps, s.p50, s.p90, s.p99, s.slowest, s.cpu = median(s.rpsRuns), median(p50), median(p90), median(s.p99Runs), median(slowest), median(cpu)
 	return s
 }
 
@@ -340,7 +342,7 @@ func (r *report) writeLoad(w func(string, ...any)) {
 		if i < len(r.hwmAfterLoad) {
 			hwm = mib(r.hwmAfterLoad[i])
 		}
-		w("| %s | %.0f | %.2f | %.2f | %s | %d | %.0f | %s | %s |\n", label(name), s.rps, s.p50, s.p99, joinf("%.0f", s.perRun), s.errors, s.cpu, mib(s.maxRSS), hwm)
+		w("| %s | %.0f | %.2f | %.2f | %s | %d | %.0f | %s | %s |\n", label(name), s.rps, s.p50, s.p99, joinf("%.0f", s.rpsRuns), s.errors, s.cpu, mib(s.maxRSS), hwm)
 	}
 	a, o, n := statsOf(r.runs, "arbiter"), statsOf(r.runs, "opa"), statsOf(r.runs, "null")
 	w("\nArbiter/OPA: throughput **%.2fx** (per repetition: %s), p50 %.2fx, p99 %.2fx, server CPU per request %.2fx.\n", a.rps/o.rps, joinf("%.2f", r.repRatios()), a.p50/o.p50, a.p99/o.p99, a.cpu/o.cpu)
@@ -354,13 +356,7 @@ func (r *report) writeLoad(w func(string, ...any)) {
 		w("| server | p50 ms | p90 ms | p99 ms | max ms | p99 per run | errors |\n|---|---:|---:|---:|---:|---|---:|\n")
 		for _, name := range []string{"arbiter", "opa"} {
 			st := statsOf(r.pacedRuns, name)
-			var p90, mx, p99 []float64
-			for _, run := range r.pacedRuns {
-				if run.server == name {
-					p90, mx, p99 = append(p90, ms(run.res.P90US)), append(mx, ms(run.res.MaxUS)), append(p99, ms(run.res.P99US))
-				}
-			}
-			w("| %s | %.2f | %.2f | %.2f | %.2f | %s | %d |\n", label(name), st.p50, median(p90), st.p99, median(mx), joinf("%.2f", p99), st.errors)
+			w("| %s | %.2f | %.2f | %.2f | %.2f | %s | %d |\n", label(name), st.p50, st.p90, st.p99, st.slowest, joinf("%.2f", st.p99Runs), st.errors)
 		}
 		w("\n")
 	}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
 )
@@ -39,16 +37,8 @@ func runStore(ctx context.Context, c config) error {
 			return fmt.Errorf("a throwaway PostgreSQL (or pass -store-url): %w", err)
 		}
 		defer cl.Remove()
-		conn, err := pgx.Connect(ctx, cl.URL("postgres"))
-		if err != nil {
-			return err
-		}
-		_, err = conn.Exec(ctx, "CREATE DATABASE bench")
-		conn.Close(ctx)
-		if err != nil {
-			return err
-		}
-		dbURL, where = cl.URL("bench"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
+		// The cluster is the benchmark's alone: its default database serves.
+		dbURL, where = cl.URL("postgres"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
 	}
 
 	plain, plainArgv, err := launchArbiter(ctx, "plain", filepath.Join(l.tmp, "plain.out"), filepath.Join(l.tmp, "plain.log"))
