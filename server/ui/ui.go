@@ -316,10 +316,8 @@ func visible(b []byte) []byte {
 // ---- recent decisions ----
 
 type listData struct {
+	decisions  // the page's rows: Page, More, Stored and StoreDown
 	Form       url.Values
-	Page       Page
-	Stored     bool // read from the decision store, every replica's
-	More       bool // more than Page.Matched match (a store's bound)
 	Choices    map[string][]string
 	Newest     bool
 	OlderURL   string
@@ -329,9 +327,6 @@ type listData struct {
 	PageSize   int
 	Rows       []row
 	FilterNote string
-	// StoreDown: the store could not be read, and the page lists this
-	// replica's own decisions instead.
-	StoreDown bool
 }
 
 // row is one decision in a table.
@@ -465,28 +460,26 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	ptrs := h.runPointers()
 	f, bad, refused := h.parseFilter(q, ptrs)
 	fq := filterQuery(q)
-	d := listData{Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
-	var got decisions
+	d := listData{Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, decisions: decisions{Stored: h.cfg.Store != nil}}
 	if !refused { // else no rows: a filter that could not be read matches nothing
 		var err error
-		got, err = h.readDecisions(r.Context(), f, q.Get("before"), h.cfg.PageSize, func(ctx context.Context) (StorePage, error) {
+		d.decisions, err = h.readDecisions(r.Context(), f, q.Get("before"), h.cfg.PageSize, func(ctx context.Context) (StorePage, error) {
 			return h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize, ptrs)
 		})
 		if err != nil {
 			h.badCursor(w, r, "the newest decisions")
 			return
 		}
-		d.Page, d.More, d.Stored, d.StoreDown = got.Page, got.More, got.Stored, got.StoreDown
 	}
 	d.Choices = h.choices(r.Context())
 	for i, e := range d.Page.Entries {
 		row := h.rowOf(e, f, ptrs)
-		row.Cursor, row.Fleet = got.Cursors[i], row.Fleet && !d.StoreDown
+		row.Cursor, row.Fleet = d.Cursors[i], row.Fleet && !d.StoreDown
 		d.Rows = append(d.Rows, row)
 	}
 	d.NewestURL = h.listURL(fq)
-	if got.Older != "" {
-		d.OlderURL = h.listURL(fq, "before", got.Older)
+	if d.Older != "" {
+		d.OlderURL = h.listURL(fq, "before", d.Older)
 	}
 	d.EventsURL = h.cfg.Prefix + "/events" + encodeQuery(fq)
 	d.ChartURL = h.cfg.Prefix + "/charts" + encodeQuery(fq)
@@ -494,8 +487,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // decisions is one page of decisions, newest first: every replica's from
-// the store when there is one, else (or when it cannot be read: StoreDown)
-// this replica's from the ring.
+// the store when there is one (Stored), else (or when it cannot be read:
+// StoreDown) this replica's from the ring.
 type decisions struct {
 	Page    Page     // Entries, Matched and, of the ring, Total
 	Cursors []string // the entries' places
