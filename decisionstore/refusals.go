@@ -189,14 +189,8 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		replicas[r.replica]++
 	}
 	shownRev, shownRep, series := out.bars(q, reasons, revisions, replicas, [3]int{len(reasons), len(revisions), len(replicas)})
-	at := func(shown map[string]int, ts []Tally, k string) *Tally {
-		if i, ok := shown[k]; ok {
-			return &ts[i]
-		}
-		return &ts[len(ts)-1]
-	}
 	for _, r := range rs {
-		bars := []*Tally{&out.Time[r.bucket], at(shownRev, out.Revisions, r.revision), at(shownRep, out.Replicas, r.replica)}
+		bars := []*Tally{&out.Time[r.bucket], barOf(out.Revisions, shownRev, &r.revision), barOf(out.Replicas, shownRep, &r.replica)}
 		for _, b := range bars {
 			b.Total++
 		}
@@ -211,6 +205,17 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		}
 	}
 	return out
+}
+
+// barOf is the bar of key k among ts, of which shown says where each key
+// shown stands: the last one ("other") for a key lumped (not shown, or nil).
+func barOf(ts []Tally, shown map[string]int, k *string) *Tally {
+	if k != nil {
+		if i, ok := shown[*k]; ok {
+			return &ts[i]
+		}
+	}
+	return &ts[len(ts)-1]
 }
 
 // top are the n keys of counts with the highest counts (ties by name,
@@ -368,12 +373,6 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 		}
 	}
 	revAt, repAt, series := out.bars(q, reasons, revisions, replicas, distinct)
-	pick := func(ts []Tally, at map[string]int, k *string) *Tally {
-		if k == nil {
-			return &ts[len(ts)-1]
-		}
-		return &ts[at[*k]]
-	}
 	for _, g := range got {
 		var t *Tally
 		switch g.Set {
@@ -383,9 +382,9 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 			}
 			t = &out.Time[*g.Bucket]
 		case 5:
-			t = pick(out.Revisions, revAt, g.Revision)
+			t = barOf(out.Revisions, revAt, g.Revision)
 		case 6:
-			t = pick(out.Replicas, repAt, g.Replica)
+			t = barOf(out.Replicas, repAt, g.Replica)
 		default:
 			continue
 		}
