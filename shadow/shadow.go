@@ -263,7 +263,6 @@ type Ticket struct {
 	run  *run
 	rec  decisionlog.Record
 	done func(*Result)
-	size int64
 	over atomic.Bool
 }
 
@@ -288,8 +287,7 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 		s.drop(r, rec.DecisionID, nil)
 		return nil
 	}
-	return &Ticket{s: s, run: r, rec: rec, done: done,
-		size: int64(len(rec.Input) + len(rec.Result) + len(rec.BodyBase64))}
+	return &Ticket{s: s, run: r, rec: rec, done: done}
 }
 
 // Start queues the ticket for the candidate. It is called once the live
@@ -299,7 +297,7 @@ func (t *Ticket) Start() {
 	if t == nil {
 		return
 	}
-	switch ok, why := t.s.jobs.Put(t, t.size); {
+	switch ok, why := t.s.jobs.Put(t, int64(len(t.rec.Input)+len(t.rec.Result)+len(t.rec.BodyBase64))); {
 	case why == queue.Closed:
 		t.s.abandon(t)
 	case !ok:
