@@ -118,9 +118,8 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 			h.render(w, r, http.StatusForbidden, "error", page{Title: "Refused", Message: "Log in from this page."})
 			return
 		}
-		token := strings.TrimSpace(r.PostFormValue("token"))
 		http.SetCookie(w, &http.Cookie{
-			Name: TokenCookie, Value: token, Path: h.cfg.Prefix,
+			Name: TokenCookie, Value: strings.TrimSpace(r.PostFormValue("token")), Path: h.cfg.Prefix,
 			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 		})
 		http.Redirect(w, r, next, http.StatusSeeOther)

@@ -140,14 +140,12 @@ const seriesClasses = 8
 
 func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	ptrs := h.runPointers()
-	f, note, refused := h.parseFilter(q, ptrs)
+	f, note, refused := h.parseFilter(q, h.runPointers())
 	win, winNote := chartWindow(q, f, time.Now())
 	if winNote != "" {
 		note = strings.TrimPrefix(note+"; "+winNote, "; ")
 	}
-	snap := h.cfg.Decider.Snapshot()
-	allow, undeclared := allowances(snap)
+	allow, undeclared := allowances(h.cfg.Decider.Snapshot())
 	rq := decisionstore.RefusalQuery{Filter: f, Window: win, Allow: allow}
 	d := chartsData{Form: q, Window: win, FilterNote: note, Undeclared: undeclared, Stored: h.cfg.Store != nil}
 	for _, cw := range chartWindows {
@@ -169,7 +167,7 @@ func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		d.Stored, d.StoreDown = false, true
-		d.Refusals = h.cfg.Recent.Refusals(rq)
+		fallthrough
 	default:
 		d.Refusals = h.cfg.Recent.Refusals(rq)
 	}

@@ -989,8 +989,7 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 	base := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	out := map[string]*template.Template{}
 	for _, name := range []string{"decisions", "decision", "run", "charts", "whatif", "policy", "login", "error"} {
-		t := template.Must(base.Clone())
-		out[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html"))
+		out[name] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html"))
 	}
 	return out
 }
