@@ -63,8 +63,11 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// loadRun is one measured run: a server (in an A/B comparison, a mode)
+// under a load, a repetition.
 type loadRun struct {
 	server string
+	load   string // an A/B comparison's (abLoads)
 	rep    int
 	res    wrkResult
 	cpu    float64 // server CPU seconds during the run

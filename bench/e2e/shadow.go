@@ -91,18 +91,18 @@ func runShadow(ctx context.Context, c config) error {
 	// The modes: no candidate, the looping candidate, and no candidate
 	// again (abEach's control).
 	type run struct {
-		abRun
+		loadRun
 		before, after shadow.Stats
 	}
 	var runs []run
 	modes := []string{"none", "looping", "none (control)"}
-	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (abRun, error) {
+	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (loadRun, error) {
 		if err := set(mode == "looping"); err != nil {
-			return abRun{}, err
+			return loadRun{}, err
 		}
 		before, err := stats()
 		if err != nil {
-			return abRun{}, err
+			return loadRun{}, err
 		}
 		r, err := abMeasure(ctx, c, s, load, mode, rep, l.script, l.index, corpusRequests(l.inputs, false), c.shadowPace)
 		if err != nil {
@@ -132,7 +132,7 @@ func runShadow(ctx context.Context, c config) error {
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {
 		a, b := r.after, r.before
-		w("| %s | %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.load, r.rep+1, r.mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
+		w("| %s | %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.load, r.rep+1, r.server, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
 			r.cpu/float64(r.res.Requests)*1e6, float64(a.Sampled)-float64(b.Sampled), float64(a.Judged)-float64(b.Judged),
 			float64(a.Dropped)-float64(b.Dropped), float64(a.Expired)-float64(b.Expired), a.EvaluationSeconds-b.EvaluationSeconds, a.PausedSeconds-b.PausedSeconds)
 	}

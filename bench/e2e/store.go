@@ -66,20 +66,20 @@ func runStore(ctx context.Context, c config) error {
 		}
 	}
 	type run struct {
-		abRun
+		loadRun
 		written, dropped uint64
 		drain            time.Duration // after the run, until the store had every record
 	}
 	var runs []run
 	modes := []string{"none", "store", "none (control)"}
-	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (abRun, error) {
+	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (loadRun, error) {
 		s := plain
 		if mode == "store" {
 			s = stored
 		}
 		before, err := storeStats()
 		if err != nil {
-			return abRun{}, err
+			return loadRun{}, err
 		}
 		// Errors (timeouts of an overloaded machine) are reported, not
 		// fatal: they are part of what a run shows.
@@ -87,7 +87,7 @@ func runStore(ctx context.Context, c config) error {
 		if err != nil {
 			return ab, err
 		}
-		r := run{abRun: ab}
+		r := run{loadRun: ab}
 		ended := time.Now()
 		for mode == "store" {
 			after, err := storeStats()
@@ -120,14 +120,14 @@ func runStore(ctx context.Context, c config) error {
 	var sustained []float64
 	for _, r := range runs {
 		perSec := "-"
-		if r.mode == "store" {
+		if r.server == "store" {
 			v := float64(r.written) / (float64(r.res.DurationUS)/1e6 + r.drain.Seconds())
 			perSec = fmt.Sprintf("%.0f", v)
 			if r.load == "saturated" {
 				sustained = append(sustained, v)
 			}
 		}
-		w("| %s | %d | %s | %.0f | %d | %.2f | %.2f | %.0f | %d | %d | %.2f | %s |", r.load, r.rep+1, r.mode, r.res.rps(), r.res.errors(), ms(r.res.P50US), ms(r.res.P99US),
+		w("| %s | %d | %s | %.0f | %d | %.2f | %.2f | %.0f | %d | %d | %.2f | %s |", r.load, r.rep+1, r.server, r.res.rps(), r.res.errors(), ms(r.res.P50US), ms(r.res.P99US),
 			r.cpu/float64(r.res.Requests)*1e6, r.written, r.dropped, r.drain.Seconds(), perSec)
 	}
 	w("")
