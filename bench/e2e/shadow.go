@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -126,8 +125,7 @@ func runShadow(ctx context.Context, c config) error {
 		return err
 	}
 
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	w("| load | run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | sampled | judged | dropped (queue full) | expired | candidate evaluating s | paused s |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {
@@ -142,7 +140,6 @@ func runShadow(ctx context.Context, c config) error {
 	w("Server: `%s`", shellQuote(argv))
 	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, each sent on time whatever the answers before it (open loop), for %s.",
 		shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")), c.shadowPace, c.duration)
-	fmt.Print(b.String())
 	return nil
 }
 

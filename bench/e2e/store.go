@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/arbiter-dev/arbiter/decisionstore"
@@ -113,8 +112,7 @@ func runStore(ctx context.Context, c config) error {
 		return err
 	}
 
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	w("| load | run | decision store | req/s | errors | p50 ms | p99 ms | server CPU µs/req | records written | dropped | drain s | records/s into the store |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var sustained []float64
@@ -138,6 +136,5 @@ func runStore(ctx context.Context, c config) error {
 	w("Servers: `%s` and `%s`; the database: %s.", shellQuote(plainArgv), shellQuote(storedArgv), where)
 	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, open loop, for %s.",
 		shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")), c.pace, c.duration)
-	fmt.Print(b.String())
 	return nil
 }
