@@ -232,14 +232,6 @@ func niceMax(n int) int {
 	}
 }
 
-func ticks(top int, at func(v int) tickView) []tickView {
-	out := []tickView{at(0)}
-	if top%2 == 0 && top > 1 {
-		out = append(out, at(top/2))
-	}
-	return append(out, at(top))
-}
-
 // The time chart's geometry, in its viewBox.
 const (
 	chartW, timeH                = 960, 260
@@ -279,9 +271,11 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 		}
 		c.Bars = append(c.Bars, b)
 	}
-	c.Ticks = ticks(top, func(v int) tickView {
-		return tickView{X: plotLeft - 6, Y: plotTop + plotH - float64(v)/float64(top)*plotH, Label: strconv.Itoa(v)}
-	})
+	for i, v := range []int{0, top / 2, top} { // the middle one when it is a whole count
+		if i != 1 || top%2 == 0 && top > 1 {
+			c.Ticks = append(c.Ticks, tickView{X: plotLeft - 6, Y: plotTop + plotH - float64(v)/float64(top)*plotH, Label: strconv.Itoa(v)})
+		}
+	}
 	c.Desc = fmt.Sprintf("%d refusals from %s to %s UTC in %d bars of %s", rf.Refusals,
 		win.Since.Format("2006-01-02 15:04:05"), win.Until.Format("2006-01-02 15:04:05"), len(rf.Time), win.Step)
 	return c

@@ -749,7 +749,7 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	if len(e.Record.Input) > 0 {
 		ev := h.evaluate(ctx, h.cfg.Decider.Decide, d.LiveRevision, e.Record.Decision, e.Record.Input)
 		d.Explained = &ev
-		d.SameResult = ev.Err == nil && len(e.Record.Result) > 0 && jsonEqual(ev.Decision.Result, e.Record.Result)
+		d.SameResult = ev.Err == nil && len(e.Record.Result) > 0 && engine.SameJSON(ev.Decision.Result, e.Record.Result)
 	}
 	wi := h.newWhatIf(e.Record.Decision, d.InputText)
 	wi.Action = h.cfg.Prefix + "/decisions/" + url.PathEscape(id) + "#whatif-result"
@@ -912,16 +912,6 @@ func indent(raw []byte) string {
 		return string(raw)
 	}
 	return b.String()
-}
-
-func jsonEqual(a, b []byte) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return false
-	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return bytes.Equal(xa, ya)
 }
 
 // tone picks one of a few colours for a value, the same every time, so

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff"
+	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
@@ -160,13 +161,13 @@ func (h *handler) example(decision string) string {
 	return "{}"
 }
 
+// differ is the opposite of shadow.SameAnswer for two evaluations: another
+// error code, or another result value.
 func differ(a, b evaluation) bool {
-	switch {
-	case a.Err != nil || b.Err != nil:
+	if a.Err != nil || b.Err != nil {
 		return (a.Err == nil) != (b.Err == nil) || a.Err.Code != b.Err.Code
-	default:
-		return !jsonEqual(a.Decision.Result, b.Decision.Result)
 	}
+	return !engine.SameJSON(a.Decision.Result, b.Decision.Result)
 }
 
 // paste puts doc into the input document at the top-level member at
