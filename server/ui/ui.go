@@ -574,24 +574,18 @@ func (h *handler) choices(ctx context.Context) map[string][]string {
 	}
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
 		for _, d := range snap.Decisions() {
-			c["decision"] = appendNew(c["decision"], d.Name)
+			c["decision"] = append(c["decision"], d.Name)
 			for _, rule := range d.Rules {
-				c["reason"] = appendNew(c["reason"], rule.Reason)
+				c["reason"] = append(c["reason"], rule.Reason)
 			}
 		}
 	}
-	c["outcome"] = appendNew(c["outcome"], OutcomeError)
-	for _, vs := range c {
+	c["outcome"] = append(c["outcome"], OutcomeError)
+	for k, vs := range c {
 		slices.Sort(vs)
+		c[k] = slices.Compact(vs) // each value once, wherever it came from
 	}
 	return c
-}
-
-func appendNew(list []string, v string) []string {
-	if slices.Contains(list, v) {
-		return list
-	}
-	return append(list, v)
 }
 
 // events streams rows of new decisions that match the page's filter, as
