@@ -427,10 +427,7 @@ func (r *Reader) Count(ctx context.Context, f Filter, max int) (n int, more bool
 	if err := r.db.QueryRow(ctx, q, args...).Scan(&n); err != nil {
 		return 0, false, fmt.Errorf("decision store: counting: %w", err)
 	}
-	if n > max {
-		return max, true, nil
-	}
-	return n, false, nil
+	return min(n, max), n > max, nil
 }
 
 // Get returns the decision of an id, whichever replica made it (the
