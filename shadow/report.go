@@ -64,7 +64,7 @@ func (r Report) class(c Class) ClassCount {
 type Tally struct {
 	examples int
 	mu       sync.Mutex
-	per      map[string]*tallyRow
+	per      map[string]tallyRow
 
 	dropped, later uint64
 	owed           map[string]bool // ids of dropped decisions not judged yet, at most maxOwed
@@ -84,7 +84,7 @@ type tallyRow struct {
 // class (DefaultExamples when examples <= 0).
 func NewTally(examples int) *Tally {
 	defaults.Set(&examples, DefaultExamples)
-	return &Tally{examples: examples, per: map[string]*tallyRow{}, owed: map[string]bool{}}
+	return &Tally{examples: examples, per: map[string]tallyRow{}, owed: map[string]bool{}}
 }
 
 // Add counts one judged request.
@@ -129,14 +129,11 @@ func (t *Tally) add(decision string, c Class, id string) {
 		return
 	}
 	row := t.per[decision]
-	if row == nil {
-		row = &tallyRow{}
-		t.per[decision] = row
-	}
 	row.counts[i]++
 	if len(row.examples[i]) < t.examples {
 		row.examples[i] = append(row.examples[i], id)
 	}
+	t.per[decision] = row
 }
 
 // Report returns the counts so far.
@@ -159,11 +156,11 @@ func (t *Tally) Report() Report {
 		rep.Total += dr.Total
 		rep.Decisions = append(rep.Decisions, dr)
 	}
-	rep.Classes = classCounts(&all)
+	rep.Classes = classCounts(all)
 	return rep
 }
 
-func classCounts(row *tallyRow) []ClassCount {
+func classCounts(row tallyRow) []ClassCount {
 	out := make([]ClassCount, len(Classes))
 	for i, c := range Classes {
 		out[i] = ClassCount{Class: c, Count: row.counts[i], Examples: append([]string{}, row.examples[i]...)}

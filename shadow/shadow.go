@@ -123,7 +123,7 @@ type Shadow struct {
 	idle         chan struct{}
 
 	classMu sync.Mutex
-	classes map[string]*[6]uint64 // cumulative over candidates, for metrics
+	classes map[string][6]uint64 // cumulative over candidates, for metrics
 }
 
 // run is one candidate's time in shadow: a new candidate starts a new
@@ -173,7 +173,7 @@ func New(cfg Config) *Shadow {
 	defaults.Set(&cfg.Timeout, DefaultTimeout)
 	defaults.Set(&cfg.Examples, DefaultExamples)
 	defaults.Set(&cfg.SelfCheckBytes, DefaultSelfCheckBytes)
-	s := &Shadow{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
+	s := &Shadow{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string][6]uint64{}, idle: make(chan struct{}, 1)}
 	s.checks = lane{q: queue.New[engine.Recheck](queue.Limits{Items: selfCheckQueue, Bytes: cfg.SelfCheckBytes, HoldBytes: true}), disagreements: map[string]uint64{}}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	for range cfg.Workers {
@@ -514,11 +514,8 @@ func (s *Shadow) abandon(t *Ticket) {
 func (s *Shadow) count(decision string, c Class) {
 	s.classMu.Lock()
 	row := s.classes[decision]
-	if row == nil {
-		row = new([6]uint64)
-		s.classes[decision] = row
-	}
 	row[c.index()]++
+	s.classes[decision] = row
 	s.classMu.Unlock()
 }
 
