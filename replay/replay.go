@@ -5,6 +5,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -136,14 +137,10 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Option
 			})
 			return err
 		})
-		warnings := skips
-		for _, w := range readWarnings {
-			warnings = append(warnings, warning{lineOf(file, w), w})
-		}
-		sort.SliceStable(warnings, func(i, j int) bool { return warnings[i].line < warnings[j].line })
-		for _, w := range warnings {
-			r.rep.Warnings = append(r.rep.Warnings, w.text)
-		}
+		// Both kinds of warning start with file:line; in the file's order.
+		warnings := append(skips, readWarnings...)
+		slices.SortStableFunc(warnings, func(a, b string) int { return cmp.Compare(lineOf(file, a), lineOf(file, b)) })
+		r.rep.Warnings = append(r.rep.Warnings, warnings...)
 		r.rep.Summary.Skipped += len(readWarnings) // each reader warning is one line skipped
 		if err != nil {
 			return r.rep, err
@@ -177,10 +174,7 @@ func RunStream(ctx context.Context, snap *engine.Snapshot, stream Stream, opts O
 			return take(place{replica: replica}, rec)
 		})
 	})
-	for _, w := range skips {
-		r.rep.Warnings = append(r.rep.Warnings, w.text)
-	}
-	r.rep.Warnings = append(r.rep.Warnings, unread...)
+	r.rep.Warnings = append(append(r.rep.Warnings, skips...), unread...)
 	r.rep.Summary.Skipped += len(unread)
 	return r.rep, err
 }
@@ -198,11 +192,6 @@ func (p place) String() string {
 		return fmt.Sprintf("%s:%d", p.file, p.line)
 	}
 	return "replica " + decisionlog.Shown(p.replica)
-}
-
-type warning struct {
-	line int
-	text string
 }
 
 // run is one replay's report as it is built.
@@ -233,7 +222,7 @@ func (r *run) finish() {
 // answer, awaited in turn), so the report is the one a single worker would
 // make. At most 16 records per worker are in flight between reading and
 // taking. It returns the skipped records' warnings, in order.
-func (r *run) source(ctx context.Context, read func(take func(at place, rec decisionlog.Record) error) error) ([]warning, error) {
+func (r *run) source(ctx context.Context, read func(take func(at place, rec decisionlog.Record) error) error) ([]string, error) {
 	type result struct {
 		ch   *Change
 		skip string
@@ -254,7 +243,7 @@ func (r *run) source(ctx context.Context, read func(take func(at place, rec deci
 			}
 		})
 	}
-	var skips []warning
+	var skips []string
 	taken := make(chan struct{})
 	go func() {
 		defer close(taken)
@@ -300,27 +289,27 @@ func (r *run) source(ctx context.Context, read func(take func(at place, rec deci
 
 // take adds one record's judgement to the report, and returns the warning
 // of a skipped one.
-func (r *run) take(at place, rec decisionlog.Record, ch *Change, skip string) (warning, bool) {
+func (r *run) take(at place, rec decisionlog.Record, ch *Change, skip string) (string, bool) {
 	r.taken++
 	if r.opts.Progress != nil {
 		defer r.opts.Progress(r.taken)
 	}
 	if skip != "" {
 		r.rep.Summary.Skipped++
-		return warning{at.line, fmt.Sprintf("%s: decision %s skipped: %s", at, decisionlog.Shown(rec.DecisionID), skip)}, true
+		return fmt.Sprintf("%s: decision %s skipped: %s", at, decisionlog.Shown(rec.DecisionID), skip), true
 	}
 	r.tally.Add(rec.Decision, ch.Class, rec.DecisionID)
 	if ch.Class == shadow.Same {
 		r.rep.Summary.Unchanged++
-		return warning{}, false
+		return "", false
 	}
 	ch.File, ch.Line, ch.Replica = at.file, at.line, at.replica
 	r.rep.Summary.Changed++
 	r.rep.Changed = append(r.rep.Changed, *ch)
-	return warning{}, false
+	return "", false
 }
 
-// lineOf is the line number a reader warning about file starts with.
+// lineOf is the line number a warning about file starts with.
 func lineOf(file, w string) int {
 	rest, _ := strings.CutPrefix(w, file+":")
 	n := 0
