@@ -1,6 +1,7 @@
 package decisionstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -574,9 +575,7 @@ func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 		return nil, nil, fmt.Errorf("decision store: the URL %s does not parse as a PostgreSQL connection string", redact.URL(dsn))
 	}
 	cfg.RuntimeParams["default_transaction_read_only"] = "on"
-	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "arbiter (reading)"
-	}
+	cfg.RuntimeParams["application_name"] = cmp.Or(cfg.RuntimeParams["application_name"], "arbiter (reading)")
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("decision store %s: %w", redact.URL(dsn), err)

@@ -3,6 +3,7 @@ package policybundle
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/hex"
@@ -70,9 +71,7 @@ func Build(ctx context.Context, o BuildOptions) ([]byte, *Revision, error) {
 			return nil, nil, err
 		}
 		hash = snap.Hash
-		if revision == "" {
-			revision = hash
-		}
+		revision = cmp.Or(revision, hash)
 	} else if revision == "" {
 		return nil, nil, errors.New("a bundle built without its gate needs an explicit revision")
 	}

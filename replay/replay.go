@@ -281,10 +281,7 @@ func (r *run) source(ctx context.Context, read func(take func(at place, rec deci
 	close(inOrder)
 	workers.Wait()
 	<-taken
-	if err == nil {
-		err = ctx.Err() // a record decided after ctx ended is no judgement
-	}
-	return skips, err
+	return skips, cmp.Or(err, ctx.Err()) // a record decided after ctx ended is no judgement
 }
 
 // take adds one record's judgement to the report, and returns the warning
