@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -31,19 +30,17 @@ func goTestArgs(c config) []string {
 		"-benchtime", c.benchtime, "-count", strconv.Itoa(c.count), "./engine/"}
 }
 
-// runGoBench runs the engine benchmarks, echoing their output, and returns
-// the median of each.
-func runGoBench(ctx context.Context, argv []string) ([]benchLine, string, error) {
+// runGoBench runs the engine benchmarks (cmd, of goTestArgs), echoing their
+// output, and returns the median of each.
+func runGoBench(cmd *exec.Cmd) ([]benchLine, string, error) {
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	// go test runs the test binary as a child: on Ctrl-C or the time limit,
 	// stop the whole group, not only the go command.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Stdout = io.MultiWriter(&out, os.Stderr)
-	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+		return nil, "", fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
 	lines, cpu := parseGoBench(&out)
 	return lines, cpu, nil

@@ -139,13 +139,14 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench/e2e: "+format+"\n", args...)
 }
 
-// step runs a command of the report's list, showing its output.
-func step(ctx context.Context, r *report, argv ...string) error {
+// step is a command of the report's list, added to it and shown as it is
+// made, its output shown.
+func (r *report) step(ctx context.Context, argv ...string) *exec.Cmd {
 	r.commands = append(r.commands, shellQuote(argv))
 	logf("%s", shellQuote(argv))
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return cmd.Run()
+	return cmd
 }
 
 func run(ctx context.Context, c config) (err error) {
@@ -166,16 +167,13 @@ func run(ctx context.Context, c config) (err error) {
 
 	// The Makefile's binaries, as make builds them: an up-to-date one is
 	// not linked again, nor rewritten under a test that runs it.
-	if err := step(ctx, r, "make", "--no-print-directory", "build", "bin/opa"); err != nil {
+	if err := r.step(ctx, "make", "--no-print-directory", "build", "bin/opa").Run(); err != nil {
 		return err
 	}
 	r.machine.opa = toolVersion(ctx, "bin/opa", "version")
 
 	if c.inprocess {
-		argv := goTestArgs(c)
-		r.commands = append(r.commands, shellQuote(argv))
-		logf("%s", shellQuote(argv))
-		if r.bench, r.machine.goCPU, err = runGoBench(ctx, argv); err != nil {
+		if r.bench, r.machine.goCPU, err = runGoBench(r.step(ctx, goTestArgs(c)...)); err != nil {
 			return err
 		}
 	}
