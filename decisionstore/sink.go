@@ -247,9 +247,6 @@ func (s *Sink) prepare(ctx context.Context, ts ...time.Time) error {
 // alone, so that one hostile record costs only itself.
 func (s *Sink) Send(ctx context.Context, rows [][]any) error {
 	err := s.copy(ctx, rows)
-	if err == nil {
-		return nil
-	}
 	if rejected(err) {
 		return &decisionlog.Refusal{Index: copyLine(err), Drop: true, Reason: DropRejected, Err: err}
 	}
