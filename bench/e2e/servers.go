@@ -225,11 +225,9 @@ func procLine(file, key string) (string, bool) {
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat.
 var clockTicks = func() float64 {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err == nil {
-		if n, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && n > 0 {
-			return n
-		}
+	out, _ := exec.Command("getconf", "CLK_TCK").Output() // none: no number
+	if n, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && n > 0 {
+		return n
 	}
 	return 100
 }()
