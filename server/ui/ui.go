@@ -898,9 +898,6 @@ func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
 // indent is raw JSON indented for reading, its numbers as written; text
 // that is not JSON is shown as it is.
 func indent(raw []byte) string {
-	if len(raw) == 0 {
-		return ""
-	}
 	var b bytes.Buffer
 	if json.Indent(&b, raw, "", "  ") != nil {
 		return string(raw)
