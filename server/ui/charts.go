@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -38,10 +39,7 @@ func chartWindow(q url.Values, f Filter, now time.Time) (decisionstore.Window, s
 			span = w.Dur
 		}
 	}
-	until, since := now, f.Since
-	if !f.Until.IsZero() {
-		until = f.Until
-	}
+	until, since := cmp.Or(f.Until, now), f.Since // the filter's times are UTC: zero is time.Time{}
 	if since.IsZero() {
 		since = until.Add(-span)
 	}

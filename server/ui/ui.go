@@ -415,10 +415,7 @@ func (h *handler) parseFilter(q url.Values, ptrs RunPointers) (f Filter, note st
 	if run := strings.TrimSpace(q.Get("run")); run != "" {
 		if len(ptrs) == 0 {
 			msg := "run: no decision of the live revision names a run (an input schema property marked " + engine.RunIDKeyword + ")"
-			if note != "" {
-				note += "; "
-			}
-			return f, note + msg, true
+			return f, strings.TrimPrefix(note+"; "+msg, "; "), true // joined as the charts' notes are
 		}
 		f.AnyInput = runFilter(run, ptrs)
 	}
