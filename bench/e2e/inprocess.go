@@ -98,9 +98,8 @@ func median[T ~int64 | ~float64](xs []T) T {
 }
 
 func findBench(lines []benchLine, name string) (benchLine, bool) {
-	i := slices.IndexFunc(lines, func(l benchLine) bool { return l.Name == name })
-	if i < 0 {
-		return benchLine{}, false
+	if i := slices.IndexFunc(lines, func(l benchLine) bool { return l.Name == name }); i >= 0 {
+		return lines[i], true
 	}
-	return lines[i], true
+	return benchLine{}, false
 }

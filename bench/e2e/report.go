@@ -272,11 +272,10 @@ func (r *report) writeSummary(w func(string, ...any)) {
 }
 
 func (r *report) size(name string) (sizeResult, bool) {
-	i := slices.IndexFunc(r.sizes, func(s sizeResult) bool { return s.spec.name == name })
-	if i < 0 {
-		return sizeResult{}, false
+	if i := slices.IndexFunc(r.sizes, func(s sizeResult) bool { return s.spec.name == name }); i >= 0 {
+		return r.sizes[i], true
 	}
-	return r.sizes[i], true
+	return sizeResult{}, false
 }
 
 func (r *report) writeInProcess(w func(string, ...any)) {
