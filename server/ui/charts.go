@@ -40,11 +40,10 @@ func chartWindow(q url.Values, f Filter, now time.Time) (decisionstore.Window, s
 		}
 	}
 	until, since := cmp.Or(f.Until, now), f.Since // the filter's times are UTC: zero is time.Time{}
-	if since.IsZero() {
-		since = until.Add(-span)
-	}
-	if !since.Before(until) {
+	if !since.IsZero() && !since.Before(until) {
 		note = "the window's start is not before its end: the " + q.Get("window") + " window before its end is shown"
+	}
+	if since.IsZero() || note != "" {
 		since = until.Add(-span)
 	}
 	return decisionstore.NewWindow(since, until), note
