@@ -1,6 +1,7 @@
 package decisionstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -427,10 +428,7 @@ func (r *Reader) Count(ctx context.Context, f Filter, max int) (n int, more bool
 	if err := r.db.QueryRow(ctx, q, args...).Scan(&n); err != nil {
 		return 0, false, fmt.Errorf("decision store: counting: %w", err)
 	}
-	if n > max {
-		return max, true, nil
-	}
-	return n, false, nil
+	return min(n, max), n > max, nil
 }
 
 // Get returns the decision of an id, whichever replica made it (the
@@ -577,9 +575,7 @@ func Connect(ctx context.Context, dsn string) (*Reader, func(), error) {
 		return nil, nil, fmt.Errorf("decision store: the URL %s does not parse as a PostgreSQL connection string", redact.URL(dsn))
 	}
 	cfg.RuntimeParams["default_transaction_read_only"] = "on"
-	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "arbiter (reading)"
-	}
+	cfg.RuntimeParams["application_name"] = cmp.Or(cfg.RuntimeParams["application_name"], "arbiter (reading)")
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("decision store %s: %w", redact.URL(dsn), err)

@@ -189,14 +189,8 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		replicas[r.replica]++
 	}
 	shownRev, shownRep, series := out.bars(q, reasons, revisions, replicas, [3]int{len(reasons), len(revisions), len(replicas)})
-	at := func(shown map[string]int, ts []Tally, k string) *Tally {
-		if i, ok := shown[k]; ok {
-			return &ts[i]
-		}
-		return &ts[len(ts)-1]
-	}
 	for _, r := range rs {
-		bars := []*Tally{&out.Time[r.bucket], at(shownRev, out.Revisions, r.revision), at(shownRep, out.Replicas, r.replica)}
+		bars := []*Tally{&out.Time[r.bucket], barOf(out.Revisions, shownRev, &r.revision), barOf(out.Replicas, shownRep, &r.replica)}
 		for _, b := range bars {
 			b.Total++
 		}
@@ -211,6 +205,17 @@ func TallyRefusals(q RefusalQuery, decisions iter.Seq[Refusal]) Refusals {
 		}
 	}
 	return out
+}
+
+// barOf is the bar of key k among ts, of which shown says where each key
+// shown stands: the last one ("other") for a key lumped (not shown, or nil).
+func barOf(ts []Tally, shown map[string]int, k *string) *Tally {
+	if k != nil {
+		if i, ok := shown[*k]; ok {
+			return &ts[i]
+		}
+	}
+	return &ts[len(ts)-1]
 }
 
 // top are the n keys of counts with the highest counts (ties by name,
@@ -327,21 +332,17 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	allowJSON, _ := json.Marshal(allow)
 	sql := fmt.Sprintf(refusalsSQL, MaxReasonsPerRefusal, strings.Join(append(conds, inputs...), " AND "),
 		arg(string(allowJSON)), arg(q.MaxRefusals), arg(q.Series), arg(q.Groups), arg(q.Window.Since), arg(q.Window.Step.Microseconds()))
-	type group struct {
-		set                       int
-		bucket                    *int
-		revision, replica, reason *string
-		isReason                  bool
-		n                         int64
+	type group struct { // the columns, in order
+		Set                       int
+		Bucket                    *int
+		Revision, Replica, Reason *string
+		IsReason                  bool
+		N                         int64
 	}
 	rows, err := r.db.Query(ctx, sql, args...)
 	var got []group
 	if err == nil {
-		got, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (group, error) {
-			var g group
-			err := row.Scan(&g.set, &g.bucket, &g.revision, &g.replica, &g.reason, &g.isReason, &g.n)
-			return g, err
-		})
+		got, err = pgx.CollectRows(rows, pgx.RowToStructByPos[group])
 	}
 	if err != nil {
 		return Refusals{}, fmt.Errorf("decision store: charting refusals: %w", err)
@@ -353,55 +354,49 @@ func (r *Reader) Refusals(ctx context.Context, q RefusalQuery) (Refusals, error)
 	var distinct [3]int
 	for _, g := range got {
 		switch {
-		case g.set == -1:
-			out.More = int(g.n) > q.MaxRefusals
-		case g.set == -5:
-			if g.n != 0 {
-				out.Oldest = time.UnixMicro(g.n).UTC()
+		case g.Set == -1:
+			out.More = int(g.N) > q.MaxRefusals
+		case g.Set == -5:
+			if g.N != 0 {
+				out.Oldest = time.UnixMicro(g.N).UTC()
 			}
-		case g.set < 0:
-			distinct[-g.set-2] = int(g.n)
-		case g.set == 3 && g.isReason && g.reason != nil:
-			reasons[*g.reason] += int(g.n)
-		case g.set == 3 && !g.isReason:
-			out.Refusals += int(g.n)
-		case g.set == 5 && !g.isReason && g.revision != nil:
-			revisions[*g.revision] = int(g.n)
-		case g.set == 6 && !g.isReason && g.replica != nil:
-			replicas[*g.replica] = int(g.n)
+		case g.Set < 0:
+			distinct[-g.Set-2] = int(g.N)
+		case g.Set == 3 && g.IsReason && g.Reason != nil:
+			reasons[*g.Reason] += int(g.N)
+		case g.Set == 3 && !g.IsReason:
+			out.Refusals += int(g.N)
+		case g.Set == 5 && !g.IsReason && g.Revision != nil:
+			revisions[*g.Revision] = int(g.N)
+		case g.Set == 6 && !g.IsReason && g.Replica != nil:
+			replicas[*g.Replica] = int(g.N)
 		}
 	}
 	revAt, repAt, series := out.bars(q, reasons, revisions, replicas, distinct)
-	pick := func(ts []Tally, at map[string]int, k *string) *Tally {
-		if k == nil {
-			return &ts[len(ts)-1]
-		}
-		return &ts[at[*k]]
-	}
 	for _, g := range got {
 		var t *Tally
-		switch g.set {
+		switch g.Set {
 		case 3:
-			if g.bucket == nil || *g.bucket < 0 || *g.bucket >= len(out.Time) {
+			if g.Bucket == nil || *g.Bucket < 0 || *g.Bucket >= len(out.Time) {
 				continue
 			}
-			t = &out.Time[*g.bucket]
+			t = &out.Time[*g.Bucket]
 		case 5:
-			t = pick(out.Revisions, revAt, g.revision)
+			t = barOf(out.Revisions, revAt, g.Revision)
 		case 6:
-			t = pick(out.Replicas, repAt, g.replica)
+			t = barOf(out.Replicas, repAt, g.Replica)
 		default:
 			continue
 		}
-		if !g.isReason {
-			t.Total = int(g.n)
+		if !g.IsReason {
+			t.Total = int(g.N)
 			continue
 		}
 		s := len(t.Counts) - 1 // "other"
-		if g.reason != nil {
-			s = series[*g.reason]
+		if g.Reason != nil {
+			s = series[*g.Reason]
 		}
-		t.Counts[s] += int(g.n)
+		t.Counts[s] += int(g.N)
 	}
 	return out, nil
 }

@@ -178,9 +178,6 @@ func (s *Sink) Close(ctx context.Context) error {
 // not.
 func (s *Sink) Idle() time.Duration { return min(s.maintain(), s.warnRefused(false)) }
 
-// Encode is rec's row; its size is not bounded (BatchRecords is).
-func (s *Sink) Encode(rec decisionlog.Record) ([]any, int, error) { return s.row(rec), 0, nil }
-
 // maintain migrates the database when not yet done, creates the
 // partitions of today and tomorrow and drops the expired ones, when due;
 // it returns how long until it is due again.
@@ -250,15 +247,8 @@ func (s *Sink) prepare(ctx context.Context, ts ...time.Time) error {
 // alone, so that one hostile record costs only itself.
 func (s *Sink) Send(ctx context.Context, rows [][]any) error {
 	err := s.copy(ctx, rows)
-	if err == nil {
-		return nil
-	}
 	if rejected(err) {
-		i, ok := copyLine(err)
-		if !ok {
-			i = -1
-		}
-		return &decisionlog.Refusal{Index: i, Drop: true, Reason: DropRejected, Err: err}
+		return &decisionlog.Refusal{Index: copyLine(err), Drop: true, Reason: DropRejected, Err: err}
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23514" {
@@ -284,19 +274,22 @@ func rejected(err error) bool {
 // raises names the trigger's function before the COPY's line.
 var copyLineRE = regexp.MustCompile(`(?m)^COPY [^,]+, line ([0-9]+)\b`)
 
-// copyLine is the index of the row a COPY's error names, if it names one.
-func copyLine(err error) (int, bool) {
+// copyLine is the index of the row a COPY's error names, -1 when it names
+// none.
+func copyLine(err error) int {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
-		return 0, false
+		return -1
 	}
 	all := copyLineRE.FindAllStringSubmatch(pe.Where, -1)
 	if all == nil {
-		return 0, false
+		return -1
 	}
 	m := all[len(all)-1] // the outermost: the sink's own COPY
-	n, err := strconv.Atoi(m[1])
-	return n - 1, err == nil && n > 0
+	if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
+		return n - 1
+	}
+	return -1
 }
 
 // Refused warns about a record the database refused for its content
@@ -347,8 +340,9 @@ const (
 	colDecisionID = 1
 )
 
-// row is rec's values, in the order of columns.
-func (s *Sink) row(rec decisionlog.Record) []any {
+// Encode is rec's row: its values, in the order of columns. Its size is
+// not bounded (BatchRecords is).
+func (s *Sink) Encode(rec decisionlog.Record) ([]any, int, error) {
 	key := ""
 	if s.cfg.OutcomeKey != nil {
 		key = s.cfg.OutcomeKey(rec.Decision)
@@ -374,7 +368,7 @@ func (s *Sink) row(rec decisionlog.Record) []any {
 		reasons[i] = text(reasons[i])
 	}
 	return []any{rec.Time, text(rec.DecisionID), kind, text(s.cfg.Replica), text(rec.Decision), text(rec.Path), text(revision),
-		text(rec.Caller), text(outcome), reasons, text(code), duration, bytes.TrimSuffix(rec.AppendLine(nil), []byte{'\n'})}
+		text(rec.Caller), text(outcome), reasons, text(code), duration, bytes.TrimSuffix(rec.AppendLine(nil), []byte{'\n'})}, 0, nil
 }
 
 // text makes s storable in a text column, which holds neither NUL nor

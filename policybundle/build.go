@@ -3,6 +3,7 @@ package policybundle
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/hex"
@@ -70,9 +71,7 @@ func Build(ctx context.Context, o BuildOptions) ([]byte, *Revision, error) {
 			return nil, nil, err
 		}
 		hash = snap.Hash
-		if revision == "" {
-			revision = hash
-		}
+		revision = cmp.Or(revision, hash)
 	} else if revision == "" {
 		return nil, nil, errors.New("a bundle built without its gate needs an explicit revision")
 	}
@@ -85,8 +84,7 @@ func Build(ctx context.Context, o BuildOptions) ([]byte, *Revision, error) {
 	if len(o.Diff) > 0 {
 		meta["diff"] = o.Diff
 	}
-	manifest := bundle.Manifest{Revision: revision, RegoVersion: &one, Metadata: map[string]any{"arbiter": meta}}
-	mb, err := json.MarshalIndent(manifest, "", "  ")
+	mb, err := json.MarshalIndent(bundle.Manifest{Revision: revision, RegoVersion: &one, Metadata: map[string]any{"arbiter": meta}}, "", "  ")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -234,8 +232,7 @@ func writeTarball(files map[string][]byte) ([]byte, error) {
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
 	for _, p := range paths {
-		hdr := &tar.Header{Name: "/" + p, Mode: 0o644, Size: int64(len(files[p])), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}
-		if err := tw.WriteHeader(hdr); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Name: "/" + p, Mode: 0o644, Size: int64(len(files[p])), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
 			return nil, err
 		}
 		if _, err := tw.Write(files[p]); err != nil {

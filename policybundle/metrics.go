@@ -35,14 +35,12 @@ func Collector(sources ...*Source) prometheus.Collector {
 func (s *Source) collect(ch chan<- prometheus.Metric) {
 	st, n := s.Status(), s.Counts()
 	name := st.Name
-	scrape.Counter(ch, requestsDesc, n.Requests-n.NotModified-n.DownloadFailed-n.Stalled, name, "downloaded")
-	scrape.Counter(ch, requestsDesc, n.NotModified, name, "not_modified")
-	scrape.Counter(ch, requestsDesc, n.DownloadFailed, name, "failed")
-	scrape.Counter(ch, requestsDesc, n.Stalled, name, "stalled")
-	scrape.Counter(ch, loadsDesc, n.Loaded, name, "activated")
-	scrape.Counter(ch, loadsDesc, n.ReadFailed, name, "refused_read")
-	scrape.Counter(ch, loadsDesc, n.GateFailed, name, "refused_gate")
-	scrape.Counter(ch, loadsDesc, n.Unchanged, name, "unchanged")
+	for result, v := range map[string]uint64{"downloaded": n.Requests - n.NotModified - n.DownloadFailed - n.Stalled, "not_modified": n.NotModified, "failed": n.DownloadFailed, "stalled": n.Stalled} {
+		scrape.Counter(ch, requestsDesc, v, name, result)
+	}
+	for result, v := range map[string]uint64{"activated": n.Loaded, "refused_read": n.ReadFailed, "refused_gate": n.GateFailed, "unchanged": n.Unchanged} {
+		scrape.Counter(ch, loadsDesc, v, name, result)
+	}
 	for event, t := range map[string]time.Time{
 		"request": st.LastRequest, "successful_request": st.LastSuccessfulRequest,
 		"successful_download": st.LastSuccessfulDownload, "successful_activation": st.LastSuccessfulActivation,

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/download"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
@@ -69,8 +68,7 @@ type Status struct {
 // its activate function (the engine's gate). It counts what it did.
 type Source struct {
 	cfg      SourceConfig
-	g        *guard
-	vc       *bundle.VerificationConfig
+	g        *guard // its vc verifies the bundles
 	log      *slog.Logger
 	activate func(context.Context, *Revision) (*engine.Snapshot, error)
 	dl       interface {
@@ -167,7 +165,7 @@ func NewSource(cfg SourceConfig, activate func(context.Context, *Revision) (*eng
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{polled: make(chan struct{}), g: g, cfg: cfg, vc: vc, log: cfg.Logger, activate: activate,
+	s := &Source{polled: make(chan struct{}), g: g, cfg: cfg, log: cfg.Logger, activate: activate,
 		stuck: g.timeout + 3*time.Duration(*dcfg.Polling.MaxDelaySeconds)*time.Second}
 	s.status.Name, s.status.URL, s.status.Type = cfg.Name, redact.URL(cfg.URL), "snapshot"
 	if oci {
@@ -338,9 +336,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 	s.status.LastSuccessfulRequest = s.status.LastRequest
 	if u.Bundle == nil { // 304, or the OCI digest we already have
 		s.counts.NotModified++
-		if u.ETag != "" {
-			s.status.ETag = u.ETag
-		}
+		s.status.ETag = cmp.Or(u.ETag, s.status.ETag)
 		s.mu.Unlock()
 		return nil
 	}
@@ -360,7 +356,7 @@ func (s *Source) onUpdate(ctx context.Context, u download.Update) error {
 
 	var rev *Revision
 	if err == nil {
-		rev, err = Read(raw, s.vc, s.cfg.Name)
+		rev, err = Read(raw, s.g.vc, s.cfg.Name)
 	}
 	if err != nil {
 		kind := failedKind(err, &raw)

@@ -5,6 +5,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -136,16 +137,11 @@ func Run(ctx context.Context, snap *engine.Snapshot, files []string, opts Option
 			})
 			return err
 		})
-		warnings := skips
-		for _, w := range readWarnings {
-			warnings = append(warnings, warning{lineOf(file, w), w})
-		}
-		sort.SliceStable(warnings, func(i, j int) bool { return warnings[i].line < warnings[j].line })
-		for _, w := range warnings {
-			r.rep.Warnings = append(r.rep.Warnings, w.text)
-		}
+		// Both kinds of warning start with file:line; in the file's order.
+		warnings := append(skips, readWarnings...)
+		slices.SortStableFunc(warnings, func(a, b string) int { return cmp.Compare(lineOf(file, a), lineOf(file, b)) })
+		r.rep.Warnings = append(r.rep.Warnings, warnings...)
 		r.rep.Summary.Skipped += len(readWarnings) // each reader warning is one line skipped
-		r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 		if err != nil {
 			return r.rep, err
 		}
@@ -178,12 +174,8 @@ func RunStream(ctx context.Context, snap *engine.Snapshot, stream Stream, opts O
 			return take(place{replica: replica}, rec)
 		})
 	})
-	for _, w := range skips {
-		r.rep.Warnings = append(r.rep.Warnings, w.text)
-	}
-	r.rep.Warnings = append(r.rep.Warnings, unread...)
+	r.rep.Warnings = append(append(r.rep.Warnings, skips...), unread...)
 	r.rep.Summary.Skipped += len(unread)
-	r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 	return r.rep, err
 }
 
@@ -200,11 +192,6 @@ func (p place) String() string {
 		return fmt.Sprintf("%s:%d", p.file, p.line)
 	}
 	return "replica " + decisionlog.Shown(p.replica)
-}
-
-type warning struct {
-	line int
-	text string
 }
 
 // run is one replay's report as it is built.
@@ -225,61 +212,48 @@ func newRun(snap *engine.Snapshot, opts Options) *run {
 
 func (r *run) finish() {
 	r.rep.Impact = r.tally.Report()
+	r.rep.Summary.Replayed = r.rep.Summary.Changed + r.rep.Summary.Unchanged + r.rep.Summary.Skipped
 	sort.SliceStable(r.rep.Changed, func(i, j int) bool { return classRank(r.rep.Changed[i].Class) < classRank(r.rep.Changed[j].Class) })
 }
 
 // source replays the records read calls take with: read runs on this
 // goroutine, the decisions on opts.Workers goroutines, and their results
-// are taken in the order read gave the records, so the report is the one
-// a single worker would make. At most 16 records per worker are in flight
-// between reading and taking. It returns the skipped records' warnings,
-// in order.
-func (r *run) source(ctx context.Context, read func(take func(at place, rec decisionlog.Record) error) error) ([]warning, error) {
-	type job struct {
-		seq int
-		at  place
-		rec decisionlog.Record
-	}
+// are taken in the order read gave the records (each job carries its own
+// answer, awaited in turn), so the report is the one a single worker would
+// make. At most 16 records per worker are in flight between reading and
+// taking. It returns the skipped records' warnings, in order.
+func (r *run) source(ctx context.Context, read func(take func(at place, rec decisionlog.Record) error) error) ([]string, error) {
 	type result struct {
-		job
 		ch   *Change
 		skip string
 	}
+	type job struct {
+		at  place
+		rec decisionlog.Record
+		out chan result
+	}
 	jobs := make(chan job, r.opts.Workers)
-	results := make(chan result, r.opts.Workers)
-	window := make(chan struct{}, 16*r.opts.Workers)
+	inOrder := make(chan job, 16*r.opts.Workers-1) // and the one being taken
 	var workers sync.WaitGroup
 	for range r.opts.Workers {
 		workers.Go(func() {
 			for j := range jobs {
 				ch, skip := Record(ctx, r.snap, j.rec)
-				results <- result{j, ch, skip}
+				j.out <- result{ch, skip}
 			}
 		})
 	}
-	var skips []warning
+	var skips []string
 	taken := make(chan struct{})
 	go func() {
 		defer close(taken)
-		pending := map[int]result{}
-		next := 0
-		for res := range results {
-			pending[res.seq] = res
-			for {
-				res, ok := pending[next]
-				if !ok {
-					break
-				}
-				delete(pending, next)
-				next++
-				<-window
-				if w, ok := r.take(res.at, res.rec, res.ch, res.skip); ok {
-					skips = append(skips, w)
-				}
+		for j := range inOrder {
+			res := <-j.out
+			if w, ok := r.take(j.at, j.rec, res.ch, res.skip); ok {
+				skips = append(skips, w)
 			}
 		}
 	}()
-	seq := 0
 	err := read(func(at place, rec decisionlog.Record) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -294,48 +268,45 @@ func (r *run) source(ctx context.Context, read func(take func(at place, rec deci
 			r.seenRev[rec.Revision] = true
 			r.rep.Summary.OldRevisions = append(r.rep.Summary.OldRevisions, rec.Revision)
 		}
+		j := job{at, rec, make(chan result, 1)}
 		select {
-		case window <- struct{}{}:
+		case inOrder <- j:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		jobs <- job{seq, at, rec}
-		seq++
+		jobs <- j
 		return nil
 	})
 	close(jobs)
+	close(inOrder)
 	workers.Wait()
-	close(results)
 	<-taken
-	if err == nil {
-		err = ctx.Err() // a record decided after ctx ended is no judgement
-	}
-	return skips, err
+	return skips, cmp.Or(err, ctx.Err()) // a record decided after ctx ended is no judgement
 }
 
 // take adds one record's judgement to the report, and returns the warning
 // of a skipped one.
-func (r *run) take(at place, rec decisionlog.Record, ch *Change, skip string) (warning, bool) {
+func (r *run) take(at place, rec decisionlog.Record, ch *Change, skip string) (string, bool) {
 	r.taken++
 	if r.opts.Progress != nil {
 		defer r.opts.Progress(r.taken)
 	}
 	if skip != "" {
 		r.rep.Summary.Skipped++
-		return warning{at.line, fmt.Sprintf("%s: decision %s skipped: %s", at, decisionlog.Shown(rec.DecisionID), skip)}, true
+		return fmt.Sprintf("%s: decision %s skipped: %s", at, decisionlog.Shown(rec.DecisionID), skip), true
 	}
 	r.tally.Add(rec.Decision, ch.Class, rec.DecisionID)
 	if ch.Class == shadow.Same {
 		r.rep.Summary.Unchanged++
-		return warning{}, false
+		return "", false
 	}
 	ch.File, ch.Line, ch.Replica = at.file, at.line, at.replica
 	r.rep.Summary.Changed++
 	r.rep.Changed = append(r.rep.Changed, *ch)
-	return warning{}, false
+	return "", false
 }
 
-// lineOf is the line number a reader warning about file starts with.
+// lineOf is the line number a warning about file starts with.
 func lineOf(file, w string) int {
 	rest, _ := strings.CutPrefix(w, file+":")
 	n := 0

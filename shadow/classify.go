@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/arbiter-dev/arbiter/decisionlog"
 	"github.com/arbiter-dev/arbiter/engine"
@@ -56,22 +57,13 @@ var DefaultForbidden = []Class{RefuseToAllow, CandidateError}
 
 // ParseClass returns the class named s.
 func ParseClass(s string) (Class, bool) {
-	for _, c := range Classes {
-		if string(c) == s {
-			return c, true
-		}
+	if i := Class(s).index(); i >= 0 {
+		return Classes[i], true
 	}
 	return "", false
 }
 
-func (c Class) index() int {
-	for i, k := range Classes {
-		if k == c {
-			return i
-		}
-	}
-	return -1
-}
+func (c Class) index() int { return slices.Index(Classes, c) }
 
 // Outcome is what one revision made of one request: a result, or an error
 // (its contract code and client-safe message).

@@ -61,10 +61,9 @@ func (s *Shadow) Collector() prometheus.Collector {
 		s.classMu.Unlock()
 		st := s.stats(&s.total)
 		scrape.Counter(ch, descSampled, st.Sampled)
-		scrape.Counter(ch, descDropped, st.Dropped, "queue_full")
-		scrape.Counter(ch, descDropped, st.Abandoned, "abandoned")
-		scrape.Counter(ch, descDropped, st.Expired, "expired")
-		scrape.Counter(ch, descDropped, st.Unjudged, "unjudged")
+		for reason, n := range map[string]uint64{"queue_full": st.Dropped, "abandoned": st.Abandoned, "expired": st.Expired, "unjudged": st.Unjudged} {
+			scrape.Counter(ch, descDropped, n, reason)
+		}
 		scrape.Gauge(ch, descQueued, st.Queued)
 		scrape.Counter(ch, descEval, st.EvaluationSeconds)
 		scrape.Counter(ch, descThrottled, st.ThrottledSeconds)

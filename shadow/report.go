@@ -48,26 +48,23 @@ type ClassCount struct {
 }
 
 // Count returns the count of class c.
-func (r Report) Count(c Class) uint64 {
-	if i := c.index(); i >= 0 && i < len(r.Classes) {
-		return r.Classes[i].Count
-	}
-	return 0
-}
+func (r Report) Count(c Class) uint64 { return r.class(c).Count }
 
 // Examples returns the example decision ids of class c.
-func (r Report) Examples(c Class) []string {
+func (r Report) Examples(c Class) []string { return r.class(c).Examples }
+
+func (r Report) class(c Class) ClassCount {
 	if i := c.index(); i >= 0 && i < len(r.Classes) {
-		return r.Classes[i].Examples
+		return r.Classes[i]
 	}
-	return nil
+	return ClassCount{}
 }
 
 // Tally counts judgements into a Report. It is safe for concurrent use.
 type Tally struct {
 	examples int
 	mu       sync.Mutex
-	per      map[string]*tallyRow
+	per      map[string]tallyRow
 
 	dropped, later uint64
 	owed           map[string]bool // ids of dropped decisions not judged yet, at most maxOwed
@@ -87,7 +84,7 @@ type tallyRow struct {
 // class (DefaultExamples when examples <= 0).
 func NewTally(examples int) *Tally {
 	defaults.Set(&examples, DefaultExamples)
-	return &Tally{examples: examples, per: map[string]*tallyRow{}, owed: map[string]bool{}}
+	return &Tally{examples: examples, per: map[string]tallyRow{}, owed: map[string]bool{}}
 }
 
 // Add counts one judged request.
@@ -132,14 +129,11 @@ func (t *Tally) add(decision string, c Class, id string) {
 		return
 	}
 	row := t.per[decision]
-	if row == nil {
-		row = &tallyRow{}
-		t.per[decision] = row
-	}
 	row.counts[i]++
 	if len(row.examples[i]) < t.examples {
 		row.examples[i] = append(row.examples[i], id)
 	}
+	t.per[decision] = row
 }
 
 // Report returns the counts so far.
@@ -162,11 +156,11 @@ func (t *Tally) Report() Report {
 		rep.Total += dr.Total
 		rep.Decisions = append(rep.Decisions, dr)
 	}
-	rep.Classes = classCounts(&all)
+	rep.Classes = classCounts(all)
 	return rep
 }
 
-func classCounts(row *tallyRow) []ClassCount {
+func classCounts(row tallyRow) []ClassCount {
 	out := make([]ClassCount, len(Classes))
 	for i, c := range Classes {
 		out[i] = ClassCount{Class: c, Count: row.counts[i], Examples: append([]string{}, row.examples[i]...)}
@@ -248,10 +242,7 @@ func Progress(r Report, min uint64) string {
 // added to g's forbidden classes. A request never loosens the operator's
 // gate; only a forced promotion passes a gate that refuses.
 func (g Gate) Stricter(minDecisions uint64, forbid []Class) Gate {
-	out := Gate{MinDecisions: max(g.MinDecisions, minDecisions), Forbidden: slices.Clone(g.Forbidden)}
-	if out.Forbidden == nil {
-		out.Forbidden = []Class{}
-	}
+	out := Gate{MinDecisions: max(g.MinDecisions, minDecisions), Forbidden: append([]Class{}, g.Forbidden...)}
 	for _, c := range forbid {
 		if !slices.Contains(out.Forbidden, c) {
 			out.Forbidden = append(out.Forbidden, c)

@@ -123,7 +123,7 @@ type Shadow struct {
 	idle         chan struct{}
 
 	classMu sync.Mutex
-	classes map[string]*[6]uint64 // cumulative over candidates, for metrics
+	classes map[string][6]uint64 // cumulative over candidates, for metrics
 }
 
 // run is one candidate's time in shadow: a new candidate starts a new
@@ -173,7 +173,7 @@ func New(cfg Config) *Shadow {
 	defaults.Set(&cfg.Timeout, DefaultTimeout)
 	defaults.Set(&cfg.Examples, DefaultExamples)
 	defaults.Set(&cfg.SelfCheckBytes, DefaultSelfCheckBytes)
-	s := &Shadow{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string]*[6]uint64{}, idle: make(chan struct{}, 1)}
+	s := &Shadow{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), budget: newBudget(cfg.CPU), jobs: queue.New[*Ticket](lim), classes: map[string][6]uint64{}, idle: make(chan struct{}, 1)}
 	s.checks = lane{q: queue.New[engine.Recheck](queue.Limits{Items: selfCheckQueue, Bytes: cfg.SelfCheckBytes, HoldBytes: true}), disagreements: map[string]uint64{}}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	for range cfg.Workers {
@@ -263,7 +263,6 @@ type Ticket struct {
 	run  *run
 	rec  decisionlog.Record
 	done func(*Result)
-	size int64
 	over atomic.Bool
 }
 
@@ -288,8 +287,7 @@ func (s *Shadow) Sample(rec decisionlog.Record, done func(*Result)) *Ticket {
 		s.drop(r, rec.DecisionID, nil)
 		return nil
 	}
-	return &Ticket{s: s, run: r, rec: rec, done: done,
-		size: int64(len(rec.Input) + len(rec.Result) + len(rec.BodyBase64))}
+	return &Ticket{s: s, run: r, rec: rec, done: done}
 }
 
 // Start queues the ticket for the candidate. It is called once the live
@@ -299,7 +297,7 @@ func (t *Ticket) Start() {
 	if t == nil {
 		return
 	}
-	switch ok, why := t.s.jobs.Put(t, t.size); {
+	switch ok, why := t.s.jobs.Put(t, int64(len(t.rec.Input)+len(t.rec.Result)+len(t.rec.BodyBase64))); {
 	case why == queue.Closed:
 		t.s.abandon(t)
 	case !ok:
@@ -492,13 +490,7 @@ func (s *Shadow) waitIdle(ctx context.Context, seen *uint64) time.Duration {
 			}
 		}
 		n := s.starts.Load()
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(quiet)
+		t.Reset(quiet) // no stale tick after a Reset since Go 1.23
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -522,11 +514,8 @@ func (s *Shadow) abandon(t *Ticket) {
 func (s *Shadow) count(decision string, c Class) {
 	s.classMu.Lock()
 	row := s.classes[decision]
-	if row == nil {
-		row = new([6]uint64)
-		s.classes[decision] = row
-	}
 	row[c.index()]++
+	s.classes[decision] = row
 	s.classMu.Unlock()
 }
 
@@ -674,10 +663,7 @@ func (s *Shadow) Promote(ctx context.Context, o PromoteOptions, activate func(ct
 	}
 	why := s.catchUp(ctx, r)
 	p.Report = r.tally.Report()
-	proofs := Proofs{}
-	if s.cfg.Prover != nil {
-		proofs = s.cfg.Prover.Proofs(r.cand.Snapshot)
-	}
+	proofs := s.Proofs() // r's: adminMu keeps it the candidate
 	p.Evidence = p.Report.Evidence(proofs)
 	p.Refusals = append(p.Refusals, o.Gate.Refusals(p.Report)...)
 	p.Refusals = append(p.Refusals, o.Gate.ProofRefusals(proofs)...)

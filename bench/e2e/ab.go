@@ -10,18 +10,10 @@ import "context"
 // differ on this machine).
 var abLoads = []string{"saturated", "paced"}
 
-// abRun is one measured run: a load, a mode, a repetition.
-type abRun struct {
-	load, mode string
-	rep        int
-	res        wrkResult
-	cpu        float64 // the server's CPU seconds over the run
-}
-
 // abEach calls fn for every load, repetition and mode, in that rotating
 // order, and returns the runs fn measured.
-func abEach(reps int, modes []string, fn func(load, mode string, rep int) (abRun, error)) ([]abRun, error) {
-	var runs []abRun
+func abEach(reps int, modes []string, fn func(load, mode string, rep int) (loadRun, error)) ([]loadRun, error) {
+	var runs []loadRun
 	for _, load := range abLoads {
 		err := rotate(reps, modes, func(rep int, mode string) error {
 			r, err := fn(load, mode, rep)
@@ -37,7 +29,7 @@ func abEach(reps int, modes []string, fn func(load, mode string, rep int) (abRun
 
 // abMeasure runs load against s (at s.addr; paced: reqs at pace a second)
 // for c.duration and returns the run with the server's CPU over it.
-func abMeasure(ctx context.Context, c config, s *server, load, mode string, rep int, script, index string, reqs []pacedRequest, pace int) (abRun, error) {
+func abMeasure(ctx context.Context, c config, s *server, load, mode string, rep int, script, index string, reqs []pacedRequest, pace int) (loadRun, error) {
 	cpu0, _ := cpuSeconds(s.pid())
 	var res wrkResult
 	var err error
@@ -47,16 +39,16 @@ func abMeasure(ctx context.Context, c config, s *server, load, mode string, rep 
 		res, err = paced(ctx, s, reqs, pace, c.duration)
 	}
 	cpu1, _ := cpuSeconds(s.pid())
-	return abRun{load: load, mode: mode, rep: rep, res: res, cpu: cpu1 - cpu0}, err
+	return loadRun{load: load, server: mode, rep: rep, res: res, cpu: cpu1 - cpu0}, err
 }
 
 // abRatios writes, for each load and each mode but the baseline, the
 // medians over the repetitions of its p99, p50 and throughput against the
 // baseline's of the same repetition.
-func abRatios(w func(string, ...any), runs []abRun, modes []string, reps int, against string) {
+func abRatios(w func(string, ...any), runs []loadRun, modes []string, reps int, against string) {
 	res := map[[3]any]wrkResult{}
 	for _, r := range runs {
-		res[[3]any{r.load, r.rep, r.mode}] = r.res
+		res[[3]any{r.load, r.rep, r.server}] = r.res
 	}
 	w("| load | against %s, median of %d repetitions | p99 | p50 | throughput |", against, reps)
 	w("|---|---|---|---|---|")

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -31,19 +30,17 @@ func goTestArgs(c config) []string {
 		"-benchtime", c.benchtime, "-count", strconv.Itoa(c.count), "./engine/"}
 }
 
-// runGoBench runs the engine benchmarks, echoing their output, and returns
-// the median of each.
-func runGoBench(ctx context.Context, argv []string) ([]benchLine, string, error) {
+// runGoBench runs the engine benchmarks (cmd, of goTestArgs), echoing their
+// output, and returns the median of each.
+func runGoBench(cmd *exec.Cmd) ([]benchLine, string, error) {
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	// go test runs the test binary as a child: on Ctrl-C or the time limit,
 	// stop the whole group, not only the go command.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Stdout = io.MultiWriter(&out, os.Stderr)
-	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+		return nil, "", fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
 	lines, cpu := parseGoBench(&out)
 	return lines, cpu, nil
@@ -101,9 +98,8 @@ func median[T ~int64 | ~float64](xs []T) T {
 }
 
 func findBench(lines []benchLine, name string) (benchLine, bool) {
-	i := slices.IndexFunc(lines, func(l benchLine) bool { return l.Name == name })
-	if i < 0 {
-		return benchLine{}, false
+	if i := slices.IndexFunc(lines, func(l benchLine) bool { return l.Name == name }); i >= 0 {
+		return lines[i], true
 	}
-	return lines[i], true
+	return benchLine{}, false
 }

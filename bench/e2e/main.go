@@ -139,13 +139,14 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench/e2e: "+format+"\n", args...)
 }
 
-// step runs a command of the report's list, showing its output.
-func step(ctx context.Context, r *report, argv ...string) error {
+// step is a command of the report's list, added to it and shown as it is
+// made, its output shown.
+func (r *report) step(ctx context.Context, argv ...string) *exec.Cmd {
 	r.commands = append(r.commands, shellQuote(argv))
 	logf("%s", shellQuote(argv))
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return cmd.Run()
+	return cmd
 }
 
 func run(ctx context.Context, c config) (err error) {
@@ -166,16 +167,13 @@ func run(ctx context.Context, c config) (err error) {
 
 	// The Makefile's binaries, as make builds them: an up-to-date one is
 	// not linked again, nor rewritten under a test that runs it.
-	if err := step(ctx, r, "make", "--no-print-directory", "build", "bin/opa"); err != nil {
+	if err := r.step(ctx, "make", "--no-print-directory", "build", "bin/opa").Run(); err != nil {
 		return err
 	}
 	r.machine.opa = toolVersion(ctx, "bin/opa", "version")
 
 	if c.inprocess {
-		argv := goTestArgs(c)
-		r.commands = append(r.commands, shellQuote(argv))
-		logf("%s", shellQuote(argv))
-		if r.bench, r.machine.goCPU, err = runGoBench(ctx, argv); err != nil {
+		if r.bench, r.machine.goCPU, err = runGoBench(r.step(ctx, goTestArgs(c)...)); err != nil {
 			return err
 		}
 	}
@@ -194,8 +192,7 @@ func run(ctx context.Context, c config) (err error) {
 		return err
 	}
 	defer os.RemoveAll(l.tmp)
-	inputs, tmp, script, index := l.inputs, l.tmp, l.script, l.index
-	r.mix, r.tmp = corpus.Summarize(inputs), tmp
+	r.mix, r.tmp = corpus.Summarize(l.inputs), l.tmp
 	r.sized = func(size int) (string, []byte, error) {
 		return corpus.Sized(tests, size, func(decision string, body []byte) bool {
 			_, err := l.snap.Decide(ctx, decision, body, engine.Options{})
@@ -214,7 +211,7 @@ func run(ctx context.Context, c config) (err error) {
 		}
 	}()
 	start := func(name, health string, argv func(addr string) []string) (*server, error) {
-		s, err := launch(ctx, name, filepath.Join(tmp, name+".log"), health, func(addr string) []string {
+		s, err := launch(ctx, name, filepath.Join(l.tmp, name+".log"), health, func(addr string) []string {
 			a := argv(addr)
 			r.commands = append(r.commands, shellQuote(a))
 			return a
@@ -224,7 +221,7 @@ func run(ctx context.Context, c config) (err error) {
 		}
 		return s, err
 	}
-	decisionLog := filepath.Join(tmp, "decisions.log")
+	decisionLog := filepath.Join(l.tmp, "decisions.log")
 	arb, err := start("arbiter", "/health", func(addr string) []string { return arbiterArgs(addr, decisionLog) })
 	if err != nil {
 		return err
@@ -242,18 +239,18 @@ func run(ctx context.Context, c config) (err error) {
 		return err
 	}
 
-	if r.checked, err = sameAnswers(ctx, arb, opa, inputs); err != nil {
+	if r.checked, err = sameAnswers(ctx, arb, opa, l.inputs); err != nil {
 		return err
 	}
 	logf("Arbiter and OPA answered %d corpus inputs alike", r.checked)
 
 	if wrkErr == nil {
-		if err := loadRuns(ctx, c, r, []*server{arb, opa, null}, script, index); err != nil {
+		if err := loadRuns(ctx, c, r, []*server{arb, opa, null}, l.script, l.index); err != nil {
 			return err
 		}
 	}
 	if c.pace > 0 {
-		if err := pacedRuns(ctx, c, r, []*server{arb, opa}, inputs); err != nil {
+		if err := pacedRuns(ctx, c, r, []*server{arb, opa}, l.inputs); err != nil {
 			return err
 		}
 	}
@@ -349,7 +346,7 @@ func loadRuns(ctx context.Context, c config, r *report, servers []*server, scrip
 		cpu0, _ := cpuSeconds(s.pid())
 		rss := sampleRSS(s.pid(), 100*time.Millisecond)
 		res, err := runWrk(ctx, wrkArgs(c, c.duration, script, index, s.addr))
-		maxRSS := rss.done()
+		maxRSS := rss()
 		cpu1, _ := cpuSeconds(s.pid())
 		if err := cmp.Or(err, s.alive()); err != nil {
 			return err
@@ -381,7 +378,7 @@ func rotate[T any](reps int, xs []T, fn func(rep int, x T) error) error {
 // saturated, which wrk's closed loop on two shared cores cannot show (there
 // the tail is the operating system's time slices, for every server).
 func pacedRuns(ctx context.Context, c config, r *report, servers []*server, inputs []corpus.Input) error {
-	reqs := dataRequests(inputs)
+	reqs := corpusRequests(inputs, true)
 	return rotate(c.reps, servers, func(rep int, s *server) error {
 		res, err := paced(ctx, s, reqs, c.pace, c.duration)
 		if err := cmp.Or(err, s.alive()); err != nil {
@@ -393,6 +390,10 @@ func pacedRuns(ctx context.Context, c config, r *report, servers []*server, inpu
 	})
 }
 
+// allocMetric is the bytes a server's Go runtime has allocated since it
+// started.
+const allocMetric = "go_memstats_alloc_bytes_total"
+
 // sizeRuns times sequential requests with one large Runner state at each
 // size, alternating servers request by request, and reads how many bytes
 // each server allocated for them from its own /metrics.
@@ -400,8 +401,8 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 	servers := []*server{arb, opa}
 	scrape := map[string]float64{}
 	for _, s := range servers {
-		a1, err1 := s.allocBytes(ctx)
-		a2, err2 := s.allocBytes(ctx)
+		a1, err1 := s.metric(ctx, allocMetric)
+		a2, err2 := s.metric(ctx, allocMetric)
 		if err := cmp.Or(err1, err2); err != nil {
 			return err
 		}
@@ -432,7 +433,7 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 		}
 		before, cpuBefore := map[string]float64{}, map[string]float64{}
 		for _, s := range servers {
-			if before[s.name], err = s.allocBytes(ctx); err != nil {
+			if before[s.name], err = s.metric(ctx, allocMetric); err != nil {
 				return err
 			}
 			cpuBefore[s.name], _ = cpuSeconds(s.pid())
@@ -455,7 +456,7 @@ func sizeRuns(ctx context.Context, c config, r *report, arb, opa *server) error 
 		for _, s := range servers {
 			cpuAfter, _ := cpuSeconds(s.pid())
 			res.cpu[s.name] = (cpuAfter - cpuBefore[s.name]) / float64(sz.requests)
-			after, err := s.allocBytes(ctx)
+			after, err := s.metric(ctx, allocMetric)
 			if err != nil {
 				return err
 			}

@@ -52,10 +52,7 @@ func toolVersion(ctx context.Context, argv ...string) string {
 }
 
 func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
+	b, _ := os.ReadFile("/proc/loadavg") // none: no fields
 	f := strings.Fields(string(b))
 	if len(f) < 3 {
 		return "?"
@@ -63,8 +60,11 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// loadRun is one measured run: a server (in an A/B comparison, a mode)
+// under a load, a repetition.
 type loadRun struct {
 	server string
+	load   string // an A/B comparison's (abLoads)
 	rep    int
 	res    wrkResult
 	cpu    float64 // server CPU seconds during the run
@@ -116,37 +116,34 @@ func msd(d time.Duration) float64 { return float64(d) / float64(time.Millisecond
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
-// serverStats is the median of a server's load runs.
+// serverStats are the medians of a server's load runs, and each run's
+// throughput and p99.
 type serverStats struct {
-	rps, p50, p99, cpu float64 // req/s, ms, ms, µs per request
-	maxRSS             int64
-	errors             int64
-	perRun             []float64
-	n                  int
+	rps, p50, p90, p99, slowest, cpu float64 // req/s, ms, ms, ms, ms, µs per request
+	maxRSS                           int64
+	errors                           int64
+	rpsRuns, p99Runs                 []float64
+	n                                int
 }
-
-func (r *report) stats(server string) serverStats { return statsOf(r.runs, server) }
-
-// pacedStats are the fixed-rate runs' medians.
-func (r *report) pacedStats(server string) serverStats { return statsOf(r.pacedRuns, server) }
 
 func statsOf(runs []loadRun, server string) serverStats {
 	var s serverStats
-	var rps, p50, p99, cpu []float64
+	var p50, p90, slowest, cpu []float64
 	for _, run := range runs {
 		if run.server != server {
 			continue
 		}
-		rps = append(rps, run.res.rps())
+		s.rpsRuns = append(s.rpsRuns, run.res.rps())
 		p50 = append(p50, ms(run.res.P50US))
-		p99 = append(p99, ms(run.res.P99US))
+		p90 = append(p90, ms(run.res.P90US))
+		s.p99Runs = append(s.p99Runs, ms(run.res.P99US))
+		slowest = append(slowest, ms(run.res.MaxUS))
 		cpu = append(cpu, run.cpuPerReq()*1e6)
 		s.maxRSS = max(s.maxRSS, run.maxRSS)
 		s.errors += run.res.errors()
-		s.perRun = append(s.perRun, run.res.rps())
-		s.n++
 	}
-	s.rps, s.p50, s.p99, s.cpu = median(rps), median(p50), median(p99), median(cpu)
+	s.n = len(s.rpsRuns)
+	s.rps, s.p50, s.p90, s.p99, s.slowest, s.cpu = median(s.rpsRuns), median(p50), median(p90), median(s.p99Runs), median(slowest), median(cpu)
 	return s
 }
 
@@ -239,10 +236,10 @@ func kb(n int) string {
 func (r *report) writeSummary(w func(string, ...any)) {
 	w("## Targets of the issue, measured in this run\n\n")
 	w("| target | measured | |\n|---|---|---|\n")
-	a, o := r.stats("arbiter"), r.stats("opa")
+	a, o := statsOf(r.runs, "arbiter"), statsOf(r.runs, "opa")
 	if a.n > 0 && o.n > 0 {
 		w("| E2E server CPU per request, typical states, validation and decision log on: OPA's ≥ 4x Arbiter's (aim 6x) | %.2fx (%.0f vs %.0f µs; throughput %.2fx: %.0f vs %.0f req/s, more sensitive to the neighbours' load) | %s |\n", o.cpu/a.cpu, o.cpu, a.cpu, a.rps/o.rps, a.rps, o.rps, verdict(o.cpu >= 4*a.cpu))
-		if pa, po := r.pacedStats("arbiter"), r.pacedStats("opa"); pa.n > 0 && po.n > 0 {
+		if pa, po := statsOf(r.pacedRuns, "arbiter"), statsOf(r.pacedRuns, "opa"); pa.n > 0 && po.n > 0 {
 			w("| E2E p99 at a fixed %d req/s (open loop, a rate both sustain): Arbiter under half of OPA's | %.2fx (%.2f ms vs %.2f ms; p50 %.2f vs %.2f ms) | %s |\n",
 				r.cfg.pace, pa.p99/po.p99, pa.p99, po.p99, pa.p50, po.p50, verdict(2*pa.p99 < po.p99))
 		}
@@ -275,11 +272,10 @@ func (r *report) writeSummary(w func(string, ...any)) {
 }
 
 func (r *report) size(name string) (sizeResult, bool) {
-	i := slices.IndexFunc(r.sizes, func(s sizeResult) bool { return s.spec.name == name })
-	if i < 0 {
-		return sizeResult{}, false
+	if i := slices.IndexFunc(r.sizes, func(s sizeResult) bool { return s.spec.name == name }); i >= 0 {
+		return r.sizes[i], true
 	}
-	return r.sizes[i], true
+	return sizeResult{}, false
 }
 
 func (r *report) writeInProcess(w func(string, ...any)) {
@@ -340,14 +336,14 @@ func (r *report) writeLoad(w func(string, ...any)) {
 	w("| server | req/s | p50 ms | p99 ms | req/s per run | errors | server CPU µs/req | max RSS under load | VmHWM after load |\n")
 	w("|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for i, name := range []string{"arbiter", "opa", "null"} {
-		s := r.stats(name)
+		s := statsOf(r.runs, name)
 		hwm := ""
 		if i < len(r.hwmAfterLoad) {
 			hwm = mib(r.hwmAfterLoad[i])
 		}
-		w("| %s | %.0f | %.2f | %.2f | %s | %d | %.0f | %s | %s |\n", label(name), s.rps, s.p50, s.p99, joinf("%.0f", s.perRun), s.errors, s.cpu, mib(s.maxRSS), hwm)
+		w("| %s | %.0f | %.2f | %.2f | %s | %d | %.0f | %s | %s |\n", label(name), s.rps, s.p50, s.p99, joinf("%.0f", s.rpsRuns), s.errors, s.cpu, mib(s.maxRSS), hwm)
 	}
-	a, o, n := r.stats("arbiter"), r.stats("opa"), r.stats("null")
+	a, o, n := statsOf(r.runs, "arbiter"), statsOf(r.runs, "opa"), statsOf(r.runs, "null")
 	w("\nArbiter/OPA: throughput **%.2fx** (per repetition: %s), p50 %.2fx, p99 %.2fx, server CPU per request %.2fx.\n", a.rps/o.rps, joinf("%.2f", r.repRatios()), a.p50/o.p50, a.p99/o.p99, a.cpu/o.cpu)
 	w("Share of the null server's throughput: Arbiter %.0f%%, OPA %.0f%%.\n", 100*a.rps/n.rps, 100*o.rps/n.rps)
 	w("Arbiter's decision log held %s at the end (every request is logged with its input; records dropped\n", mib(r.decisionLogBytes))
@@ -358,14 +354,8 @@ func (r *report) writeLoad(w func(string, ...any)) {
 		w("latency a caller sees when the service is not saturated:\n\n")
 		w("| server | p50 ms | p90 ms | p99 ms | max ms | p99 per run | errors |\n|---|---:|---:|---:|---:|---|---:|\n")
 		for _, name := range []string{"arbiter", "opa"} {
-			st := r.pacedStats(name)
-			var p90, mx, p99 []float64
-			for _, run := range r.pacedRuns {
-				if run.server == name {
-					p90, mx, p99 = append(p90, ms(run.res.P90US)), append(mx, ms(run.res.MaxUS)), append(p99, ms(run.res.P99US))
-				}
-			}
-			w("| %s | %.2f | %.2f | %.2f | %.2f | %s | %d |\n", label(name), st.p50, median(p90), st.p99, median(mx), joinf("%.2f", p99), st.errors)
+			st := statsOf(r.pacedRuns, name)
+			w("| %s | %.2f | %.2f | %.2f | %.2f | %s | %d |\n", label(name), st.p50, st.p90, st.p99, st.slowest, joinf("%.2f", st.p99Runs), st.errors)
 		}
 		w("\n")
 	}

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -28,41 +27,6 @@ type server struct {
 	done    chan struct{}
 	waitErr error
 	client  *http.Client
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func startServer(name, addr, logPath string, argv ...string) (*server, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, killed with the driver even if the driver is
-	// killed outright.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	s := &server{
-		name: name, addr: addr, logPath: logPath, cmd: cmd, done: make(chan struct{}),
-		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}},
-	}
-	go func() {
-		s.waitErr = cmd.Wait()
-		logf.Close()
-		close(s.done)
-	}()
-	return s, nil
 }
 
 func (s *server) pid() int { return s.cmd.Process.Pid }
@@ -125,17 +89,37 @@ func (s *server) alive() error {
 }
 
 // launch starts the server argv(addr) on a free loopback address, its
-// output in logPath, and waits until health answers 200 (else stops it);
-// the caller stops the server it returns.
+// output in logPath, in its own process group (killed with the driver even
+// if the driver is killed outright), and waits until health answers 200
+// (else stops it); the caller stops the server it returns.
 func launch(ctx context.Context, name, logPath, health string, argv func(addr string) []string) (*server, error) {
-	addr, err := freeAddr()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s, err := startServer(name, addr, logPath, argv(addr)...)
+	addr := l.Addr().String()
+	l.Close()
+	out, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
+	a := argv(addr)
+	cmd := exec.Command(a[0], a[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	s := &server{
+		name: name, addr: addr, logPath: logPath, cmd: cmd, done: make(chan struct{}),
+		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}},
+	}
+	go func() {
+		s.waitErr = cmd.Wait()
+		out.Close()
+		close(s.done)
+	}()
 	t0 := time.Now()
 	if err := s.waitReady(ctx, health, 2*time.Minute); err != nil {
 		s.stop()
@@ -195,12 +179,6 @@ func (s *server) request(ctx context.Context, method, path string, body []byte) 
 	return resp.StatusCode, out, err
 }
 
-// allocBytes reads go_memstats_alloc_bytes_total, the bytes the server's Go
-// runtime has allocated since it started, from its /metrics.
-func (s *server) allocBytes(ctx context.Context) (float64, error) {
-	return s.metric(ctx, "go_memstats_alloc_bytes_total")
-}
-
 // metric reads an unlabelled metric from the server's /metrics.
 func (s *server) metric(ctx context.Context, name string) (float64, error) {
 	_, out, err := s.request(ctx, http.MethodGet, "/metrics", nil)
@@ -247,11 +225,9 @@ func procLine(file, key string) (string, bool) {
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat.
 var clockTicks = func() float64 {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err == nil {
-		if n, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && n > 0 {
-			return n
-		}
+	out, _ := exec.Command("getconf", "CLK_TCK").Output() // none: no number
+	if n, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && n > 0 {
+		return n
 	}
 	return 100
 }()
@@ -280,38 +256,30 @@ func cpuSeconds(pid int) (float64, error) {
 	return (ut + st) / clockTicks, nil
 }
 
-// rssSampler records the largest VmRSS of a process while it runs.
-type rssSampler struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
-	max  int64
-}
-
-func sampleRSS(pid int, every time.Duration) *rssSampler {
-	r := &rssSampler{stop: make(chan struct{})}
-	r.wg.Add(1)
+// sampleRSS samples the VmRSS of a process every so often until the
+// function it returns is called, which returns the largest.
+func sampleRSS(pid int, every time.Duration) func() int64 {
+	stop, largest := make(chan struct{}), make(chan int64)
 	go func() {
-		defer r.wg.Done()
+		var max int64
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			if v, err := procStatus(pid, "VmRSS"); err == nil && v > r.max {
-				r.max = v
+			if v, err := procStatus(pid, "VmRSS"); err == nil && v > max {
+				max = v
 			}
 			select {
-			case <-r.stop:
+			case <-stop:
+				largest <- max
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	return r
-}
-
-func (r *rssSampler) done() int64 {
-	close(r.stop)
-	r.wg.Wait()
-	return r.max
+	return func() int64 {
+		close(stop)
+		return <-largest
+	}
 }
 
 // nullServer answers every request with the same small JSON document after

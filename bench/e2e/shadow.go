@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,21 +47,20 @@ func runShadow(ctx context.Context, c config) error {
 		return err
 	}
 	defer os.RemoveAll(l.tmp)
-	snap, inputs, tmp, script, index := l.snap, l.inputs, l.tmp, l.script, l.index
-	cand := filepath.Join(tmp, "candidate")
+	cand := filepath.Join(l.tmp, "candidate")
 	for _, dir := range []string{"policies", "schemas"} {
 		if err := os.CopyFS(filepath.Join(cand, dir), os.DirFS(dir)); err != nil {
 			return err
 		}
 	}
-	for _, name := range snap.Names() {
+	for _, name := range l.snap.Names() {
 		src := "package decisions." + name + "\n\n" + loopingRule
 		if err := os.WriteFile(filepath.Join(cand, "policies", "decisions", name, "zz_shadow_benchmark_loop.rego"), []byte(src), 0o644); err != nil {
 			return err
 		}
 	}
 
-	s, argv, err := launchArbiter(ctx, "arbiter", filepath.Join(tmp, "arbiter.log"), filepath.Join(tmp, "decisions.log"), "--shadow-cpu", fmt.Sprint(c.shadowCPU))
+	s, argv, err := launchArbiter(ctx, "arbiter", filepath.Join(l.tmp, "arbiter.log"), filepath.Join(l.tmp, "decisions.log"), "--shadow-cpu", fmt.Sprint(c.shadowCPU))
 	if err != nil {
 		return err
 	}
@@ -86,26 +84,26 @@ func runShadow(ctx context.Context, c config) error {
 	}
 
 	logf("warm-up, %s", c.warmup)
-	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, s.addr)); err != nil {
+	if _, err := runWrk(ctx, wrkArgs(c, c.warmup, l.script, l.index, s.addr)); err != nil {
 		return err
 	}
 	// The modes: no candidate, the looping candidate, and no candidate
 	// again (abEach's control).
 	type run struct {
-		abRun
+		loadRun
 		before, after shadow.Stats
 	}
 	var runs []run
 	modes := []string{"none", "looping", "none (control)"}
-	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (abRun, error) {
+	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (loadRun, error) {
 		if err := set(mode == "looping"); err != nil {
-			return abRun{}, err
+			return loadRun{}, err
 		}
 		before, err := stats()
 		if err != nil {
-			return abRun{}, err
+			return loadRun{}, err
 		}
-		r, err := abMeasure(ctx, c, s, load, mode, rep, script, index, decisionRequests(inputs), c.shadowPace)
+		r, err := abMeasure(ctx, c, s, load, mode, rep, l.script, l.index, corpusRequests(l.inputs, false), c.shadowPace)
 		if err != nil {
 			return r, err
 		}
@@ -127,13 +125,12 @@ func runShadow(ctx context.Context, c config) error {
 		return err
 	}
 
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	w("| load | run | candidate in shadow | req/s | p50 ms | p99 ms | server CPU µs/req | sampled | judged | dropped (queue full) | expired | candidate evaluating s | paused s |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {
 		a, b := r.after, r.before
-		w("| %s | %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.load, r.rep+1, r.mode, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
+		w("| %s | %d | %s | %.0f | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |", r.load, r.rep+1, r.server, r.res.rps(), ms(r.res.P50US), ms(r.res.P99US),
 			r.cpu/float64(r.res.Requests)*1e6, float64(a.Sampled)-float64(b.Sampled), float64(a.Judged)-float64(b.Judged),
 			float64(a.Dropped)-float64(b.Dropped), float64(a.Expired)-float64(b.Expired), a.EvaluationSeconds-b.EvaluationSeconds, a.PausedSeconds-b.PausedSeconds)
 	}
@@ -143,7 +140,6 @@ func runShadow(ctx context.Context, c config) error {
 	w("Server: `%s`", shellQuote(argv))
 	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, each sent on time whatever the answers before it (open loop), for %s.",
 		shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")), c.shadowPace, c.duration)
-	fmt.Print(b.String())
 	return nil
 }
 
@@ -153,21 +149,16 @@ type pacedRequest struct {
 	body []byte
 }
 
-// decisionRequests are the corpus on Arbiter's own decision path.
-func decisionRequests(inputs []corpus.Input) []pacedRequest {
+// corpusRequests are the corpus on Arbiter's own decision path, or (data)
+// on OPA's Data API path, which both servers answer (the bytes wrk sends
+// too).
+func corpusRequests(inputs []corpus.Input, data bool) []pacedRequest {
 	out := make([]pacedRequest, len(inputs))
 	for i, in := range inputs {
 		out[i] = pacedRequest{"/v1/decisions/" + in.Decision, in.Body}
-	}
-	return out
-}
-
-// dataRequests are the corpus on OPA's Data API path, which both servers
-// answer (the bytes wrk sends too).
-func dataRequests(inputs []corpus.Input) []pacedRequest {
-	out := make([]pacedRequest, len(inputs))
-	for i, in := range inputs {
-		out[i] = pacedRequest{dataPath(in.Decision), dataRequest(in.Body)}
+		if data {
+			out[i] = pacedRequest{dataPath(in.Decision), dataRequest(in.Body)}
+		}
 	}
 	return out
 }

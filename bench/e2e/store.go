@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/arbiter-dev/arbiter/decisionstore"
 	"github.com/arbiter-dev/arbiter/internal/pgtest"
 )
 
@@ -31,7 +29,6 @@ func runStore(ctx context.Context, c config) error {
 		return err
 	}
 	defer os.RemoveAll(l.tmp)
-	inputs, tmp, script, index := l.inputs, l.tmp, l.script, l.index
 	dbURL, where := c.storeURL, "-store-url"
 	if dbURL == "" {
 		cl, err := pgtest.New()
@@ -39,65 +36,57 @@ func runStore(ctx context.Context, c config) error {
 			return fmt.Errorf("a throwaway PostgreSQL (or pass -store-url): %w", err)
 		}
 		defer cl.Remove()
-		conn, err := pgx.Connect(ctx, cl.URL("postgres"))
-		if err != nil {
-			return err
-		}
-		_, err = conn.Exec(ctx, "CREATE DATABASE bench")
-		conn.Close(ctx)
-		if err != nil {
-			return err
-		}
-		dbURL, where = cl.URL("bench"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
+		// The cluster is the benchmark's alone: its default database serves.
+		dbURL, where = cl.URL("postgres"), "a throwaway cluster on this machine (internal/pgtest: fsync off)"
 	}
 
-	plain, plainArgv, err := launchArbiter(ctx, "plain", filepath.Join(tmp, "plain.out"), filepath.Join(tmp, "plain.log"))
+	plain, plainArgv, err := launchArbiter(ctx, "plain", filepath.Join(l.tmp, "plain.out"), filepath.Join(l.tmp, "plain.log"))
 	if err != nil {
 		return err
 	}
 	defer plain.stop()
-	stored, storedArgv, err := launchArbiter(ctx, "stored", filepath.Join(tmp, "stored.out"), filepath.Join(tmp, "stored.log"),
+	stored, storedArgv, err := launchArbiter(ctx, "stored", filepath.Join(l.tmp, "stored.out"), filepath.Join(l.tmp, "stored.log"),
 		"--decision-store", dbURL, "--replica-id", "bench")
 	if err != nil {
 		return err
 	}
 	defer stored.stop()
-	storeStats := func() (storeAccount, error) {
+	storeStats := func() (decisionstore.SinkStats, error) {
 		var doc struct {
-			Store storeAccount `json:"store"`
+			Store decisionstore.SinkStats `json:"store"`
 		}
 		return doc.Store, stored.getJSON(ctx, "/v1/status", &doc)
 	}
 
 	for _, s := range []*server{plain, stored} {
 		logf("warm-up of %s, %s", s.name, c.warmup)
-		if _, err := runWrk(ctx, wrkArgs(c, c.warmup, script, index, s.addr)); err != nil {
+		if _, err := runWrk(ctx, wrkArgs(c, c.warmup, l.script, l.index, s.addr)); err != nil {
 			return err
 		}
 	}
 	type run struct {
-		abRun
+		loadRun
 		written, dropped uint64
 		drain            time.Duration // after the run, until the store had every record
 	}
 	var runs []run
 	modes := []string{"none", "store", "none (control)"}
-	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (abRun, error) {
+	abs, err := abEach(c.reps, modes, func(load, mode string, rep int) (loadRun, error) {
 		s := plain
 		if mode == "store" {
 			s = stored
 		}
 		before, err := storeStats()
 		if err != nil {
-			return abRun{}, err
+			return loadRun{}, err
 		}
 		// Errors (timeouts of an overloaded machine) are reported, not
 		// fatal: they are part of what a run shows.
-		ab, err := abMeasure(ctx, c, s, load, mode, rep, script, index, dataRequests(inputs), c.pace)
+		ab, err := abMeasure(ctx, c, s, load, mode, rep, l.script, l.index, corpusRequests(l.inputs, true), c.pace)
 		if err != nil {
 			return ab, err
 		}
-		r := run{abRun: ab}
+		r := run{loadRun: ab}
 		ended := time.Now()
 		for mode == "store" {
 			after, err := storeStats()
@@ -106,7 +95,7 @@ func runStore(ctx context.Context, c config) error {
 			}
 			if after.Queued == 0 {
 				r.drain = time.Since(ended)
-				r.written, r.dropped = after.Written-before.Written, after.dropped()-before.dropped()
+				r.written, r.dropped = after.Written-before.Written, after.DroppedTotal()-before.DroppedTotal()
 				break
 			}
 			if time.Since(ended) > 5*time.Minute {
@@ -123,21 +112,20 @@ func runStore(ctx context.Context, c config) error {
 		return err
 	}
 
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	w("| load | run | decision store | req/s | errors | p50 ms | p99 ms | server CPU µs/req | records written | dropped | drain s | records/s into the store |")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var sustained []float64
 	for _, r := range runs {
 		perSec := "-"
-		if r.mode == "store" {
+		if r.server == "store" {
 			v := float64(r.written) / (float64(r.res.DurationUS)/1e6 + r.drain.Seconds())
 			perSec = fmt.Sprintf("%.0f", v)
 			if r.load == "saturated" {
 				sustained = append(sustained, v)
 			}
 		}
-		w("| %s | %d | %s | %.0f | %d | %.2f | %.2f | %.0f | %d | %d | %.2f | %s |", r.load, r.rep+1, r.mode, r.res.rps(), r.res.errors(), ms(r.res.P50US), ms(r.res.P99US),
+		w("| %s | %d | %s | %.0f | %d | %.2f | %.2f | %.0f | %d | %d | %.2f | %s |", r.load, r.rep+1, r.server, r.res.rps(), r.res.errors(), ms(r.res.P50US), ms(r.res.P99US),
 			r.cpu/float64(r.res.Requests)*1e6, r.written, r.dropped, r.drain.Seconds(), perSec)
 	}
 	w("")
@@ -148,20 +136,5 @@ func runStore(ctx context.Context, c config) error {
 	w("Servers: `%s` and `%s`; the database: %s.", shellQuote(plainArgv), shellQuote(storedArgv), where)
 	w("Saturated load: `%s`; paced load: %d requests a second of the same corpus, open loop, for %s.",
 		shellQuote(wrkArgs(c, c.duration, "$TMP/load.lua", "$TMP/index", "127.0.0.1:PORT")), c.pace, c.duration)
-	fmt.Print(b.String())
 	return nil
-}
-
-// storeAccount is the part of /v1/status's store member the benchmark reads.
-type storeAccount struct {
-	Written uint64            `json:"written"`
-	Queued  int               `json:"queued"`
-	Dropped map[string]uint64 `json:"dropped"`
-}
-
-func (a storeAccount) dropped() (n uint64) {
-	for _, v := range a.Dropped {
-		n += v
-	}
-	return n
 }

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"net/url"
@@ -19,9 +20,7 @@ const TokenCookie = "arbiter_token"
 // API's error document. Nothing else changes: the same tokens, compared
 // the same way.
 func Bridge(prefix string) func(http.Handler) http.Handler {
-	if prefix == "" {
-		prefix = "/ui"
-	}
+	prefix = cmp.Or(prefix, "/ui")
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !strings.HasPrefix(r.URL.Path, prefix+"/") && r.URL.Path != prefix {
@@ -119,9 +118,8 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 			h.render(w, r, http.StatusForbidden, "error", page{Title: "Refused", Message: "Log in from this page."})
 			return
 		}
-		token := strings.TrimSpace(r.PostFormValue("token"))
 		http.SetCookie(w, &http.Cookie{
-			Name: TokenCookie, Value: token, Path: h.cfg.Prefix,
+			Name: TokenCookie, Value: strings.TrimSpace(r.PostFormValue("token")), Path: h.cfg.Prefix,
 			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 		})
 		http.Redirect(w, r, next, http.StatusSeeOther)

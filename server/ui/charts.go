@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -38,15 +39,11 @@ func chartWindow(q url.Values, f Filter, now time.Time) (decisionstore.Window, s
 			span = w.Dur
 		}
 	}
-	until, since := now, f.Since
-	if !f.Until.IsZero() {
-		until = f.Until
-	}
-	if since.IsZero() {
-		since = until.Add(-span)
-	}
-	if !since.Before(until) {
+	until, since := cmp.Or(f.Until, now), f.Since // the filter's times are UTC: zero is time.Time{}
+	if !since.IsZero() && !since.Before(until) {
 		note = "the window's start is not before its end: the " + q.Get("window") + " window before its end is shown"
+	}
+	if since.IsZero() || note != "" {
 		since = until.Add(-span)
 	}
 	return decisionstore.NewWindow(since, until), note
@@ -140,14 +137,12 @@ const seriesClasses = 8
 
 func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	ptrs := h.runPointers()
-	f, note, refused := h.parseFilter(q, ptrs)
+	f, note, refused := h.parseFilter(q, h.runPointers())
 	win, winNote := chartWindow(q, f, time.Now())
 	if winNote != "" {
 		note = strings.TrimPrefix(note+"; "+winNote, "; ")
 	}
-	snap := h.cfg.Decider.Snapshot()
-	allow, undeclared := allowances(snap)
+	allow, undeclared := allowances(h.cfg.Decider.Snapshot())
 	rq := decisionstore.RefusalQuery{Filter: f, Window: win, Allow: allow}
 	d := chartsData{Form: q, Window: win, FilterNote: note, Undeclared: undeclared, Stored: h.cfg.Store != nil}
 	for _, cw := range chartWindows {
@@ -169,7 +164,7 @@ func (h *handler) charts(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		d.Stored, d.StoreDown = false, true
-		d.Refusals = h.cfg.Recent.Refusals(rq)
+		fallthrough
 	default:
 		d.Refusals = h.cfg.Recent.Refusals(rq)
 	}
@@ -234,14 +229,6 @@ func niceMax(n int) int {
 	}
 }
 
-func ticks(top int, at func(v int) tickView) []tickView {
-	out := []tickView{at(0)}
-	if top%2 == 0 && top > 1 {
-		out = append(out, at(top/2))
-	}
-	return append(out, at(top))
-}
-
 // The time chart's geometry, in its viewBox.
 const (
 	chartW, timeH                = 960, 260
@@ -281,9 +268,11 @@ func (h *handler) timeChart(rf decisionstore.Refusals, series []seriesView, lq u
 		}
 		c.Bars = append(c.Bars, b)
 	}
-	c.Ticks = ticks(top, func(v int) tickView {
-		return tickView{X: plotLeft - 6, Y: plotTop + plotH - float64(v)/float64(top)*plotH, Label: strconv.Itoa(v)}
-	})
+	for i, v := range []int{0, top / 2, top} { // the middle one when it is a whole count
+		if i != 1 || top%2 == 0 && top > 1 {
+			c.Ticks = append(c.Ticks, tickView{X: plotLeft - 6, Y: plotTop + plotH - float64(v)/float64(top)*plotH, Label: strconv.Itoa(v)})
+		}
+	}
 	c.Desc = fmt.Sprintf("%d refusals from %s to %s UTC in %d bars of %s", rf.Refusals,
 		win.Since.Format("2006-01-02 15:04:05"), win.Until.Format("2006-01-02 15:04:05"), len(rf.Time), win.Step)
 	return c

@@ -90,10 +90,7 @@ func runIDOf(e Entry, ptrs RunPointers) string {
 	if !ok {
 		return ""
 	}
-	doc := e.Record.InputDocument()
-	if len(doc) == 0 {
-		return ""
-	}
+	doc := e.Record.InputDocument() // none: no JSON, no run id
 	// The engine's strict decoder, not encoding/json's. The ring reads
 	// every decision's run id as it takes it: a decision's input passed the
 	// engine's one pass, so only the member is built (1 against 37 µs for
@@ -109,17 +106,14 @@ func runIDOf(e Entry, ptrs RunPointers) string {
 	if !found {
 		return ""
 	}
-	var s string
 	switch x := v.(type) {
 	case string:
-		s = x
+		return cut(x, decisionstore.RunIDChars)
 	case nil:
 		return ""
-	default:
-		b, _ := json.Marshal(x)
-		s = string(b)
 	}
-	return cut(s, decisionstore.RunIDChars)
+	b, _ := json.Marshal(v)
+	return cut(string(b), decisionstore.RunIDChars)
 }
 
 // cut is s's first n characters, with "…" when it had more.

@@ -45,13 +45,10 @@ func (h *handler) shadowAnswers(ctx context.Context, e Entry) shadowView {
 	if len(v.Answers) > 0 || h.cfg.Store == nil {
 		return v
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	rows, err := h.cfg.Store.Shadows(ctx, e.Record.DecisionID)
-	if err != nil {
-		h.log.Warn("ui: reading the decision store's shadow outcomes failed", "err", err)
-		v.StoreDown = true
-	}
+	rows, err := fromStore(ctx, h, "ui: reading the decision store's shadow outcomes failed", func(ctx context.Context) ([]Entry, error) {
+		return h.cfg.Store.Shadows(ctx, e.Record.DecisionID)
+	})
+	v.StoreDown = err != nil
 	for _, row := range rows {
 		if row.Partial == nil && row.Record.Shadow != nil {
 			v.Answers = append(v.Answers, answerOf(e.Record.Decision, key, *row.Record.Shadow))

@@ -316,10 +316,8 @@ func visible(b []byte) []byte {
 // ---- recent decisions ----
 
 type listData struct {
+	decisions  // the page's rows: Page, More, Stored and StoreDown
 	Form       url.Values
-	Page       Page
-	Stored     bool // read from the decision store, every replica's
-	More       bool // more than Page.Matched match (a store's bound)
 	Choices    map[string][]string
 	Newest     bool
 	OlderURL   string
@@ -329,9 +327,6 @@ type listData struct {
 	PageSize   int
 	Rows       []row
 	FilterNote string
-	// StoreDown: the store could not be read, and the page lists this
-	// replica's own decisions instead.
-	StoreDown bool
 }
 
 // row is one decision in a table.
@@ -420,10 +415,7 @@ func (h *handler) parseFilter(q url.Values, ptrs RunPointers) (f Filter, note st
 	if run := strings.TrimSpace(q.Get("run")); run != "" {
 		if len(ptrs) == 0 {
 			msg := "run: no decision of the live revision names a run (an input schema property marked " + engine.RunIDKeyword + ")"
-			if note != "" {
-				note += "; "
-			}
-			return f, note + msg, true
+			return f, strings.TrimPrefix(note+"; "+msg, "; "), true // joined as the charts' notes are
 		}
 		f.AnyInput = runFilter(run, ptrs)
 	}
@@ -465,28 +457,26 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	ptrs := h.runPointers()
 	f, bad, refused := h.parseFilter(q, ptrs)
 	fq := filterQuery(q)
-	d := listData{Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, Stored: h.cfg.Store != nil}
-	var got decisions
+	d := listData{Form: q, PageSize: h.cfg.PageSize, Newest: q.Get("before") == "", FilterNote: bad, decisions: decisions{Stored: h.cfg.Store != nil}}
 	if !refused { // else no rows: a filter that could not be read matches nothing
 		var err error
-		got, err = h.readDecisions(r.Context(), f, q.Get("before"), h.cfg.PageSize, func(ctx context.Context) (StorePage, error) {
+		d.decisions, err = h.readDecisions(r.Context(), f, q.Get("before"), h.cfg.PageSize, func(ctx context.Context) (StorePage, error) {
 			return h.cfg.Store.List(ctx, f, q.Get("before"), h.cfg.PageSize, ptrs)
 		})
 		if err != nil {
 			h.badCursor(w, r, "the newest decisions")
 			return
 		}
-		d.Page, d.More, d.Stored, d.StoreDown = got.Page, got.More, got.Stored, got.StoreDown
 	}
 	d.Choices = h.choices(r.Context())
 	for i, e := range d.Page.Entries {
 		row := h.rowOf(e, f, ptrs)
-		row.Cursor, row.Fleet = got.Cursors[i], row.Fleet && !d.StoreDown
+		row.Cursor, row.Fleet = d.Cursors[i], row.Fleet && !d.StoreDown
 		d.Rows = append(d.Rows, row)
 	}
 	d.NewestURL = h.listURL(fq)
-	if got.Older != "" {
-		d.OlderURL = h.listURL(fq, "before", got.Older)
+	if d.Older != "" {
+		d.OlderURL = h.listURL(fq, "before", d.Older)
 	}
 	d.EventsURL = h.cfg.Prefix + "/events" + encodeQuery(fq)
 	d.ChartURL = h.cfg.Prefix + "/charts" + encodeQuery(fq)
@@ -494,8 +484,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // decisions is one page of decisions, newest first: every replica's from
-// the store when there is one, else (or when it cannot be read: StoreDown)
-// this replica's from the ring.
+// the store when there is one (Stored), else (or when it cannot be read:
+// StoreDown) this replica's from the ring.
 type decisions struct {
 	Page    Page     // Entries, Matched and, of the ring, Total
 	Cursors []string // the entries' places
@@ -581,24 +571,18 @@ func (h *handler) choices(ctx context.Context) map[string][]string {
 	}
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
 		for _, d := range snap.Decisions() {
-			c["decision"] = appendNew(c["decision"], d.Name)
+			c["decision"] = append(c["decision"], d.Name)
 			for _, rule := range d.Rules {
-				c["reason"] = appendNew(c["reason"], rule.Reason)
+				c["reason"] = append(c["reason"], rule.Reason)
 			}
 		}
 	}
-	c["outcome"] = appendNew(c["outcome"], OutcomeError)
-	for _, vs := range c {
+	c["outcome"] = append(c["outcome"], OutcomeError)
+	for k, vs := range c {
 		slices.Sort(vs)
+		c[k] = slices.Compact(vs) // each value once, wherever it came from
 	}
 	return c
-}
-
-func appendNew(list []string, v string) []string {
-	if slices.Contains(list, v) {
-		return list
-	}
-	return append(list, v)
 }
 
 // events streams rows of new decisions that match the page's filter, as
@@ -745,20 +729,18 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
-	d := decisionData{Entry: e, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID)}
+	d := decisionData{Entry: e, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID),
+		InputText: indent(e.Record.Input), ResultText: indent(e.Record.Result), Shadow: h.shadowAnswers(r.Context(), e)}
 	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
 		d.RunURL = h.runURL(d.Run)
 	}
-	d.Shadow = h.shadowAnswers(r.Context(), e)
-	d.InputText = indent(e.Record.Input)
-	d.ResultText = indent(e.Record.Result)
 	if snap := h.cfg.Decider.Snapshot(); snap != nil {
 		d.LiveRevision = snap.Revision
 	}
 	if len(e.Record.Input) > 0 {
 		ev := h.evaluate(ctx, h.cfg.Decider.Decide, d.LiveRevision, e.Record.Decision, e.Record.Input)
 		d.Explained = &ev
-		d.SameResult = ev.Err == nil && len(e.Record.Result) > 0 && jsonEqual(ev.Decision.Result, e.Record.Result)
+		d.SameResult = ev.Err == nil && len(e.Record.Result) > 0 && engine.SameJSON(ev.Decision.Result, e.Record.Result)
 	}
 	wi := h.newWhatIf(e.Record.Decision, d.InputText)
 	wi.Action = h.cfg.Prefix + "/decisions/" + url.PathEscape(id) + "#whatif-result"
@@ -779,15 +761,8 @@ func outcomeKey(dc Decider, decision string) string {
 	if snap == nil {
 		return ""
 	}
-	for _, d := range snap.Decisions() {
-		if d.Name != decision {
-			continue
-		}
-		if m, ok := d.ResultSchema.(map[string]any); ok {
-			if k, ok := m[engine.OutcomeKeyword].(string); ok && k != "" {
-				return k
-			}
-		}
+	if v, ok := snap.Verdict(decision); ok && v.OutcomeKey != "" {
+		return v.OutcomeKey
 	}
 	return decisionlog.DefaultOutcomeKey
 }
@@ -813,9 +788,7 @@ type evaluation struct {
 	Quiet    []engine.RuleOutcome // rules that did not fire: the conditions that held
 }
 
-type decideFunc func(ctx context.Context, name string, body []byte, opts engine.Options) (*engine.Decision, error)
-
-func (h *handler) evaluate(ctx context.Context, decide decideFunc, revision, name string, body []byte) evaluation {
+func (h *handler) evaluate(ctx context.Context, decide func(context.Context, string, []byte, engine.Options) (*engine.Decision, error), revision, name string, body []byte) evaluation {
 	ev := evaluation{Revision: revision, Name: name}
 	d, err := decide(ctx, name, body, engine.Options{Explain: true})
 	if err != nil {
@@ -922,24 +895,11 @@ func (h *handler) policy(w http.ResponseWriter, r *http.Request) {
 // indent is raw JSON indented for reading, its numbers as written; text
 // that is not JSON is shown as it is.
 func indent(raw []byte) string {
-	if len(raw) == 0 {
-		return ""
-	}
 	var b bytes.Buffer
 	if json.Indent(&b, raw, "", "  ") != nil {
 		return string(raw)
 	}
 	return b.String()
-}
-
-func jsonEqual(a, b []byte) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return false
-	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return bytes.Equal(xa, ya)
 }
 
 // tone picks one of a few colours for a value, the same every time, so
@@ -961,16 +921,14 @@ func tone(v string) string {
 // schema says which outcomes allow: green for those, red for the others;
 // otherwise by tone.
 func (h *handler) toneFor(decision, outcome string) string {
-	if outcome == OutcomeError || outcome == "" {
-		return tone(outcome)
-	}
 	snap := h.cfg.Decider.Snapshot()
-	if snap == nil {
+	if outcome == OutcomeError || outcome == "" || snap == nil {
 		return tone(outcome)
 	}
-	if v, _ := snap.Verdict(decision); !v.Declared {
+	switch v, _ := snap.Verdict(decision); {
+	case !v.Declared:
 		return tone(outcome)
-	} else if slices.ContainsFunc(v.Allow, func(a any) bool { return fmt.Sprint(a) == outcome }) {
+	case slices.ContainsFunc(v.Allow, func(a any) bool { return fmt.Sprint(a) == outcome }):
 		return "tone-allow"
 	}
 	return "tone-refuse"
@@ -979,7 +937,6 @@ func (h *handler) toneFor(decision, outcome string) string {
 func parseTemplates(prefix string, toneFor func(decision, outcome string) string) map[string]*template.Template {
 	funcs := template.FuncMap{
 		"prefix":  func() string { return prefix },
-		"tone":    tone,
 		"toneFor": toneFor,
 		"short":   func(s string) string { return s[:min(len(s), 8)] },
 		"when": func(t time.Time) string {
@@ -1006,19 +963,11 @@ func parseTemplates(prefix string, toneFor func(decision, outcome string) string
 		"selected": func(form url.Values, key, v string) bool {
 			return form.Get(key) == v
 		},
-		"json": func(v any) string {
-			b, err := json.MarshalIndent(v, "", "  ")
-			if err != nil {
-				return fmt.Sprint(v)
-			}
-			return string(b)
-		},
 	}
 	base := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	out := map[string]*template.Template{}
 	for _, name := range []string{"decisions", "decision", "run", "charts", "whatif", "policy", "login", "error"} {
-		t := template.Must(base.Clone())
-		out[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html"))
+		out[name] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html"))
 	}
 	return out
 }

@@ -661,7 +661,7 @@ func TestLogFile(t *testing.T) {
 		t.Error("the newest record is not in the ring")
 	}
 	rec, _, found, err := lf.Lookup(all[0].rec.DecisionID)
-	if err != nil || !found || !jsonEqual(rec.Input, all[0].rec.Input) {
+	if err != nil || !found || !engine.SameJSON(rec.Input, all[0].rec.Input) {
 		t.Errorf("lookup of the oldest: found %v, err %v", found, err)
 	}
 	h := &harness{}
@@ -822,7 +822,7 @@ func TestWhatIfBesideTheCandidate(t *testing.T) {
 		}
 		a, err1 := live.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
 		b, err2 := cand.Decide(context.Background(), fx.Decision, fx.Input, engine.Options{})
-		if err1 == nil && err2 == nil && !jsonEqual(a.Result, b.Result) {
+		if err1 == nil && err2 == nil && !engine.SameJSON(a.Result, b.Result) {
 			name, body = fx.Decision, fx.Input
 			break
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff"
+	"github.com/arbiter-dev/arbiter/engine"
 	"github.com/arbiter-dev/arbiter/engine/input"
 	"github.com/arbiter-dev/arbiter/internal/jsonptr"
 )
@@ -55,10 +56,8 @@ func (h *handler) newWhatIf(decision, inputText string) whatIfData {
 // topLevelMembers lists the properties of an input schema, as JSON
 // pointers: where a pasted document can go.
 func topLevelMembers(schema any) []string {
-	m, _ := schema.(map[string]any)
-	props, _ := m["properties"].(map[string]any)
-	out := make([]string, 0, len(props))
-	for k := range props {
+	var out []string
+	for k := range memberProperties(schema) {
 		out = append(out, "/"+jsonptr.Escape(k))
 	}
 	sort.Strings(out)
@@ -162,13 +161,13 @@ func (h *handler) example(decision string) string {
 	return "{}"
 }
 
+// differ is the opposite of shadow.SameAnswer for two evaluations: another
+// error code, or another result value.
 func differ(a, b evaluation) bool {
-	switch {
-	case a.Err != nil || b.Err != nil:
+	if a.Err != nil || b.Err != nil {
 		return (a.Err == nil) != (b.Err == nil) || a.Err.Code != b.Err.Code
-	default:
-		return !jsonEqual(a.Decision.Result, b.Decision.Result)
 	}
+	return !engine.SameJSON(a.Decision.Result, b.Decision.Result)
 }
 
 // paste puts doc into the input document at the top-level member at
@@ -248,7 +247,7 @@ func bestMatch(obj map[string]any, doc any, schema any) string {
 	return best
 }
 
-// memberProperties lists, for each top-level property of an input schema,
+// memberProperties lists each top-level property of an input schema, with
 // the properties its own schema declares (following local $refs).
 func memberProperties(schema any) map[string][]string {
 	root, _ := schema.(map[string]any)
@@ -264,9 +263,7 @@ func memberProperties(schema any) map[string][]string {
 			sub = resolveLocal(root, ref[2:])
 		}
 		p, _ := sub["properties"].(map[string]any)
-		for k := range p {
-			out[member] = append(out[member], k)
-		}
+		out[member] = slices.Collect(maps.Keys(p))
 	}
 	return out
 }
