@@ -80,7 +80,8 @@ func runShadow(ctx context.Context, c config) error {
 		var doc struct {
 			Stats shadow.Stats `json:"stats"`
 		}
-		return doc.Stats, s.getJSON(ctx, "/v1/shadow", &doc)
+		err := s.getJSON(ctx, "/v1/shadow", &doc) // first: a return's operands have no order but the calls'
+		return doc.Stats, err
 	}
 
 	logf("warm-up, %s", c.warmup)

@@ -55,7 +55,8 @@ func runStore(ctx context.Context, c config) error {
 		var doc struct {
 			Store decisionstore.SinkStats `json:"store"`
 		}
-		return doc.Store, stored.getJSON(ctx, "/v1/status", &doc)
+		err := stored.getJSON(ctx, "/v1/status", &doc) // first: a return's operands have no order but the calls'
+		return doc.Store, err
 	}
 
 	for _, s := range []*server{plain, stored} {
