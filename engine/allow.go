@@ -94,7 +94,7 @@ func checkAllow(path string, doc any, outcomeKey string) []Problem {
 	if _, ok := props[outcomeKey]; !ok {
 		return []Problem{{File: path, Message: fmt.Sprintf("%s needs the outcome member %q declared under properties", AllowKeyword, outcomeKey)}}
 	}
-	// The whole document compiled already (discover): only the member is new.
+	// The member alone, compiled from the document discover compiled whole.
 	member, err := compileSchema(path, doc, "#/properties/"+pointerToken(outcomeKey))
 	if err != nil {
 		return []Problem{{File: path, Message: err.Error()}}

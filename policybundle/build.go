@@ -84,7 +84,8 @@ func Build(ctx context.Context, o BuildOptions) ([]byte, *Revision, error) {
 	if len(o.Diff) > 0 {
 		meta["diff"] = o.Diff
 	}
-	mb, err := json.MarshalIndent(bundle.Manifest{Revision: revision, RegoVersion: &one, Metadata: map[string]any{"arbiter": meta}}, "", "  ")
+	manifest := bundle.Manifest{Revision: revision, RegoVersion: &one, Metadata: map[string]any{"arbiter": meta}}
+	mb, err := json.MarshalIndent(manifest, "", "  ")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -232,7 +233,8 @@ func writeTarball(files map[string][]byte) ([]byte, error) {
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
 	for _, p := range paths {
-		if err := tw.WriteHeader(&tar.Header{Name: "/" + p, Mode: 0o644, Size: int64(len(files[p])), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
+		hdr := &tar.Header{Name: "/" + p, Mode: 0o644, Size: int64(len(files[p])), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}
+		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, err
 		}
 		if _, err := tw.Write(files[p]); err != nil {

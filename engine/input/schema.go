@@ -182,8 +182,10 @@ func (c *compiler) node(s *jsonschema.Schema) *node {
 	v := reflect.ValueOf(s).Elem()
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() || v.Field(i).IsZero() {
+		f, fv := t.Field(i), v.Field(i)
+		// An empty map or list (properties: {}) checks nothing either: it
+		// must not put a node of its own in every set below it.
+		if !f.IsExported() || fv.IsZero() || (fv.Kind() == reflect.Map || fv.Kind() == reflect.Slice) && fv.Len() == 0 {
 			continue
 		}
 		switch fieldClasses[f.Name] {

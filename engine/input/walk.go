@@ -103,8 +103,10 @@ func (w *walker) value(set []*node, proj *Projection, depth int) (*ast.Term, err
 		if err := w.admitValues(w.values); err != nil {
 			return nil, err
 		}
-		if w.ctx != nil && w.ctx.Err() != nil {
-			return nil, w.ctx.Err()
+		if w.ctx != nil {
+			if err := w.ctx.Err(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if !w.checking() {

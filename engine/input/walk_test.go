@@ -192,3 +192,23 @@ func TestSchemasLeftToTheLibrary(t *testing.T) {
 		agree(t, s, []byte(body))
 	}
 }
+
+// TestEmptyKeywordsCheckNothing: a schema whose keywords are empty
+// (properties: {}) checks nothing of its own, so it takes no place in the
+// sets the one pass carries: 70 of them under one allOf stay in the one
+// pass, below its 64 schemas a value.
+func TestEmptyKeywordsCheckNothing(t *testing.T) {
+	branches := strings.Repeat(`{"properties": {}, "patternProperties": {}},`, 70)
+	doc, err := Decode([]byte(`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+	  "allOf": [` + strings.TrimSuffix(branches, ",") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSchema(compileDoc(t, "empty.json", doc))
+	if ok, why := s.Streaming(); !ok {
+		t.Fatalf("Streaming() = false, %q: empty keywords took places in a set", why)
+	}
+	for _, body := range []string{`{"a": 1}`, `[]`} {
+		agree(t, s, []byte(body))
+	}
+}

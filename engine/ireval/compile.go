@@ -260,6 +260,9 @@ func frameSize(blocks []*ir.Block, named ...ir.Local) int {
 
 // usesDynamicCalls reports whether policy, which has functions, calls one dynamically.
 func usesDynamicCalls(policy *ir.Policy) bool {
+	if policy.Funcs == nil {
+		return false
+	}
 	var blocks []*ir.Block
 	for _, pl := range policy.Plans.Plans {
 		blocks = append(blocks, pl.Blocks...)

@@ -90,7 +90,10 @@ func runIDOf(e Entry, ptrs RunPointers) string {
 	if !ok {
 		return ""
 	}
-	doc := e.Record.InputDocument() // none: no JSON, no run id
+	doc := e.Record.InputDocument()
+	if len(doc) == 0 { // none: no JSON, no run id (and no error built to say so)
+		return ""
+	}
 	// The engine's strict decoder, not encoding/json's. The ring reads
 	// every decision's run id as it takes it: a decision's input passed the
 	// engine's one pass, so only the member is built (1 against 37 µs for

@@ -730,7 +730,8 @@ func (h *handler) decision(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EvalTimeout)
 	defer cancel()
 	d := decisionData{Entry: e, Masked: len(e.Record.Masked) > 0, TraceURL: h.traceLink(e.Record.TraceID),
-		InputText: indent(e.Record.Input), ResultText: indent(e.Record.Result), Shadow: h.shadowAnswers(r.Context(), e)}
+		InputText: indent(e.Record.Input), ResultText: indent(e.Record.Result)}
+	d.Shadow = h.shadowAnswers(r.Context(), e) // the store's, read again: a round trip
 	if d.Run = runIDOf(e, h.runPointers()); d.Run != "" {
 		d.RunURL = h.runURL(d.Run)
 	}
