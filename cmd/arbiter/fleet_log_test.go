@@ -129,8 +129,10 @@ func uploadWhatWasAnswered(t *testing.T, mode string) {
 	refuse := mode == "refuse"
 	file := &stalledWriter{started: make(chan struct{}), release: make(chan struct{})}
 	handed := make(idSink, 100) // what the pipeline handed the sinks
-	// One byte: the file's queue takes one record at a time.
-	opts := decisionlog.Options{Path: "-", Stdout: file, QueueBytes: 1, Refuse: refuse, Sinks: []decisionlog.Sink{up, handed}}
+	// Room for two records of 580 bytes (Record.QueueSize; the stalled
+	// one's are held until its write returns), not for a third, nor for a
+	// refusal's own record of 512.
+	opts := decisionlog.Options{Path: "-", Stdout: file, QueueBytes: 1200, Refuse: refuse, Sinks: []decisionlog.Sink{up, handed}}
 	if mode == "file fails" {
 		opts.Stdout, opts.QueueBytes = failingWriter{}, 0
 	}
@@ -164,7 +166,7 @@ func uploadWhatWasAnswered(t *testing.T, mode string) {
 	} else {
 		receive(t, file.started, "the file's first write") // the disk stops in it
 		receive(t, handed, "the first record handed to the sinks")
-		second := decide("b") // the file's queue, empty, takes it
+		second := decide("b") // the file's queue, holding the stalled one, takes it
 		if second.status != http.StatusOK {
 			t.Fatalf("with the file's queue empty: %d %s", second.status, second.body)
 		}
