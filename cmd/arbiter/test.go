@@ -129,21 +129,18 @@ func updateFixtures(ctx context.Context, f folders, runRe string, stderr io.Writ
 	if runRe != "" {
 		var err error
 		if run, err = regexp.Compile(runRe); err != nil {
-			fmt.Fprintf(stderr, "arbiter test: --run: %v\n", err)
-			return nil, exitError
+			return nil, say(stderr, exitError, "arbiter test: --run: %v", err)
 		}
 	}
 	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter test: --update: loading the policies: %v\n", err)
-		return nil, exitError
+		return nil, say(stderr, exitError, "arbiter test: --update: loading the policies: %v", err)
 	}
 	changes, probs, err := snap.UpdateFixtures(ctx, f.tests, run)
 	// Empty lists, not null, in --format json.
 	u := &updateReport{Updated: append([]engine.FixtureChange{}, changes...), NotUpdated: append([]engine.Problem{}, probs...)}
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter test: --update: %v\n", err)
-		return u, exitError
+		return u, say(stderr, exitError, "arbiter test: --update: %v", err)
 	}
 	stale := 0
 	for _, c := range changes {
