@@ -194,7 +194,7 @@ func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
 		}
 		if m, ok := v.(map[string]any); ok && len(m) > 0 {
 			fmt.Fprintf(w, "    %s%s{%s\n", indent, key, mark(ptr))
-			keys := sortedKeys(m)
+			keys := slices.Sorted(maps.Keys(m))
 			for i, k := range keys {
 				kj, _ := json.Marshal(k)
 				walk(m[k], ptr+"/"+strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1"), indent+"  ", string(kj)+": ", i == len(keys)-1)
@@ -207,8 +207,6 @@ func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
 	}
 	walk(v, "", "", "", true)
 }
-
-func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
 
 // splitList reads a comma-separated list ("" is none).
 func splitList(s string) []string {
