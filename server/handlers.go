@@ -43,8 +43,7 @@ const DecisionIDHeader = "X-Arbiter-Decision-Id"
 // start: reading the body, decoding, validation and evaluation.
 func (s *server) decide(wrapped bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s.liveStart() // a candidate in shadow pauses meanwhile (shadow.go)
-		defer s.liveEnd()
+		defer s.pauseShadow()() // a candidate in shadow pauses meanwhile (shadow.go)
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
 		ctx := s.startSpan(r.Context(), q)
 		if s.cfg.RequestTimeout > 0 { // the body's read deadline is paceBodies'

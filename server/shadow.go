@@ -111,18 +111,14 @@ func (s *server) sample(rec *decisionlog.Record) *shadow.Ticket {
 	})
 }
 
-// liveStart and liveEnd bracket a decision request: while any is in
-// flight, the candidate's evaluations pause.
-func (s *server) liveStart() {
-	if s.cfg.Shadow != nil {
-		s.cfg.Shadow.Shadow.LiveStart()
+// pauseShadow begins a decision request and returns its end: while any
+// is in flight, the candidate's evaluations pause.
+func (s *server) pauseShadow() (end func()) {
+	if s.cfg.Shadow == nil {
+		return func() {}
 	}
-}
-
-func (s *server) liveEnd() {
-	if s.cfg.Shadow != nil {
-		s.cfg.Shadow.Shadow.LiveEnd()
-	}
+	s.cfg.Shadow.Shadow.LiveStart()
+	return s.cfg.Shadow.Shadow.LiveEnd
 }
 
 // shadowMember is what the decision log keeps of a candidate's answer.
