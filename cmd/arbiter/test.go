@@ -22,11 +22,8 @@ func testCommand() *command {
 	verbose := c.BoolP("verbose", "v", false, "list every test, not only failures")
 	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field and naming on stderr those whose name or note repeats a word only the old result had; then run the tests")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
-		if err := f.missing(); err != nil {
-			return say(stderr, exitError, "arbiter test: %v", err)
-		}
-		if c.NArg() > 0 {
-			return say(stderr, exitError, "arbiter test: %v", orArgs(nil, c.Args()))
+		if err := f.missing(); err != nil || c.NArg() > 0 {
+			return say(stderr, exitError, "arbiter test: %v", orArgs(err, c.Args()))
 		}
 		if f.tests == "" {
 			return say(stderr, exitError, "arbiter test: --tests is empty: nothing to run")
