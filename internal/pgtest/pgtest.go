@@ -79,8 +79,7 @@ func Start(t testing.TB) *Cluster {
 	ruleedit.Skip(t) // the decision store is not about the rules
 	c, err := New()
 	if err != nil {
-		var missing *missingError
-		if errors.As(err, &missing) {
+		if _, missing := errors.AsType[*missingError](err); missing {
 			Skip(t, err)
 		}
 		t.Fatal(err)
@@ -265,8 +264,7 @@ func (c *Cluster) DB(t testing.TB) string {
 	t.Helper()
 	ruleedit.Skip(t) // the decision store is not about the rules
 	if c == nil {
-		var missing *missingError
-		if errors.As(errMain, &missing) {
+		if _, missing := errors.AsType[*missingError](errMain); missing {
 			Skip(t, errMain)
 		}
 		t.Fatalf("pgtest: the package's cluster did not start: %v", errMain)
