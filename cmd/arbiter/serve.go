@@ -213,6 +213,7 @@ func (c *serveConfig) validate(fs *command) (err error) {
 		{"--decision-log-queue-bytes", c.Records.QueueBytes > 0}, {"--eval-timeout", c.Engine.EvalTimeout > 0}, {"--request-timeout", c.RequestTimeout > 0},
 		{"--read-timeout", c.ReadTimeout > 0}, {"--read-header-timeout", c.HeaderTimeout > 0}, {"--min-body-rate", c.API.MinBodyRate > 0},
 		{"--idle-timeout", c.IdleTimeout > 0}, {"--reload-timeout", c.Engine.ReloadTimeout > 0}, {"--test-timeout", c.Engine.TestTimeout > 0},
+		{"--shadow-cpu", c.Sampling.CPU > 0}, {"--shadow-timeout", c.Sampling.Timeout > 0}, {"--decision-store-queue-bytes", c.StoreQueueBytes > 0},
 	} {
 		if !p.ok {
 			return fmt.Errorf("%s must be positive", p.name)
@@ -257,16 +258,10 @@ func (c *serveConfig) validate(fs *command) (err error) {
 		return errors.New("--shadow-rate must be above 0 and at most 1")
 	case c.Sampling.Queue <= 0 || c.Sampling.QueueBytes <= 0 || c.Sampling.Workers <= 0 || c.Sampling.Examples <= 0:
 		return errors.New("--shadow-queue, --shadow-queue-bytes, --shadow-workers and --shadow-examples must be positive")
-	case !(c.Sampling.CPU > 0):
-		return errors.New("--shadow-cpu must be positive")
-	case c.Sampling.Timeout <= 0:
-		return errors.New("--shadow-timeout must be positive")
 	case c.ShadowPolicies != "" && c.ShadowBundleURL != "":
 		return errors.New("--shadow-policies and --shadow-bundle-url are two sources of one candidate: pass one")
 	case c.StoreRetention < 0:
 		return errors.New("--decision-store-retention must not be negative (0 keeps every day)")
-	case c.StoreQueueBytes <= 0:
-		return errors.New("--decision-store-queue-bytes must be positive")
 	case fs.NArg() > 0:
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	case !(c.SelfCheckRate >= 0 && c.SelfCheckRate <= 1):
