@@ -187,9 +187,9 @@ func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) 
 func (rec Record) Complete() (bool, string) {
 	switch {
 	case len(rec.Masked) > 0:
-		return false, "masked when logged: " + shownList(rec.Masked)
+		return false, "masked when logged: " + ShownList(rec.Masked)
 	case len(rec.Erased) > 0:
-		return false, "erased when logged: " + shownList(rec.Erased)
+		return false, "erased when logged: " + ShownList(rec.Erased)
 	case len(rec.Input) == 0 && rec.BodyBase64 == "" && rec.BodySize > 0:
 		return false, fmt.Sprintf("its %d-byte body was not logged whole", rec.BodySize)
 	}
@@ -215,7 +215,8 @@ func Shown(s string) string {
 	return s
 }
 
-func shownList(vs []string) string {
+// ShownList is vs, each Shown, joined by commas ("" for none).
+func ShownList(vs []string) string {
 	out := make([]string, len(vs))
 	for i, v := range vs {
 		out[i] = Shown(v)
