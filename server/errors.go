@@ -124,14 +124,14 @@ func (s *server) writeError(q *query, decisionID string, e *engine.Error) {
 	writeError(q.w, e, q.wrapped, decisionID)
 }
 
-// writeJSON answers v as a JSON document.
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON answers 200 with v as a JSON document.
+func writeJSON(w http.ResponseWriter, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "encoding the response failed", Err: err}, false, "")
 		return
 	}
-	writeBody(w, status, body)
+	writeBody(w, http.StatusOK, body)
 }
 
 // writeBody writes a complete JSON answer in one call, so a response is

@@ -428,7 +428,7 @@ func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}, false, "")
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		Decisions []engine.DecisionInfo `json:"decisions"`
 		Revision  string                `json:"policy_revision"`
 	}{snap.Decisions(), snap.Revision})
@@ -495,7 +495,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		}
 		doc.Compiled = snap.Compiled()
 	}
-	writeJSON(w, http.StatusOK, doc)
+	writeJSON(w, doc)
 }
 
 // reloads answers the reload attempts the engine remembers, newest first:
@@ -506,7 +506,7 @@ func (s *server) reloads(w http.ResponseWriter, _ *http.Request) {
 	if h == nil {
 		h = []live.ReloadStatus{}
 	}
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		Reloads []live.ReloadStatus `json:"reloads"`
 	}{h})
 }
@@ -522,5 +522,5 @@ func (s *server) reload(w http.ResponseWriter, r *http.Request) {
 	if !st.OK {
 		s.log.Warn("reload refused", "trigger", st.Trigger, "problems", len(st.Problems), "revision", st.Revision)
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, st)
 }

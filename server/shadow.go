@@ -205,7 +205,7 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 		doc.Refusals = append(doc.Refusals, sc.Gate.ProofRefusals(proofs)...)
 		doc.Promotable = len(doc.Refusals) == 0
 	}
-	writeJSON(w, http.StatusOK, doc)
+	writeJSON(w, doc)
 }
 
 // admin refuses a caller that may not change what runs, and returns who
@@ -299,7 +299,7 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 	c := &shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now(), LoadedBy: by}
 	sc.Shadow.Set(c)
 	s.log.Info("candidate in shadow", "revision", snap.Revision, "origin", c.Origin, "by", by)
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		OK        bool          `json:"ok"`
 		Candidate *candidateDoc `json:"candidate"`
 	}{true, describeCandidate(c)})
@@ -314,7 +314,7 @@ func (s *server) shadowClear(w http.ResponseWriter, r *http.Request) {
 	if c != nil {
 		s.log.Info("candidate removed from shadow", "revision", c.Snapshot.Revision, "by", by)
 	}
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		Cleared *candidateDoc `json:"cleared"`
 	}{describeCandidate(c)})
 }
@@ -382,7 +382,7 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "the candidate could not be made live", Err: err}, false, "")
 	default:
 		s.log.Info("candidate promoted", "revision", p.Revision, "from", p.From, "by", by, "forced", p.Forced, "judged", p.Report.Total)
-		writeJSON(w, http.StatusOK, struct {
+		writeJSON(w, struct {
 			Promotion shadow.Promotion `json:"promotion"`
 		}{p})
 	}
