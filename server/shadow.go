@@ -414,12 +414,7 @@ func (s *server) logPromotion(r *http.Request, p shadow.Promotion) {
 // document: the problems of a refused candidate, the record of a refused
 // promotion.
 func writeErrorWith(w http.ResponseWriter, e *engine.Error, name string, v any) {
-	extra, err := json.Marshal(v)
-	if err != nil {
-		writeError(w, e, false, "")
-		return
-	}
-	body, err := json.Marshal(map[string]any{"error": e.Document().Error, name: json.RawMessage(extra)})
+	body, err := json.Marshal(map[string]any{"error": e.Document().Error, name: v})
 	if err != nil {
 		writeError(w, e, false, "")
 		return
