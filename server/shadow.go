@@ -325,7 +325,7 @@ type promoteRequest struct {
 	// Revision is the candidate revision whose impact was read: another
 	// candidate in shadow is not promoted.
 	Revision     string   `json:"revision"`
-	MinDecisions *uint64  `json:"min_decisions"`
+	MinDecisions uint64   `json:"min_decisions"` // 0 or absent: the operator's
 	Forbid       []string `json:"forbid"`
 	Force        bool     `json:"force"`
 }
@@ -341,10 +341,6 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body may only make the operator's gate stricter; "force" is the
 	// one way past a gate that refuses, and it is recorded as forced.
-	var minDecisions uint64
-	if req.MinDecisions != nil {
-		minDecisions = *req.MinDecisions
-	}
 	var forbid []shadow.Class
 	for _, f := range req.Forbid {
 		c, ok := shadow.ParseClass(f)
@@ -354,7 +350,7 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 		}
 		forbid = append(forbid, c)
 	}
-	gate := s.cfg.Shadow.Gate.Stricter(minDecisions, forbid)
+	gate := s.cfg.Shadow.Gate.Stricter(req.MinDecisions, forbid)
 	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
 	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate, forced bool) (string, error) {
 		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", live.Promote(c.Snapshot, by, c.Origin, forced))
