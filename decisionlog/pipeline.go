@@ -124,8 +124,7 @@ func Open(opts Options) (*Logger, error) {
 	if opts.Path == "" && len(opts.Sinks) == 0 {
 		return nil, errors.New("decision log: no path (use - for stdout) and no sink")
 	}
-	l := &Logger{log: opts.Logger, now: opts.now, sinks: opts.Sinks, refuse: opts.Refuse, done: make(chan struct{})}
-	l.log = cmp.Or(l.log, slog.Default())
+	l := &Logger{log: cmp.Or(opts.Logger, slog.Default()), now: opts.now, sinks: opts.Sinks, refuse: opts.Refuse, done: make(chan struct{})}
 	if l.now == nil {
 		l.now = time.Now
 	}
