@@ -26,16 +26,6 @@ func (l *heldLock) release() {
 	}
 }
 
-// logLockPath is the lock of the decision log file path: a dot file beside
-// it, which `arbiter replay --log DIR` skips as it skips every dot file.
-func logLockPath(path string) string {
-	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".lock")
-}
-
-// stateLockPath is the lock of the state folder: a dot file inside it,
-// beside the saved revisions.
-func stateLockPath(dir string) string { return filepath.Join(dir, ".arbiter.lock") }
-
 // acquireLock takes the lock at path for what flag configures (shown as
 // "--flag VALUE"), or says in one sentence why it cannot: another process
 // holds it (with its pid, as it wrote it), or the file cannot be opened.
@@ -74,14 +64,18 @@ func acquireLock(path, flag, value string) (*heldLock, error) {
 func (c *Config) lockOwned() ([]*heldLock, error) {
 	var held []*heldLock
 	if c.DecisionLog != "" && c.DecisionLog != "-" {
-		l, err := acquireLock(logLockPath(c.DecisionLog), "--decision-log", c.DecisionLog)
+		// A dot file beside the log, which `arbiter replay --log DIR` skips
+		// as it skips every dot file.
+		lock := filepath.Join(filepath.Dir(c.DecisionLog), "."+filepath.Base(c.DecisionLog)+".lock")
+		l, err := acquireLock(lock, "--decision-log", c.DecisionLog)
 		if err != nil {
 			return nil, err
 		}
 		held = append(held, l)
 	}
 	if c.StateDir != "" && c.BundleURL == "" {
-		l, err := acquireLock(stateLockPath(c.StateDir), "--state-dir", c.StateDir)
+		// A dot file inside the folder, beside the saved revisions.
+		l, err := acquireLock(filepath.Join(c.StateDir, ".arbiter.lock"), "--state-dir", c.StateDir)
 		if err != nil {
 			for _, h := range held {
 				h.release()
