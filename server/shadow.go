@@ -105,8 +105,10 @@ func (s *server) sample(rec *decisionlog.Record) *shadow.Ticket {
 	}
 	id, at, name, path := rec.DecisionID, rec.Time, rec.Decision, rec.Path
 	return s.cfg.Shadow.Shadow.Sample(*rec, func(r *shadow.Result) {
-		if r != nil {
-			s.record(decisionlog.Record{DecisionID: id, Time: at, Decision: name, Path: path, Shadow: shadowMember(r)})
+		if r != nil { // the candidate's answer, as the decision log keeps it
+			s.record(decisionlog.Record{DecisionID: id, Time: at, Decision: name, Path: path, Shadow: &decisionlog.Shadow{
+				Revision: r.Candidate.Revision, Class: string(r.Class), Result: r.Candidate.Result, Error: r.Candidate.Error, DurationNS: r.Duration.Nanoseconds(),
+			}})
 		}
 	})
 }
@@ -119,11 +121,6 @@ func (s *server) pauseShadow() (end func()) {
 	}
 	s.cfg.Shadow.Shadow.LiveStart()
 	return s.cfg.Shadow.Shadow.LiveEnd
-}
-
-// shadowMember is what the decision log keeps of a candidate's answer.
-func shadowMember(r *shadow.Result) *decisionlog.Shadow {
-	return &decisionlog.Shadow{Revision: r.Candidate.Revision, Class: string(r.Class), Result: r.Candidate.Result, Error: r.Candidate.Error, DurationNS: r.Duration.Nanoseconds()}
 }
 
 // candidateDoc describes the candidate in shadow.
