@@ -45,10 +45,11 @@ stop it gracefully. Exit 3: stopped, but decision records were not written.`, ex
 }
 
 func serveWith(ctx context.Context, c *serveConfig, stdout, stderr io.Writer) int {
-	log, err := newLogger(c.logLevel, stderr)
-	if err != nil {
-		return say(stderr, exitError, "arbiter serve: %v", err)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return say(stderr, exitError, "arbiter serve: --log-level: %v", err)
 	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// A memory limit bounds the heap however many large requests arrive
 	// together (admission control bounds what they hold; the limit makes
 	// the collector return the rest in time), instead of a collector target
@@ -321,14 +322,6 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-func newLogger(level string, w io.Writer) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
 // byteSize is a flag of bytes in GOMEMLIMIT's syntax: an integer with an
