@@ -160,7 +160,8 @@ func (rec *Record) QueueSize() int64 {
 // reaches no sink and is counted once. rec's names are bounded here
 // (BoundName), before they are counted or queued.
 func (l *Logger) Log(rec Record) bool {
-	rec.boundNames()
+	// Once, as the pipeline takes it: every sink gets the same names.
+	rec.Decision, rec.Path, rec.Caller = BoundName(rec.Decision), BoundName(rec.Path), BoundName(rec.Caller)
 	q := queued{rec: rec, size: rec.QueueSize(), file: l.file != nil}
 	why := ""
 	if q.file {

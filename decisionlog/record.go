@@ -34,13 +34,6 @@ func BoundName(name string) string {
 	return name[:cut] + marker
 }
 
-// boundNames bounds rec's names (BoundName), once, as the pipeline takes
-// it: every sink (the file, the upload, the store, the pages) gets the
-// same bounded names.
-func (rec *Record) boundNames() {
-	rec.Decision, rec.Path, rec.Caller = BoundName(rec.Decision), BoundName(rec.Path), BoundName(rec.Caller)
-}
-
 // Record is one decision as logged: everything needed to decide it again.
 //
 // A request that failed holds its body only when it is small: Input when it
