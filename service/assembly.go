@@ -60,7 +60,7 @@ type assembly struct {
 	conns     *server.ConnLimiter
 	srv       *http.Server
 	ln        net.Listener
-	locks     []*heldLock // of the decision log and the state folder (lock.go)
+	locks     []*os.File // held open: the locks of the decision log and the state folder (lock.go)
 	// group runs what serves until the stop (the server, the side
 	// listeners); served ends when the server ends on its own.
 	group  *errgroup.Group
@@ -78,7 +78,7 @@ func (a *assembly) close() {
 		a.diffs.Close()
 	}
 	for _, l := range a.locks {
-		l.release()
+		_ = l.Close()
 	}
 }
 
