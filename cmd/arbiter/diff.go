@@ -56,19 +56,15 @@ the command failed.`, exitInput)
 		}
 		var snaps [2]*engine.Snapshot
 		for i, p := range c.Args() {
-			s, err := loadSide(ctx, p, f.schemas, vc)
-			if err != nil {
+			if snaps[i], err = loadSide(ctx, p, f.schemas, vc); err != nil {
 				return say(stderr, exitInput, "arbiter diff: loading %s: %v", p, err)
 			}
-			snaps[i] = s
 		}
 		var fixtures []engine.Fixture
 		if f.tests != "" {
-			fx, err := engine.LoadFixtures(f.tests)
-			if err != nil {
+			if fixtures, err = engine.LoadFixtures(f.tests); err != nil {
 				return say(stderr, exitInput, "arbiter diff: %v", err)
 			}
-			fixtures = fx
 		}
 		rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver), Budget: *budget})
 		if err != nil {
