@@ -45,7 +45,6 @@ func testCommand() *command {
 			return say(stderr, exitError, "arbiter test: %v", err)
 		}
 		pass, fail, skip := rep.Counts()
-		belowThreshold := *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold
 		if *format == "json" {
 			writeJSON(stdout, struct {
 				*engine.TestReport
@@ -61,7 +60,7 @@ func testCommand() *command {
 			}
 			fmt.Fprintf(stdout, "summary: %d passed, %d failed, %d skipped\n", pass, fail, skip)
 		}
-		if belowThreshold {
+		if *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold {
 			return say(stderr, exitError, "arbiter test: coverage %.1f%% is below the threshold %.1f%%", rep.Coverage.Percent, *threshold)
 		}
 		if fail > 0 || pass == 0 {
