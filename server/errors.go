@@ -70,13 +70,11 @@ func statusFor(c engine.Code) int {
 // (the contract's), "errors" (one per violation, or the error itself) and
 // "decision_id".
 func writeError(w http.ResponseWriter, e *engine.Error, dataAPI bool, decisionID string) {
-	var body []byte
-	var err error
+	var doc any = e.Document()
 	if dataAPI {
-		body, err = json.Marshal(opaDocument(e, decisionID))
-	} else {
-		body, err = json.Marshal(e.Document())
+		doc = opaDocument(e, decisionID)
 	}
+	body, err := json.Marshal(doc)
 	if err != nil { // cannot happen for strings; keep the answer well-formed anyway
 		body = []byte(`{"error":{"code":"policy_error","message":"encoding the error failed"}}`)
 	}
