@@ -72,9 +72,8 @@ func replayCommand() *command {
 		if err != nil {
 			return say(stderr, exitInput, "arbiter replay: loading the policies: %v", err)
 		}
-		opts := replay.Options{Examples: *examples, Workers: *workers}
 		progress := newProgress(stderr)
-		opts.Progress = progress.update
+		opts := replay.Options{Examples: *examples, Workers: *workers, Progress: progress.update}
 		var rep *replay.Report
 		if q.dsn == "" {
 			rep, err = replay.Run(ctx, snap, files, opts)
