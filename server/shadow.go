@@ -279,9 +279,8 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 		snap, err = sc.Engine.Judge(context.WithoutCancel(r.Context()), cand)
 	}
 	if err != nil {
-		var le *engine.LoadError
 		probs := []engine.Problem{{Message: err.Error()}}
-		if errors.As(err, &le) {
+		if le, ok := errors.AsType[*engine.LoadError](err); ok {
 			// Told the caller without what the files hold: file and line.
 			probs = make([]engine.Problem, len(le.Problems))
 			for i, p := range le.Problems {
