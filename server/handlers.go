@@ -46,11 +46,9 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		defer s.pauseShadow()() // a candidate in shadow pauses meanwhile (shadow.go)
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
 		ctx := s.startSpan(r.Context(), q)
-		if s.cfg.RequestTimeout > 0 { // the body's read deadline is paceBodies'
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
-			defer cancel()
-		}
+		// Never zero (newServer's default); the body's read deadline is paceBodies'.
+		ctx, cancel := context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
+		defer cancel()
 		// What can be answered without the body is answered before it is
 		// read: a request for a decision that does not exist costs nothing.
 		// The Snapshot looked at here is the one that decides.
