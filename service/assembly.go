@@ -100,11 +100,10 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 	c, log := a.c, a.log
 	// First: the start saves a revision into the state folder, and a
 	// second process must not touch what the first one owns.
-	locks, err := c.lockOwned()
-	if err != nil {
+	var err error
+	if a.locks, err = c.lockOwned(); err != nil {
 		return err
 	}
-	a.locks = locks
 	if c.TokenFile != "" {
 		b, err := os.ReadFile(c.TokenFile)
 		if err != nil {
