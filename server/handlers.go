@@ -93,8 +93,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		}
 		s.endSpan(q, &rec, cmp.Or(d.Outcome, noOutcome), "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
-		logged := s.record(rec)
-		if !logged && s.cfg.RefuseUnlogged {
+		if logged := s.record(rec); !logged && s.cfg.RefuseUnlogged {
 			// No decision is answered without its record queued.
 			s.answerError(q, nil, &engine.Error{Code: CodeOverloaded, Message: "the decision log cannot keep up; the decision was not answered"})
 			return
