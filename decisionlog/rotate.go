@@ -159,8 +159,7 @@ func (r *rotatingFile) Close() error {
 	}
 	f := r.f
 	r.f = nil
-	err := f.Sync()
-	return cmp.Or(err, f.Close()) // closed whether the sync failed or not
+	return cmp.Or(f.Sync(), f.Close()) // closed whether the sync failed or not
 }
 
 // Files returns the log file at path, then the backups the writer rotated
