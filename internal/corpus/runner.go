@@ -14,8 +14,7 @@ import (
 var epoch = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 func (g *gen) timestamp() string {
-	t := epoch.Add(time.Duration(g.rng.Int64N(int64(48 * time.Hour))))
-	return t.Format("2006-01-02T15:04:05.000Z07:00")
+	return epoch.Add(time.Duration(g.rng.Int64N(int64(48 * time.Hour)))).Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 var words = strings.Fields(`the runner persisted state before binding its listener and the provider

@@ -248,8 +248,7 @@ func (c *Cluster) stopLocked() error {
 
 // Remove stops the server and removes its folder.
 func (c *Cluster) Remove() error {
-	err := c.Stop()
-	return errors.Join(err, os.RemoveAll(c.dir))
+	return errors.Join(c.Stop(), os.RemoveAll(c.dir))
 }
 
 // URL is the connection URL of database db.
