@@ -66,12 +66,10 @@ func (m *masker) mask(doc []byte) ([]byte, []string, error) {
 		return doc, nil, nil
 	}
 	matched := make([]string, len(spans))
-	for i, s := range spans {
-		matched[i] = s.pointer
-	}
 	out := make([]byte, 0, len(doc))
 	var at int64
-	for _, s := range spans {
+	for i, s := range spans {
+		matched[i] = s.pointer
 		out = append(out, doc[at:s.start]...)
 		out = append(out, maskedJSON...)
 		at = s.end

@@ -124,8 +124,7 @@ func Open(opts Options) (*Logger, error) {
 	if opts.Path == "" && len(opts.Sinks) == 0 {
 		return nil, errors.New("decision log: no path (use - for stdout) and no sink")
 	}
-	l := &Logger{log: opts.Logger, now: opts.now, sinks: opts.Sinks, refuse: opts.Refuse, done: make(chan struct{})}
-	l.log = cmp.Or(l.log, slog.Default())
+	l := &Logger{log: cmp.Or(opts.Logger, slog.Default()), now: opts.now, sinks: opts.Sinks, refuse: opts.Refuse, done: make(chan struct{})}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -161,7 +160,8 @@ func (rec *Record) QueueSize() int64 {
 // reaches no sink and is counted once. rec's names are bounded here
 // (BoundName), before they are counted or queued.
 func (l *Logger) Log(rec Record) bool {
-	rec.boundNames()
+	// Once, as the pipeline takes it: every sink gets the same names.
+	rec.Decision, rec.Path, rec.Caller = BoundName(rec.Decision), BoundName(rec.Path), BoundName(rec.Caller)
 	q := queued{rec: rec, size: rec.QueueSize(), file: l.file != nil}
 	why := ""
 	if q.file {

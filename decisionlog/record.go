@@ -34,13 +34,6 @@ func BoundName(name string) string {
 	return name[:cut] + marker
 }
 
-// boundNames bounds rec's names (BoundName), once, as the pipeline takes
-// it: every sink (the file, the upload, the store, the pages) gets the
-// same bounded names.
-func (rec *Record) boundNames() {
-	rec.Decision, rec.Path, rec.Caller = BoundName(rec.Decision), BoundName(rec.Path), BoundName(rec.Caller)
-}
-
 // Record is one decision as logged: everything needed to decide it again.
 //
 // A request that failed holds its body only when it is small: Input when it
@@ -187,9 +180,9 @@ func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) 
 func (rec Record) Complete() (bool, string) {
 	switch {
 	case len(rec.Masked) > 0:
-		return false, "masked when logged: " + shownList(rec.Masked)
+		return false, "masked when logged: " + ShownList(rec.Masked)
 	case len(rec.Erased) > 0:
-		return false, "erased when logged: " + shownList(rec.Erased)
+		return false, "erased when logged: " + ShownList(rec.Erased)
 	case len(rec.Input) == 0 && rec.BodyBase64 == "" && rec.BodySize > 0:
 		return false, fmt.Sprintf("its %d-byte body was not logged whole", rec.BodySize)
 	}
@@ -215,7 +208,8 @@ func Shown(s string) string {
 	return s
 }
 
-func shownList(vs []string) string {
+// ShownList is vs, each Shown, joined by commas ("" for none).
+func ShownList(vs []string) string {
 	out := make([]string, len(vs))
 	for i, v := range vs {
 		out[i] = Shown(v)

@@ -148,14 +148,8 @@ func (r *rotatingFile) backupName() (string, error) {
 
 // backupTime is the time in the name of a backup of the log at path.
 func backupTime(path, backup string) (time.Time, bool) {
-	ext := filepath.Ext(path)
-	prefix := strings.TrimSuffix(filepath.Base(path), ext) + "-"
-	n := filepath.Base(backup)
-	if !strings.HasPrefix(n, prefix) || !strings.HasSuffix(n, ext) || len(n) < len(prefix)+len(ext) {
-		return time.Time{}, false
-	}
-	t, err := time.Parse(backupTimeFormat, n[len(prefix):len(n)-len(ext)])
-	return t, err == nil
+	log, t, ok := logOf(backup)
+	return t, ok && filepath.Base(log) == filepath.Base(path)
 }
 
 // Close syncs and closes the file; it is a no-op when it is closed.
@@ -165,8 +159,7 @@ func (r *rotatingFile) Close() error {
 	}
 	f := r.f
 	r.f = nil
-	err := f.Sync()
-	return cmp.Or(err, f.Close()) // closed whether the sync failed or not
+	return cmp.Or(f.Sync(), f.Close()) // closed whether the sync failed or not
 }
 
 // Files returns the log file at path, then the backups the writer rotated
@@ -203,7 +196,7 @@ func FilesIn(dir string) ([]string, error) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		log, ok := logOf(p)
+		log, _, ok := logOf(p)
 		if !ok {
 			log = p
 		}
@@ -228,9 +221,10 @@ func FilesIn(dir string) ([]string, error) {
 	return out, nil
 }
 
-// logOf is the log file that the writer rotated backup from, when backup
-// is named as a backup (LOG-without-ext + "-" + time + ext).
-func logOf(backup string) (string, bool) {
+// logOf is the log file that the writer rotated backup from, and the time
+// in its name, when backup is named as a backup (LOG-without-ext + "-" +
+// time + ext).
+func logOf(backup string) (string, time.Time, bool) {
 	n := filepath.Base(backup)
 	for _, ext := range []string{filepath.Ext(n), ""} {
 		stem := strings.TrimSuffix(n, ext)
@@ -238,9 +232,9 @@ func logOf(backup string) (string, bool) {
 		if i <= 0 || stem[i] != '-' {
 			continue
 		}
-		if _, err := time.Parse(backupTimeFormat, stem[i+1:]); err == nil {
-			return filepath.Join(filepath.Dir(backup), stem[:i]+ext), true
+		if t, err := time.Parse(backupTimeFormat, stem[i+1:]); err == nil {
+			return filepath.Join(filepath.Dir(backup), stem[:i]+ext), t, true
 		}
 	}
-	return "", false
+	return "", time.Time{}, false
 }

@@ -76,9 +76,8 @@ const (
 // Uploader is a sink of the decision-record pipeline that ships events,
 // on the pipeline's batching skeleton (decisionlog.Batcher).
 type Uploader struct {
-	cfg    Config
+	cfg    Config // its Logger redacts the service's URL
 	client rest.Client
-	log    *slog.Logger
 	b      *decisionlog.Batcher[json.RawMessage]
 
 	// acceptedMax is the largest batch (bytes of JSON) the service has
@@ -122,7 +121,7 @@ func New(cfg Config) (*Uploader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision-log service: %w", err)
 	}
-	u := &Uploader{cfg: cfg, client: client, log: cfg.Logger}
+	u := &Uploader{cfg: cfg, client: client}
 	u.b = decisionlog.NewBatcher[json.RawMessage](decisionlog.BatchConfig{
 		Name: "decision-log uploads", Unit: "events",
 		Full: "decision-log upload buffer full: events dropped", Failed: "decision-log upload failed; retrying",
@@ -176,7 +175,7 @@ func (u *Uploader) Close(ctx context.Context) error {
 func (u *Uploader) Encode(rec decisionlog.Record) (json.RawMessage, int, error) {
 	ev, err := u.event(rec)
 	if err != nil {
-		u.log.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
+		u.cfg.Logger.Warn("decision-log event not encodable: dropped", "decision_id", rec.DecisionID, "err", err)
 		return nil, 0, &decisionlog.Refusal{Index: -1, Drop: true, Reason: dropTooLarge, Err: err}
 	}
 	return ev, len(ev) + 1, nil
@@ -209,7 +208,7 @@ func (u *Uploader) Send(ctx context.Context, batch []json.RawMessage) error {
 // warned of one it could not encode: ev is nil).
 func (u *Uploader) Refused(ev json.RawMessage, _ error) {
 	if ev != nil {
-		u.log.Warn("decision-log service refused an event as too large: dropped", "bytes", len(ev), "largest_accepted", u.acceptedMax)
+		u.cfg.Logger.Warn("decision-log service refused an event as too large: dropped", "bytes", len(ev), "largest_accepted", u.acceptedMax)
 	}
 }
 

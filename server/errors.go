@@ -70,13 +70,11 @@ func statusFor(c engine.Code) int {
 // (the contract's), "errors" (one per violation, or the error itself) and
 // "decision_id".
 func writeError(w http.ResponseWriter, e *engine.Error, dataAPI bool, decisionID string) {
-	var body []byte
-	var err error
+	var doc any = e.Document()
 	if dataAPI {
-		body, err = json.Marshal(opaDocument(e, decisionID))
-	} else {
-		body, err = json.Marshal(e.Document())
+		doc = opaDocument(e, decisionID)
 	}
+	body, err := json.Marshal(doc)
 	if err != nil { // cannot happen for strings; keep the answer well-formed anyway
 		body = []byte(`{"error":{"code":"policy_error","message":"encoding the error failed"}}`)
 	}
@@ -124,14 +122,14 @@ func (s *server) writeError(q *query, decisionID string, e *engine.Error) {
 	writeError(q.w, e, q.wrapped, decisionID)
 }
 
-// writeJSON answers v as a JSON document.
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON answers 200 with v as a JSON document.
+func writeJSON(w http.ResponseWriter, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "encoding the response failed", Err: err}, false, "")
 		return
 	}
-	writeBody(w, status, body)
+	writeBody(w, http.StatusOK, body)
 }
 
 // writeBody writes a complete JSON answer in one call, so a response is

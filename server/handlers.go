@@ -43,15 +43,12 @@ const DecisionIDHeader = "X-Arbiter-Decision-Id"
 // start: reading the body, decoding, validation and evaluation.
 func (s *server) decide(wrapped bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s.liveStart() // a candidate in shadow pauses meanwhile (shadow.go)
-		defer s.liveEnd()
+		defer s.pauseShadow()() // a candidate in shadow pauses meanwhile (shadow.go)
 		q := &query{w: w, r: r, start: time.Now(), name: chi.URLParam(r, "name"), wrapped: wrapped}
 		ctx := s.startSpan(r.Context(), q)
-		if s.cfg.RequestTimeout > 0 { // the body's read deadline is paceBodies'
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
-			defer cancel()
-		}
+		// Never zero (newServer's default); the body's read deadline is paceBodies'.
+		ctx, cancel := context.WithDeadline(ctx, q.start.Add(s.cfg.RequestTimeout))
+		defer cancel()
 		// What can be answered without the body is answered before it is
 		// read: a request for a decision that does not exist costs nothing.
 		// The Snapshot looked at here is the one that decides.
@@ -96,8 +93,7 @@ func (s *server) decide(wrapped bool) http.HandlerFunc {
 		}
 		s.endSpan(q, &rec, cmp.Or(d.Outcome, noOutcome), "")
 		defer s.sample(&rec).Start() // the candidate, if any, decides after the answer (shadow.go)
-		logged := s.record(rec)
-		if !logged && s.cfg.RefuseUnlogged {
+		if logged := s.record(rec); !logged && s.cfg.RefuseUnlogged {
 			// No decision is answered without its record queued.
 			s.answerError(q, nil, &engine.Error{Code: CodeOverloaded, Message: "the decision log cannot keep up; the decision was not answered"})
 			return
@@ -429,7 +425,7 @@ func (s *server) listDecisions(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &engine.Error{Code: engine.CodeNotReady, Message: "no policy snapshot is loaded yet"}, false, "")
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		Decisions []engine.DecisionInfo `json:"decisions"`
 		Revision  string                `json:"policy_revision"`
 	}{snap.Decisions(), snap.Revision})
@@ -496,7 +492,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		}
 		doc.Compiled = snap.Compiled()
 	}
-	writeJSON(w, http.StatusOK, doc)
+	writeJSON(w, doc)
 }
 
 // reloads answers the reload attempts the engine remembers, newest first:
@@ -507,7 +503,7 @@ func (s *server) reloads(w http.ResponseWriter, _ *http.Request) {
 	if h == nil {
 		h = []live.ReloadStatus{}
 	}
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		Reloads []live.ReloadStatus `json:"reloads"`
 	}{h})
 }
@@ -523,5 +519,5 @@ func (s *server) reload(w http.ResponseWriter, r *http.Request) {
 	if !st.OK {
 		s.log.Warn("reload refused", "trigger", st.Trigger, "problems", len(st.Problems), "revision", st.Revision)
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, st)
 }

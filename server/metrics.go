@@ -107,8 +107,7 @@ func (m *metrics) label(name string) string {
 
 func (m *metrics) observeDecision(d *engine.Decision, elapsed time.Duration) {
 	label := m.label(d.Name)
-	outcome := cmp.Or(d.Outcome, noOutcome)
-	m.decisions.WithLabelValues(label, outcome).Inc()
+	m.decisions.WithLabelValues(label, cmp.Or(d.Outcome, noOutcome)).Inc()
 	for _, r := range d.Reasons {
 		m.reasons.WithLabelValues(label, r).Inc()
 	}

@@ -183,7 +183,6 @@ func newServer(cfg Config, eng Engine) *server {
 
 // routes is the server's HTTP API.
 func (s *server) routes() http.Handler {
-	cfg := s.cfg
 	r := chi.NewRouter()
 	r.Use(s.paceBodies, s.recoverer)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
@@ -209,10 +208,10 @@ func (s *server) routes() http.Handler {
 		r.Post("/v1/reload", s.reload)
 		r.Get("/v1/reloads", s.reloads)
 		s.shadowRoutes(r)
-		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	})
-	if cfg.UI != nil {
-		s.mountUI(r, cfg.UI)
+	if s.cfg.UI != nil {
+		s.mountUI(r, s.cfg.UI)
 	}
 	return r
 }

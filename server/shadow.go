@@ -105,29 +105,22 @@ func (s *server) sample(rec *decisionlog.Record) *shadow.Ticket {
 	}
 	id, at, name, path := rec.DecisionID, rec.Time, rec.Decision, rec.Path
 	return s.cfg.Shadow.Shadow.Sample(*rec, func(r *shadow.Result) {
-		if r != nil {
-			s.record(decisionlog.Record{DecisionID: id, Time: at, Decision: name, Path: path, Shadow: shadowMember(r)})
+		if r != nil { // the candidate's answer, as the decision log keeps it
+			s.record(decisionlog.Record{DecisionID: id, Time: at, Decision: name, Path: path, Shadow: &decisionlog.Shadow{
+				Revision: r.Candidate.Revision, Class: string(r.Class), Result: r.Candidate.Result, Error: r.Candidate.Error, DurationNS: r.Duration.Nanoseconds(),
+			}})
 		}
 	})
 }
 
-// liveStart and liveEnd bracket a decision request: while any is in
-// flight, the candidate's evaluations pause.
-func (s *server) liveStart() {
-	if s.cfg.Shadow != nil {
-		s.cfg.Shadow.Shadow.LiveStart()
+// pauseShadow begins a decision request and returns its end: while any
+// is in flight, the candidate's evaluations pause.
+func (s *server) pauseShadow() (end func()) {
+	if s.cfg.Shadow == nil {
+		return func() {}
 	}
-}
-
-func (s *server) liveEnd() {
-	if s.cfg.Shadow != nil {
-		s.cfg.Shadow.Shadow.LiveEnd()
-	}
-}
-
-// shadowMember is what the decision log keeps of a candidate's answer.
-func shadowMember(r *shadow.Result) *decisionlog.Shadow {
-	return &decisionlog.Shadow{Revision: r.Candidate.Revision, Class: string(r.Class), Result: r.Candidate.Result, Error: r.Candidate.Error, DurationNS: r.Duration.Nanoseconds()}
+	s.cfg.Shadow.Shadow.LiveStart()
+	return s.cfg.Shadow.Shadow.LiveEnd
 }
 
 // candidateDoc describes the candidate in shadow.
@@ -209,7 +202,7 @@ func (s *server) shadowStatus(w http.ResponseWriter, _ *http.Request) {
 		doc.Refusals = append(doc.Refusals, sc.Gate.ProofRefusals(proofs)...)
 		doc.Promotable = len(doc.Refusals) == 0
 	}
-	writeJSON(w, http.StatusOK, doc)
+	writeJSON(w, doc)
 }
 
 // admin refuses a caller that may not change what runs, and returns who
@@ -286,9 +279,8 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 		snap, err = sc.Engine.Judge(context.WithoutCancel(r.Context()), cand)
 	}
 	if err != nil {
-		var le *engine.LoadError
 		probs := []engine.Problem{{Message: err.Error()}}
-		if errors.As(err, &le) {
+		if le, ok := errors.AsType[*engine.LoadError](err); ok {
 			// Told the caller without what the files hold: file and line.
 			probs = make([]engine.Problem, len(le.Problems))
 			for i, p := range le.Problems {
@@ -303,7 +295,7 @@ func (s *server) shadowLoad(w http.ResponseWriter, r *http.Request) {
 	c := &shadow.Candidate{Snapshot: snap, Origin: cand.Origin(), LoadedAt: time.Now(), LoadedBy: by}
 	sc.Shadow.Set(c)
 	s.log.Info("candidate in shadow", "revision", snap.Revision, "origin", c.Origin, "by", by)
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		OK        bool          `json:"ok"`
 		Candidate *candidateDoc `json:"candidate"`
 	}{true, describeCandidate(c)})
@@ -318,7 +310,7 @@ func (s *server) shadowClear(w http.ResponseWriter, r *http.Request) {
 	if c != nil {
 		s.log.Info("candidate removed from shadow", "revision", c.Snapshot.Revision, "by", by)
 	}
-	writeJSON(w, http.StatusOK, struct {
+	writeJSON(w, struct {
 		Cleared *candidateDoc `json:"cleared"`
 	}{describeCandidate(c)})
 }
@@ -329,7 +321,7 @@ type promoteRequest struct {
 	// Revision is the candidate revision whose impact was read: another
 	// candidate in shadow is not promoted.
 	Revision     string   `json:"revision"`
-	MinDecisions *uint64  `json:"min_decisions"`
+	MinDecisions uint64   `json:"min_decisions"` // 0 or absent: the operator's
 	Forbid       []string `json:"forbid"`
 	Force        bool     `json:"force"`
 }
@@ -345,10 +337,6 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body may only make the operator's gate stricter; "force" is the
 	// one way past a gate that refuses, and it is recorded as forced.
-	var minDecisions uint64
-	if req.MinDecisions != nil {
-		minDecisions = *req.MinDecisions
-	}
 	var forbid []shadow.Class
 	for _, f := range req.Forbid {
 		c, ok := shadow.ParseClass(f)
@@ -358,7 +346,7 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 		}
 		forbid = append(forbid, c)
 	}
-	gate := s.cfg.Shadow.Gate.Stricter(minDecisions, forbid)
+	gate := s.cfg.Shadow.Gate.Stricter(req.MinDecisions, forbid)
 	opts := shadow.PromoteOptions{Revision: req.Revision, Gate: gate, Force: req.Force, By: by}
 	p, err := s.cfg.Shadow.Shadow.Promote(context.WithoutCancel(r.Context()), opts, func(ctx context.Context, c *shadow.Candidate, forced bool) (string, error) {
 		st, err := s.cfg.Shadow.Engine.Activate(ctx, "promote", live.Promote(c.Snapshot, by, c.Origin, forced))
@@ -386,7 +374,7 @@ func (s *server) shadowPromote(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &engine.Error{Code: engine.CodePolicyError, Message: "the candidate could not be made live", Err: err}, false, "")
 	default:
 		s.log.Info("candidate promoted", "revision", p.Revision, "from", p.From, "by", by, "forced", p.Forced, "judged", p.Report.Total)
-		writeJSON(w, http.StatusOK, struct {
+		writeJSON(w, struct {
 			Promotion shadow.Promotion `json:"promotion"`
 		}{p})
 	}
@@ -418,12 +406,7 @@ func (s *server) logPromotion(r *http.Request, p shadow.Promotion) {
 // document: the problems of a refused candidate, the record of a refused
 // promotion.
 func writeErrorWith(w http.ResponseWriter, e *engine.Error, name string, v any) {
-	extra, err := json.Marshal(v)
-	if err != nil {
-		writeError(w, e, false, "")
-		return
-	}
-	body, err := json.Marshal(map[string]any{"error": e.Document().Error, name: json.RawMessage(extra)})
+	body, err := json.Marshal(map[string]any{"error": e.Document().Error, name: v})
 	if err != nil {
 		writeError(w, e, false, "")
 		return

@@ -12,16 +12,6 @@ import (
 	"github.com/arbiter-dev/arbiter/decisionlog"
 )
 
-// Span attributes of a decision: the decision id under OPA's name, so that
-// a trace backend finds Arbiter's decisions as it finds OPA's.
-const (
-	attrDecisionID = "opa.decision_id"
-	attrDecision   = "arbiter.decision"
-	attrRevision   = "arbiter.policy_revision"
-	attrOutcome    = "arbiter.outcome"
-	attrErrorCode  = "arbiter.error_code"
-)
-
 // startSpan starts the span of one decision request under the caller's
 // (the HTTP server's span, which continues a W3C traceparent). When tracing
 // is off (Config.Tracer nil) it starts nothing and only reads the caller's
@@ -50,13 +40,15 @@ func (s *server) endSpan(q *query, rec *decisionlog.Record, outcome, code string
 	sc := q.span.SpanContext()
 	rec.TraceID, rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	attrs := []attribute.KeyValue{
-		attribute.String(attrDecisionID, rec.DecisionID),
-		attribute.String(attrDecision, s.metrics.label(q.name)), // a name the revision serves, or a fixed word
-		attribute.String(attrRevision, rec.Revision),
-		attribute.String(attrOutcome, outcome),
+		// The decision id under OPA's name, so that a trace backend finds
+		// Arbiter's decisions as it finds OPA's.
+		attribute.String("opa.decision_id", rec.DecisionID),
+		attribute.String("arbiter.decision", s.metrics.label(q.name)), // a name the revision serves, or a fixed word
+		attribute.String("arbiter.policy_revision", rec.Revision),
+		attribute.String("arbiter.outcome", outcome),
 	}
 	if code != "" {
-		attrs = append(attrs, attribute.String(attrErrorCode, code))
+		attrs = append(attrs, attribute.String("arbiter.error_code", code))
 		q.span.SetStatus(codes.Error, code)
 	}
 	q.span.SetAttributes(attrs...)

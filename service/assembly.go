@@ -60,7 +60,7 @@ type assembly struct {
 	conns     *server.ConnLimiter
 	srv       *http.Server
 	ln        net.Listener
-	locks     []*heldLock // of the decision log and the state folder (lock.go)
+	locks     []*os.File // held open: the locks of the decision log and the state folder (lock.go)
 	// group runs what serves until the stop (the server, the side
 	// listeners); served ends when the server ends on its own.
 	group  *errgroup.Group
@@ -78,7 +78,7 @@ func (a *assembly) close() {
 		a.diffs.Close()
 	}
 	for _, l := range a.locks {
-		l.release()
+		_ = l.Close()
 	}
 }
 
@@ -100,11 +100,10 @@ func (a *assembly) assemble(ctx context.Context, stdout io.Writer) error {
 	c, log := a.c, a.log
 	// First: the start saves a revision into the state folder, and a
 	// second process must not touch what the first one owns.
-	locks, err := c.lockOwned()
-	if err != nil {
+	var err error
+	if a.locks, err = c.lockOwned(); err != nil {
 		return err
 	}
-	a.locks = locks
 	if c.TokenFile != "" {
 		b, err := os.ReadFile(c.TokenFile)
 		if err != nil {

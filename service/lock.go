@@ -17,29 +17,12 @@ import (
 // and holds it until it exits; the kernel releases it however the process
 // ends (kill -9 too), so a stale lock never blocks a restart.
 
-// heldLock is a lock file held open (its flock lives as long as the file).
-type heldLock struct{ f *os.File }
-
-func (l *heldLock) release() {
-	if l != nil && l.f != nil {
-		_ = l.f.Close()
-	}
-}
-
-// logLockPath is the lock of the decision log file path: a dot file beside
-// it, which `arbiter replay --log DIR` skips as it skips every dot file.
-func logLockPath(path string) string {
-	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".lock")
-}
-
-// stateLockPath is the lock of the state folder: a dot file inside it,
-// beside the saved revisions.
-func stateLockPath(dir string) string { return filepath.Join(dir, ".arbiter.lock") }
-
 // acquireLock takes the lock at path for what flag configures (shown as
 // "--flag VALUE"), or says in one sentence why it cannot: another process
 // holds it (with its pid, as it wrote it), or the file cannot be opened.
-func acquireLock(path, flag, value string) (*heldLock, error) {
+// The lock is the file it returns: its flock lives as long as the file is
+// open.
+func acquireLock(path, flag, value string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("%s %s: cannot create the folder of its lock file %s: %w", flag, value, path, err)
 	}
@@ -65,26 +48,30 @@ func acquireLock(path, flag, value string) (*heldLock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &heldLock{f: f}, nil
+	return f, nil
 }
 
 // lockOwned takes the locks of the decision log file (unless it is stdout
 // or off) and of the state folder (unless off, or unused: the revisions
 // come from a bundle).
-func (c *Config) lockOwned() ([]*heldLock, error) {
-	var held []*heldLock
+func (c *Config) lockOwned() ([]*os.File, error) {
+	var held []*os.File
 	if c.DecisionLog != "" && c.DecisionLog != "-" {
-		l, err := acquireLock(logLockPath(c.DecisionLog), "--decision-log", c.DecisionLog)
+		// A dot file beside the log, which `arbiter replay --log DIR` skips
+		// as it skips every dot file.
+		lock := filepath.Join(filepath.Dir(c.DecisionLog), "."+filepath.Base(c.DecisionLog)+".lock")
+		l, err := acquireLock(lock, "--decision-log", c.DecisionLog)
 		if err != nil {
 			return nil, err
 		}
 		held = append(held, l)
 	}
 	if c.StateDir != "" && c.BundleURL == "" {
-		l, err := acquireLock(stateLockPath(c.StateDir), "--state-dir", c.StateDir)
+		// A dot file inside the folder, beside the saved revisions.
+		l, err := acquireLock(filepath.Join(c.StateDir, ".arbiter.lock"), "--state-dir", c.StateDir)
 		if err != nil {
 			for _, h := range held {
-				h.release()
+				_ = h.Close()
 			}
 			return nil, err
 		}

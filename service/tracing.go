@@ -74,11 +74,6 @@ func traceExporters() (exporters, unknown []string) {
 	return exporters, unknown
 }
 
-// otlpProtocol is the OTLP exporter's protocol, as the SDK chooses it.
-func otlpProtocol() string {
-	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")
-}
-
 // otlpEndpoint is where the OTLP exporter sends, as the SDK reads the
 // variables, with its secrets redacted: for the start-up line only.
 func otlpEndpoint(proto string) string {
@@ -122,7 +117,8 @@ func newTracing(ctx context.Context, version string, log *slog.Logger) (*tracing
 		var exp sdktrace.SpanExporter
 		switch name {
 		case "otlp":
-			proto := otlpProtocol()
+			// The exporter's protocol, as the SDK chooses it.
+			proto := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")
 			switch proto {
 			case "http/protobuf":
 				exp, err = otlptracehttp.New(ctx)

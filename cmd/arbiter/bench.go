@@ -24,15 +24,11 @@ before it ships.`, exitError)
 	duration := c.Duration("duration", 2*time.Second, "how long to keep deciding (the benchmark's -benchtime)")
 	format := c.format("text", "output format: text or json")
 	c.run = func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
-		err := f.check()
-		switch {
-		case err == nil && c.NArg() > 0:
-			err = orArgs(nil, c.Args())
-		case err == nil && *duration <= 0:
-			err = fmt.Errorf("--duration must be positive")
+		if err := f.check(); err != nil || c.NArg() > 0 {
+			return say(stderr, exitError, "arbiter bench: %v", orArgs(err, c.Args()))
 		}
-		if err != nil {
-			return say(stderr, exitError, "arbiter bench: %v", err)
+		if *duration <= 0 {
+			return say(stderr, exitError, "arbiter bench: --duration must be positive")
 		}
 		body, snap, code := f.load(ctx, "bench", stdin, stdout, stderr)
 		if snap == nil {

@@ -35,11 +35,8 @@ semantic diff of the previous revision against this one goes into the signed man
 	against := fs.String("diff-against", "", "the revision this one follows (a bundle file, a folder with policies/ and schemas/, or a policy folder): arbiter diff of it against this one, written into the signed manifest for replicas to show and use")
 	budget := fs.Duration("diff-budget", diff.DefaultBudget, "with --diff-against: arbiter diff's --budget")
 	fs.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
-		if err := f.missing(); err != nil {
-			return say(stderr, exitError, "arbiter build: %v", err)
-		}
-		if fs.NArg() > 0 {
-			return say(stderr, exitError, "arbiter build: unexpected arguments %q", fs.Args())
+		if err := f.missing(); err != nil || fs.NArg() > 0 {
+			return say(stderr, exitError, "arbiter build: %v", orArgs(err, fs.Args()))
 		}
 		o.Policies, o.Schemas, o.Tests = f.policies, f.schemas, f.tests
 		if *against != "" {

@@ -15,11 +15,8 @@ evaluator runs and those on topdown. Each problem is printed as file:line: messa
 	var f folders
 	f.register(c, true)
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
-		if err := f.missing(); err != nil {
-			return say(stderr, exitError, "arbiter check: %v", err)
-		}
-		if c.NArg() > 0 {
-			return say(stderr, exitError, "arbiter check: %v", orArgs(nil, c.Args()))
+		if err := f.missing(); err != nil || c.NArg() > 0 {
+			return say(stderr, exitError, "arbiter check: %v", orArgs(err, c.Args()))
 		}
 		probs, infos := engine.Check(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas}, f.tests)
 		for _, p := range probs {

@@ -56,19 +56,15 @@ the command failed.`, exitInput)
 		}
 		var snaps [2]*engine.Snapshot
 		for i, p := range c.Args() {
-			s, err := loadSide(ctx, p, f.schemas, vc)
-			if err != nil {
+			if snaps[i], err = loadSide(ctx, p, f.schemas, vc); err != nil {
 				return say(stderr, exitInput, "arbiter diff: loading %s: %v", p, err)
 			}
-			snaps[i] = s
 		}
 		var fixtures []engine.Fixture
 		if f.tests != "" {
-			fx, err := engine.LoadFixtures(f.tests)
-			if err != nil {
+			if fixtures, err = engine.LoadFixtures(f.tests); err != nil {
 				return say(stderr, exitInput, "arbiter diff: %v", err)
 			}
-			fixtures = fx
 		}
 		rep, err := diff.Run(ctx, snaps[0], snaps[1], fixtures, diff.Options{Solvers: splitList(*solver), Budget: *budget})
 		if err != nil {
@@ -194,7 +190,7 @@ func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
 		}
 		if m, ok := v.(map[string]any); ok && len(m) > 0 {
 			fmt.Fprintf(w, "    %s%s{%s\n", indent, key, mark(ptr))
-			keys := sortedKeys(m)
+			keys := slices.Sorted(maps.Keys(m))
 			for i, k := range keys {
 				kj, _ := json.Marshal(k)
 				walk(m[k], ptr+"/"+strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1"), indent+"  ", string(kj)+": ", i == len(keys)-1)
@@ -207,8 +203,6 @@ func writeMarked(w io.Writer, doc json.RawMessage, fields []string) {
 	}
 	walk(v, "", "", "", true)
 }
-
-func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
 
 // splitList reads a comma-separated list ("" is none).
 func splitList(s string) []string {

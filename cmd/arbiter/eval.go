@@ -93,8 +93,7 @@ those that held, with the values each read. Exit 2 when the input is refused (th
 	explain := c.Bool("explain", false, "add each reason rule's outcome, title and description")
 	format := c.format("json", "json (the answer's document), or text: the result and, with --explain, each reason rule that fired, then each that held, with the values it read")
 	c.run = func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
-		err := f.check()
-		if err != nil || c.NArg() > 0 {
+		if err := f.check(); err != nil || c.NArg() > 0 {
 			return say(stderr, exitError, "arbiter eval: %v", orArgs(err, c.Args()))
 		}
 		body, snap, code := f.load(ctx, "eval", stdin, stdout, stderr)

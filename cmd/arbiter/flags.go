@@ -45,12 +45,6 @@ func newCommand(use, short, long string, bad int) *command {
 // Args are the operands: the arguments that are not flags, in order.
 func (c *command) Args() []string { return c.FlagSet.Args() }
 
-// NArg is how many operands there are.
-func (c *command) NArg() int { return c.FlagSet.NArg() }
-
-// Arg is the i-th operand, "" past the end.
-func (c *command) Arg(i int) string { return c.FlagSet.Arg(i) }
-
 // execute applies the environment to the flags the command line left
 // unset, then runs the command. Every command but one that stops itself
 // is stopped at once by a signal, whatever it is doing: they hold nothing

@@ -79,10 +79,8 @@ func repoRoot() (root string, trusted bool) {
 	for dir := wd; ownFolder(dir); dir = filepath.Dir(dir) {
 		if isWorkTree(dir) {
 			if hasFolders(dir) {
-				if rel, err := filepath.Rel(wd, dir); err == nil {
-					return rel, true
-				}
-				return dir, true
+				rel, _ := filepath.Rel(wd, dir) // dir holds wd, both absolute: it cannot fail
+				return rel, true
 			}
 			return ".", true
 		}

@@ -70,12 +70,10 @@ func planMemory(c *serveConfig, set map[string]bool, cgroup memlimit.Provider) *
 	p := &memoryPlan{Budgets: map[string]budgetValue{}}
 	cg, err := cgroup()
 	switch {
-	case errors.Is(err, memlimit.ErrNoLimit):
+	case errors.Is(err, memlimit.ErrNoLimit) || err == nil && cg > math.MaxInt64:
 		p.CgroupReason = "no limit"
 	case err != nil:
 		p.CgroupReason = err.Error()
-	case cg > math.MaxInt64:
-		p.CgroupReason = "no limit"
 	default:
 		p.CgroupBytes = int64(cg)
 	}

@@ -1,12 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"reflect"
-	"strings"
 	"time"
 
 	"golang.org/x/term"
@@ -72,9 +72,8 @@ func replayCommand() *command {
 		if err != nil {
 			return say(stderr, exitInput, "arbiter replay: loading the policies: %v", err)
 		}
-		opts := replay.Options{Examples: *examples, Workers: *workers}
 		progress := newProgress(stderr)
-		opts.Progress = progress.update
+		opts := replay.Options{Examples: *examples, Workers: *workers, Progress: progress.update}
 		var rep *replay.Report
 		if q.dsn == "" {
 			rep, err = replay.Run(ctx, snap, files, opts)
@@ -125,14 +124,7 @@ func replayCommand() *command {
 			fmt.Fprintf(stdout, "impact of revision %s: ", rep.Summary.NewRevision)
 			rep.Impact.WriteText(stdout)
 			s := rep.Summary
-			old := "none"
-			if len(s.OldRevisions) > 0 {
-				shown := make([]string, len(s.OldRevisions))
-				for i, r := range s.OldRevisions {
-					shown[i] = decisionlog.Shown(r)
-				}
-				old = strings.Join(shown, ", ")
-			}
+			old := cmp.Or(decisionlog.ShownList(s.OldRevisions), "none")
 			from := fmt.Sprintf("%d files", len(s.Files))
 			if s.Store {
 				from = "the decision store"

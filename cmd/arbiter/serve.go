@@ -45,10 +45,11 @@ stop it gracefully. Exit 3: stopped, but decision records were not written.`, ex
 }
 
 func serveWith(ctx context.Context, c *serveConfig, stdout, stderr io.Writer) int {
-	log, err := newLogger(c.logLevel, stderr)
-	if err != nil {
-		return say(stderr, exitError, "arbiter serve: %v", err)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return say(stderr, exitError, "arbiter serve: --log-level: %v", err)
 	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// A memory limit bounds the heap however many large requests arrive
 	// together (admission control bounds what they hold; the limit makes
 	// the collector return the rest in time), instead of a collector target
@@ -213,6 +214,7 @@ func (c *serveConfig) validate(fs *command) (err error) {
 		{"--decision-log-queue-bytes", c.Records.QueueBytes > 0}, {"--eval-timeout", c.Engine.EvalTimeout > 0}, {"--request-timeout", c.RequestTimeout > 0},
 		{"--read-timeout", c.ReadTimeout > 0}, {"--read-header-timeout", c.HeaderTimeout > 0}, {"--min-body-rate", c.API.MinBodyRate > 0},
 		{"--idle-timeout", c.IdleTimeout > 0}, {"--reload-timeout", c.Engine.ReloadTimeout > 0}, {"--test-timeout", c.Engine.TestTimeout > 0},
+		{"--shadow-cpu", c.Sampling.CPU > 0}, {"--shadow-timeout", c.Sampling.Timeout > 0}, {"--decision-store-queue-bytes", c.StoreQueueBytes > 0},
 	} {
 		if !p.ok {
 			return fmt.Errorf("%s must be positive", p.name)
@@ -257,16 +259,10 @@ func (c *serveConfig) validate(fs *command) (err error) {
 		return errors.New("--shadow-rate must be above 0 and at most 1")
 	case c.Sampling.Queue <= 0 || c.Sampling.QueueBytes <= 0 || c.Sampling.Workers <= 0 || c.Sampling.Examples <= 0:
 		return errors.New("--shadow-queue, --shadow-queue-bytes, --shadow-workers and --shadow-examples must be positive")
-	case !(c.Sampling.CPU > 0):
-		return errors.New("--shadow-cpu must be positive")
-	case c.Sampling.Timeout <= 0:
-		return errors.New("--shadow-timeout must be positive")
 	case c.ShadowPolicies != "" && c.ShadowBundleURL != "":
 		return errors.New("--shadow-policies and --shadow-bundle-url are two sources of one candidate: pass one")
 	case c.StoreRetention < 0:
 		return errors.New("--decision-store-retention must not be negative (0 keeps every day)")
-	case c.StoreQueueBytes <= 0:
-		return errors.New("--decision-store-queue-bytes must be positive")
 	case fs.NArg() > 0:
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	case !(c.SelfCheckRate >= 0 && c.SelfCheckRate <= 1):
@@ -326,14 +322,6 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-func newLogger(level string, w io.Writer) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
 // byteSize is a flag of bytes in GOMEMLIMIT's syntax: an integer with an

@@ -52,11 +52,9 @@ shadow. The paths are the server's, made absolute here.`, 1, func(ctx context.Co
 	promote.StringVar(&revision, "revision", "", "only if the candidate in shadow is this revision (the one whose report you read)")
 	c.subs = []*command{load,
 		clientCommand("status", "Show the candidate, the progress toward the gate and the impact report",
-			"Print GET /v1/shadow: the candidate, the progress toward the promotion gate (judged 57 of\n100), why it would refuse, the stats and the impact report.", 0,
-			func(ctx context.Context, cl *client, _ []string) int { return shadowStatus(ctx, cl) }),
+			"Print GET /v1/shadow: the candidate, the progress toward the promotion gate (judged 57 of\n100), why it would refuse, the stats and the impact report.", 0, shadowStatus),
 		promote,
-		clientCommand("clear", "Drop the candidate in shadow", "Drop the candidate in shadow (DELETE /v1/shadow).", 0,
-			func(ctx context.Context, cl *client, _ []string) int { return shadowClear(ctx, cl) }),
+		clientCommand("clear", "Drop the candidate in shadow", "Drop the candidate in shadow (DELETE /v1/shadow).", 0, shadowClear),
 	}
 	return c
 }
@@ -103,7 +101,7 @@ type candidateView struct {
 	LoadedAt  time.Time `json:"loaded_at"`
 }
 
-func shadowStatus(ctx context.Context, cl *client) int {
+func shadowStatus(ctx context.Context, cl *client, _ []string) int {
 	stdout := cl.stdout
 	var doc struct {
 		Candidate  *candidateView `json:"candidate"`
@@ -164,7 +162,7 @@ func shadowPromote(ctx context.Context, cl *client, force bool, revision string)
 	return exitOK
 }
 
-func shadowClear(ctx context.Context, cl *client) int {
+func shadowClear(ctx context.Context, cl *client, _ []string) int {
 	stdout := cl.stdout
 	var doc struct {
 		Cleared *candidateView `json:"cleared"`

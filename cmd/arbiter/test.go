@@ -22,11 +22,8 @@ func testCommand() *command {
 	verbose := c.BoolP("verbose", "v", false, "list every test, not only failures")
 	update := c.Bool("update", false, "re-record the expected results of the fixtures the policies now decide otherwise (an intended edit), printing each change field by field and naming on stderr those whose name or note repeats a word only the old result had; then run the tests")
 	c.run = func(ctx context.Context, _ io.Reader, stdout, stderr io.Writer) int {
-		if err := f.missing(); err != nil {
-			return say(stderr, exitError, "arbiter test: %v", err)
-		}
-		if c.NArg() > 0 {
-			return say(stderr, exitError, "arbiter test: %v", orArgs(nil, c.Args()))
+		if err := f.missing(); err != nil || c.NArg() > 0 {
+			return say(stderr, exitError, "arbiter test: %v", orArgs(err, c.Args()))
 		}
 		if f.tests == "" {
 			return say(stderr, exitError, "arbiter test: --tests is empty: nothing to run")
@@ -48,7 +45,6 @@ func testCommand() *command {
 			return say(stderr, exitError, "arbiter test: %v", err)
 		}
 		pass, fail, skip := rep.Counts()
-		belowThreshold := *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold
 		if *format == "json" {
 			writeJSON(stdout, struct {
 				*engine.TestReport
@@ -64,7 +60,7 @@ func testCommand() *command {
 			}
 			fmt.Fprintf(stdout, "summary: %d passed, %d failed, %d skipped\n", pass, fail, skip)
 		}
-		if belowThreshold {
+		if *threshold > 0 && rep.Coverage != nil && rep.Coverage.Percent < *threshold {
 			return say(stderr, exitError, "arbiter test: coverage %.1f%% is below the threshold %.1f%%", rep.Coverage.Percent, *threshold)
 		}
 		if fail > 0 || pass == 0 {
@@ -129,21 +125,18 @@ func updateFixtures(ctx context.Context, f folders, runRe string, stderr io.Writ
 	if runRe != "" {
 		var err error
 		if run, err = regexp.Compile(runRe); err != nil {
-			fmt.Fprintf(stderr, "arbiter test: --run: %v\n", err)
-			return nil, exitError
+			return nil, say(stderr, exitError, "arbiter test: --run: %v", err)
 		}
 	}
 	snap, err := engine.Load(ctx, engine.Config{Policies: f.policies, Schemas: f.schemas})
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter test: --update: loading the policies: %v\n", err)
-		return nil, exitError
+		return nil, say(stderr, exitError, "arbiter test: --update: loading the policies: %v", err)
 	}
 	changes, probs, err := snap.UpdateFixtures(ctx, f.tests, run)
 	// Empty lists, not null, in --format json.
 	u := &updateReport{Updated: append([]engine.FixtureChange{}, changes...), NotUpdated: append([]engine.Problem{}, probs...)}
 	if err != nil {
-		fmt.Fprintf(stderr, "arbiter test: --update: %v\n", err)
-		return u, exitError
+		return u, say(stderr, exitError, "arbiter test: --update: %v", err)
 	}
 	stale := 0
 	for _, c := range changes {

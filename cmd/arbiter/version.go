@@ -41,20 +41,17 @@ func buildVersion() string {
 	if v := bi.Main.Version; v != "" && v != "(devel)" {
 		return v
 	}
-	rev, dirty := "", false
+	var rev, dirty string
 	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
+		switch {
+		case s.Key == "vcs.revision":
 			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
 		}
 	}
 	if rev == "" {
 		return "(devel)"
 	}
-	if dirty {
-		return shortRev(rev) + "-dirty"
-	}
-	return shortRev(rev)
+	return shortRev(rev) + dirty
 }

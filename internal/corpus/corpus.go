@@ -141,7 +141,7 @@ func Generate(fixturesDir string, n int, seed int64, keep Keep) ([]Input, error)
 		if tries > 50*n+1000 {
 			return nil, fmt.Errorf("corpus: could make only %d of %d distinct inputs that keep accepts", len(out), n)
 		}
-		s := g.pick()
+		s := g.seeds[g.rng.IntN(len(g.seeds))]
 		doc := s.doc()
 		from := g.vary(doc, s)
 		body := encode(doc)
@@ -202,8 +202,6 @@ func walkMembers(v any, path string, f func(path string, v any)) {
 		walkMembers(obj[k], p, f)
 	}
 }
-
-func (g *gen) pick() seed { return g.seeds[g.rng.IntN(len(g.seeds))] }
 
 func (g *gen) chance(p float64) bool { return g.rng.Float64() < p }
 

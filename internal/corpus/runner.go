@@ -14,8 +14,7 @@ import (
 var epoch = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 func (g *gen) timestamp() string {
-	t := epoch.Add(time.Duration(g.rng.Int64N(int64(48 * time.Hour))))
-	return t.Format("2006-01-02T15:04:05.000Z07:00")
+	return epoch.Add(time.Duration(g.rng.Int64N(int64(48 * time.Hour)))).Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 var words = strings.Fields(`the runner persisted state before binding its listener and the provider
@@ -123,7 +122,7 @@ func (g *gen) event(rs map[string]any, seq uint64) (map[string]any, uint64) {
 		payload = map[string]any{"callId": fmt.Sprintf("call_%010x", g.rng.Uint64()&(1<<40-1)), "tool": "shell", "arguments": map[string]any{"command": "go test ./... -run " + words[g.rng.IntN(len(words))], "cwd": "/workspace", "timeoutMs": num(120000)}}
 	case "tool.result":
 		priority = 1
-		payload = map[string]any{"callId": fmt.Sprintf("call_%010x", g.rng.Uint64()&(1<<40-1)), "exitCode": num(uint64(pickInt(g, 0, 0, 0, 1, 2))), "stdout": g.text(g.between(50, 800)), "truncated": g.chance(0.1)}
+		payload = map[string]any{"callId": fmt.Sprintf("call_%010x", g.rng.Uint64()&(1<<40-1)), "exitCode": num(uint64([]int{0, 0, 0, 1, 2}[g.rng.IntN(5)])), "stdout": g.text(g.between(50, 800)), "truncated": g.chance(0.1)}
 	case "turn.started", "turn.completed":
 		priority = 0
 		payload = map[string]any{"turnId": rs["turnId"], "model": "gpt-5-codex", "usage": map[string]any{"inputTokens": num(uint64(g.between(100, 90000))), "outputTokens": num(uint64(g.between(10, 8000)))}}
@@ -157,8 +156,6 @@ func (g *gen) weighted(ws []weightedString) string {
 	}
 	return ws[0].s
 }
-
-func pickInt(g *gen, xs ...int) int { return xs[g.rng.IntN(len(xs))] }
 
 // history writes a Runner's history into its state rs as a Runner numbers
 // it: outbox events from ackedSourceSeq+1 on with nextSourceSeq one past

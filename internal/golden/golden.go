@@ -78,10 +78,7 @@ func pkgDir() string {
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			rel, err := filepath.Rel(dir, wd)
-			if err != nil {
-				return "..."
-			}
+			rel, _ := filepath.Rel(dir, wd) // dir holds wd, both absolute: it cannot fail
 			return filepath.ToSlash(rel)
 		}
 		if filepath.Dir(dir) == dir {

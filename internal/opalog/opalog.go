@@ -27,16 +27,10 @@ func (o *Logger) log(level slog.Level, format string, a ...any) {
 	}
 }
 
-// Debug logs at debug level.
+// Debug, Info, Warn and Error log at their level.
 func (o *Logger) Debug(format string, a ...any) { o.log(slog.LevelDebug, format, a...) }
-
-// Info logs at info level.
-func (o *Logger) Info(format string, a ...any) { o.log(slog.LevelInfo, format, a...) }
-
-// Warn logs at warn level.
-func (o *Logger) Warn(format string, a ...any) { o.log(slog.LevelWarn, format, a...) }
-
-// Error logs at error level.
+func (o *Logger) Info(format string, a ...any)  { o.log(slog.LevelInfo, format, a...) }
+func (o *Logger) Warn(format string, a ...any)  { o.log(slog.LevelWarn, format, a...) }
 func (o *Logger) Error(format string, a ...any) { o.log(slog.LevelError, format, a...) }
 
 // WithFields returns a logger adding fields to every line.

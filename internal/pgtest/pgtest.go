@@ -79,8 +79,7 @@ func Start(t testing.TB) *Cluster {
 	ruleedit.Skip(t) // the decision store is not about the rules
 	c, err := New()
 	if err != nil {
-		var missing *missingError
-		if errors.As(err, &missing) {
+		if _, missing := errors.AsType[*missingError](err); missing {
 			Skip(t, err)
 		}
 		t.Fatal(err)
@@ -249,8 +248,7 @@ func (c *Cluster) stopLocked() error {
 
 // Remove stops the server and removes its folder.
 func (c *Cluster) Remove() error {
-	err := c.Stop()
-	return errors.Join(err, os.RemoveAll(c.dir))
+	return errors.Join(c.Stop(), os.RemoveAll(c.dir))
 }
 
 // URL is the connection URL of database db.
@@ -265,8 +263,7 @@ func (c *Cluster) DB(t testing.TB) string {
 	t.Helper()
 	ruleedit.Skip(t) // the decision store is not about the rules
 	if c == nil {
-		var missing *missingError
-		if errors.As(errMain, &missing) {
+		if _, missing := errors.AsType[*missingError](errMain); missing {
 			Skip(t, errMain)
 		}
 		t.Fatalf("pgtest: the package's cluster did not start: %v", errMain)

@@ -92,11 +92,7 @@ func (h handler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h handler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	out := make([]slog.Attr, len(attrs))
-	for i, a := range attrs {
-		out[i] = h.attr(a)
-	}
-	return handler{h.h.WithAttrs(out), h.raw}
+	return handler{h.h.WithAttrs(h.attrs(attrs)), h.raw}
 }
 
 func (h handler) WithGroup(name string) slog.Handler { return handler{h.h.WithGroup(name), h.raw} }
@@ -107,12 +103,7 @@ func (h handler) attr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindGroup:
-		as := v.Group()
-		out := make([]any, len(as))
-		for i, g := range as {
-			out[i] = h.attr(g)
-		}
-		return slog.Group(a.Key, out...)
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(h.attrs(v.Group())...)}
 	case slog.KindString, slog.KindAny:
 		s := v.String()
 		if r := In(s, h.raw); r != s {
@@ -120,4 +111,13 @@ func (h handler) attr(a slog.Attr) slog.Attr {
 		}
 	}
 	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// attrs is each of as through attr: a handler's attributes, a group's.
+func (h handler) attrs(as []slog.Attr) []slog.Attr {
+	out := make([]slog.Attr, len(as))
+	for i, a := range as {
+		out[i] = h.attr(a)
+	}
+	return out
 }

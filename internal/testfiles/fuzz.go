@@ -13,7 +13,7 @@ import (
 // budget before it mutated anything.
 func FuzzSeeds[T any](f *testing.F, seeds []T, n int) []T {
 	f.Helper()
-	if !fuzzing() || len(seeds) <= n {
+	if fl := flag.Lookup("test.fuzz"); fl == nil || fl.Value.String() == "" || len(seeds) <= n { // not fuzzed, or few
 		return seeds
 	}
 	out := make([]T, 0, n)
@@ -21,10 +21,4 @@ func FuzzSeeds[T any](f *testing.F, seeds []T, n int) []T {
 		out = append(out, seeds[i*len(seeds)/n])
 	}
 	return out
-}
-
-// fuzzing says whether this test binary runs with -test.fuzz.
-func fuzzing() bool {
-	fl := flag.Lookup("test.fuzz")
-	return fl != nil && fl.Value.String() != ""
 }
