@@ -90,10 +90,29 @@ func AppendValue(b []byte, v ast.Value) ([]byte, error) {
 	case ast.String:
 		return AppendString(b, string(x)), nil
 	case *ast.Array:
-		return appendArray(b, x.Len(), x.Elem)
+		b = append(b, '[')
+		var err error
+		for i := 0; i < x.Len(); i++ {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = AppendValue(b, x.Elem(i).Value); err != nil {
+				return b, err
+			}
+		}
+		return append(b, ']'), nil
 	case ast.Set:
-		terms := x.Slice() // sorted, as Foreach would give them
-		return appendArray(b, len(terms), func(i int) *ast.Term { return terms[i] })
+		b = append(b, '[')
+		var err error
+		for i, t := range x.Slice() { // sorted, as Foreach would give them
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = AppendValue(b, t.Value); err != nil {
+				return b, err
+			}
+		}
+		return append(b, ']'), nil
 	case ast.Object:
 		b = append(b, '{')
 		var err error
@@ -122,20 +141,4 @@ func AppendValue(b []byte, v ast.Value) ([]byte, error) {
 	default:
 		return b, fmt.Errorf("%T has no JSON form", v)
 	}
-}
-
-// appendArray appends the n terms elem gives as a JSON array: an array's
-// elements, or a set's in sorted order.
-func appendArray(b []byte, n int, elem func(int) *ast.Term) ([]byte, error) {
-	b = append(b, '[')
-	var err error
-	for i := range n {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if b, err = AppendValue(b, elem(i).Value); err != nil {
-			return b, err
-		}
-	}
-	return append(b, ']'), nil
 }
