@@ -29,7 +29,7 @@ type pc struct {
 	depth  int
 }
 
-func (p *pc) and(b *smt.Builder, c *smt.Term) *pc {
+func (p *pc) and(c *smt.Term) *pc {
 	if c.IsTrue() {
 		return p
 	}
@@ -95,7 +95,16 @@ func (st *state) set(l ir.Local, s *slot) *state {
 	return out
 }
 
-func (st *state) with(p *pc) *state { return &state{pc: p, locals: st.locals} }
+// with is st on the path p (nil for no path).
+func (st *state) with(p *pc) *state {
+	if st == nil {
+		return nil
+	}
+	return &state{pc: p, locals: st.locals}
+}
+
+// where is st on the path where c holds as well.
+func (st *state) where(c *smt.Term) *state { return st.with(st.pc.and(c)) }
 
 // flow is how a block (or a statement) ends: the paths that go on after it,
 // and those that leave enclosing blocks (exits[r]: r as ireval's stmt
@@ -206,7 +215,7 @@ func (f *frame) merge(sts []*state, total bool) *state {
 	rel := mapped(live, func(st *state) *smt.Term { return st.pc.since(b, anc) })
 	out := &state{pc: anc}
 	if !total {
-		out.pc = anc.and(b, b.Or(rel...))
+		out.pc = anc.and(b.Or(rel...))
 	}
 	n := 0
 	for _, st := range live {
@@ -423,15 +432,14 @@ func (f *frame) cont(fl flow, entry *state) *state {
 // flow that leaves the block where it does not.
 func (f *frame) split(st *state, ok *smt.Term) (*state, flow) {
 	var fl flow
-	b := f.b()
 	if ok.IsTrue() {
 		return st, fl
 	}
-	fl.exit(0, st.with(st.pc.and(b, b.Not(ok))))
+	fl.exit(0, st.where(f.b().Not(ok)))
 	if ok.IsFalse() {
 		return nil, fl
 	}
-	return st.with(st.pc.and(b, ok)), fl
+	return st.where(ok), fl
 }
 
 // assign is st with target set to the join of alts, on the paths where
@@ -629,20 +637,15 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		return f.addMember(st, s.Object, f.operand(st, s.Key), f.operand(st, s.Value), s)
 
 	case *ir.ObjectMergeStmt:
-		x, y := st.get(s.A), st.get(s.B)
 		var alts []alt
-		for _, a := range x.alts {
-			for _, c := range y.alts {
-				ca, ok1 := a.v.(conc)
-				cc, ok2 := c.v.(conc)
+		for _, a := range st.get(s.A).alts {
+			for _, c := range st.get(s.B).alts {
+				xo, ok1 := constOf[ast.Object](a.v)
+				yo, ok2 := constOf[ast.Object](c.v)
 				if ok1 && ok2 {
-					if xo, ok := ca.t.Value.(ast.Object); ok {
-						if yo, ok := cc.t.Value.(ast.Object); ok {
-							if m, ok := xo.Merge(yo); ok {
-								alts = append(alts, alt{g: b.And(a.g, c.g), v: conc{ast.NewTerm(m)}})
-								continue
-							}
-						}
+					if m, ok := xo.Merge(yo); ok {
+						alts = append(alts, alt{g: b.And(a.g, c.g), v: conc{ast.NewTerm(m)}})
+						continue
 					}
 				}
 				g := &gap{why: "merging base and virtual documents", at: f.loc(s)}

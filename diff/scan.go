@@ -90,9 +90,9 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 	var outs []*state
 	var fl flow
 	// Where the source is undefined, the loop does nothing.
-	outs = append(outs, st.with(st.pc.and(b, b.Not(an.def(src)))))
+	outs = append(outs, st.where(b.Not(an.def(src))))
 	for _, a := range src.alts {
-		cur := st.with(st.pc.and(b, a.g))
+		cur := st.where(a.g)
 		if cur.pc.dead() {
 			continue
 		}
@@ -121,11 +121,11 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 					continue
 				}
 				prev := cur.pc
-				in := cur.with(cur.pc.and(b, e.g)).set(s.Key, an.one(keys[j])).set(s.Value, an.one(e.v))
+				in := cur.where(e.g).set(s.Key, an.one(keys[j])).set(s.Value, an.one(e.v))
 				body := f.block(s.Block, in)
 				fl.ret = append(fl.ret, body.ret...)
-				skip := cur.with(cur.pc.and(b, b.Not(e.g)))
-				cur = f.merge(append(append([]*state{skip}, body.exits[-1]...), body.exits[0]...), true).withPC(prev)
+				skip := cur.where(b.Not(e.g))
+				cur = f.merge(append(append([]*state{skip}, body.exits[-1]...), body.exits[0]...), true).with(prev)
 				if cur == nil {
 					break
 				}
@@ -151,12 +151,12 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			m := x.t.mask[f.sd.s]
 			if m.has(mObj) {
 				g := &gap{why: fmt.Sprintf("a loop over the members of input%s", x.t.pointer()), at: f.loc(s)}
-				if r := f.opaqueScan(s, cur.with(cur.pc.and(b, an.vs.is("vobj", xt))), x, g); r != nil {
+				if r := f.opaqueScan(s, cur.where(an.vs.is("vobj", xt)), x, g); r != nil {
 					outs = append(outs, r)
 				}
 			}
 			if m.has(mArr) {
-				arr := cur.with(cur.pc.and(b, an.vs.is("varr", xt)))
+				arr := cur.where(an.vs.is("varr", xt))
 				i := an.boundFor("i", an.m.element(x.t))
 				e := an.m.at(x, i)
 				e.touch()
@@ -167,7 +167,7 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 				}
 			}
 			// A scalar has no members.
-			outs = append(outs, cur.with(cur.pc.and(b, b.Not(b.Or(an.vs.is("varr", xt), an.vs.is("vobj", xt))))))
+			outs = append(outs, cur.where(b.Not(b.Or(an.vs.is("varr", xt), an.vs.is("vobj", xt)))))
 		default:
 			g := &gap{why: "a loop over " + describe(v), at: f.loc(s)}
 			if r := f.opaqueScan(s, cur, v, g); r != nil {
@@ -175,14 +175,7 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			}
 		}
 	}
-	return f.merge(outs, true).withPC(st.pc), fl
-}
-
-func (st *state) withPC(p *pc) *state {
-	if st == nil {
-		return nil
-	}
-	return &state{pc: p, locals: st.locals}
+	return f.merge(outs, true).with(st.pc), fl
 }
 
 // qscan runs the loop body once on the bound variables vars (members where
@@ -191,7 +184,7 @@ func (f *frame) qscan(s *ir.ScanStmt, cur *state, vars []*smt.Term, cond *smt.Te
 	an, b := f.sd.an, f.b()
 	sub := &frame{sd: f.sd, fn: f.fn}
 	root := &pc{}
-	entry := &state{pc: root.and(b, cond), locals: cur.locals}
+	entry := &state{pc: root.and(cond), locals: cur.locals}
 	entry = entry.set(s.Key, an.one(key)).set(s.Value, an.one(value))
 	an.depth++
 	an.binders = append(an.binders, vars...)
