@@ -419,7 +419,7 @@ func concat(c *bcall) bres {
 // as OPA passes them), and %%.
 func sprintf(c *bcall) bres {
 	an, b := c.an(), c.b()
-	fs, ok := constString(c.arg(0))
+	fs, ok := constOf[ast.String](c.arg(0))
 	if !ok {
 		return bres{}
 	}
@@ -432,7 +432,7 @@ func sprintf(c *bcall) bres {
 	}
 	var parts []*smt.Term
 	var errs []*smt.Term
-	text := fs
+	text := string(fs)
 	argi := 0
 	lit := func(s string) bool {
 		t, ok := b.StrLit(s)
@@ -511,11 +511,11 @@ func formatInt(c *bcall) bres {
 
 func regexMatch(c *bcall) bres {
 	b := c.b()
-	ps, ok := constString(c.arg(0))
+	ps, ok := constOf[ast.String](c.arg(0))
 	if !ok {
 		return bres{}
 	}
-	re, err := regexTerm(b, ps)
+	re, err := regexTerm(b, string(ps))
 	if err != nil {
 		return bres{}
 	}

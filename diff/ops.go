@@ -634,11 +634,11 @@ func (an *analysis) eqCollVal(c *coll, y val, s int, at string) *smt.Term {
 		}
 		out := []*smt.Term{an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), an.count(c, s))}
 		for _, e := range c.elems {
-			ks, isStr := constString(e.key)
+			ks, isStr := constOf[ast.String](e.key)
 			if !isStr {
 				return an.uf("eq", smt.Bool, &gap{why: "comparing an object with non-constant keys with the input", at: at}, c, y)
 			}
-			mem := an.m.member(n, ks)
+			mem := an.m.member(n, string(ks))
 			out = append(out, b.Implies(e.g, b.And(an.m.d(mem), an.eqVals(e.v, mem, s, at))))
 		}
 		return b.And(out...)
@@ -710,11 +710,7 @@ func (an *analysis) cmpVals(op string, x, y val, s int, at string) *smt.Term {
 
 // intOf reads an integer constant.
 func intOf(v val) (*big.Int, bool) {
-	c, ok := v.(conc)
-	if !ok {
-		return nil, false
-	}
-	n, ok := c.t.Value.(ast.Number)
+	n, ok := constOf[ast.Number](v)
 	if !ok {
 		return nil, false
 	}

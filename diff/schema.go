@@ -565,12 +565,12 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 			return v.gapBool("a result with members added by a loop over the input", x)
 		}
 		for _, e := range n.elems {
-			ks, isStr := constString(e.key)
+			ks, isStr := constOf[ast.String](e.key)
 			if !isStr {
 				out = append(out, b.Implies(e.g, v.gapBool("a result member with a key that is not a constant string", x)))
 				continue
 			}
-			ok := mapped(memberSchemas(o, ks), func(s any) *smt.Term { return v.valid(s, e.v, depth+1) })
+			ok := mapped(memberSchemas(o, string(ks)), func(s any) *smt.Term { return v.valid(s, e.v, depth+1) })
 			out = append(out, b.Implies(e.g, b.And(ok...)))
 		}
 	case conc:

@@ -68,14 +68,12 @@ func mapped[T, U any](xs []T, f func(T) U) []U {
 	return out
 }
 
-// constString is v's value when it is a constant string.
-func constString(v val) (string, bool) {
-	c, ok := v.(conc)
-	if !ok {
-		return "", false
+// constOf is v's value when it is a constant of type T.
+func constOf[T ast.Value](v val) (t T, ok bool) {
+	if c, isConc := v.(conc); isConc {
+		t, ok = c.t.Value.(T)
 	}
-	s, ok := c.t.Value.(ast.String)
-	return string(s), ok
+	return t, ok
 }
 
 type sym struct {
