@@ -182,16 +182,11 @@ func kind(k mask) encoder {
 }
 
 func typeName(c *bcall) bres {
-	b := c.b()
-	names := []struct {
-		k    mask
-		name string
-	}{{mNull, "null"}, {mBool, "boolean"}, {mNum, "number"}, {mStr, "string"}, {mArr, "array"}, {mObj, "object"}, {mSet, "set"}}
 	var out []alt
-	for _, n := range names {
-		out = append(out, alt{g: c.an().kindIs(c.arg(0), n.k, c.side()), v: conc{ast.StringTerm(n.name)}})
+	for _, k := range kinds {
+		out = append(out, alt{g: c.an().kindIs(c.arg(0), k.m, c.side()), v: conc{ast.StringTerm(k.name)}})
 	}
-	return bres{alts: out, err: b.Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
+	return bres{alts: out, err: c.b().Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
 }
 
 // member2 is "x in coll": a member (an array's or set's, an object's
@@ -319,20 +314,21 @@ func rem(c *bcall) bres {
 		return bres{}
 	}
 	x, y := xy[0], xy[1]
-	ax := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)
-	ay := b.Ite(b.Cmp("<", y, b.IntLit(0)), b.App("-", smt.Int, y), y)
-	m := b.App("mod", smt.Int, ax, ay) // both non-negative: truncated
+	m := b.App("mod", smt.Int, absInt(b, x), absInt(b, y)) // both non-negative: truncated
 	r := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, m), m)
 	return c.value(c.num(r), b.Or(append(errs, b.Eq(y, b.IntLit(0)))...))
 }
 
 func abs(c *bcall) bres {
-	b := c.b()
 	x, ex, ok := c.integer(0)
 	if !ok {
 		return bres{}
 	}
-	return c.value(c.num(b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)), ex)
+	return c.value(c.num(absInt(c.b(), x)), ex)
+}
+
+func absInt(b *smt.Builder, x *smt.Term) *smt.Term {
+	return b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)
 }
 
 // strPred is startswith, endswith or contains: both strings, else fails.
@@ -355,10 +351,11 @@ func trim(fix string) encoder {
 	return strFn(2, func(c *bcall, t []*smt.Term) val {
 		b, s, p := c.b(), t[0], t[1]
 		ls, lp := b.App("str.len", smt.Int, s), b.App("str.len", smt.Int, p)
+		from := b.IntLit(0) // what is left starts after the prefix, or at 0
 		if fix == "str.prefixof" {
-			return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, lp, b.App("-", smt.Int, ls, lp)), s))
+			from = lp
 		}
-		return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, b.IntLit(0), b.App("-", smt.Int, ls, lp)), s))
+		return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, from, b.App("-", smt.Int, ls, lp)), s))
 	})
 }
 
@@ -609,37 +606,26 @@ func objectGet(c *bcall) bres {
 // constants: equal values merge (a set's copies), present under any copy's
 // guard.
 func sortedMembers(an *analysis, col *coll) ([]*elem, bool) {
-	b := an.vs.b
-	var terms []*ast.Term
-	guards := map[string]*smt.Term{}
 	var out []*elem
+	copies := map[string]*elem{}
 	for _, e := range col.elems {
 		x, ok := e.v.(conc)
 		if !ok {
 			return nil, false
 		}
-		k := x.t.String()
-		if g, seen := guards[k]; seen && col.kind == kSet {
-			guards[k] = b.Or(g, e.g)
-			continue
-		}
 		if col.kind == kSet {
-			guards[k] = e.g
-			terms = append(terms, x.t)
-			continue
+			if m, seen := copies[x.t.String()]; seen {
+				m.g = an.vs.b.Or(m.g, e.g)
+				continue
+			}
+			e = &elem{g: e.g, v: x}
+			copies[x.t.String()] = e
 		}
 		out = append(out, e)
 	}
-	if col.kind != kSet {
-		// The members themselves, each with its own guard: two members may
-		// hold the same term (a shared constant), so a term cannot name one.
-		slices.SortStableFunc(out, func(a, b *elem) int { return ast.Compare(a.v.(conc).t, b.v.(conc).t) })
-		return out, true
-	}
-	sortedConc(terms)
-	for _, t := range terms {
-		out = append(out, &elem{g: guards[t.String()], v: conc{t}})
-	}
+	// An array's members themselves, each with its own guard: two members
+	// may hold the same term (a shared constant), so a term cannot name one.
+	slices.SortStableFunc(out, func(a, b *elem) int { return ast.Compare(a.v.(conc).t, b.v.(conc).t) })
 	return out, true
 }
 
@@ -672,12 +658,21 @@ func sortColl(c *bcall) bres {
 	return c.value(out, nil)
 }
 
-func arrayConcat(c *bcall) bres {
-	var parts [2]*coll
+// pair is the two arguments, when both are collections of kind k without
+// quantified members.
+func (c *bcall) pair(k collKind) (out [2]*coll, ok bool) {
 	for i := range 2 {
-		if parts[i] = c.coll(i); parts[i] == nil || parts[i].kind != kArray || len(parts[i].q) > 0 {
-			return bres{}
+		if out[i] = c.coll(i); out[i] == nil || out[i].kind != k || len(out[i].q) > 0 {
+			return out, false
 		}
+	}
+	return out, true
+}
+
+func arrayConcat(c *bcall) bres {
+	parts, ok := c.pair(kArray)
+	if !ok {
+		return bres{}
 	}
 	out := c.an().newColl(kArray)
 	out.elems = append(append([]*elem(nil), parts[0].elems...), parts[1].elems...)
@@ -688,12 +683,9 @@ func arrayConcat(c *bcall) bres {
 func setOp(op string) encoder {
 	return func(c *bcall) bres {
 		an, b := c.an(), c.b()
-		var sets [2]*coll
-		for i := range 2 {
-			sets[i] = c.coll(i)
-			if sets[i] == nil || sets[i].kind != kSet || len(sets[i].q) > 0 {
-				return bres{}
-			}
+		sets, ok := c.pair(kSet)
+		if !ok {
+			return bres{}
 		}
 		out := an.newColl(kSet)
 		in := func(e *elem, s *coll) *smt.Term {

@@ -46,6 +46,12 @@ func (an *analysis) uf(name string, s smt.Sort, g *gap, args ...val) *smt.Term {
 	return an.vs.b.Fun(fn, s, toks...)
 }
 
+// opaqueMember is the member key of x, where the analysis does not model
+// x's members (g says why).
+func (an *analysis) opaqueMember(g *gap, x, key val) alt {
+	return alt{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)}
+}
+
 // opaqueUF is an opaque value computed by name from args.
 func (an *analysis) opaqueUF(name string, g *gap, args ...val) *opaque {
 	t := an.uf("u!"+name, smt.Int, g, args...)
@@ -245,7 +251,7 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 		}
 		if len(x.q) > 0 {
 			g := &gap{why: "a member of a collection built by a loop over the input", at: f.loc(s)}
-			out = append(out, alt{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)})
+			out = append(out, an.opaqueMember(g, x, key))
 		}
 		return out
 	case *node:
@@ -272,7 +278,7 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 		kt, km, ok := an.vterm(key, side)
 		if !ok {
 			g := &gap{why: "a member lookup with a key that is a collection", at: f.loc(s)}
-			return []alt{{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)}}
+			return []alt{an.opaqueMember(g, x, key)}
 		}
 		var out []alt
 		if km.has(mNum) && x.t.mask[side].has(mArr) {
@@ -296,10 +302,9 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 			}
 			return f.dot(x.base, key, s)
 		}
-		g := &gap{why: "a member chosen at run time of a document replaced by with", at: f.loc(s)}
-		return []alt{{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)}}
+		return []alt{an.opaqueMember(&gap{why: "a member chosen at run time of a document replaced by with", at: f.loc(s)}, x, key)}
 	case *opaque:
-		return []alt{{g: an.uf("has", smt.Bool, x.gap, x, key), v: an.opaqueUF("member", x.gap, x, key)}}
+		return []alt{an.opaqueMember(x.gap, x, key)}
 	}
 	return nil // a scalar has no members
 }
@@ -399,17 +404,8 @@ func (an *analysis) eqVals(x, y val, s int, at string) *smt.Term {
 			y = c
 		}
 	}
-	if _, ok := x.(*opaque); ok {
+	if unmodelled(x) || unmodelled(y) {
 		return an.eqOpaque(x, y)
-	}
-	if _, ok := y.(*opaque); ok {
-		return an.eqOpaque(y, x)
-	}
-	if _, ok := x.(*overlay); ok {
-		return an.eqOpaque(x, y)
-	}
-	if _, ok := y.(*overlay); ok {
-		return an.eqOpaque(y, x)
 	}
 	cx, xColl := x.(*coll)
 	cy, yColl := y.(*coll)
@@ -446,9 +442,23 @@ func (an *analysis) bothFrac(x, y *smt.Term) *smt.Term {
 	return vs.b.And(vs.is("vnum", x), vs.is("vnum", y), vs.b.Not(vs.intReal(vs.num(x))), vs.b.Not(vs.intReal(vs.num(y))))
 }
 
+// unmodelled reports whether v is a value whose members the analysis
+// does not model: an opaque one, or a document replaced by with.
+func unmodelled(v val) bool {
+	switch v.(type) {
+	case *opaque, *overlay:
+		return true
+	}
+	return false
+}
+
+// eqOpaque compares x and y, one of them unmodelled: an uninterpreted
+// function, registered with the first opaque one's gap.
 func (an *analysis) eqOpaque(x, y val) *smt.Term {
 	g := &gap{why: "equality with a value the analysis does not model"}
 	if o, ok := x.(*opaque); ok {
+		g = o.gap
+	} else if o, ok := y.(*opaque); ok {
 		g = o.gap
 	}
 	if an.token(x).ID() > an.token(y).ID() {

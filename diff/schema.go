@@ -351,21 +351,13 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			num := vs.num(xt)
 			c := b.RealLit(r)
 			var t *smt.Term
-			switch k {
-			case "minimum":
-				t = b.Cmp(">=", num, c)
-			case "maximum":
-				t = b.Cmp("<=", num, c)
-			case "exclusiveMinimum":
-				t = b.Cmp(">", num, c)
-			case "exclusiveMaximum":
-				t = b.Cmp("<", num, c)
+			switch op, isBound := boundOps[k]; {
+			case isBound:
+				t = b.Cmp(op, num, c)
+			case r.Sign() <= 0: // multipleOf
+				t = v.gapBool("multipleOf that is not positive", x)
 			default:
-				if r.Sign() <= 0 {
-					t = v.gapBool("multipleOf that is not positive", x)
-				} else {
-					t = vs.intReal(b.App("/", smt.Real, num, c))
-				}
+				t = vs.intReal(b.App("/", smt.Real, num, c))
 			}
 			out = append(out, b.Implies(isNum, t))
 		case "pattern":
@@ -458,15 +450,15 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 		case "not":
 			out = append(out, b.Not(v.valid(kw, x, depth+1)))
 		case "if":
+			branch := func(k string) *smt.Term {
+				if s, ok := o[k]; ok {
+					return v.valid(s, x, depth+1)
+				}
+				return b.True()
+			}
 			cond := v.valid(kw, x, depth+1)
-			then, els := b.True(), b.True()
-			if t, ok := o["then"]; ok {
-				then = v.valid(t, x, depth+1)
-			}
-			if e, ok := o["else"]; ok {
-				els = v.valid(e, x, depth+1)
-			}
-			out = append(out, b.Ite(cond, then, els))
+			then := branch("then")
+			out = append(out, b.Ite(cond, then, branch("else")))
 		case "contentMediaType", "contentEncoding", "unevaluatedProperties", "unevaluatedItems", "prefixItems", "dependentSchemas":
 			out = append(out, v.gapBool("keyword "+k, x))
 		}
@@ -474,6 +466,10 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 	}
 	return b.And(out...)
 }
+
+// boundOps are the comparisons of a number with its bound that the
+// keywords minimum, maximum, exclusiveMinimum and exclusiveMaximum ask.
+var boundOps = map[string]string{"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
 
 // required is "x has each member the list names".
 func (v *validity) required(list any, x val) *smt.Term {
@@ -503,7 +499,7 @@ func (v *validity) member(x val, key string) *slot {
 			alts = append(alts, alt{g: v.b().And(e.g, an.eqVals(e.key, conc{ast.StringTerm(key)}, v.side, v.where)), v: e.v})
 		}
 		if len(n.q) > 0 {
-			alts = append(alts, v.opaqueMember(&gap{why: "a result member added by a loop over the input", at: v.where}, x, key))
+			alts = append(alts, an.opaqueMember(&gap{why: "a result member added by a loop over the input", at: v.where}, x, conc{ast.StringTerm(key)}))
 		}
 		return &slot{alts: alts}
 	case conc:
@@ -514,15 +510,9 @@ func (v *validity) member(x val, key string) *slot {
 		}
 		return undefined
 	case *opaque:
-		return &slot{alts: []alt{v.opaqueMember(n.gap, x, key)}}
+		return &slot{alts: []alt{an.opaqueMember(n.gap, x, conc{ast.StringTerm(key)})}}
 	}
 	return undefined
-}
-
-// opaqueMember is the member key of a value the analysis does not model.
-func (v *validity) opaqueMember(g *gap, x val, key string) alt {
-	k := conc{ast.StringTerm(key)}
-	return alt{g: v.an.uf("has", smt.Bool, g, x, k), v: v.an.opaqueUF("member", g, x, k)}
 }
 
 // members encodes properties, patternProperties and additionalProperties
@@ -542,11 +532,10 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 		for _, k := range slices.Sorted(maps.Keys(props)) {
 			an.m.member(n, k)
 		}
-		var present []*smt.Term
-		for _, k := range append([]string(nil), n.t.order...) {
+		present := an.m.present(n)
+		for _, k := range slices.Clone(n.t.order) {
 			c := an.m.member(n, k)
 			d := an.m.d(c)
-			present = append(present, b.Ite(d, b.IntLit(1), b.IntLit(0)))
 			ok := mapped(memberSchemas(o, k), func(s any) *smt.Term { return v.valid(s, c, depth+1) })
 			out = append(out, b.Implies(d, b.And(ok...)))
 		}

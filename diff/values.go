@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
-	"sort"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -160,7 +159,7 @@ func (vs *vals) field(sel string, s smt.Sort, x *smt.Term) *smt.Term {
 var selectorOf = map[string]string{"vb": "vbool", "vn": "vnum", "vs": "vstr", "va": "varr", "vo": "vobj", "vz": "vset", "vt": "vtok"}
 
 // ctors are V's constructors.
-var ctors = append(slices.Clone(kindCtors), "vtok")
+var ctors = append(mapped(kinds, func(k regoKind) string { return k.ctor }), "vtok")
 
 func isCtor(op string) bool { return slices.Contains(ctors, op) }
 
@@ -234,15 +233,21 @@ func maskOf(v ast.Value) mask {
 	return mAny
 }
 
-// kindRank is Rego's order of kinds: null < boolean < number < string <
+// regoKind is one of Rego's kinds: its mask, V's constructor, type_name's name.
+type regoKind struct {
+	m          mask
+	ctor, name string
+}
+
+// kinds are Rego's kinds in its order: null < boolean < number < string <
 // array < object < set.
-var kindCtors = []string{"vnull", "vbool", "vnum", "vstr", "varr", "vobj", "vset"}
+var kinds = []regoKind{{mNull, "vnull", "null"}, {mBool, "vbool", "boolean"}, {mNum, "vnum", "number"}, {mStr, "vstr", "string"}, {mArr, "varr", "array"}, {mObj, "vobj", "object"}, {mSet, "vset", "set"}}
 
 // rank is the V term's kind as an integer, in Rego's order of kinds.
 func (vs *vals) rank(x *smt.Term) *smt.Term {
 	r := vs.b.IntLit(7) // vtok: an opaque value, ordered by uninterpreted functions instead
-	for i := len(kindCtors) - 1; i >= 0; i-- {
-		r = vs.b.Ite(vs.is(kindCtors[i], x), vs.b.IntLit(int64(i)), r)
+	for i := len(kinds) - 1; i >= 0; i-- {
+		r = vs.b.Ite(vs.is(kinds[i].ctor, x), vs.b.IntLit(int64(i)), r)
 	}
 	return r
 }
@@ -250,9 +255,9 @@ func (vs *vals) rank(x *smt.Term) *smt.Term {
 // kindTest is the formula that x's kind is in m.
 func (vs *vals) kindTest(x *smt.Term, m mask) *smt.Term {
 	var out []*smt.Term
-	for i, k := range []mask{mNull, mBool, mNum, mStr, mArr, mObj, mSet} {
-		if m.has(k) {
-			out = append(out, vs.is(kindCtors[i], x))
+	for _, k := range kinds {
+		if m.has(k.m) {
+			out = append(out, vs.is(k.ctor, x))
 		}
 	}
 	return vs.b.Or(out...)
@@ -379,11 +384,6 @@ func (c *coll) concrete() (*ast.Term, bool) {
 		obj.Insert(keys[i], terms[i])
 	}
 	return ast.NewTerm(obj), true
-}
-
-// sortedConc orders concrete terms as Rego orders them.
-func sortedConc(ts []*ast.Term) {
-	sort.SliceStable(ts, func(i, j int) bool { return ast.Compare(ts[i], ts[j]) < 0 })
 }
 
 // valKey is an identity for memoizing on a value: equal keys, equal
