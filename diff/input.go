@@ -2,7 +2,6 @@ package diff
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
@@ -107,15 +106,8 @@ type node struct {
 	idx []*smt.Term
 }
 
-func (n *node) key() string {
-	var sb strings.Builder
-	sb.WriteString(strconv.Itoa(n.t.id))
-	for _, i := range n.idx {
-		sb.WriteByte(',')
-		sb.WriteString(strconv.Itoa(i.ID()))
-	}
-	return sb.String()
-}
+// key identifies n: its template and the terms of its indices.
+func (n *node) key() string { return fmt.Sprint(n.t.id, mapped(n.idx, (*smt.Term).ID)) }
 
 func (m *model) rootNode() *node { return &node{t: m.root} }
 

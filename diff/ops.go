@@ -238,15 +238,13 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 				}
 				break
 			}
-			pos := b.IntLit(0)
 			kt, km, ok := an.vterm(key, side)
 			if !ok || !km.has(mNum) {
 				return nil
 			}
-			for _, e := range x.elems {
-				hit := b.And(e.g, an.vs.is("vnum", kt), b.Eq(an.vs.num(kt), b.App("to_real", smt.Real, pos)))
-				out = append(out, alt{g: hit, v: e.v})
-				pos = b.Add(smt.Int, pos, b.Ite(e.g, b.IntLit(1), b.IntLit(0)))
+			for i, pos := range positions(b, x) {
+				hit := b.And(x.elems[i].g, an.vs.is("vnum", kt), b.Eq(an.vs.num(kt), b.App("to_real", smt.Real, pos)))
+				out = append(out, alt{g: hit, v: x.elems[i].v})
 			}
 		}
 		if len(x.q) > 0 {
@@ -322,41 +320,34 @@ func (an *analysis) upsert(base val, path []*ast.Term, v val) val {
 	if len(path) == 0 {
 		return v
 	}
-	if base != nil {
-		if c, ok := base.(conc); ok {
-			if _, isObj := c.t.Value.(ast.Object); !isObj {
-				base = nil
-			}
-			if cv, ok := v.(conc); ok && base != nil {
-				if out, ok := concUpsert(c.t, path, cv.t); ok {
-					return conc{out}
-				}
-			}
+	if c, ok := base.(conc); ok {
+		if _, isObj := c.t.Value.(ast.Object); !isObj {
+			base = nil
+		} else if cv, ok := v.(conc); ok {
+			return conc{concUpsert(c.t, path, cv.t)}
 		}
 	}
 	var child val
-	if base != nil {
-		switch bv := base.(type) {
-		case conc:
-			if r := ireval.Dot(bv.t, path[0]); r != nil {
-				child = conc{r}
-			}
-		case *node:
-			if s, ok := path[0].Value.(ast.String); ok {
-				child = an.m.member(bv, string(s))
-			}
-		case *overlay:
-			if ast.Compare(bv.key, path[0]) == 0 {
-				child = bv.v
-			}
+	switch bv := base.(type) {
+	case conc:
+		if r := ireval.Dot(bv.t, path[0]); r != nil {
+			child = conc{r}
+		}
+	case *node:
+		if s, ok := path[0].Value.(ast.String); ok {
+			child = an.m.member(bv, string(s))
+		}
+	case *overlay:
+		if ast.Compare(bv.key, path[0]) == 0 {
+			child = bv.v
 		}
 	}
 	return &overlay{base: base, key: path[0], v: an.upsert(child, path[1:], v)}
 }
 
-func concUpsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
+func concUpsert(root *ast.Term, path []*ast.Term, v *ast.Term) *ast.Term {
 	if len(path) == 0 {
-		return v, true
+		return v
 	}
 	o, ok := root.Value.(ast.Object)
 	if !ok {
@@ -368,12 +359,8 @@ func concUpsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool)
 	if child == nil {
 		child = ast.NewTerm(ast.NewObject())
 	}
-	nv, ok := concUpsert(child, path[1:], v)
-	if !ok {
-		return nil, false
-	}
-	out.Insert(path[0], nv)
-	return ast.NewTerm(out), true
+	out.Insert(path[0], concUpsert(child, path[1:], v))
+	return ast.NewTerm(out)
 }
 
 // eqSlots is the formula that two slots hold equal values (where both do).

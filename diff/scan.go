@@ -31,11 +31,12 @@ func (q *qelem) guarded(b *smt.Builder, g *smt.Term) *qelem {
 	return &qelem{vars: q.vars, cond: b.And(g, q.cond), key: q.key, v: q.v}
 }
 
-// boundFor is the variable a quantifier over the elements of array
-// template t binds: named by the template and the quantifiers around it,
-// so that the same quantifier in both revisions is the same term.
-func (an *analysis) boundFor(prefix string, t *tmpl) *smt.Term {
-	return an.vs.b.Bound(fmt.Sprintf("%s!%d!%d", prefix, t.id, an.depth), smt.Int)
+// boundElem is array node n's element at the index a quantifier binds:
+// the variable named by the element's template and the quantifiers around
+// it, so that the same quantifier in both revisions is the same term.
+func (an *analysis) boundElem(prefix string, n *node) (*smt.Term, *node) {
+	i := an.vs.b.Bound(fmt.Sprintf("%s!%d!%d", prefix, an.m.element(n.t).id, an.depth), smt.Int)
+	return i, an.m.at(n, i)
 }
 
 // qmember is "x is a member of q".
@@ -50,10 +51,7 @@ func (an *analysis) qmember(q *qelem, x val, s int, at string) *smt.Term {
 func (an *analysis) qcount(c *coll, plain *smt.Term) *smt.Term {
 	b := an.vs.b
 	n := b.Fresh("count", smt.Int)
-	var some []*smt.Term
-	for _, e := range c.elems {
-		some = append(some, e.g)
-	}
+	some := mapped(c.elems, func(e *elem) *smt.Term { return e.g })
 	for _, q := range c.q {
 		some = append(some, b.Exists(q.vars, q.cond))
 	}
@@ -66,7 +64,7 @@ func (an *analysis) qcount(c *coll, plain *smt.Term) *smt.Term {
 }
 
 // elementRead notes an element of an input array that a revision reads at
-// an index no loop binds: its items schema is assumed there (validity.go).
+// an index no loop binds: its items schema is assumed there (schema.go).
 func (an *analysis) elementRead(e *node) {
 	if !slices.ContainsFunc(e.idx, func(i *smt.Term) bool { return i.Sort() == smt.Int && i.IsBoundTerm() }) {
 		an.elements = append(an.elements, e)
@@ -77,8 +75,7 @@ func (an *analysis) elementRead(e *node) {
 // assumed valid against side s's items schema.
 func (an *analysis) elemExists(n *node, s int, p func(e *node) *smt.Term) *smt.Term {
 	b := an.vs.b
-	i := an.boundFor("m", an.m.element(n.t))
-	e := an.m.at(n, i)
+	i, e := an.boundElem("m", n)
 	e.touch()
 	return b.Exists([]*smt.Term{i}, b.And(an.m.d(e), an.assumeValid(e, s), p(e)))
 }
@@ -157,8 +154,7 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 			}
 			if m.has(mArr) {
 				arr := cur.where(an.vs.is("varr", xt))
-				i := an.boundFor("i", an.m.element(x.t))
-				e := an.m.at(x, i)
+				i, e := an.boundElem("i", x)
 				e.touch()
 				cond := b.And(an.m.d(e), an.assumeValid(e, f.sd.s))
 				key := sym{t: an.vs.numV(b.App("to_real", smt.Real, i)), m: mNum}
@@ -280,13 +276,7 @@ func otherwise(b *smt.Builder, a alt, before *slot) []alt {
 	return append([]alt{a}, mapped(before.alts, func(o alt) alt { return alt{g: b.And(b.Not(a.g), o.g), v: o.v} })...)
 }
 
-func altGuards(alts []alt) []*smt.Term {
-	out := make([]*smt.Term, len(alts))
-	for i, a := range alts {
-		out[i] = a.g
-	}
-	return out
-}
+func altGuards(alts []alt) []*smt.Term { return mapped(alts, func(a alt) *smt.Term { return a.g }) }
 
 // opaqueScan is a loop over members the analysis does not model: the body
 // runs once on a bound index whose member, key and value are

@@ -595,9 +595,9 @@ func (v *validity) items(o map[string]any, x val, depth int) *smt.Term {
 				// (assumeValid): no quantifier here.
 				return b.True()
 			}
-			i := an.boundFor("e", an.m.element(n.t))
+			i, e := an.boundElem("e", n)
 			inRange := b.And(b.Cmp("<=", b.IntLit(int64(from)), i), b.Cmp("<", i, length))
-			return b.Forall([]*smt.Term{i}, b.Implies(inRange, v.valid(s, an.m.at(n, i), depth+1)))
+			return b.Forall([]*smt.Term{i}, b.Implies(inRange, v.valid(s, e, depth+1)))
 		}
 		switch it := o["items"].(type) {
 		case []any:
@@ -648,8 +648,7 @@ func (v *validity) contains(s any, x val, depth int) *smt.Term {
 	an, b := v.an, v.b()
 	switch n := x.(type) {
 	case *node:
-		i := an.boundFor("c", an.m.element(n.t))
-		e := an.m.at(n, i)
+		i, e := an.boundElem("c", n)
 		return b.Exists([]*smt.Term{i}, b.And(an.m.d(e), v.valid(s, e, depth+1)))
 	case conc:
 		if c, ok := an.vs.concColl(n.t); ok {

@@ -69,8 +69,7 @@ func (s *Script) Option(cmd string) {
 // Raw writes a command as is.
 func (s *Script) Raw(cmd string) {
 	s.preamble()
-	s.out.WriteString(cmd)
-	s.out.WriteByte('\n')
+	s.Option(cmd)
 }
 
 func (s *Script) preamble() {
@@ -166,16 +165,16 @@ func (s *Script) inline(t *Term) string {
 	case kQuant:
 		return s.quant(t, map[int]string{})
 	}
-	return app(t.op, t.args, s.name)
+	return app(t.op, mapped(t.args, s.name))
 }
 
-// app writes op applied to args, each written by name (op alone without
-// arguments).
-func app(op string, args []*Term, name func(*Term) string) string {
+// app writes op applied to the arguments written as args (op alone
+// without arguments).
+func app(op string, args []string) string {
 	if len(args) == 0 {
 		return op
 	}
-	return "(" + op + " " + strings.Join(mapped(args, name), " ") + ")"
+	return "(" + op + " " + strings.Join(args, " ") + ")"
 }
 
 // quant writes a quantified term, each subterm of its body that depends
@@ -217,7 +216,7 @@ func (s *Script) quant(q *Term, scope map[int]string) string {
 		if t.kind == kQuant {
 			e = s.quant(t, inner)
 		} else {
-			e = app(t.op, t.args, ref)
+			e = app(t.op, mapped(t.args, ref))
 		}
 		name := fmt.Sprintf("l%d", t.id)
 		fmt.Fprintf(&lets, "(let ((%s %s)) ", name, e)
@@ -272,14 +271,9 @@ func (s *Script) Expr(t *Term) (string, bool) {
 			}
 			parts[i] = p
 		}
-		var out string
-		switch {
-		case t.kind == kQuant:
+		out := app(t.op, parts)
+		if t.kind == kQuant {
 			out = fmt.Sprintf("(%s (%s) %s)", t.op, binders(t), parts[0])
-		case len(parts) == 0:
-			out = t.op
-		default:
-			out = "(" + t.op + " " + strings.Join(parts, " ") + ")"
 		}
 		if size += len(out); size > exprLimit {
 			return "", false

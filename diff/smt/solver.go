@@ -467,11 +467,10 @@ func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
 		select {
 		case a = <-answers:
 		case <-timer.C:
-			unknown = true
 		case <-s.ctx.Done():
-			unknown = true
 		}
-		if unknown && a.res == "" && a.err == nil {
+		if a.res == "" && a.err == nil {
+			unknown = true
 			break // out of time: what has not answered is stopped below
 		}
 		switch {
@@ -642,9 +641,6 @@ func ReadSExpr(r *bufio.Reader) (*SExpr, error) {
 		}
 		if len(stack) == 0 {
 			return atom, nil
-		}
-		if atom.List == nil && atom.Atom == "" {
-			atom.List = []*SExpr{}
 		}
 		stack[len(stack)-1] = append(stack[len(stack)-1], atom)
 	}
