@@ -252,37 +252,31 @@ func (an *analysis) elementsValid(s int) *smt.Term {
 
 // allowed is "the result's outcome member is one the verdict allows".
 func (an *analysis) allowed(v engine.Verdict, value *slot, s int) *smt.Term {
-	b := an.vs.b
 	if !v.Declared {
-		return b.False()
+		return an.vs.b.False()
 	}
-	var out []*smt.Term
-	for _, a := range value.alts {
-		m := (&validity{an: an, side: s}).member(a.v, v.OutcomeKey)
-		for _, ma := range m.alts {
-			for _, allowed := range v.Allow {
-				t, err := ast.InterfaceToValue(allowed)
-				if err != nil {
-					continue
-				}
-				out = append(out, b.And(a.g, ma.g, an.eqVals(ma.v, conc{ast.NewTerm(t)}, s, "")))
-			}
+	var allow []alt
+	for _, a := range v.Allow {
+		if t, err := ast.InterfaceToValue(a); err == nil {
+			allow = append(allow, alt{g: an.vs.b.True(), v: conc{ast.NewTerm(t)}})
 		}
 	}
-	return b.Or(out...)
+	return an.eqSlots(an.memberOf(value, s, v.OutcomeKey), &slot{alts: allow}, s, "")
+}
+
+// memberOf is the member key of each result sl (of side s) may hold.
+func (an *analysis) memberOf(sl *slot, s int, key string) *slot {
+	var alts []alt
+	for _, a := range sl.alts {
+		alts = append(alts, guardAlts(an.vs.b, a.g, (&validity{an: an, side: s}).member(a.v, key).alts)...)
+	}
+	return &slot{alts: alts}
 }
 
 // sameMember is "both results hold the same value at key, or neither".
 func (an *analysis) sameMember(x, y *slot, key string) *smt.Term {
 	b := an.vs.b
-	member := func(sl *slot, s int) *slot {
-		var alts []alt
-		for _, a := range sl.alts {
-			alts = append(alts, guardAlts(b, a.g, (&validity{an: an, side: s}).member(a.v, key).alts)...)
-		}
-		return &slot{alts: alts}
-	}
-	mx, my := member(x, 0), member(y, 1)
+	mx, my := an.memberOf(x, 0, key), an.memberOf(y, 1, key)
 	dx, dy := an.def(mx), an.def(my)
 	return b.Or(b.And(b.Not(dx), b.Not(dy)), an.eqSlots(mx, my, 1, ""))
 }

@@ -34,7 +34,6 @@ func (c *bcall) b() *smt.Builder     { return c.f.sd.an.vs.b }
 func (c *bcall) side() int           { return c.f.sd.s }
 func (c *bcall) at() string          { return c.f.loc(c.s) }
 func (c *bcall) vs() *vals           { return c.f.sd.an.vs }
-func (c *bcall) arg(i int) val       { return c.args[i] }
 func (c *bcall) gap(why string) *gap { return &gap{why: why, at: c.at()} }
 
 // value is a result that is always there.
@@ -54,7 +53,7 @@ func (c *bcall) scalar(i int) (*smt.Term, mask, bool) {
 // coll is an argument that is a collection, the analysis's or a constant
 // one; nil when it is neither.
 func (c *bcall) coll(i int) *coll {
-	switch v := c.arg(i).(type) {
+	switch v := c.args[i].(type) {
 	case *coll:
 		return v
 	case conc:
@@ -128,9 +127,9 @@ var builtins map[string]encoder
 
 func init() {
 	builtins = map[string]encoder{
-		"equal": func(c *bcall) bres { return c.boolean(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())) },
+		"equal": func(c *bcall) bres { return c.boolean(c.an().eqVals(c.args[0], c.args[1], c.side(), c.at())) },
 		"neq": func(c *bcall) bres {
-			return c.boolean(c.b().Not(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())))
+			return c.boolean(c.b().Not(c.an().eqVals(c.args[0], c.args[1], c.side(), c.at())))
 		},
 		"lt":                compare("<"),
 		"lte":               compare("<="),
@@ -174,26 +173,26 @@ func init() {
 }
 
 func compare(op string) encoder {
-	return func(c *bcall) bres { return c.boolean(c.an().cmpVals(op, c.arg(0), c.arg(1), c.side(), c.at())) }
+	return func(c *bcall) bres { return c.boolean(c.an().cmpVals(op, c.args[0], c.args[1], c.side(), c.at())) }
 }
 
 func kind(k mask) encoder {
-	return func(c *bcall) bres { return c.boolean(c.an().kindIs(c.arg(0), k, c.side())) }
+	return func(c *bcall) bres { return c.boolean(c.an().kindIs(c.args[0], k, c.side())) }
 }
 
 func typeName(c *bcall) bres {
 	var out []alt
 	for _, k := range kinds {
-		out = append(out, alt{g: c.an().kindIs(c.arg(0), k.m, c.side()), v: conc{ast.StringTerm(k.name)}})
+		out = append(out, alt{g: c.an().kindIs(c.args[0], k.m, c.side()), v: conc{ast.StringTerm(k.name)}})
 	}
-	return bres{alts: out, err: c.b().Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
+	return bres{alts: out, err: c.b().Not(c.an().kindIs(c.args[0], mObj, c.side())), ok: true}
 }
 
 // member2 is "x in coll": a member (an array's or set's, an object's
 // value) equal to x.
 func member2(c *bcall) bres {
 	an, b := c.an(), c.b()
-	x, col := c.arg(0), c.members(1)
+	x, col := c.args[0], c.members(1)
 	switch v := col.(type) {
 	case *coll:
 		var out []*smt.Term
@@ -226,18 +225,18 @@ func member2(c *bcall) bres {
 // members is argument i, a constant collection as a coll (a constant
 // scalar as it is).
 func (c *bcall) members(i int) val {
-	if k, ok := c.arg(i).(conc); ok {
+	if k, ok := c.args[i].(conc); ok {
 		if cc, ok := c.an().vs.concColl(k.t); ok {
 			return cc
 		}
 	}
-	return c.arg(i)
+	return c.args[i]
 }
 
 // member3 is "k, x in coll".
 func member3(c *bcall) bres {
 	an, b := c.an(), c.b()
-	k, x, col := c.arg(0), c.arg(1), c.members(2)
+	k, x, col := c.args[0], c.args[1], c.members(2)
 	if _, scalar := col.(conc); scalar {
 		return c.boolean(b.False())
 	}
@@ -272,7 +271,7 @@ func member3(c *bcall) bres {
 // fails.
 func count(c *bcall) bres {
 	an, b := c.an(), c.b()
-	x := c.arg(0)
+	x := c.args[0]
 	var alts []alt
 	var ok []*smt.Term
 	if n, has := an.length(x, c.side()); has != nil {
@@ -294,7 +293,7 @@ func arith(op string) encoder {
 	return func(c *bcall) bres {
 		b := c.b()
 		if op == "-" {
-			if _, ok := c.arg(0).(*coll); ok {
+			if _, ok := c.args[0].(*coll); ok {
 				return setOp("minus")(c)
 			}
 		}
@@ -416,7 +415,7 @@ func concat(c *bcall) bres {
 // as OPA passes them), and %%.
 func sprintf(c *bcall) bres {
 	an, b := c.an(), c.b()
-	fs, ok := constOf[ast.String](c.arg(0))
+	fs, ok := constOf[ast.String](c.args[0])
 	if !ok {
 		return bres{}
 	}
@@ -495,7 +494,7 @@ func intString(b *smt.Builder, n *smt.Term) *smt.Term {
 
 func formatInt(c *bcall) bres {
 	b := c.b()
-	base, ok := intOf(c.arg(1))
+	base, ok := intOf(c.args[1])
 	if !ok || base.Cmp(big.NewInt(10)) != 0 {
 		return bres{}
 	}
@@ -508,7 +507,7 @@ func formatInt(c *bcall) bres {
 
 func regexMatch(c *bcall) bres {
 	b := c.b()
-	ps, ok := constOf[ast.String](c.arg(0))
+	ps, ok := constOf[ast.String](c.args[0])
 	if !ok {
 		return bres{}
 	}
@@ -560,7 +559,7 @@ func caseMap(name string, from, to rune) encoder {
 func objectGet(c *bcall) bres {
 	b := c.b()
 	var path []*ast.Term
-	switch k := c.arg(1).(type) {
+	switch k := c.args[1].(type) {
 	case conc:
 		path = []*ast.Term{k.t}
 		if arr, ok := k.t.Value.(*ast.Array); ok {
@@ -583,7 +582,7 @@ func objectGet(c *bcall) bres {
 	default:
 		return bres{}
 	}
-	cur := []alt{{g: b.True(), v: c.arg(0)}}
+	cur := []alt{{g: b.True(), v: c.args[0]}}
 	for _, key := range path {
 		var next []alt
 		for _, a := range cur {
@@ -598,8 +597,8 @@ func objectGet(c *bcall) bres {
 	}
 	found := c.an().joinAlts(cur)
 	out := append([]alt(nil), found.alts...)
-	out = append(out, alt{g: b.Not(c.an().def(found)), v: c.arg(2)})
-	return bres{alts: out, err: b.Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
+	out = append(out, alt{g: b.Not(c.an().def(found)), v: c.args[2]})
+	return bres{alts: out, err: b.Not(c.an().kindIs(c.args[0], mObj, c.side())), ok: true}
 }
 
 // sortedMembers orders a set's or array's members when they are all
@@ -633,7 +632,7 @@ func sortedMembers(an *analysis, col *coll) ([]*elem, bool) {
 // order; any other member (a value the input or a gap holds) somewhere
 // among them, a member whose place the analysis does not know.
 func sortColl(c *bcall) bres {
-	col, ok := c.arg(0).(*coll)
+	col, ok := c.args[0].(*coll)
 	if !ok || col.kind == kObject || len(col.q) > 0 {
 		return bres{}
 	}

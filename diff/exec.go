@@ -169,17 +169,12 @@ func (f *frame) fail(st *state, cond *smt.Term) {
 		return
 	}
 	at := f.loc(f.cur)
-	if debugFail != nil {
-		debugFail(at, f.cur, cond)
-	}
 	sites := &f.sd.an.errSites[f.sd.s]
 	if !slices.Contains(*sites, at) {
 		*sites = append(*sites, at)
 	}
 	f.errs = append(f.errs, f.b().And(st.pc.term(f.b()), cond))
 }
-
-var debugFail func(at string, s ir.Stmt, cond *smt.Term)
 
 func (f *frame) loc(s ir.Stmt) string {
 	if s == nil {
@@ -271,8 +266,7 @@ func (an *analysis) joinAlts(alts []alt) *slot {
 		case !ok:
 			rest = append(rest, a)
 		case sc == nil:
-			c := a
-			sc = &c
+			sc = &a
 		default:
 			cur, _ := an.scalarOf(sc.v)
 			sc = &alt{g: b.Or(sc.g, a.g), v: sym{t: b.Ite(a.g, t.t, cur.t), m: cur.m | t.m}}
@@ -604,8 +598,7 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		// else "complete rules must not produce multiple outputs".
 		dc := an.def(cur)
 		f.fail(st, b.And(dc, b.Not(b.And(an.def(src), an.eqSlots(cur, src, f.sd.s, f.loc(s))))))
-		var alts []alt
-		alts = append(alts, cur.alts...)
+		alts := slices.Clone(cur.alts)
 		for _, a := range src.alts {
 			alts = append(alts, alt{g: b.And(b.Not(dc), a.g), v: a.v})
 		}

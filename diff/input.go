@@ -194,8 +194,7 @@ func (m *model) structure() []*smt.Term {
 		n := &node{t: t}
 		x := m.x(n)
 		out = append(out, b.Implies(m.vs.is("varr", x), b.Cmp(">=", m.vs.field("va", smt.Int, x), b.IntLit(0))))
-		present := m.present(n)
-		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
+		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, m.present(n)...))))
 	}
 	return out
 }

@@ -519,34 +519,33 @@ func sameVal(x, y val) bool {
 // present, which needs no positions.
 func (an *analysis) eqOrdered(x, y *coll) (*smt.Term, bool) {
 	b := an.vs.b
-	index := func(c *coll) (map[string]int, []string, map[string]*smt.Term, bool) {
-		idx := map[string]int{}
+	// The constants in order, and where each is present.
+	index := func(c *coll) ([]string, map[string]*smt.Term, bool) {
 		var order []string
 		present := map[string]*smt.Term{}
 		for _, e := range c.elems {
 			v, ok := e.v.(conc)
 			if !ok {
-				return nil, nil, nil, false
+				return nil, nil, false
 			}
 			k := v.t.String()
-			if _, dup := idx[k]; dup {
-				return nil, nil, nil, false
+			if _, dup := present[k]; dup {
+				return nil, nil, false
 			}
-			idx[k] = len(order)
 			order = append(order, k)
 			present[k] = e.g
 		}
-		return idx, order, present, true
+		return order, present, true
 	}
-	ix, ox, px, ok1 := index(x)
-	iy, oy, py, ok2 := index(y)
+	ox, px, ok1 := index(x)
+	oy, py, ok2 := index(y)
 	if !ok1 || !ok2 {
 		return nil, false
 	}
 	// The shared constants must come in one order in both.
 	last := -1
 	for _, k := range ox {
-		if j, ok := iy[k]; ok {
+		if j := slices.Index(oy, k); j >= 0 {
 			if j < last {
 				return nil, false
 			}
@@ -562,7 +561,7 @@ func (an *analysis) eqOrdered(x, y *coll) (*smt.Term, bool) {
 		}
 	}
 	for _, k := range oy {
-		if _, ok := ix[k]; !ok {
+		if _, ok := px[k]; !ok {
 			out = append(out, b.Not(py[k]))
 		}
 	}
@@ -677,10 +676,7 @@ func (an *analysis) cmpVals(op string, x, y val, s int, at string) *smt.Term {
 		within = b.Ite(vs.is("vbool", tx), bl, within)
 	}
 	if both.has(mStr) {
-		str := b.App("str.<=", smt.Bool, vs.str(tx), vs.str(ty))
-		if strict {
-			str = b.App("str.<", smt.Bool, vs.str(tx), vs.str(ty))
-		}
+		str := b.App("str."+op, smt.Bool, vs.str(tx), vs.str(ty)) // str.< or str.<=
 		if both == mStr {
 			within = str
 		} else {
