@@ -427,7 +427,6 @@ func sprintf(c *bcall) bres {
 		return bres{}
 	}
 	var parts []*smt.Term
-	var errs []*smt.Term
 	text := string(fs)
 	argi := 0
 	lit := func(s string) bool {
@@ -438,18 +437,15 @@ func sprintf(c *bcall) bres {
 		return ok
 	}
 	for {
-		i := strings.IndexByte(text, '%')
-		if i < 0 {
-			if !lit(text) {
-				return bres{}
-			}
-			break
-		}
-		if !lit(text[:i]) || i+1 >= len(text) {
+		before, after, found := strings.Cut(text, "%")
+		if !lit(before) || (found && after == "") {
 			return bres{}
 		}
-		verb := text[i+1]
-		text = text[i+2:]
+		if !found {
+			break
+		}
+		verb := after[0]
+		text = after[1:]
 		if verb == '%' {
 			lit("%")
 			continue
@@ -483,7 +479,7 @@ func sprintf(c *bcall) bres {
 	default:
 		s = b.App("str.++", smt.String, parts...)
 	}
-	return c.value(c.strVal(s), b.Or(errs...))
+	return c.value(c.strVal(s), nil)
 }
 
 // intString is an integer in decimal, with its sign.

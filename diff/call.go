@@ -110,18 +110,9 @@ func (f *frame) builtin(s *ir.CallStmt, args []val) ([]alt, *smt.Term) {
 	all := true
 	terms := make([]*ast.Term, len(args))
 	for i, a := range args {
-		switch v := a.(type) {
-		case conc:
-			terms[i] = v.t
-		case *coll:
-			if t, ok := v.concrete(); ok {
-				terms[i] = t
-				continue
-			}
-			all = false
-		default:
-			all = false
-		}
+		c, ok := an.settle(a).(conc)
+		all = all && ok
+		terms[i] = c.t
 	}
 	if all {
 		r, err := foldBuiltin(f.sd.ctx, s.Func, terms)

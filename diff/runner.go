@@ -148,16 +148,15 @@ func (r *Runner) queue(slot int, old, new *engine.Snapshot) {
 	}
 	r.cancelSlot(slot)
 	now := time.Now().UTC()
+	j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now}, oldHash: old.Hash, newHash: new.Hash}
+	r.slots[slot] = j
 	if rep, ok := Carried(old, new); ok {
 		// One proof per revision, made where it was built.
-		j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateDone, Queued: now, Started: &now, Finished: &now, Report: rep, Carried: true},
-			oldHash: old.Hash, newHash: new.Hash}
-		r.slots[slot] = j
+		j.st.State, j.st.Started, j.st.Finished, j.st.Report, j.st.Carried = StateDone, &now, &now, rep, true
 		r.keep(j)
 		return
 	}
-	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now},
-		oldHash: old.Hash, newHash: new.Hash, old: old, new: new}
+	j.old, j.new = old, new
 	select {
 	case r.wake <- struct{}{}:
 	default:
