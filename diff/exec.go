@@ -462,13 +462,11 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		return nil, fl
 
 	case *ir.ReturnLocalStmt:
-		r := &state{pc: st.pc, locals: st.locals, retv: st.get(s.Source)}
-		return nil, flow{ret: []*state{r}}
+		return nil, flow{ret: []*state{{pc: st.pc, locals: st.locals, retv: st.get(s.Source)}}}
 
 	case *ir.ResultSetAddStmt:
 		v := st.get(s.Value)
-		ok := an.def(v)
-		next, fl := f.split(st, ok)
+		next, fl := f.split(st, an.def(v))
 		if next == nil {
 			return nil, fl
 		}
@@ -500,14 +498,11 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 
 	case *ir.NotStmt:
 		bf := f.block(s.Block, st)
-		var fl flow
-		// The negated block held: not is undefined.
+		fl := flow{ret: bf.ret}
 		for _, x := range bf.exits[-1] {
-			fl.exit(0, x)
+			fl.exit(0, x) // the negated block held: not is undefined
 		}
-		fl.ret = append(fl.ret, bf.ret...)
-		next := f.merge(bf.exits[0], false)
-		return next, fl
+		return f.merge(bf.exits[0], false), fl
 
 	case *ir.WithStmt:
 		return f.with(s, st)
@@ -782,13 +777,12 @@ func (f *frame) with(s *ir.WithStmt, st *state) (*state, flow) {
 		replaced = &slot{alts: alts}
 	}
 	bf := f.block(s.Block, st.set(s.Local, replaced))
-	var fl flow
+	fl := flow{ret: bf.ret}
 	for r, sts := range bf.exits {
 		for _, x := range sts {
 			fl.exit(r, x.set(s.Local, saved))
 		}
 	}
-	fl.ret = append(fl.ret, bf.ret...)
 	next := f.merge(fl.exits[-1], false)
 	delete(fl.exits, -1)
 	return next, fl

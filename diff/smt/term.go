@@ -136,23 +136,12 @@ func (b *Builder) intern(t *Term) *Term {
 		panic(ErrTooLarge)
 	}
 	t.id = len(b.all)
+	t.quant, t.bound = t.kind == kQuant, t.kind == kBound
 	for _, a := range t.args {
-		t.bound = t.bound || a.bound
 		t.quant = t.quant || a.quant
-	}
-	t.quant = t.quant || t.kind == kQuant
-	if t.kind == kBound {
-		t.bound = true
-	}
-	if t.kind == kQuant {
-		// The binder's own variables are bound inside it; the quantified
+		// A quantifier's own variables are bound inside it; the quantified
 		// term itself is closed unless an outer binder's variable occurs.
-		t.bound = false
-		for _, a := range t.args {
-			if a.bound && !bindsAll(t, a) {
-				t.bound = true
-			}
-		}
+		t.bound = t.bound || (a.bound && (t.kind != kQuant || !bindsAll(t, a)))
 	}
 	b.terms[k] = t
 	b.all = append(b.all, t)
@@ -602,10 +591,8 @@ func (b *Builder) ground(t *Term) bool {
 	case kLit:
 		return true
 	case kApp:
-		if !b.ctors[t.op] {
-			if t.op != "-" && t.op != "/" {
-				return false
-			}
+		if !b.ctors[t.op] && t.op != "-" && t.op != "/" {
+			return false
 		}
 		if g, ok := b.groundMemo[t.id]; ok {
 			return g
