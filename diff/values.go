@@ -142,7 +142,7 @@ func (vs *vals) strV(x *smt.Term) *smt.Term  { return vs.b.App("vstr", sV, x) }
 
 // is tests x's constructor, folded when x is an application of one.
 func (vs *vals) is(ctor string, x *smt.Term) *smt.Term {
-	if isCtor(x.Op()) {
+	if slices.Contains(ctors, x.Op()) {
 		return vs.b.BoolLit(x.Op() == ctor)
 	}
 	return vs.b.App("(_ is "+ctor+")", smt.Bool, x)
@@ -160,8 +160,6 @@ var selectorOf = map[string]string{"vb": "vbool", "vn": "vnum", "vs": "vstr", "v
 
 // ctors are V's constructors.
 var ctors = append(mapped(kinds, func(k regoKind) string { return k.ctor }), "vtok")
-
-func isCtor(op string) bool { return slices.Contains(ctors, op) }
 
 func (vs *vals) num(x *smt.Term) *smt.Term { return vs.field("vn", smt.Real, x) }
 func (vs *vals) str(x *smt.Term) *smt.Term { return vs.field("vs", smt.String, x) }

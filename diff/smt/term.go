@@ -58,17 +58,11 @@ func (t *Term) Sort() Sort { return t.sort }
 func (t *Term) IsTrue() bool  { return t.kind == kLit && t.lit == "true" }
 func (t *Term) IsFalse() bool { return t.kind == kLit && t.lit == "false" }
 
-// IsLit reports whether t is a constant (a literal).
-func (t *Term) IsLit() bool { return t.kind == kLit }
-
 // Op is t's function symbol ("" for constants and variables).
 func (t *Term) Op() string { return t.op }
 
 // Args are t's arguments.
 func (t *Term) Args() []*Term { return t.args }
-
-// Lit is a constant's SMT-LIB text.
-func (t *Term) Lit() string { return t.lit }
 
 // Name is a variable's name.
 func (t *Term) Name() string {
@@ -239,14 +233,11 @@ func (b *Builder) BoolLit(v bool) *Term {
 }
 
 // IntLit is the integer constant n.
-func (b *Builder) IntLit(n int64) *Term { return b.IntBig(big.NewInt(n)) }
-
-// IntBig is the integer constant n.
-func (b *Builder) IntBig(n *big.Int) *Term {
-	if n.Sign() < 0 {
-		return b.App("-", Int, b.Lit(new(big.Int).Neg(n).String(), Int))
+func (b *Builder) IntLit(n int64) *Term {
+	if n < 0 {
+		return b.App("-", Int, b.Lit(new(big.Int).Neg(big.NewInt(n)).String(), Int))
 	}
-	return b.Lit(n.String(), Int)
+	return b.Lit(strconv.FormatInt(n, 10), Int)
 }
 
 // RealLit is the rational constant r, exactly.
