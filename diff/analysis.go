@@ -30,7 +30,6 @@ type analysis struct {
 	elements []*node     // elements of input arrays read at indices no loop binds
 	errSites [2][]string
 	depth    int // quantifiers around what is being encoded
-	binders  []*smt.Term
 	nalloc   int
 	sch      [2]*schemaCtx
 	exact    bool // the input schemas differ: validity is encoded exactly, per side
@@ -99,7 +98,7 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	if plan == nil {
 		return out, fmt.Errorf("no plan named %s", a.Entry)
 	}
-	sd := &side{an: an, s: s, policy: a.Plan, funcs: map[string]*ir.Func{}, memo: map[string]*callResult{}, busy: map[string]bool{}, ctx: an.ctx}
+	sd := &side{an: an, s: s, funcs: map[string]*ir.Func{}, memo: map[string]*callResult{}, busy: map[string]bool{}}
 	if a.Plan.Static != nil {
 		sd.strs = mapped(a.Plan.Static.Strings, func(s *ir.StringConst) *ast.Term { return ast.StringTerm(s.Value) })
 		sd.files = mapped(a.Plan.Static.Files, func(f *ir.StringConst) string { return f.Value })
@@ -109,14 +108,10 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 			sd.funcs[f.Name] = f
 		}
 	}
-	if a.Data != nil {
-		sd.data = ast.NewTerm(a.Data)
-	}
 	f := &frame{sd: sd, fn: a.Entry}
-	st := &state{pc: &pc{}}
-	st = st.set(ir.Input, an.one(an.m.rootNode()))
-	if sd.data != nil {
-		st = st.set(ir.Data, an.one(conc{sd.data}))
+	st := (&state{pc: &pc{}}).set(ir.Input, an.one(an.m.rootNode()))
+	if a.Data != nil {
+		st = st.set(ir.Data, an.one(conc{ast.NewTerm(a.Data)}))
 	}
 	f.blocks(plan.Blocks, st)
 	var alts []alt

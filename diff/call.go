@@ -115,7 +115,7 @@ func (f *frame) builtin(s *ir.CallStmt, args []val) ([]alt, *smt.Term) {
 		terms[i] = c.t
 	}
 	if all {
-		r, err := foldBuiltin(f.sd.ctx, s.Func, terms)
+		r, err := foldBuiltin(f.sd.an.ctx, s.Func, terms)
 		if err != nil {
 			if errors.Is(err, errNotFolded) {
 				return []alt{{g: b.True(), v: an.opaqueUF("bi!"+s.Func, &gap{why: "builtin " + s.Func + ": " + err.Error(), at: f.loc(s)}, args...)}}, b.False()

@@ -1,7 +1,6 @@
 package diff
 
 import (
-	"context"
 	"fmt"
 	"slices"
 
@@ -135,16 +134,13 @@ func (f *flow) add(o flow) {
 
 // side is one revision being executed.
 type side struct {
-	an     *analysis
-	s      int // 0 old, 1 new
-	policy *ir.Policy
-	strs   []*ast.Term
-	funcs  map[string]*ir.Func
-	files  []string
-	data   *ast.Term
-	memo   map[string]*callResult
-	busy   map[string]bool
-	ctx    context.Context
+	an    *analysis
+	s     int // 0 old, 1 new
+	strs  []*ast.Term
+	funcs map[string]*ir.Func
+	files []string
+	memo  map[string]*callResult
+	busy  map[string]bool
 }
 
 type callResult struct {
@@ -391,7 +387,7 @@ func (f *frame) block(blk *ir.Block, st *state) flow {
 		if cur == nil {
 			break
 		}
-		if err := f.sd.ctx.Err(); err != nil {
+		if err := f.sd.an.ctx.Err(); err != nil {
 			panic(err)
 		}
 		f.cur = s

@@ -183,9 +183,7 @@ func (f *frame) qscan(s *ir.ScanStmt, cur *state, vars []*smt.Term, cond *smt.Te
 	entry := &state{pc: root.and(cond), locals: cur.locals}
 	entry = entry.set(s.Key, an.one(key)).set(s.Value, an.one(value))
 	an.depth++
-	an.binders = append(an.binders, vars...)
 	body := sub.block(s.Block, entry)
-	an.binders = an.binders[:len(an.binders)-len(vars)]
 	an.depth--
 	if len(body.ret) > 0 {
 		panic("a return inside a loop")
