@@ -28,7 +28,9 @@ func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
 		// A plan function takes undefined arguments too.
 		for _, combo := range combos(b, args, true) {
 			r := f.sd.function(fn, combo.vals)
-			f.propagate(st, b.And(combo.g, r.err))
+			if !r.err.IsFalse() { // the callee's errors are the caller's
+				f.errs = append(f.errs, b.And(st.pc.term(b), combo.g, r.err))
+			}
 			res = append(res, guardAlts(b, combo.g, r.ret.alts)...)
 		}
 	} else {

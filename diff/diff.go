@@ -260,7 +260,6 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	// The lemmas shorten the questions.
 	a.resultLemmas(sol, enc, name)
 	qs = enc.questions(a.vs.b)
-	background := enc.background
 	var inputs [][]byte
 	for _, f := range fixtures {
 		if f.Decision == name && f.Input != nil && f.WantError == nil {
@@ -274,7 +273,7 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	for _, limit := range []time.Duration{a.budget / 8, 0} {
 		for i, q := range qs {
 			if answers[i] == nil {
-				answers[i] = a.answer(ctx, sol, old, new, name, q, background, inputs, limit)
+				answers[i] = a.answer(ctx, sol, old, new, name, q, inputs, limit)
 			}
 		}
 	}
@@ -315,7 +314,7 @@ const tidyTimeout = 4 * time.Second
 // answer asks the solver one question and confirms its example. With a
 // limit (0: none but the solver's and the budget's), a question no solver
 // decides within it is not answered yet: nil.
-func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, background []*smt.Term, inputs [][]byte, limit time.Duration) *Answer {
+func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, inputs [][]byte, limit time.Duration) *Answer {
 	if q.f.IsFalse() {
 		return &Answer{Verdict: None, Bounds: Bounds}
 	}
@@ -380,7 +379,7 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 		sol.Pop()
 	}
 	blame := func(what string) *Answer {
-		gaps := a.gapsIn(append([]*smt.Term{q.f}, background...)...)
+		gaps := a.gapsIn(append([]*smt.Term{q.f}, a.enc.background...)...)
 		if len(gaps) > 0 {
 			return &Answer{Verdict: Unknown, Reason: "not modelled: " + joinShort(gaps)}
 		}

@@ -183,13 +183,6 @@ func (f *frame) loc(s ir.Stmt) string {
 	return fmt.Sprintf("%s:%d", f.sd.files[l.File], l.Row)
 }
 
-// propagate records a callee's errors where cond holds on st's path.
-func (f *frame) propagate(st *state, cond *smt.Term) {
-	if !cond.IsFalse() {
-		f.errs = append(f.errs, f.b().And(st.pc.term(f.b()), cond))
-	}
-}
-
 // merge joins the paths sts into one state: its condition is their
 // common ancestor's and one of theirs since, and each local holds each
 // path's value under what that path added.

@@ -312,11 +312,10 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 	isObj, isArr := kindIs(mObj), kindIs(mArr)
 	for _, k := range slices.Sorted(maps.Keys(o)) {
 		kw := o[k]
+		// Keywords not named here are annotations to the schema library, or
+		// handled with another one ($ref, allOf, then, else, additionalItems,
+		// patternProperties, additionalProperties).
 		switch k {
-		case "$schema", "$id", "$comment", "title", "description", "default", "examples", "definitions", "$defs",
-			"readOnly", "writeOnly", "deprecated", "$ref", "allOf", "then", "else", "additionalItems",
-			"patternProperties", "additionalProperties":
-			// Annotations, or handled with another keyword.
 		case "type":
 			m := typeMask(kw)
 			t := kindIs(m)
@@ -462,7 +461,6 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 		case "contentMediaType", "contentEncoding", "unevaluatedProperties", "unevaluatedItems", "prefixItems", "dependentSchemas":
 			out = append(out, v.gapBool("keyword "+k, x))
 		}
-		// Other keywords are annotations to the schema library.
 	}
 	return b.And(out...)
 }
