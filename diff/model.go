@@ -106,21 +106,17 @@ func (an *analysis) readNode(sol *smt.Solver, n *node, depth int) (any, bool, er
 	if vals[0] == nil || vals[0].Atom != "true" {
 		return nil, false, nil
 	}
-	x := vals[1]
-	if x == nil {
-		// Nothing constrains the value: the shape its members need.
-		switch {
-		case len(n.t.order) > 0 || n.t.parent == nil:
-			x = &smt.SExpr{List: []*smt.SExpr{{Atom: "vobj"}, {Atom: "0"}}}
-		case n.t.elem != nil:
-			x = &smt.SExpr{List: []*smt.SExpr{{Atom: "varr"}, {Atom: "0"}}}
-		default:
-			x = &smt.SExpr{Atom: "vnull"}
-		}
-	}
-	ctor, arg := x.Atom, (*smt.SExpr)(nil)
-	if len(x.List) == 2 {
+	// Where nothing constrains the value (nil), the shape its members need.
+	ctor, arg := "vnull", &smt.SExpr{Atom: "0"}
+	switch x := vals[1]; {
+	case x != nil && len(x.List) == 2:
 		ctor, arg = x.List[0].Atom, x.List[1]
+	case x != nil:
+		ctor, arg = x.Atom, nil
+	case len(n.t.order) > 0 || n.t.parent == nil:
+		ctor = "vobj"
+	case n.t.elem != nil:
+		ctor = "varr"
 	}
 	switch ctor {
 	case "vnull":

@@ -612,34 +612,31 @@ func (an *analysis) eqCollVal(c *coll, y val, s int, at string) *smt.Term {
 	if len(c.q) > 0 {
 		return an.uf("eq", smt.Bool, &gap{why: "comparing a collection built by a loop with the input", at: at}, c, y)
 	}
-	switch c.kind {
-	case kArray:
-		if !m.has(mArr) {
-			return b.False()
-		}
-		out := []*smt.Term{an.vs.is("varr", x), b.Eq(an.vs.field("va", smt.Int, x), an.count(c, s))}
+	ctor, size, k := "varr", "va", mArr
+	if c.kind == kObject {
+		ctor, size, k = "vobj", "vo", mObj
+	}
+	if c.kind == kSet || !m.has(k) {
+		return b.False() // the input holds no sets, nor here what its schema rules out
+	}
+	out := []*smt.Term{an.vs.is(ctor, x), b.Eq(an.vs.field(size, smt.Int, x), an.count(c, s))}
+	if c.kind == kArray {
 		for i, pos := range positions(b, c) {
 			e := an.m.at(n, pos)
 			an.elementRead(e)
 			out = append(out, b.Implies(c.elems[i].g, an.eqVals(c.elems[i].v, e, s, at)))
 		}
 		return b.And(out...)
-	case kObject:
-		if !m.has(mObj) {
-			return b.False()
-		}
-		out := []*smt.Term{an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), an.count(c, s))}
-		for _, e := range c.elems {
-			ks, isStr := constOf[ast.String](e.key)
-			if !isStr {
-				return an.uf("eq", smt.Bool, &gap{why: "comparing an object with non-constant keys with the input", at: at}, c, y)
-			}
-			mem := an.m.member(n, string(ks))
-			out = append(out, b.Implies(e.g, b.And(an.m.d(mem), an.eqVals(e.v, mem, s, at))))
-		}
-		return b.And(out...)
 	}
-	return b.False() // the input holds no sets
+	for _, e := range c.elems {
+		ks, isStr := constOf[ast.String](e.key)
+		if !isStr {
+			return an.uf("eq", smt.Bool, &gap{why: "comparing an object with non-constant keys with the input", at: at}, c, y)
+		}
+		mem := an.m.member(n, string(ks))
+		out = append(out, b.Implies(e.g, b.And(an.m.d(mem), an.eqVals(e.v, mem, s, at))))
+	}
+	return b.And(out...)
 }
 
 // cmpVals is Rego's order (ast.Compare) of two values, as op: <, <=, >, >=.
