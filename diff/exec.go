@@ -2,6 +2,7 @@ package diff
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -121,6 +122,11 @@ func (f *flow) exit(r int, st *state) {
 		f.exits = map[int][]*state{}
 	}
 	f.exits[r] = append(f.exits[r], st)
+}
+
+// breaks reports whether paths of f leave enclosing blocks.
+func (f *flow) breaks() bool {
+	return slices.ContainsFunc(slices.Collect(maps.Keys(f.exits)), func(r int) bool { return r > 0 })
 }
 
 func (f *flow) add(o flow) {
@@ -361,10 +367,8 @@ func (f *frame) blocks(blocks []*ir.Block, st *state) []*state {
 			break
 		}
 		fl := f.block(blk, st)
-		for r := range fl.exits {
-			if r > 0 {
-				panic(fmt.Sprintf("%s: a break leaves its top-level block", f.fn))
-			}
+		if fl.breaks() {
+			panic(fmt.Sprintf("%s: a break leaves its top-level block", f.fn))
 		}
 		rets = append(rets, fl.ret...)
 		st = f.cont(fl, st)
@@ -375,21 +379,20 @@ func (f *frame) blocks(blocks []*ir.Block, st *state) []*state {
 // block runs the statements of blk from st.
 func (f *frame) block(blk *ir.Block, st *state) flow {
 	var fl flow
-	cur := st
 	for _, s := range blk.Stmts {
-		if cur == nil {
+		if st == nil {
 			break
 		}
 		if err := f.sd.an.ctx.Err(); err != nil {
 			panic(err)
 		}
 		f.cur = s
-		next, sf := f.stmt(s, cur)
+		next, sf := f.stmt(s, st)
 		fl.add(sf)
-		cur = next
+		st = next
 	}
-	if cur != nil {
-		fl.exit(-1, cur) // fell off the end
+	if st != nil {
+		fl.exit(-1, st) // fell off the end
 	}
 	return fl
 }
@@ -398,14 +401,9 @@ func (f *frame) block(blk *ir.Block, st *state) flow {
 // undefined statements.
 func (f *frame) cont(fl flow, entry *state) *state {
 	sts := append(fl.exits[-1], fl.exits[0]...)
-	total := entry != nil && len(fl.ret) == 0
-	for r := range fl.exits {
-		if r > 0 {
-			total = false
-		}
-	}
+	total := entry != nil && len(fl.ret) == 0 && !fl.breaks()
 	m := f.merge(sts, total)
-	if m != nil && total && entry != nil {
+	if m != nil && total {
 		m.pc = entry.pc
 	}
 	return m

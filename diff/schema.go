@@ -216,9 +216,8 @@ func typeMask(t any) mask {
 	case []any:
 		m := mask(0)
 		for _, x := range t {
-			if s, ok := x.(string); ok {
-				m |= typeMasks[s]
-			}
+			s, _ := x.(string) // typeMasks[""] is 0
+			m |= typeMasks[s]
 		}
 		return m
 	}

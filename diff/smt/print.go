@@ -73,13 +73,10 @@ func (s *Script) Raw(cmd string) {
 }
 
 func (s *Script) preamble() {
-	if !s.pre {
-		s.pre = true
-		if s.b.Preamble != "" {
-			s.out.WriteString(s.b.Preamble)
-			s.out.WriteByte('\n')
-		}
+	if !s.pre && s.b.Preamble != "" {
+		s.Option(s.b.Preamble)
 	}
+	s.pre = true
 }
 
 // Assert writes (assert t), defining what t needs first.

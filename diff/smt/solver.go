@@ -602,24 +602,20 @@ func ReadSExpr(r *bufio.Reader) (*SExpr, error) {
 			stack = stack[:len(stack)-1]
 			atom = &SExpr{List: list}
 		case c == '"':
-			var sb strings.Builder
-			sb.WriteByte('"')
+			lit := `"`
 			for {
-				d, err := r.ReadByte()
+				part, err := r.ReadString('"')
 				if err != nil {
 					return nil, err
 				}
-				sb.WriteByte(d)
-				if d == '"' {
-					if n, err := r.Peek(1); err == nil && n[0] == '"' {
-						_, _ = r.ReadByte()
-						sb.WriteByte('"')
-						continue
-					}
+				lit += part
+				if n, err := r.Peek(1); err != nil || n[0] != '"' {
 					break
 				}
+				_, _ = r.ReadByte() // "" is a quote within the literal
+				lit += `"`
 			}
-			atom = &SExpr{Atom: sb.String()}
+			atom = &SExpr{Atom: lit}
 		case c == '|':
 			s, err := r.ReadString('|')
 			if err != nil {
