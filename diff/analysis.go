@@ -75,11 +75,8 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	b := an.vs.b
 	defer func() {
 		if r := recover(); r != nil {
-			if r == smt.ErrTooLarge {
-				panic(r)
-			}
-			if e, ok := r.(error); ok && (errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded)) {
-				panic(r)
+			if e, ok := r.(error); r == smt.ErrTooLarge || ok && (errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded)) {
+				panic(r) // decision's to answer
 			}
 			err = fmt.Errorf("the plan has a shape the analysis does not read: %v", r)
 		}

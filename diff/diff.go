@@ -219,16 +219,15 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	vNew, _ := new.Verdict(name)
 	limit := cmp.Or(opts.MaxTerms, 2_000_000)
 	defer func() {
-		if r := recover(); r != nil {
-			if r == smt.ErrTooLarge {
-				dd = unknownAll(fmt.Sprintf("the encoding exceeds %d terms (the analysis bounds its own size)", limit))
-				return
-			}
-			if e, ok := r.(error); ok && ctx.Err() != nil && errors.Is(e, ctx.Err()) {
-				dd = unknownAll(e.Error())
-				return
-			}
-			// A fault of the analysis is an answer it could not give.
+		r := recover()
+		e, isErr := r.(error)
+		switch {
+		case r == nil:
+		case r == smt.ErrTooLarge:
+			dd = unknownAll(fmt.Sprintf("the encoding exceeds %d terms (the analysis bounds its own size)", limit))
+		case isErr && ctx.Err() != nil && errors.Is(e, ctx.Err()):
+			dd = unknownAll(e.Error())
+		default: // a fault of the analysis is an answer it could not give
 			dd = unknownAll(fmt.Sprintf("the analysis failed (please report it): %v", r))
 		}
 	}()
@@ -269,17 +268,13 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	// Each question first briefly, so that a hard one does not spend the
 	// budget of the easy ones after it; then those no solver decided in
 	// that time, in order, with what is left.
-	answers := make([]*Answer, len(qs))
+	dd = &DecisionDiff{}
 	for _, limit := range []time.Duration{a.budget / 8, 0} {
-		for i, q := range qs {
-			if answers[i] == nil {
-				answers[i] = a.answer(ctx, sol, old, new, name, q, inputs, limit)
+		for _, q := range qs {
+			if dd.Get(q.class) == nil {
+				dd.set(q.class, a.answer(ctx, sol, old, new, name, q, inputs, limit))
 			}
 		}
-	}
-	dd = &DecisionDiff{}
-	for i, q := range qs {
-		dd.set(q.class, answers[i])
 	}
 	return dd
 }

@@ -139,18 +139,14 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 				}
 				cur = f.qscan(s, cur, q.vars, q.cond, key, q.v)
 			}
-			if cur != nil {
-				outs = append(outs, cur)
-			}
+			outs = append(outs, cur) // merge leaves out nil
 		case *node:
 			x.touch()
 			xt := an.m.x(x)
 			m := x.t.mask[f.sd.s]
 			if m.has(mObj) {
 				g := &gap{why: fmt.Sprintf("a loop over the members of input%s", x.t.pointer()), at: f.loc(s)}
-				if r := f.opaqueScan(s, cur.where(an.vs.is("vobj", xt)), x, g); r != nil {
-					outs = append(outs, r)
-				}
+				outs = append(outs, f.opaqueScan(s, cur.where(an.vs.is("vobj", xt)), x, g))
 			}
 			if m.has(mArr) {
 				arr := cur.where(an.vs.is("varr", xt))
@@ -158,17 +154,13 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 				e.touch()
 				cond := b.And(an.m.d(e), an.assumeValid(e, f.sd.s))
 				key := sym{t: an.vs.numV(b.App("to_real", smt.Real, i)), m: mNum}
-				if r := f.qscan(s, arr, []*smt.Term{i}, cond, key, e); r != nil {
-					outs = append(outs, r)
-				}
+				outs = append(outs, f.qscan(s, arr, []*smt.Term{i}, cond, key, e))
 			}
 			// A scalar has no members.
 			outs = append(outs, cur.where(b.Not(b.Or(an.vs.is("varr", xt), an.vs.is("vobj", xt)))))
 		default:
 			g := &gap{why: "a loop over " + describe(v), at: f.loc(s)}
-			if r := f.opaqueScan(s, cur, v, g); r != nil {
-				outs = append(outs, r)
-			}
+			outs = append(outs, f.opaqueScan(s, cur, v, g))
 		}
 	}
 	return f.merge(outs, true).with(st.pc), fl
