@@ -324,23 +324,21 @@ func (c *coll) with(e *elem) *coll {
 func (vs *vals) concColl(t *ast.Term) (*coll, bool) {
 	tt := vs.b.True()
 	// A constant's members never change: its allocation is its own.
+	c := &coll{kind: kArray}
+	add := func(x *ast.Term) { c.elems = append(c.elems, &elem{g: tt, v: conc{x}}) }
 	switch v := t.Value.(type) {
 	case *ast.Array:
-		c := &coll{kind: kArray}
-		for i := 0; i < v.Len(); i++ {
-			c.elems = append(c.elems, &elem{g: tt, v: conc{v.Elem(i)}})
-		}
-		return c, true
+		v.Foreach(add)
 	case ast.Set:
-		c := &coll{kind: kSet}
-		v.Foreach(func(x *ast.Term) { c.elems = append(c.elems, &elem{g: tt, v: conc{x}}) })
-		return c, true
+		c.kind = kSet
+		v.Foreach(add)
 	case ast.Object:
-		c := &coll{kind: kObject}
+		c.kind = kObject
 		v.Foreach(func(k, x *ast.Term) { c.elems = append(c.elems, &elem{g: tt, key: conc{k}, v: conc{x}}) })
-		return c, true
+	default:
+		return nil, false
 	}
-	return nil, false
+	return c, true
 }
 
 // concrete returns the coll's value when every member is concrete and
