@@ -212,49 +212,33 @@ func (f *frame) lift(before, after *slot, ran *smt.Term, vars []*smt.Term, s ir.
 	if len(changed) == 0 {
 		return before
 	}
-	// Collections one iteration added members to.
-	{
-		allColl := true
-		var out []alt
-		for _, a := range changed {
-			c, ok := a.v.(*coll)
-			if !ok {
-				allColl = false
-				break
+	// The one collection it held, which an iteration added members to:
+	// each is there where some iteration added it.
+	a := changed[0]
+	c, isColl := a.v.(*coll)
+	var base *coll
+	if isColl && len(changed) == 1 && len(before.alts) == 1 {
+		base, _ = before.alts[0].v.(*coll)
+	}
+	if base != nil && base.alloc == c.alloc && len(c.elems) >= len(base.elems) && slices.Equal(c.elems[:len(base.elems)], base.elems) {
+		nc := &coll{kind: base.kind, alloc: base.alloc, elems: base.elems, q: append([]*qelem(nil), base.q...)}
+		for _, e := range c.elems[len(base.elems):] {
+			cond := b.And(ran, a.g, e.g)
+			if !an.mentions(e.v, vars) && (e.key == nil || !an.mentions(e.key, vars)) {
+				nc.elems = append(nc.elems, &elem{g: b.Exists(vars, cond), key: e.key, v: e.v})
+				continue
 			}
-			var base *coll
-			for _, o := range before.alts {
-				if bc, ok := o.v.(*coll); ok && bc.alloc == c.alloc {
-					base = bc
-				}
-			}
-			if base == nil || len(c.elems) < len(base.elems) || !slices.Equal(c.elems[:len(base.elems)], base.elems) {
-				allColl = false
-				break
-			}
-			n := len(base.elems)
-			nc := &coll{kind: base.kind, alloc: base.alloc, elems: base.elems, q: append([]*qelem(nil), base.q...)}
-			for _, e := range c.elems[n:] {
-				cond := b.And(ran, a.g, e.g)
-				if !an.mentions(e.v, vars) && (e.key == nil || !an.mentions(e.key, vars)) {
-					nc.elems = append(nc.elems, &elem{g: b.Exists(vars, cond), key: e.key, v: e.v})
-					continue
-				}
-				nc.q = append(nc.q, &qelem{vars: vars, cond: cond, key: e.key, v: e.v})
-			}
-			for _, q := range c.q[len(base.q):] {
-				nc.q = append(nc.q, &qelem{vars: append(append([]*smt.Term(nil), vars...), q.vars...), cond: b.And(ran, a.g, q.cond), key: q.key, v: q.v})
-			}
-			out = append(out, alt{g: b.True(), v: nc})
+			nc.q = append(nc.q, &qelem{vars: vars, cond: cond, key: e.key, v: e.v})
 		}
-		if allColl && len(out) == 1 && len(before.alts) == 1 {
-			return &slot{alts: []alt{{g: before.alts[0].g, v: out[0].v}}}
+		for _, q := range c.q[len(base.q):] {
+			nc.q = append(nc.q, &qelem{vars: append(append([]*smt.Term(nil), vars...), q.vars...), cond: b.And(ran, a.g, q.cond), key: q.key, v: q.v})
 		}
+		return &slot{alts: []alt{{g: before.alts[0].g, v: nc}}}
 	}
 	// One value, the same in every iteration that set it.
-	if len(changed) == 1 && !an.mentions(changed[0].v, vars) {
-		set := b.Exists(vars, b.And(ran, changed[0].g))
-		return an.joinAlts(otherwise(b, alt{g: set, v: changed[0].v}, before))
+	if len(changed) == 1 && !an.mentions(a.v, vars) {
+		set := b.Exists(vars, b.And(ran, a.g))
+		return an.joinAlts(otherwise(b, alt{g: set, v: a.v}, before))
 	}
 	g := &gap{why: "a value a loop over the input sets differently per member", at: f.loc(s)}
 	set := b.Exists(vars, b.And(ran, b.Or(altGuards(changed)...)))
