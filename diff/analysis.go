@@ -277,8 +277,7 @@ func (an *analysis) sameMember(x, y *slot, key string) *smt.Term {
 func (an *analysis) gapsIn(ts ...*smt.Term) []string {
 	seen := map[int]bool{}
 	found := map[string]bool{}
-	var stack []*smt.Term
-	stack = append(stack, ts...)
+	stack := slices.Clone(ts)
 	for len(stack) > 0 {
 		t := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]

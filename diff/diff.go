@@ -317,17 +317,11 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 	sol.Push()
 	sc.Assert(q.f)
 	t0 := time.Now()
-	var res smt.Result
-	var err error
-	if limit > 0 {
-		res, err = sol.CheckWithin(limit)
-		if err == nil && res == smt.Unknown {
-			trace("%s %s: not decided in its first %v", name, q.class, limit)
-			sol.Pop()
-			return nil
-		}
-	} else {
-		res, err = sol.Check()
+	res, err := sol.CheckWithin(limit)
+	if limit > 0 && err == nil && res == smt.Unknown {
+		trace("%s %s: not decided in its first %v", name, q.class, limit)
+		sol.Pop()
+		return nil
 	}
 	trace("%s %s: %s by %s in %v (%v)", name, q.class, res, sol.Name(), time.Since(t0), err)
 	if errors.Is(err, smt.ErrBudget) {

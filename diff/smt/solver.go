@@ -407,10 +407,13 @@ type answer struct {
 // for a proof. unknown is the answer when no solver knows.
 func (s *Solver) Check() (Result, error) { return s.CheckWithin(s.perCheck) }
 
-// CheckWithin is Check with a shorter time: the solvers still running
-// when it is over are stopped, and started again at the next check.
+// CheckWithin is Check with a shorter time (0: Check's own): the solvers
+// still running when it is over are stopped, and started again at the next
+// check.
 func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
-	limit = min(limit, s.perCheck)
+	if limit <= 0 || limit > s.perCheck {
+		limit = s.perCheck
+	}
 	if s.broken != nil {
 		return "", s.broken
 	}
