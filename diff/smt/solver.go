@@ -55,11 +55,12 @@ func (s *Solver) OutOfTime() bool { return !s.deadline.IsZero() && !time.Now().B
 // one S-expression at a time, into out (a solver printing an error for a
 // command while it is being written to never fills its pipe).
 type proc struct {
-	cmd     *exec.Cmd
-	out     chan *SExpr // closed when the output ends; then readErr says why
-	name    string
-	stderr  LimitedBuffer
-	errMu   sync.Mutex
+	cmd    *exec.Cmd
+	out    chan *SExpr // closed when the output ends; then readErr says why
+	name   string
+	stderr LimitedBuffer
+	// readErr is written before out is closed and read only after: the
+	// close orders them.
 	readErr error
 	done    chan struct{}
 
@@ -119,17 +120,13 @@ func (p *proc) read(r io.Reader) {
 	for {
 		e, err := ReadSExpr(br)
 		if err != nil {
-			p.errMu.Lock()
 			p.readErr = err
-			p.errMu.Unlock()
 			return
 		}
 		select {
 		case p.out <- e:
 		default:
-			p.errMu.Lock()
 			p.readErr = fmt.Errorf("more than %d answers not asked for, the last %.300s", outBacklog, e)
-			p.errMu.Unlock()
 			_ = p.cmd.Process.Kill()
 			return
 		}
@@ -158,10 +155,7 @@ func (p *proc) next() (*SExpr, error) {
 	if ok {
 		return e, nil
 	}
-	p.errMu.Lock()
-	err := p.readErr
-	p.errMu.Unlock()
-	return nil, p.failed(err)
+	return nil, p.failed(p.readErr)
 }
 
 // Result is what check-sat answered.
