@@ -678,11 +678,10 @@ func (f *frame) addMember(st *state, target ir.Local, key, value *slot, s ir.Stm
 		var changed bool
 		alts := slices.Clone(sl.alts)
 		for i, a := range alts {
-			if c, ok := a.v.(*coll); ok {
-				if nc, ok := updated[c]; ok {
-					alts[i].v = nc
-					changed = true
-				}
+			c, _ := a.v.(*coll)
+			if nc, ok := updated[c]; ok {
+				alts[i].v = nc
+				changed = true
 			}
 		}
 		if changed {

@@ -47,18 +47,15 @@ func (an *analysis) tidy() []*smt.Term {
 					continue
 				}
 				out = append(out, b.Implies(an.vs.is("varr", x), b.And(b.Cmp(">=", length, b.IntLit(0)), b.Cmp("<=", length, b.IntLit(2)))))
-				for i := range 2 {
-					e := an.m.at(n, b.IntLit(int64(i)))
-					for s := range 2 {
-						out = append(out, an.assumeValid(e, s))
-					}
-				}
+				// The elements there valid, and the members an example adds.
+				extra := []*node{an.m.at(n, b.IntLit(0)), an.m.at(n, b.IntLit(1))}
 				for _, k := range t.order {
 					if strings.HasPrefix(k, extraKey) {
-						for s := range 2 {
-							out = append(out, an.assumeValid(an.m.member(n, k), s))
-						}
+						extra = append(extra, an.m.member(n, k))
 					}
+				}
+				for _, e := range extra {
+					out = append(out, an.assumeValid(e, 0), an.assumeValid(e, 1))
 				}
 			}
 		}

@@ -213,17 +213,12 @@ func (r *Runner) work() {
 // whether there was one.
 func (r *Runner) runNext() bool {
 	r.mu.Lock()
-	var j *job
-	for _, s := range r.slots {
-		if s != nil && s.st.State == StateQueued {
-			j = s
-			break
-		}
-	}
-	if j == nil || r.ctx.Err() != nil {
+	i := slices.IndexFunc(r.slots[:], func(j *job) bool { return j != nil && j.st.State == StateQueued })
+	if i < 0 || r.ctx.Err() != nil {
 		r.mu.Unlock()
 		return false
 	}
+	j := r.slots[i]
 	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 	defer cancel()
 	j.cancel = cancel
