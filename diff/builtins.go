@@ -66,12 +66,9 @@ func (c *bcall) coll(i int) *coll {
 // str is an argument that must be a string: its String term, and the
 // condition that it is not one.
 func (c *bcall) str(i int) (*smt.Term, *smt.Term, bool) {
-	t, m, ok := c.scalar(i)
+	t, _, ok := c.scalar(i)
 	if !ok {
 		return nil, nil, false
-	}
-	if !m.has(mStr) {
-		return c.vs().str(t), c.b().True(), true
 	}
 	return c.vs().str(t), c.b().Not(c.an().kindIs(c.args[i], mStr, c.side())), true
 }
