@@ -24,10 +24,9 @@ type schemaCtx struct {
 
 func newSchemaCtx(doc any) *schemaCtx {
 	c := &schemaCtx{root: doc, draft: 7}
-	if obj, ok := doc.(map[string]any); ok {
-		if s, _ := obj["$schema"].(string); strings.Contains(s, "2019-09") || strings.Contains(s, "2020-12") {
-			c.draft = 2019
-		}
+	obj, _ := doc.(map[string]any)
+	if s, _ := obj["$schema"].(string); strings.Contains(s, "2019-09") || strings.Contains(s, "2020-12") {
+		c.draft = 2019
 	}
 	return c
 }
@@ -94,9 +93,6 @@ func (c *schemaCtx) resolve(ref string) (any, bool) {
 // maskAt is what kinds of value the schema admits at path (member keys
 // and elemKey steps): an over-approximation, mAny where it cannot tell.
 func (c *schemaCtx) maskAt(path []string) mask {
-	if c == nil {
-		return mAny
-	}
 	schemas, _ := c.follow(path, false)
 	m := mAny
 	for _, s := range schemas {
