@@ -10,25 +10,21 @@ import (
 // variable, function and shared term is declared or defined once, before
 // its first use, as a solver reading the text in order needs.
 type Script struct {
-	b       *Builder
-	done    map[int]bool // terms already defined (or inlined leaves)
-	funDone map[string]bool
-	pre     bool
-	out     strings.Builder
-	// What was defined since each open push, forgotten at its pop: a
-	// solver forgets definitions made inside a scope when it is popped.
-	scopes []scope
-}
-
-type scope struct {
-	ids  []int
-	funs []string
+	b *Builder
+	// done holds the terms already defined (or inlined leaves) by id, and
+	// the functions declared, function i as ^i.
+	done map[int]bool
+	pre  bool
+	out  strings.Builder
+	// What was done since each open push, forgotten at its pop: a solver
+	// forgets definitions made inside a scope when it is popped.
+	scopes [][]int
 }
 
 // Push opens a scope.
 func (s *Script) Push() {
 	s.Raw("(push 1)")
-	s.scopes = append(s.scopes, scope{})
+	s.scopes = append(s.scopes, nil)
 }
 
 // Pop closes the innermost scope.
@@ -37,19 +33,23 @@ func (s *Script) Pop() {
 	if len(s.scopes) == 0 {
 		return
 	}
-	top := s.scopes[len(s.scopes)-1]
-	s.scopes = s.scopes[:len(s.scopes)-1]
-	for _, id := range top.ids {
-		delete(s.done, id)
+	for _, k := range s.scopes[len(s.scopes)-1] {
+		delete(s.done, k)
 	}
-	for _, f := range top.funs {
-		delete(s.funDone, f)
+	s.scopes = s.scopes[:len(s.scopes)-1]
+}
+
+// mark records k (done's key) as done in the innermost scope.
+func (s *Script) mark(k int) {
+	s.done[k] = true
+	if n := len(s.scopes); n > 0 {
+		s.scopes[n-1] = append(s.scopes[n-1], k)
 	}
 }
 
 // NewScript starts a script over b's terms.
 func NewScript(b *Builder) *Script {
-	return &Script{b: b, done: map[int]bool{}, funDone: map[string]bool{}}
+	return &Script{b: b, done: map[int]bool{}}
 }
 
 // Take returns the text written since the last Take.
@@ -127,19 +127,13 @@ func (s *Script) define(root *Term) {
 			continue
 		}
 		stack = stack[:len(stack)-1]
-		s.done[t.id] = true
-		if n := len(s.scopes); n > 0 {
-			s.scopes[n-1].ids = append(s.scopes[n-1].ids, t.id)
-		}
+		s.mark(t.id)
 		switch t.kind {
 		case kVar:
 			fmt.Fprintf(&s.out, "(declare-const %s %s)\n", t.lit, t.sort)
 		case kApp:
-			if i, ok := s.b.funIdx[t.op]; ok && !s.funDone[t.op] {
-				s.funDone[t.op] = true
-				if n := len(s.scopes); n > 0 {
-					s.scopes[n-1].funs = append(s.scopes[n-1].funs, t.op)
-				}
+			if i, ok := s.b.funIdx[t.op]; ok && !s.done[^i] {
+				s.mark(^i)
 				fn := s.b.funs[i]
 				fmt.Fprintf(&s.out, "(declare-fun %s (%s) %s)\n", fn.name, strings.Join(fn.args, " "), fn.ret)
 			}
@@ -257,7 +251,7 @@ func (s *Script) Expr(t *Term) (string, bool) {
 		case kVar:
 			return "", false
 		}
-		if _, isFun := s.b.funIdx[t.op]; isFun && !s.funDone[t.op] {
+		if i, isFun := s.b.funIdx[t.op]; isFun && !s.done[^i] {
 			return "", false
 		}
 		parts := make([]string, len(t.args))
