@@ -557,9 +557,7 @@ func objectGet(c *bcall) bres {
 		path = []*ast.Term{k.t}
 		if arr, ok := k.t.Value.(*ast.Array); ok {
 			path = nil
-			for i := 0; i < arr.Len(); i++ {
-				path = append(path, arr.Elem(i))
-			}
+			arr.Foreach(func(t *ast.Term) { path = append(path, t) })
 		}
 	case *coll:
 		if k.kind != kArray || len(k.q) > 0 {

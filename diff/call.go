@@ -16,10 +16,7 @@ import (
 // call runs a CallStmt: a plan function (a rule), or a builtin.
 func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
 	b := f.b()
-	args := make([]*slot, len(s.Args))
-	for i, a := range s.Args {
-		args[i] = f.operand(st, a)
-	}
+	args := mapped(s.Args, func(a ir.Operand) *slot { return f.operand(st, a) })
 	var res []alt
 	if fn, ok := f.sd.funcs[s.Func]; ok {
 		if len(args) != len(fn.Params) {

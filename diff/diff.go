@@ -367,22 +367,21 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 		}
 		sol.Pop()
 	}
-	blame := func(what string) *Answer {
-		gaps := a.gapsIn(append([]*smt.Term{q.f}, a.enc.background...)...)
-		if len(gaps) > 0 {
-			return &Answer{Verdict: Unknown, Reason: "not modelled: " + joinShort(gaps)}
-		}
-		return &Answer{Verdict: Unknown, Reason: what}
+	var why string // no example: the gaps are blamed, else why
+	switch {
+	case derr != nil:
+		why = "the solver's example cannot be written as JSON: " + derr.Error()
+	case c.class != q.class || !c.agree:
+		why = fmt.Sprintf("the solver's example %s did not confirm (decided: %s); the encoding is wrong there, please report it", truncate(doc, 400), c.class)
+	default:
+		t0 = time.Now()
+		defer func() { trace("%s %s: confirmed and minimized in %v", name, q.class, time.Since(t0)) }()
+		return found(ctx, old, new, name, q.class, doc, inputs)
 	}
-	if derr != nil {
-		return blame("the solver's example cannot be written as JSON: " + derr.Error())
+	if gaps := a.gapsIn(append([]*smt.Term{q.f}, a.enc.background...)...); len(gaps) > 0 {
+		return &Answer{Verdict: Unknown, Reason: "not modelled: " + joinShort(gaps)}
 	}
-	if c.class != q.class || !c.agree {
-		return blame(fmt.Sprintf("the solver's example %s did not confirm (decided: %s); the encoding is wrong there, please report it", truncate(doc, 400), c.class))
-	}
-	t0 = time.Now()
-	defer func() { trace("%s %s: confirmed and minimized in %v", name, q.class, time.Since(t0)) }()
-	return found(ctx, old, new, name, q.class, doc, inputs)
+	return &Answer{Verdict: Unknown, Reason: why}
 }
 
 var traceOn = os.Getenv("ARBITER_DIFF_TRACE") != ""

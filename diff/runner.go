@@ -308,9 +308,8 @@ func (r *Runner) Get(old, new string) (Status, bool) {
 // (shadow.Prover).
 func (r *Runner) Proofs(cand *engine.Snapshot) shadow.Proofs {
 	r.mu.Lock()
-	live := r.live
 	var st Status
-	if j := r.slots[slotShadow]; j != nil && live != nil && cand != nil && j.of(live, cand) {
+	if j := r.slots[slotShadow]; j != nil && r.live != nil && cand != nil && j.of(r.live, cand) {
 		st = j.st
 	}
 	r.mu.Unlock()

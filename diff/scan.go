@@ -84,10 +84,8 @@ func (an *analysis) elemExists(n *node, s int, p func(e *node) *smt.Term) *smt.T
 func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 	an, b := f.sd.an, f.b()
 	src := st.get(s.Source)
-	var outs []*state
 	var fl flow
-	// Where the source is undefined, the loop does nothing.
-	outs = append(outs, st.where(b.Not(an.def(src))))
+	outs := []*state{st.where(b.Not(an.def(src)))} // where the source is undefined, the loop does nothing
 	for _, a := range src.alts {
 		cur := st.where(a.g)
 		if cur.pc.dead() {

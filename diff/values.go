@@ -347,8 +347,7 @@ func (c *coll) concrete() (*ast.Term, bool) {
 	if len(c.q) > 0 {
 		return nil, false
 	}
-	var terms []*ast.Term
-	var keys []*ast.Term
+	var terms, keys []*ast.Term
 	for _, e := range c.elems {
 		if !e.g.IsTrue() {
 			return nil, false
