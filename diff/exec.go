@@ -179,14 +179,12 @@ func (f *frame) fail(st *state, cond *smt.Term) {
 }
 
 func (f *frame) loc(s ir.Stmt) string {
-	if s == nil {
-		return f.fn
+	if s != nil {
+		if l := s.GetLocation(); l != nil && l.File >= 0 && l.File < len(f.sd.files) {
+			return fmt.Sprintf("%s:%d", f.sd.files[l.File], l.Row)
+		}
 	}
-	l := s.GetLocation()
-	if l == nil || l.File < 0 || l.File >= len(f.sd.files) {
-		return f.fn
-	}
-	return fmt.Sprintf("%s:%d", f.sd.files[l.File], l.Row)
+	return f.fn
 }
 
 // merge joins the paths sts into one state: its condition is their

@@ -2,6 +2,7 @@ package diff
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
@@ -161,8 +162,7 @@ func (m *model) member(n *node, key string) *node {
 // at is the node of n's element at index i.
 func (m *model) at(n *node, i *smt.Term) *node {
 	n.t.sized = true
-	idx := append(append([]*smt.Term(nil), n.idx...), i)
-	return &node{t: m.element(n.t), idx: idx}
+	return &node{t: m.element(n.t), idx: append(slices.Clone(n.idx), i)}
 }
 
 // length is the number of members of n (an array's elements, an object's

@@ -38,9 +38,8 @@ func (an *analysis) tidy() []*smt.Term {
 					}
 					an.m.element(t)
 				}
-				present := an.m.present(n)
 				out = append(out, b.Not(an.vs.is("vtok", x)), b.Not(an.vs.is("vset", x)),
-					b.Implies(an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
+					b.Implies(an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), b.Add(smt.Int, an.m.present(n)...))))
 				length := an.vs.field("va", smt.Int, x)
 				if t.elem == nil {
 					out = append(out, b.Implies(an.vs.is("varr", x), b.Eq(length, b.IntLit(0))))

@@ -169,8 +169,7 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 func (f *frame) qscan(s *ir.ScanStmt, cur *state, vars []*smt.Term, cond *smt.Term, key, value val) *state {
 	an, b := f.sd.an, f.b()
 	sub := &frame{sd: f.sd, fn: f.fn}
-	root := &pc{}
-	entry := &state{pc: root.and(cond), locals: cur.locals}
+	entry := &state{pc: (&pc{}).and(cond), locals: cur.locals}
 	entry = entry.set(s.Key, an.one(key)).set(s.Value, an.one(value))
 	an.depth++
 	body := sub.block(s.Block, entry)

@@ -225,12 +225,7 @@ func (b *Builder) True() *Term  { return b.Lit("true", Bool) }
 func (b *Builder) False() *Term { return b.Lit("false", Bool) }
 
 // BoolLit is b as a constant.
-func (b *Builder) BoolLit(v bool) *Term {
-	if v {
-		return b.True()
-	}
-	return b.False()
-}
+func (b *Builder) BoolLit(v bool) *Term { return b.Lit(strconv.FormatBool(v), Bool) }
 
 // IntLit is the integer constant n.
 func (b *Builder) IntLit(n int64) *Term {
