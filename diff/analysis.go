@@ -186,7 +186,11 @@ func encode(ctx context.Context, old, new engine.Analysis, vNew engine.Verdict, 
 		n = len(an.m.all)
 		for s := range 2 {
 			v := &validity{c: an.sch[s], an: an, side: s, exact: an.exact, where: "input schema"}
-			e.valid[s] = b.And(v.valid(an.sch[s].root, an.m.rootNode(), 0), an.elementsValid(s))
+			root := v.valid(an.sch[s].root, an.m.rootNode(), 0)
+			// With it, the items schema of the elements read at indices no
+			// loop binds.
+			elems := mapped(an.elements, func(x *node) *smt.Term { return an.assumeValid(x, s) })
+			e.valid[s] = b.And(root, b.And(elems...))
 		}
 	}
 	if !an.exact {
@@ -234,12 +238,6 @@ func encode(ctx context.Context, old, new engine.Analysis, vNew engine.Verdict, 
 	e.background = append(e.background, an.m.structure()...)
 	e.background = append(e.background, an.axioms...)
 	return an, e, nil
-}
-
-// elementsValid assumes, for side s, the items schema of the elements read
-// at indices no loop binds.
-func (an *analysis) elementsValid(s int) *smt.Term {
-	return an.vs.b.And(mapped(an.elements, func(e *node) *smt.Term { return an.assumeValid(e, s) })...)
 }
 
 // allowed is "the result's outcome member is one the verdict allows".
