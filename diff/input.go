@@ -2,7 +2,7 @@ package diff
 
 import (
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
@@ -107,15 +107,8 @@ type node struct {
 	idx []*smt.Term
 }
 
-func (n *node) key() string {
-	var sb strings.Builder
-	sb.WriteString(strconv.Itoa(n.t.id))
-	for _, i := range n.idx {
-		sb.WriteByte(',')
-		sb.WriteString(strconv.Itoa(i.ID()))
-	}
-	return sb.String()
-}
+// key identifies n: its template and the terms of its indices.
+func (n *node) key() string { return fmt.Sprint(n.t.id, mapped(n.idx, (*smt.Term).ID)) }
 
 func (m *model) rootNode() *node { return &node{t: m.root} }
 
@@ -169,8 +162,7 @@ func (m *model) member(n *node, key string) *node {
 // at is the node of n's element at index i.
 func (m *model) at(n *node, i *smt.Term) *node {
 	n.t.sized = true
-	idx := append(append([]*smt.Term(nil), n.idx...), i)
-	return &node{t: m.element(n.t), idx: idx}
+	return &node{t: m.element(n.t), idx: append(slices.Clone(n.idx), i)}
 }
 
 // length is the number of members of n (an array's elements, an object's
@@ -202,8 +194,7 @@ func (m *model) structure() []*smt.Term {
 		n := &node{t: t}
 		x := m.x(n)
 		out = append(out, b.Implies(m.vs.is("varr", x), b.Cmp(">=", m.vs.field("va", smt.Int, x), b.IntLit(0))))
-		present := m.present(n)
-		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
+		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, m.present(n)...))))
 	}
 	return out
 }

@@ -148,16 +148,15 @@ func (r *Runner) queue(slot int, old, new *engine.Snapshot) {
 	}
 	r.cancelSlot(slot)
 	now := time.Now().UTC()
+	j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now}, oldHash: old.Hash, newHash: new.Hash}
+	r.slots[slot] = j
 	if rep, ok := Carried(old, new); ok {
 		// One proof per revision, made where it was built.
-		j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateDone, Queued: now, Started: &now, Finished: &now, Report: rep, Carried: true},
-			oldHash: old.Hash, newHash: new.Hash}
-		r.slots[slot] = j
+		j.st.State, j.st.Started, j.st.Finished, j.st.Report, j.st.Carried = StateDone, &now, &now, rep, true
 		r.keep(j)
 		return
 	}
-	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now},
-		oldHash: old.Hash, newHash: new.Hash, old: old, new: new}
+	j.old, j.new = old, new
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -214,17 +213,12 @@ func (r *Runner) work() {
 // whether there was one.
 func (r *Runner) runNext() bool {
 	r.mu.Lock()
-	var j *job
-	for _, s := range r.slots {
-		if s != nil && s.st.State == StateQueued {
-			j = s
-			break
-		}
-	}
-	if j == nil || r.ctx.Err() != nil {
+	i := slices.IndexFunc(r.slots[:], func(j *job) bool { return j != nil && j.st.State == StateQueued })
+	if i < 0 || r.ctx.Err() != nil {
 		r.mu.Unlock()
 		return false
 	}
+	j := r.slots[i]
 	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 	defer cancel()
 	j.cancel = cancel
@@ -314,9 +308,8 @@ func (r *Runner) Get(old, new string) (Status, bool) {
 // (shadow.Prover).
 func (r *Runner) Proofs(cand *engine.Snapshot) shadow.Proofs {
 	r.mu.Lock()
-	live := r.live
 	var st Status
-	if j := r.slots[slotShadow]; j != nil && live != nil && cand != nil && j.of(live, cand) {
+	if j := r.slots[slotShadow]; j != nil && r.live != nil && cand != nil && j.of(r.live, cand) {
 		st = j.st
 	}
 	r.mu.Unlock()
