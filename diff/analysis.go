@@ -30,6 +30,7 @@ type analysis struct {
 	elements []*node     // elements of input arrays read at indices no loop binds
 	errSites [2][]string
 	depth    int // quantifiers around what is being encoded
+	binders  []*smt.Term
 	nalloc   int
 	sch      [2]*schemaCtx
 	exact    bool // the input schemas differ: validity is encoded exactly, per side
@@ -75,8 +76,11 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	b := an.vs.b
 	defer func() {
 		if r := recover(); r != nil {
-			if e, ok := r.(error); r == smt.ErrTooLarge || ok && (errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded)) {
-				panic(r) // decision's to answer
+			if r == smt.ErrTooLarge {
+				panic(r)
+			}
+			if e, ok := r.(error); ok && (errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded)) {
+				panic(r)
 			}
 			err = fmt.Errorf("the plan has a shape the analysis does not read: %v", r)
 		}
@@ -95,7 +99,7 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 	if plan == nil {
 		return out, fmt.Errorf("no plan named %s", a.Entry)
 	}
-	sd := &side{an: an, s: s, funcs: map[string]*ir.Func{}, memo: map[string]*callResult{}, busy: map[string]bool{}}
+	sd := &side{an: an, s: s, policy: a.Plan, funcs: map[string]*ir.Func{}, memo: map[string]*callResult{}, busy: map[string]bool{}, ctx: an.ctx}
 	if a.Plan.Static != nil {
 		sd.strs = mapped(a.Plan.Static.Strings, func(s *ir.StringConst) *ast.Term { return ast.StringTerm(s.Value) })
 		sd.files = mapped(a.Plan.Static.Files, func(f *ir.StringConst) string { return f.Value })
@@ -105,10 +109,14 @@ func (an *analysis) run(s int, a engine.Analysis) (out sideOutcome, err error) {
 			sd.funcs[f.Name] = f
 		}
 	}
-	f := &frame{sd: sd, fn: a.Entry}
-	st := (&state{pc: &pc{}}).set(ir.Input, an.one(an.m.rootNode()))
 	if a.Data != nil {
-		st = st.set(ir.Data, an.one(conc{ast.NewTerm(a.Data)}))
+		sd.data = ast.NewTerm(a.Data)
+	}
+	f := &frame{sd: sd, fn: a.Entry}
+	st := &state{pc: &pc{}}
+	st = st.set(ir.Input, an.one(an.m.rootNode()))
+	if sd.data != nil {
+		st = st.set(ir.Data, an.one(conc{sd.data}))
 	}
 	f.blocks(plan.Blocks, st)
 	var alts []alt
@@ -186,11 +194,7 @@ func encode(ctx context.Context, old, new engine.Analysis, vNew engine.Verdict, 
 		n = len(an.m.all)
 		for s := range 2 {
 			v := &validity{c: an.sch[s], an: an, side: s, exact: an.exact, where: "input schema"}
-			root := v.valid(an.sch[s].root, an.m.rootNode(), 0)
-			// With it, the items schema of the elements read at indices no
-			// loop binds.
-			elems := mapped(an.elements, func(x *node) *smt.Term { return an.assumeValid(x, s) })
-			e.valid[s] = b.And(root, b.And(elems...))
+			e.valid[s] = b.And(v.valid(an.sch[s].root, an.m.rootNode(), 0), an.elementsValid(s))
 		}
 	}
 	if !an.exact {
@@ -240,33 +244,45 @@ func encode(ctx context.Context, old, new engine.Analysis, vNew engine.Verdict, 
 	return an, e, nil
 }
 
-// allowed is "the result's outcome member is one the verdict allows".
-func (an *analysis) allowed(v engine.Verdict, value *slot, s int) *smt.Term {
-	if !v.Declared {
-		return an.vs.b.False()
-	}
-	var allow []alt
-	for _, a := range v.Allow {
-		if t, err := ast.InterfaceToValue(a); err == nil {
-			allow = append(allow, alt{g: an.vs.b.True(), v: conc{ast.NewTerm(t)}})
-		}
-	}
-	return an.eqSlots(an.memberOf(value, s, v.OutcomeKey), &slot{alts: allow}, s, "")
+// elementsValid assumes, for side s, the items schema of the elements read
+// at indices no loop binds.
+func (an *analysis) elementsValid(s int) *smt.Term {
+	return an.vs.b.And(mapped(an.elements, func(e *node) *smt.Term { return an.assumeValid(e, s) })...)
 }
 
-// memberOf is the member key of each result sl (of side s) may hold.
-func (an *analysis) memberOf(sl *slot, s int, key string) *slot {
-	var alts []alt
-	for _, a := range sl.alts {
-		alts = append(alts, guardAlts(an.vs.b, a.g, (&validity{an: an, side: s}).member(a.v, key).alts)...)
+// allowed is "the result's outcome member is one the verdict allows".
+func (an *analysis) allowed(v engine.Verdict, value *slot, s int) *smt.Term {
+	b := an.vs.b
+	if !v.Declared {
+		return b.False()
 	}
-	return &slot{alts: alts}
+	var out []*smt.Term
+	for _, a := range value.alts {
+		m := (&validity{an: an, side: s}).member(a.v, v.OutcomeKey)
+		for _, ma := range m.alts {
+			for _, allowed := range v.Allow {
+				t, err := ast.InterfaceToValue(allowed)
+				if err != nil {
+					continue
+				}
+				out = append(out, b.And(a.g, ma.g, an.eqVals(ma.v, conc{ast.NewTerm(t)}, s, "")))
+			}
+		}
+	}
+	return b.Or(out...)
 }
 
 // sameMember is "both results hold the same value at key, or neither".
 func (an *analysis) sameMember(x, y *slot, key string) *smt.Term {
 	b := an.vs.b
-	mx, my := an.memberOf(x, 0, key), an.memberOf(y, 1, key)
+	member := func(sl *slot, s int) *slot {
+		var alts []alt
+		for _, a := range sl.alts {
+			alts = append(alts, guardAlts(b, a.g, (&validity{an: an, side: s}).member(a.v, key).alts)...)
+		}
+		return &slot{alts: alts}
+	}
+	mx, my := member(x, 0), member(y, 1)
 	dx, dy := an.def(mx), an.def(my)
 	return b.Or(b.And(b.Not(dx), b.Not(dy)), an.eqSlots(mx, my, 1, ""))
 }
@@ -275,7 +291,8 @@ func (an *analysis) sameMember(x, y *slot, key string) *smt.Term {
 func (an *analysis) gapsIn(ts ...*smt.Term) []string {
 	seen := map[int]bool{}
 	found := map[string]bool{}
-	stack := slices.Clone(ts)
+	var stack []*smt.Term
+	stack = append(stack, ts...)
 	for len(stack) > 0 {
 		t := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]

@@ -34,6 +34,7 @@ func (c *bcall) b() *smt.Builder     { return c.f.sd.an.vs.b }
 func (c *bcall) side() int           { return c.f.sd.s }
 func (c *bcall) at() string          { return c.f.loc(c.s) }
 func (c *bcall) vs() *vals           { return c.f.sd.an.vs }
+func (c *bcall) arg(i int) val       { return c.args[i] }
 func (c *bcall) gap(why string) *gap { return &gap{why: why, at: c.at()} }
 
 // value is a result that is always there.
@@ -53,7 +54,7 @@ func (c *bcall) scalar(i int) (*smt.Term, mask, bool) {
 // coll is an argument that is a collection, the analysis's or a constant
 // one; nil when it is neither.
 func (c *bcall) coll(i int) *coll {
-	switch v := c.args[i].(type) {
+	switch v := c.arg(i).(type) {
 	case *coll:
 		return v
 	case conc:
@@ -66,9 +67,12 @@ func (c *bcall) coll(i int) *coll {
 // str is an argument that must be a string: its String term, and the
 // condition that it is not one.
 func (c *bcall) str(i int) (*smt.Term, *smt.Term, bool) {
-	t, _, ok := c.scalar(i)
+	t, m, ok := c.scalar(i)
 	if !ok {
 		return nil, nil, false
+	}
+	if !m.has(mStr) {
+		return c.vs().str(t), c.b().True(), true
 	}
 	return c.vs().str(t), c.b().Not(c.an().kindIs(c.args[i], mStr, c.side())), true
 }
@@ -124,9 +128,9 @@ var builtins map[string]encoder
 
 func init() {
 	builtins = map[string]encoder{
-		"equal": func(c *bcall) bres { return c.boolean(c.an().eqVals(c.args[0], c.args[1], c.side(), c.at())) },
+		"equal": func(c *bcall) bres { return c.boolean(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())) },
 		"neq": func(c *bcall) bres {
-			return c.boolean(c.b().Not(c.an().eqVals(c.args[0], c.args[1], c.side(), c.at())))
+			return c.boolean(c.b().Not(c.an().eqVals(c.arg(0), c.arg(1), c.side(), c.at())))
 		},
 		"lt":                compare("<"),
 		"lte":               compare("<="),
@@ -170,26 +174,31 @@ func init() {
 }
 
 func compare(op string) encoder {
-	return func(c *bcall) bres { return c.boolean(c.an().cmpVals(op, c.args[0], c.args[1], c.side(), c.at())) }
+	return func(c *bcall) bres { return c.boolean(c.an().cmpVals(op, c.arg(0), c.arg(1), c.side(), c.at())) }
 }
 
 func kind(k mask) encoder {
-	return func(c *bcall) bres { return c.boolean(c.an().kindIs(c.args[0], k, c.side())) }
+	return func(c *bcall) bres { return c.boolean(c.an().kindIs(c.arg(0), k, c.side())) }
 }
 
 func typeName(c *bcall) bres {
+	b := c.b()
+	names := []struct {
+		k    mask
+		name string
+	}{{mNull, "null"}, {mBool, "boolean"}, {mNum, "number"}, {mStr, "string"}, {mArr, "array"}, {mObj, "object"}, {mSet, "set"}}
 	var out []alt
-	for _, k := range kinds {
-		out = append(out, alt{g: c.an().kindIs(c.args[0], k.m, c.side()), v: conc{ast.StringTerm(k.name)}})
+	for _, n := range names {
+		out = append(out, alt{g: c.an().kindIs(c.arg(0), n.k, c.side()), v: conc{ast.StringTerm(n.name)}})
 	}
-	return bres{alts: out, err: c.b().Not(c.an().kindIs(c.args[0], mObj, c.side())), ok: true}
+	return bres{alts: out, err: b.Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
 }
 
 // member2 is "x in coll": a member (an array's or set's, an object's
 // value) equal to x.
 func member2(c *bcall) bres {
 	an, b := c.an(), c.b()
-	x, col := c.args[0], c.members(1)
+	x, col := c.arg(0), c.members(1)
 	switch v := col.(type) {
 	case *coll:
 		var out []*smt.Term
@@ -222,18 +231,18 @@ func member2(c *bcall) bres {
 // members is argument i, a constant collection as a coll (a constant
 // scalar as it is).
 func (c *bcall) members(i int) val {
-	if k, ok := c.args[i].(conc); ok {
+	if k, ok := c.arg(i).(conc); ok {
 		if cc, ok := c.an().vs.concColl(k.t); ok {
 			return cc
 		}
 	}
-	return c.args[i]
+	return c.arg(i)
 }
 
 // member3 is "k, x in coll".
 func member3(c *bcall) bres {
 	an, b := c.an(), c.b()
-	k, x, col := c.args[0], c.args[1], c.members(2)
+	k, x, col := c.arg(0), c.arg(1), c.members(2)
 	if _, scalar := col.(conc); scalar {
 		return c.boolean(b.False())
 	}
@@ -268,7 +277,7 @@ func member3(c *bcall) bres {
 // fails.
 func count(c *bcall) bres {
 	an, b := c.an(), c.b()
-	x := c.args[0]
+	x := c.arg(0)
 	var alts []alt
 	var ok []*smt.Term
 	if n, has := an.length(x, c.side()); has != nil {
@@ -290,7 +299,7 @@ func arith(op string) encoder {
 	return func(c *bcall) bres {
 		b := c.b()
 		if op == "-" {
-			if _, ok := c.args[0].(*coll); ok {
+			if _, ok := c.arg(0).(*coll); ok {
 				return setOp("minus")(c)
 			}
 		}
@@ -310,21 +319,20 @@ func rem(c *bcall) bres {
 		return bres{}
 	}
 	x, y := xy[0], xy[1]
-	m := b.App("mod", smt.Int, absInt(b, x), absInt(b, y)) // both non-negative: truncated
+	ax := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)
+	ay := b.Ite(b.Cmp("<", y, b.IntLit(0)), b.App("-", smt.Int, y), y)
+	m := b.App("mod", smt.Int, ax, ay) // both non-negative: truncated
 	r := b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, m), m)
 	return c.value(c.num(r), b.Or(append(errs, b.Eq(y, b.IntLit(0)))...))
 }
 
 func abs(c *bcall) bres {
+	b := c.b()
 	x, ex, ok := c.integer(0)
 	if !ok {
 		return bres{}
 	}
-	return c.value(c.num(absInt(c.b(), x)), ex)
-}
-
-func absInt(b *smt.Builder, x *smt.Term) *smt.Term {
-	return b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)
+	return c.value(c.num(b.Ite(b.Cmp("<", x, b.IntLit(0)), b.App("-", smt.Int, x), x)), ex)
 }
 
 // strPred is startswith, endswith or contains: both strings, else fails.
@@ -347,11 +355,10 @@ func trim(fix string) encoder {
 	return strFn(2, func(c *bcall, t []*smt.Term) val {
 		b, s, p := c.b(), t[0], t[1]
 		ls, lp := b.App("str.len", smt.Int, s), b.App("str.len", smt.Int, p)
-		from := b.IntLit(0) // what is left starts after the prefix, or at 0
 		if fix == "str.prefixof" {
-			from = lp
+			return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, lp, b.App("-", smt.Int, ls, lp)), s))
 		}
-		return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, from, b.App("-", smt.Int, ls, lp)), s))
+		return c.strVal(b.Ite(b.App(fix, smt.Bool, p, s), b.App("str.substr", smt.String, s, b.IntLit(0), b.App("-", smt.Int, ls, lp)), s))
 	})
 }
 
@@ -412,7 +419,7 @@ func concat(c *bcall) bres {
 // as OPA passes them), and %%.
 func sprintf(c *bcall) bres {
 	an, b := c.an(), c.b()
-	fs, ok := constOf[ast.String](c.args[0])
+	fs, ok := constString(c.arg(0))
 	if !ok {
 		return bres{}
 	}
@@ -424,7 +431,8 @@ func sprintf(c *bcall) bres {
 		return bres{}
 	}
 	var parts []*smt.Term
-	text := string(fs)
+	var errs []*smt.Term
+	text := fs
 	argi := 0
 	lit := func(s string) bool {
 		t, ok := b.StrLit(s)
@@ -434,15 +442,18 @@ func sprintf(c *bcall) bres {
 		return ok
 	}
 	for {
-		before, after, found := strings.Cut(text, "%")
-		if !lit(before) || (found && after == "") {
-			return bres{}
-		}
-		if !found {
+		i := strings.IndexByte(text, '%')
+		if i < 0 {
+			if !lit(text) {
+				return bres{}
+			}
 			break
 		}
-		verb := after[0]
-		text = after[1:]
+		if !lit(text[:i]) || i+1 >= len(text) {
+			return bres{}
+		}
+		verb := text[i+1]
+		text = text[i+2:]
 		if verb == '%' {
 			lit("%")
 			continue
@@ -476,7 +487,7 @@ func sprintf(c *bcall) bres {
 	default:
 		s = b.App("str.++", smt.String, parts...)
 	}
-	return c.value(c.strVal(s), nil)
+	return c.value(c.strVal(s), b.Or(errs...))
 }
 
 // intString is an integer in decimal, with its sign.
@@ -487,7 +498,7 @@ func intString(b *smt.Builder, n *smt.Term) *smt.Term {
 
 func formatInt(c *bcall) bres {
 	b := c.b()
-	base, ok := intOf(c.args[1])
+	base, ok := intOf(c.arg(1))
 	if !ok || base.Cmp(big.NewInt(10)) != 0 {
 		return bres{}
 	}
@@ -500,11 +511,11 @@ func formatInt(c *bcall) bres {
 
 func regexMatch(c *bcall) bres {
 	b := c.b()
-	ps, ok := constOf[ast.String](c.args[0])
+	ps, ok := constString(c.arg(0))
 	if !ok {
 		return bres{}
 	}
-	re, err := regexTerm(b, string(ps))
+	re, err := regexTerm(b, ps)
 	if err != nil {
 		return bres{}
 	}
@@ -552,12 +563,14 @@ func caseMap(name string, from, to rune) encoder {
 func objectGet(c *bcall) bres {
 	b := c.b()
 	var path []*ast.Term
-	switch k := c.args[1].(type) {
+	switch k := c.arg(1).(type) {
 	case conc:
 		path = []*ast.Term{k.t}
 		if arr, ok := k.t.Value.(*ast.Array); ok {
 			path = nil
-			arr.Foreach(func(t *ast.Term) { path = append(path, t) })
+			for i := 0; i < arr.Len(); i++ {
+				path = append(path, arr.Elem(i))
+			}
 		}
 	case *coll:
 		if k.kind != kArray || len(k.q) > 0 {
@@ -573,7 +586,7 @@ func objectGet(c *bcall) bres {
 	default:
 		return bres{}
 	}
-	cur := []alt{{g: b.True(), v: c.args[0]}}
+	cur := []alt{{g: b.True(), v: c.arg(0)}}
 	for _, key := range path {
 		var next []alt
 		for _, a := range cur {
@@ -588,34 +601,45 @@ func objectGet(c *bcall) bres {
 	}
 	found := c.an().joinAlts(cur)
 	out := append([]alt(nil), found.alts...)
-	out = append(out, alt{g: b.Not(c.an().def(found)), v: c.args[2]})
-	return bres{alts: out, err: b.Not(c.an().kindIs(c.args[0], mObj, c.side())), ok: true}
+	out = append(out, alt{g: b.Not(c.an().def(found)), v: c.arg(2)})
+	return bres{alts: out, err: b.Not(c.an().kindIs(c.arg(0), mObj, c.side())), ok: true}
 }
 
 // sortedMembers orders a set's or array's members when they are all
 // constants: equal values merge (a set's copies), present under any copy's
 // guard.
 func sortedMembers(an *analysis, col *coll) ([]*elem, bool) {
+	b := an.vs.b
+	var terms []*ast.Term
+	guards := map[string]*smt.Term{}
 	var out []*elem
-	copies := map[string]*elem{}
 	for _, e := range col.elems {
 		x, ok := e.v.(conc)
 		if !ok {
 			return nil, false
 		}
+		k := x.t.String()
+		if g, seen := guards[k]; seen && col.kind == kSet {
+			guards[k] = b.Or(g, e.g)
+			continue
+		}
 		if col.kind == kSet {
-			if m, seen := copies[x.t.String()]; seen {
-				m.g = an.vs.b.Or(m.g, e.g)
-				continue
-			}
-			e = &elem{g: e.g, v: x}
-			copies[x.t.String()] = e
+			guards[k] = e.g
+			terms = append(terms, x.t)
+			continue
 		}
 		out = append(out, e)
 	}
-	// An array's members themselves, each with its own guard: two members
-	// may hold the same term (a shared constant), so a term cannot name one.
-	slices.SortStableFunc(out, func(a, b *elem) int { return ast.Compare(a.v.(conc).t, b.v.(conc).t) })
+	if col.kind != kSet {
+		// The members themselves, each with its own guard: two members may
+		// hold the same term (a shared constant), so a term cannot name one.
+		slices.SortStableFunc(out, func(a, b *elem) int { return ast.Compare(a.v.(conc).t, b.v.(conc).t) })
+		return out, true
+	}
+	sortedConc(terms)
+	for _, t := range terms {
+		out = append(out, &elem{g: guards[t.String()], v: conc{t}})
+	}
 	return out, true
 }
 
@@ -623,7 +647,7 @@ func sortedMembers(an *analysis, col *coll) ([]*elem, bool) {
 // order; any other member (a value the input or a gap holds) somewhere
 // among them, a member whose place the analysis does not know.
 func sortColl(c *bcall) bres {
-	col, ok := c.args[0].(*coll)
+	col, ok := c.arg(0).(*coll)
 	if !ok || col.kind == kObject || len(col.q) > 0 {
 		return bres{}
 	}
@@ -648,21 +672,12 @@ func sortColl(c *bcall) bres {
 	return c.value(out, nil)
 }
 
-// pair is the two arguments, when both are collections of kind k without
-// quantified members.
-func (c *bcall) pair(k collKind) (out [2]*coll, ok bool) {
-	for i := range 2 {
-		if out[i] = c.coll(i); out[i] == nil || out[i].kind != k || len(out[i].q) > 0 {
-			return out, false
-		}
-	}
-	return out, true
-}
-
 func arrayConcat(c *bcall) bres {
-	parts, ok := c.pair(kArray)
-	if !ok {
-		return bres{}
+	var parts [2]*coll
+	for i := range 2 {
+		if parts[i] = c.coll(i); parts[i] == nil || parts[i].kind != kArray || len(parts[i].q) > 0 {
+			return bres{}
+		}
 	}
 	out := c.an().newColl(kArray)
 	out.elems = append(append([]*elem(nil), parts[0].elems...), parts[1].elems...)
@@ -673,9 +688,12 @@ func arrayConcat(c *bcall) bres {
 func setOp(op string) encoder {
 	return func(c *bcall) bres {
 		an, b := c.an(), c.b()
-		sets, ok := c.pair(kSet)
-		if !ok {
-			return bres{}
+		var sets [2]*coll
+		for i := range 2 {
+			sets[i] = c.coll(i)
+			if sets[i] == nil || sets[i].kind != kSet || len(sets[i].q) > 0 {
+				return bres{}
+			}
 		}
 		out := an.newColl(kSet)
 		in := func(e *elem, s *coll) *smt.Term {

@@ -16,7 +16,10 @@ import (
 // call runs a CallStmt: a plan function (a rule), or a builtin.
 func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
 	b := f.b()
-	args := mapped(s.Args, func(a ir.Operand) *slot { return f.operand(st, a) })
+	args := make([]*slot, len(s.Args))
+	for i, a := range s.Args {
+		args[i] = f.operand(st, a)
+	}
 	var res []alt
 	if fn, ok := f.sd.funcs[s.Func]; ok {
 		if len(args) != len(fn.Params) {
@@ -25,9 +28,7 @@ func (f *frame) call(s *ir.CallStmt, st *state) (*state, flow) {
 		// A plan function takes undefined arguments too.
 		for _, combo := range combos(b, args, true) {
 			r := f.sd.function(fn, combo.vals)
-			if !r.err.IsFalse() { // the callee's errors are the caller's
-				f.errs = append(f.errs, b.And(st.pc.term(b), combo.g, r.err))
-			}
+			f.propagate(st, b.And(combo.g, r.err))
 			res = append(res, guardAlts(b, combo.g, r.ret.alts)...)
 		}
 	} else {
@@ -109,12 +110,21 @@ func (f *frame) builtin(s *ir.CallStmt, args []val) ([]alt, *smt.Term) {
 	all := true
 	terms := make([]*ast.Term, len(args))
 	for i, a := range args {
-		c, ok := an.settle(a).(conc)
-		all = all && ok
-		terms[i] = c.t
+		switch v := a.(type) {
+		case conc:
+			terms[i] = v.t
+		case *coll:
+			if t, ok := v.concrete(); ok {
+				terms[i] = t
+				continue
+			}
+			all = false
+		default:
+			all = false
+		}
 	}
 	if all {
-		r, err := foldBuiltin(f.sd.an.ctx, s.Func, terms)
+		r, err := foldBuiltin(f.sd.ctx, s.Func, terms)
 		if err != nil {
 			if errors.Is(err, errNotFolded) {
 				return []alt{{g: b.True(), v: an.opaqueUF("bi!"+s.Func, &gap{why: "builtin " + s.Func + ": " + err.Error(), at: f.loc(s)}, args...)}}, b.False()

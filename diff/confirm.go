@@ -55,17 +55,21 @@ func found(ctx context.Context, old, new *engine.Snapshot, name string, q shadow
 		// Leaves the solver gave one value (identifiers that must match)
 		// go back together first, then each leaf alone.
 		diffs := leafDiff(base, ex, "")
-		var tries [][]string
-		group := map[string]int{} // a value's group in tries
+		groups := map[string][]string{}
+		var keys []string
 		for _, p := range diffs {
 			k := string(encodeJSON(valueAt(ex, p)))
-			if i, ok := group[k]; ok {
-				tries[i] = append(tries[i], p)
-			} else {
-				group[k], tries = len(tries), append(tries, []string{p})
+			if groups[k] == nil {
+				keys = append(keys, k)
+			}
+			groups[k] = append(groups[k], p)
+		}
+		var tries [][]string
+		for _, k := range keys {
+			if len(groups[k]) > 1 {
+				tries = append(tries, groups[k])
 			}
 		}
-		tries = slices.DeleteFunc(tries, func(g []string) bool { return len(g) < 2 })
 		for _, p := range diffs {
 			tries = append(tries, []string{p})
 		}
@@ -121,6 +125,9 @@ func leafDiff(a, b any, at string) []string {
 	}
 	if string(encodeJSON(a)) == string(encodeJSON(b)) {
 		return nil
+	}
+	if at == "" {
+		return []string{""}
 	}
 	return []string{at}
 }

@@ -219,15 +219,16 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	vNew, _ := new.Verdict(name)
 	limit := cmp.Or(opts.MaxTerms, 2_000_000)
 	defer func() {
-		r := recover()
-		e, isErr := r.(error)
-		switch {
-		case r == nil:
-		case r == smt.ErrTooLarge:
-			dd = unknownAll(fmt.Sprintf("the encoding exceeds %d terms (the analysis bounds its own size)", limit))
-		case isErr && ctx.Err() != nil && errors.Is(e, ctx.Err()):
-			dd = unknownAll(e.Error())
-		default: // a fault of the analysis is an answer it could not give
+		if r := recover(); r != nil {
+			if r == smt.ErrTooLarge {
+				dd = unknownAll(fmt.Sprintf("the encoding exceeds %d terms (the analysis bounds its own size)", limit))
+				return
+			}
+			if e, ok := r.(error); ok && ctx.Err() != nil && errors.Is(e, ctx.Err()) {
+				dd = unknownAll(e.Error())
+				return
+			}
+			// A fault of the analysis is an answer it could not give.
 			dd = unknownAll(fmt.Sprintf("the analysis failed (please report it): %v", r))
 		}
 	}()
@@ -259,6 +260,7 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	// The lemmas shorten the questions.
 	a.resultLemmas(sol, enc, name)
 	qs = enc.questions(a.vs.b)
+	background := enc.background
 	var inputs [][]byte
 	for _, f := range fixtures {
 		if f.Decision == name && f.Input != nil && f.WantError == nil {
@@ -268,13 +270,17 @@ func decision(ctx context.Context, old, new *engine.Snapshot, name string, fixtu
 	// Each question first briefly, so that a hard one does not spend the
 	// budget of the easy ones after it; then those no solver decided in
 	// that time, in order, with what is left.
-	dd = &DecisionDiff{}
+	answers := make([]*Answer, len(qs))
 	for _, limit := range []time.Duration{a.budget / 8, 0} {
-		for _, q := range qs {
-			if dd.Get(q.class) == nil {
-				dd.set(q.class, a.answer(ctx, sol, old, new, name, q, inputs, limit))
+		for i, q := range qs {
+			if answers[i] == nil {
+				answers[i] = a.answer(ctx, sol, old, new, name, q, background, inputs, limit)
 			}
 		}
+	}
+	dd = &DecisionDiff{}
+	for i, q := range qs {
+		dd.set(q.class, answers[i])
 	}
 	return dd
 }
@@ -309,7 +315,7 @@ const tidyTimeout = 4 * time.Second
 // answer asks the solver one question and confirms its example. With a
 // limit (0: none but the solver's and the budget's), a question no solver
 // decides within it is not answered yet: nil.
-func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, inputs [][]byte, limit time.Duration) *Answer {
+func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine.Snapshot, name string, q question, background []*smt.Term, inputs [][]byte, limit time.Duration) *Answer {
 	if q.f.IsFalse() {
 		return &Answer{Verdict: None, Bounds: Bounds}
 	}
@@ -317,11 +323,17 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 	sol.Push()
 	sc.Assert(q.f)
 	t0 := time.Now()
-	res, err := sol.CheckWithin(limit)
-	if limit > 0 && err == nil && res == smt.Unknown {
-		trace("%s %s: not decided in its first %v", name, q.class, limit)
-		sol.Pop()
-		return nil
+	var res smt.Result
+	var err error
+	if limit > 0 {
+		res, err = sol.CheckWithin(limit)
+		if err == nil && res == smt.Unknown {
+			trace("%s %s: not decided in its first %v", name, q.class, limit)
+			sol.Pop()
+			return nil
+		}
+	} else {
+		res, err = sol.Check()
 	}
 	trace("%s %s: %s by %s in %v (%v)", name, q.class, res, sol.Name(), time.Since(t0), err)
 	if errors.Is(err, smt.ErrBudget) {
@@ -367,21 +379,22 @@ func (a *analysis) answer(ctx context.Context, sol *smt.Solver, old, new *engine
 		}
 		sol.Pop()
 	}
-	var why string // no example: the gaps are blamed, else why
-	switch {
-	case derr != nil:
-		why = "the solver's example cannot be written as JSON: " + derr.Error()
-	case c.class != q.class || !c.agree:
-		why = fmt.Sprintf("the solver's example %s did not confirm (decided: %s); the encoding is wrong there, please report it", truncate(doc, 400), c.class)
-	default:
-		t0 = time.Now()
-		defer func() { trace("%s %s: confirmed and minimized in %v", name, q.class, time.Since(t0)) }()
-		return found(ctx, old, new, name, q.class, doc, inputs)
+	blame := func(what string) *Answer {
+		gaps := a.gapsIn(append([]*smt.Term{q.f}, background...)...)
+		if len(gaps) > 0 {
+			return &Answer{Verdict: Unknown, Reason: "not modelled: " + joinShort(gaps)}
+		}
+		return &Answer{Verdict: Unknown, Reason: what}
 	}
-	if gaps := a.gapsIn(append([]*smt.Term{q.f}, a.enc.background...)...); len(gaps) > 0 {
-		return &Answer{Verdict: Unknown, Reason: "not modelled: " + joinShort(gaps)}
+	if derr != nil {
+		return blame("the solver's example cannot be written as JSON: " + derr.Error())
 	}
-	return &Answer{Verdict: Unknown, Reason: why}
+	if c.class != q.class || !c.agree {
+		return blame(fmt.Sprintf("the solver's example %s did not confirm (decided: %s); the encoding is wrong there, please report it", truncate(doc, 400), c.class))
+	}
+	t0 = time.Now()
+	defer func() { trace("%s %s: confirmed and minimized in %v", name, q.class, time.Since(t0)) }()
+	return found(ctx, old, new, name, q.class, doc, inputs)
 }
 
 var traceOn = os.Getenv("ARBITER_DIFF_TRACE") != ""

@@ -1,8 +1,8 @@
 package diff
 
 import (
+	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -29,7 +29,7 @@ type pc struct {
 	depth  int
 }
 
-func (p *pc) and(c *smt.Term) *pc {
+func (p *pc) and(b *smt.Builder, c *smt.Term) *pc {
 	if c.IsTrue() {
 		return p
 	}
@@ -95,16 +95,7 @@ func (st *state) set(l ir.Local, s *slot) *state {
 	return out
 }
 
-// with is st on the path p (nil for no path).
-func (st *state) with(p *pc) *state {
-	if st == nil {
-		return nil
-	}
-	return &state{pc: p, locals: st.locals}
-}
-
-// where is st on the path where c holds as well.
-func (st *state) where(c *smt.Term) *state { return st.with(st.pc.and(c)) }
+func (st *state) with(p *pc) *state { return &state{pc: p, locals: st.locals} }
 
 // flow is how a block (or a statement) ends: the paths that go on after it,
 // and those that leave enclosing blocks (exits[r]: r as ireval's stmt
@@ -124,11 +115,6 @@ func (f *flow) exit(r int, st *state) {
 	f.exits[r] = append(f.exits[r], st)
 }
 
-// breaks reports whether paths of f leave enclosing blocks.
-func (f *flow) breaks() bool {
-	return slices.ContainsFunc(slices.Collect(maps.Keys(f.exits)), func(r int) bool { return r > 0 })
-}
-
 func (f *flow) add(o flow) {
 	for r, sts := range o.exits {
 		for _, st := range sts {
@@ -140,13 +126,16 @@ func (f *flow) add(o flow) {
 
 // side is one revision being executed.
 type side struct {
-	an    *analysis
-	s     int // 0 old, 1 new
-	strs  []*ast.Term
-	funcs map[string]*ir.Func
-	files []string
-	memo  map[string]*callResult
-	busy  map[string]bool
+	an     *analysis
+	s      int // 0 old, 1 new
+	policy *ir.Policy
+	strs   []*ast.Term
+	funcs  map[string]*ir.Func
+	files  []string
+	data   *ast.Term
+	memo   map[string]*callResult
+	busy   map[string]bool
+	ctx    context.Context
 }
 
 type callResult struct {
@@ -171,6 +160,9 @@ func (f *frame) fail(st *state, cond *smt.Term) {
 		return
 	}
 	at := f.loc(f.cur)
+	if debugFail != nil {
+		debugFail(at, f.cur, cond)
+	}
 	sites := &f.sd.an.errSites[f.sd.s]
 	if !slices.Contains(*sites, at) {
 		*sites = append(*sites, at)
@@ -178,13 +170,24 @@ func (f *frame) fail(st *state, cond *smt.Term) {
 	f.errs = append(f.errs, f.b().And(st.pc.term(f.b()), cond))
 }
 
+var debugFail func(at string, s ir.Stmt, cond *smt.Term)
+
 func (f *frame) loc(s ir.Stmt) string {
-	if s != nil {
-		if l := s.GetLocation(); l != nil && l.File >= 0 && l.File < len(f.sd.files) {
-			return fmt.Sprintf("%s:%d", f.sd.files[l.File], l.Row)
-		}
+	if s == nil {
+		return f.fn
 	}
-	return f.fn
+	l := s.GetLocation()
+	if l == nil || l.File < 0 || l.File >= len(f.sd.files) {
+		return f.fn
+	}
+	return fmt.Sprintf("%s:%d", f.sd.files[l.File], l.Row)
+}
+
+// propagate records a callee's errors where cond holds on st's path.
+func (f *frame) propagate(st *state, cond *smt.Term) {
+	if !cond.IsFalse() {
+		f.errs = append(f.errs, f.b().And(st.pc.term(f.b()), cond))
+	}
 }
 
 // merge joins the paths sts into one state: its condition is their
@@ -203,7 +206,7 @@ func (f *frame) merge(sts []*state, total bool) *state {
 	rel := mapped(live, func(st *state) *smt.Term { return st.pc.since(b, anc) })
 	out := &state{pc: anc}
 	if !total {
-		out.pc = anc.and(b.Or(rel...))
+		out.pc = anc.and(b, b.Or(rel...))
 	}
 	n := 0
 	for _, st := range live {
@@ -259,7 +262,8 @@ func (an *analysis) joinAlts(alts []alt) *slot {
 		case !ok:
 			rest = append(rest, a)
 		case sc == nil:
-			sc = &a
+			c := a
+			sc = &c
 		default:
 			cur, _ := an.scalarOf(sc.v)
 			sc = &alt{g: b.Or(sc.g, a.g), v: sym{t: b.Ite(a.g, t.t, cur.t), m: cur.m | t.m}}
@@ -365,8 +369,10 @@ func (f *frame) blocks(blocks []*ir.Block, st *state) []*state {
 			break
 		}
 		fl := f.block(blk, st)
-		if fl.breaks() {
-			panic(fmt.Sprintf("%s: a break leaves its top-level block", f.fn))
+		for r := range fl.exits {
+			if r > 0 {
+				panic(fmt.Sprintf("%s: a break leaves its top-level block", f.fn))
+			}
 		}
 		rets = append(rets, fl.ret...)
 		st = f.cont(fl, st)
@@ -377,20 +383,21 @@ func (f *frame) blocks(blocks []*ir.Block, st *state) []*state {
 // block runs the statements of blk from st.
 func (f *frame) block(blk *ir.Block, st *state) flow {
 	var fl flow
+	cur := st
 	for _, s := range blk.Stmts {
-		if st == nil {
+		if cur == nil {
 			break
 		}
-		if err := f.sd.an.ctx.Err(); err != nil {
+		if err := f.sd.ctx.Err(); err != nil {
 			panic(err)
 		}
 		f.cur = s
-		next, sf := f.stmt(s, st)
+		next, sf := f.stmt(s, cur)
 		fl.add(sf)
-		st = next
+		cur = next
 	}
-	if st != nil {
-		fl.exit(-1, st) // fell off the end
+	if cur != nil {
+		fl.exit(-1, cur) // fell off the end
 	}
 	return fl
 }
@@ -399,9 +406,14 @@ func (f *frame) block(blk *ir.Block, st *state) flow {
 // undefined statements.
 func (f *frame) cont(fl flow, entry *state) *state {
 	sts := append(fl.exits[-1], fl.exits[0]...)
-	total := entry != nil && len(fl.ret) == 0 && !fl.breaks()
+	total := entry != nil && len(fl.ret) == 0
+	for r := range fl.exits {
+		if r > 0 {
+			total = false
+		}
+	}
 	m := f.merge(sts, total)
-	if m != nil && total {
+	if m != nil && total && entry != nil {
 		m.pc = entry.pc
 	}
 	return m
@@ -411,14 +423,15 @@ func (f *frame) cont(fl flow, entry *state) *state {
 // flow that leaves the block where it does not.
 func (f *frame) split(st *state, ok *smt.Term) (*state, flow) {
 	var fl flow
+	b := f.b()
 	if ok.IsTrue() {
 		return st, fl
 	}
-	fl.exit(0, st.where(f.b().Not(ok)))
+	fl.exit(0, st.with(st.pc.and(b, b.Not(ok))))
 	if ok.IsFalse() {
 		return nil, fl
 	}
-	return st.where(ok), fl
+	return st.with(st.pc.and(b, ok)), fl
 }
 
 // assign is st with target set to the join of alts, on the paths where
@@ -447,11 +460,13 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		return nil, fl
 
 	case *ir.ReturnLocalStmt:
-		return nil, flow{ret: []*state{{pc: st.pc, locals: st.locals, retv: st.get(s.Source)}}}
+		r := &state{pc: st.pc, locals: st.locals, retv: st.get(s.Source)}
+		return nil, flow{ret: []*state{r}}
 
 	case *ir.ResultSetAddStmt:
 		v := st.get(s.Value)
-		next, fl := f.split(st, an.def(v))
+		ok := an.def(v)
+		next, fl := f.split(st, ok)
 		if next == nil {
 			return nil, fl
 		}
@@ -483,11 +498,14 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 
 	case *ir.NotStmt:
 		bf := f.block(s.Block, st)
-		fl := flow{ret: bf.ret}
+		var fl flow
+		// The negated block held: not is undefined.
 		for _, x := range bf.exits[-1] {
-			fl.exit(0, x) // the negated block held: not is undefined
+			fl.exit(0, x)
 		}
-		return f.merge(bf.exits[0], false), fl
+		fl.ret = append(fl.ret, bf.ret...)
+		next := f.merge(bf.exits[0], false)
+		return next, fl
 
 	case *ir.WithStmt:
 		return f.with(s, st)
@@ -578,7 +596,8 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		// else "complete rules must not produce multiple outputs".
 		dc := an.def(cur)
 		f.fail(st, b.And(dc, b.Not(b.And(an.def(src), an.eqSlots(cur, src, f.sd.s, f.loc(s))))))
-		alts := slices.Clone(cur.alts)
+		var alts []alt
+		alts = append(alts, cur.alts...)
 		for _, a := range src.alts {
 			alts = append(alts, alt{g: b.And(b.Not(dc), a.g), v: a.v})
 		}
@@ -610,15 +629,20 @@ func (f *frame) stmt(s ir.Stmt, st *state) (*state, flow) {
 		return f.addMember(st, s.Object, f.operand(st, s.Key), f.operand(st, s.Value), s)
 
 	case *ir.ObjectMergeStmt:
+		x, y := st.get(s.A), st.get(s.B)
 		var alts []alt
-		for _, a := range st.get(s.A).alts {
-			for _, c := range st.get(s.B).alts {
-				xo, ok1 := constOf[ast.Object](a.v)
-				yo, ok2 := constOf[ast.Object](c.v)
+		for _, a := range x.alts {
+			for _, c := range y.alts {
+				ca, ok1 := a.v.(conc)
+				cc, ok2 := c.v.(conc)
 				if ok1 && ok2 {
-					if m, ok := xo.Merge(yo); ok {
-						alts = append(alts, alt{g: b.And(a.g, c.g), v: conc{ast.NewTerm(m)}})
-						continue
+					if xo, ok := ca.t.Value.(ast.Object); ok {
+						if yo, ok := cc.t.Value.(ast.Object); ok {
+							if m, ok := xo.Merge(yo); ok {
+								alts = append(alts, alt{g: b.And(a.g, c.g), v: conc{ast.NewTerm(m)}})
+								continue
+							}
+						}
 					}
 				}
 				g := &gap{why: "merging base and virtual documents", at: f.loc(s)}
@@ -676,10 +700,11 @@ func (f *frame) addMember(st *state, target ir.Local, key, value *slot, s ir.Stm
 		var changed bool
 		alts := slices.Clone(sl.alts)
 		for i, a := range alts {
-			c, _ := a.v.(*coll)
-			if nc, ok := updated[c]; ok {
-				alts[i].v = nc
-				changed = true
+			if c, ok := a.v.(*coll); ok {
+				if nc, ok := updated[c]; ok {
+					alts[i].v = nc
+					changed = true
+				}
 			}
 		}
 		if changed {
@@ -761,12 +786,13 @@ func (f *frame) with(s *ir.WithStmt, st *state) (*state, flow) {
 		replaced = &slot{alts: alts}
 	}
 	bf := f.block(s.Block, st.set(s.Local, replaced))
-	fl := flow{ret: bf.ret}
+	var fl flow
 	for r, sts := range bf.exits {
 		for _, x := range sts {
 			fl.exit(r, x.set(s.Local, saved))
 		}
 	}
+	fl.ret = append(fl.ret, bf.ret...)
 	next := f.merge(fl.exits[-1], false)
 	delete(fl.exits, -1)
 	return next, fl

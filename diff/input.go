@@ -2,7 +2,7 @@ package diff
 
 import (
 	"fmt"
-	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/arbiter-dev/arbiter/diff/smt"
@@ -107,8 +107,15 @@ type node struct {
 	idx []*smt.Term
 }
 
-// key identifies n: its template and the terms of its indices.
-func (n *node) key() string { return fmt.Sprint(n.t.id, mapped(n.idx, (*smt.Term).ID)) }
+func (n *node) key() string {
+	var sb strings.Builder
+	sb.WriteString(strconv.Itoa(n.t.id))
+	for _, i := range n.idx {
+		sb.WriteByte(',')
+		sb.WriteString(strconv.Itoa(i.ID()))
+	}
+	return sb.String()
+}
 
 func (m *model) rootNode() *node { return &node{t: m.root} }
 
@@ -162,7 +169,8 @@ func (m *model) member(n *node, key string) *node {
 // at is the node of n's element at index i.
 func (m *model) at(n *node, i *smt.Term) *node {
 	n.t.sized = true
-	return &node{t: m.element(n.t), idx: append(slices.Clone(n.idx), i)}
+	idx := append(append([]*smt.Term(nil), n.idx...), i)
+	return &node{t: m.element(n.t), idx: idx}
 }
 
 // length is the number of members of n (an array's elements, an object's
@@ -194,7 +202,8 @@ func (m *model) structure() []*smt.Term {
 		n := &node{t: t}
 		x := m.x(n)
 		out = append(out, b.Implies(m.vs.is("varr", x), b.Cmp(">=", m.vs.field("va", smt.Int, x), b.IntLit(0))))
-		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, m.present(n)...))))
+		present := m.present(n)
+		out = append(out, b.Implies(m.vs.is("vobj", x), b.Cmp(">=", m.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
 	}
 	return out
 }

@@ -38,23 +38,27 @@ func (an *analysis) tidy() []*smt.Term {
 					}
 					an.m.element(t)
 				}
+				present := an.m.present(n)
 				out = append(out, b.Not(an.vs.is("vtok", x)), b.Not(an.vs.is("vset", x)),
-					b.Implies(an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), b.Add(smt.Int, an.m.present(n)...))))
+					b.Implies(an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), b.Add(smt.Int, present...))))
 				length := an.vs.field("va", smt.Int, x)
 				if t.elem == nil {
 					out = append(out, b.Implies(an.vs.is("varr", x), b.Eq(length, b.IntLit(0))))
 					continue
 				}
 				out = append(out, b.Implies(an.vs.is("varr", x), b.And(b.Cmp(">=", length, b.IntLit(0)), b.Cmp("<=", length, b.IntLit(2)))))
-				// The elements there valid, and the members an example adds.
-				extra := []*node{an.m.at(n, b.IntLit(0)), an.m.at(n, b.IntLit(1))}
-				for _, k := range t.order {
-					if strings.HasPrefix(k, extraKey) {
-						extra = append(extra, an.m.member(n, k))
+				for i := range 2 {
+					e := an.m.at(n, b.IntLit(int64(i)))
+					for s := range 2 {
+						out = append(out, an.assumeValid(e, s))
 					}
 				}
-				for _, e := range extra {
-					out = append(out, an.assumeValid(e, 0), an.assumeValid(e, 1))
+				for _, k := range t.order {
+					if strings.HasPrefix(k, extraKey) {
+						for s := range 2 {
+							out = append(out, an.assumeValid(an.m.member(n, k), s))
+						}
+					}
 				}
 			}
 		}
@@ -102,17 +106,21 @@ func (an *analysis) readNode(sol *smt.Solver, n *node, depth int) (any, bool, er
 	if vals[0] == nil || vals[0].Atom != "true" {
 		return nil, false, nil
 	}
-	// Where nothing constrains the value (nil), the shape its members need.
-	ctor, arg := "vnull", &smt.SExpr{Atom: "0"}
-	switch x := vals[1]; {
-	case x != nil && len(x.List) == 2:
+	x := vals[1]
+	if x == nil {
+		// Nothing constrains the value: the shape its members need.
+		switch {
+		case len(n.t.order) > 0 || n.t.parent == nil:
+			x = &smt.SExpr{List: []*smt.SExpr{{Atom: "vobj"}, {Atom: "0"}}}
+		case n.t.elem != nil:
+			x = &smt.SExpr{List: []*smt.SExpr{{Atom: "varr"}, {Atom: "0"}}}
+		default:
+			x = &smt.SExpr{Atom: "vnull"}
+		}
+	}
+	ctor, arg := x.Atom, (*smt.SExpr)(nil)
+	if len(x.List) == 2 {
 		ctor, arg = x.List[0].Atom, x.List[1]
-	case x != nil:
-		ctor, arg = x.Atom, nil
-	case len(n.t.order) > 0 || n.t.parent == nil:
-		ctor = "vobj"
-	case n.t.elem != nil:
-		ctor = "varr"
 	}
 	switch ctor {
 	case "vnull":

@@ -46,12 +46,6 @@ func (an *analysis) uf(name string, s smt.Sort, g *gap, args ...val) *smt.Term {
 	return an.vs.b.Fun(fn, s, toks...)
 }
 
-// opaqueMember is the member key of x, where the analysis does not model
-// x's members (g says why).
-func (an *analysis) opaqueMember(g *gap, x, key val) alt {
-	return alt{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)}
-}
-
 // opaqueUF is an opaque value computed by name from args.
 func (an *analysis) opaqueUF(name string, g *gap, args ...val) *opaque {
 	t := an.uf("u!"+name, smt.Int, g, args...)
@@ -238,18 +232,20 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 				}
 				break
 			}
+			pos := b.IntLit(0)
 			kt, km, ok := an.vterm(key, side)
 			if !ok || !km.has(mNum) {
 				return nil
 			}
-			for i, pos := range positions(b, x) {
-				hit := b.And(x.elems[i].g, an.vs.is("vnum", kt), b.Eq(an.vs.num(kt), b.App("to_real", smt.Real, pos)))
-				out = append(out, alt{g: hit, v: x.elems[i].v})
+			for _, e := range x.elems {
+				hit := b.And(e.g, an.vs.is("vnum", kt), b.Eq(an.vs.num(kt), b.App("to_real", smt.Real, pos)))
+				out = append(out, alt{g: hit, v: e.v})
+				pos = b.Add(smt.Int, pos, b.Ite(e.g, b.IntLit(1), b.IntLit(0)))
 			}
 		}
 		if len(x.q) > 0 {
 			g := &gap{why: "a member of a collection built by a loop over the input", at: f.loc(s)}
-			out = append(out, an.opaqueMember(g, x, key))
+			out = append(out, alt{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)})
 		}
 		return out
 	case *node:
@@ -276,7 +272,7 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 		kt, km, ok := an.vterm(key, side)
 		if !ok {
 			g := &gap{why: "a member lookup with a key that is a collection", at: f.loc(s)}
-			return []alt{an.opaqueMember(g, x, key)}
+			return []alt{{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)}}
 		}
 		var out []alt
 		if km.has(mNum) && x.t.mask[side].has(mArr) {
@@ -300,9 +296,10 @@ func (f *frame) dot(src, key val, s ir.Stmt) []alt {
 			}
 			return f.dot(x.base, key, s)
 		}
-		return []alt{an.opaqueMember(&gap{why: "a member chosen at run time of a document replaced by with", at: f.loc(s)}, x, key)}
+		g := &gap{why: "a member chosen at run time of a document replaced by with", at: f.loc(s)}
+		return []alt{{g: an.uf("has", smt.Bool, g, x, key), v: an.opaqueUF("member", g, x, key)}}
 	case *opaque:
-		return []alt{an.opaqueMember(x.gap, x, key)}
+		return []alt{{g: an.uf("has", smt.Bool, x.gap, x, key), v: an.opaqueUF("member", x.gap, x, key)}}
 	}
 	return nil // a scalar has no members
 }
@@ -320,34 +317,41 @@ func (an *analysis) upsert(base val, path []*ast.Term, v val) val {
 	if len(path) == 0 {
 		return v
 	}
-	if c, ok := base.(conc); ok {
-		if _, isObj := c.t.Value.(ast.Object); !isObj {
-			base = nil
-		} else if cv, ok := v.(conc); ok {
-			return conc{concUpsert(c.t, path, cv.t)}
+	if base != nil {
+		if c, ok := base.(conc); ok {
+			if _, isObj := c.t.Value.(ast.Object); !isObj {
+				base = nil
+			}
+			if cv, ok := v.(conc); ok && base != nil {
+				if out, ok := concUpsert(c.t, path, cv.t); ok {
+					return conc{out}
+				}
+			}
 		}
 	}
 	var child val
-	switch bv := base.(type) {
-	case conc:
-		if r := ireval.Dot(bv.t, path[0]); r != nil {
-			child = conc{r}
-		}
-	case *node:
-		if s, ok := path[0].Value.(ast.String); ok {
-			child = an.m.member(bv, string(s))
-		}
-	case *overlay:
-		if ast.Compare(bv.key, path[0]) == 0 {
-			child = bv.v
+	if base != nil {
+		switch bv := base.(type) {
+		case conc:
+			if r := ireval.Dot(bv.t, path[0]); r != nil {
+				child = conc{r}
+			}
+		case *node:
+			if s, ok := path[0].Value.(ast.String); ok {
+				child = an.m.member(bv, string(s))
+			}
+		case *overlay:
+			if ast.Compare(bv.key, path[0]) == 0 {
+				child = bv.v
+			}
 		}
 	}
 	return &overlay{base: base, key: path[0], v: an.upsert(child, path[1:], v)}
 }
 
-func concUpsert(root *ast.Term, path []*ast.Term, v *ast.Term) *ast.Term {
+func concUpsert(root *ast.Term, path []*ast.Term, v *ast.Term) (*ast.Term, bool) {
 	if len(path) == 0 {
-		return v
+		return v, true
 	}
 	o, ok := root.Value.(ast.Object)
 	if !ok {
@@ -359,8 +363,12 @@ func concUpsert(root *ast.Term, path []*ast.Term, v *ast.Term) *ast.Term {
 	if child == nil {
 		child = ast.NewTerm(ast.NewObject())
 	}
-	out.Insert(path[0], concUpsert(child, path[1:], v))
-	return ast.NewTerm(out)
+	nv, ok := concUpsert(child, path[1:], v)
+	if !ok {
+		return nil, false
+	}
+	out.Insert(path[0], nv)
+	return ast.NewTerm(out), true
 }
 
 // eqSlots is the formula that two slots hold equal values (where both do).
@@ -391,8 +399,17 @@ func (an *analysis) eqVals(x, y val, s int, at string) *smt.Term {
 			y = c
 		}
 	}
-	if unmodelled(x) || unmodelled(y) {
+	if _, ok := x.(*opaque); ok {
 		return an.eqOpaque(x, y)
+	}
+	if _, ok := y.(*opaque); ok {
+		return an.eqOpaque(y, x)
+	}
+	if _, ok := x.(*overlay); ok {
+		return an.eqOpaque(x, y)
+	}
+	if _, ok := y.(*overlay); ok {
+		return an.eqOpaque(y, x)
 	}
 	cx, xColl := x.(*coll)
 	cy, yColl := y.(*coll)
@@ -429,23 +446,9 @@ func (an *analysis) bothFrac(x, y *smt.Term) *smt.Term {
 	return vs.b.And(vs.is("vnum", x), vs.is("vnum", y), vs.b.Not(vs.intReal(vs.num(x))), vs.b.Not(vs.intReal(vs.num(y))))
 }
 
-// unmodelled reports whether v is a value whose members the analysis
-// does not model: an opaque one, or a document replaced by with.
-func unmodelled(v val) bool {
-	switch v.(type) {
-	case *opaque, *overlay:
-		return true
-	}
-	return false
-}
-
-// eqOpaque compares x and y, one of them unmodelled: an uninterpreted
-// function, registered with the first opaque one's gap.
 func (an *analysis) eqOpaque(x, y val) *smt.Term {
 	g := &gap{why: "equality with a value the analysis does not model"}
 	if o, ok := x.(*opaque); ok {
-		g = o.gap
-	} else if o, ok := y.(*opaque); ok {
 		g = o.gap
 	}
 	if an.token(x).ID() > an.token(y).ID() {
@@ -519,33 +522,34 @@ func sameVal(x, y val) bool {
 // present, which needs no positions.
 func (an *analysis) eqOrdered(x, y *coll) (*smt.Term, bool) {
 	b := an.vs.b
-	// The constants in order, and where each is present.
-	index := func(c *coll) ([]string, map[string]*smt.Term, bool) {
+	index := func(c *coll) (map[string]int, []string, map[string]*smt.Term, bool) {
+		idx := map[string]int{}
 		var order []string
 		present := map[string]*smt.Term{}
 		for _, e := range c.elems {
 			v, ok := e.v.(conc)
 			if !ok {
-				return nil, nil, false
+				return nil, nil, nil, false
 			}
 			k := v.t.String()
-			if _, dup := present[k]; dup {
-				return nil, nil, false
+			if _, dup := idx[k]; dup {
+				return nil, nil, nil, false
 			}
+			idx[k] = len(order)
 			order = append(order, k)
 			present[k] = e.g
 		}
-		return order, present, true
+		return idx, order, present, true
 	}
-	ox, px, ok1 := index(x)
-	oy, py, ok2 := index(y)
+	ix, ox, px, ok1 := index(x)
+	iy, oy, py, ok2 := index(y)
 	if !ok1 || !ok2 {
 		return nil, false
 	}
 	// The shared constants must come in one order in both.
 	last := -1
 	for _, k := range ox {
-		if j := slices.Index(oy, k); j >= 0 {
+		if j, ok := iy[k]; ok {
 			if j < last {
 				return nil, false
 			}
@@ -561,7 +565,7 @@ func (an *analysis) eqOrdered(x, y *coll) (*smt.Term, bool) {
 		}
 	}
 	for _, k := range oy {
-		if _, ok := px[k]; !ok {
+		if _, ok := ix[k]; !ok {
 			out = append(out, b.Not(py[k]))
 		}
 	}
@@ -612,31 +616,34 @@ func (an *analysis) eqCollVal(c *coll, y val, s int, at string) *smt.Term {
 	if len(c.q) > 0 {
 		return an.uf("eq", smt.Bool, &gap{why: "comparing a collection built by a loop with the input", at: at}, c, y)
 	}
-	ctor, size, k := "varr", "va", mArr
-	if c.kind == kObject {
-		ctor, size, k = "vobj", "vo", mObj
-	}
-	if c.kind == kSet || !m.has(k) {
-		return b.False() // the input holds no sets, nor here what its schema rules out
-	}
-	out := []*smt.Term{an.vs.is(ctor, x), b.Eq(an.vs.field(size, smt.Int, x), an.count(c, s))}
-	if c.kind == kArray {
+	switch c.kind {
+	case kArray:
+		if !m.has(mArr) {
+			return b.False()
+		}
+		out := []*smt.Term{an.vs.is("varr", x), b.Eq(an.vs.field("va", smt.Int, x), an.count(c, s))}
 		for i, pos := range positions(b, c) {
 			e := an.m.at(n, pos)
 			an.elementRead(e)
 			out = append(out, b.Implies(c.elems[i].g, an.eqVals(c.elems[i].v, e, s, at)))
 		}
 		return b.And(out...)
-	}
-	for _, e := range c.elems {
-		ks, isStr := constOf[ast.String](e.key)
-		if !isStr {
-			return an.uf("eq", smt.Bool, &gap{why: "comparing an object with non-constant keys with the input", at: at}, c, y)
+	case kObject:
+		if !m.has(mObj) {
+			return b.False()
 		}
-		mem := an.m.member(n, string(ks))
-		out = append(out, b.Implies(e.g, b.And(an.m.d(mem), an.eqVals(e.v, mem, s, at))))
+		out := []*smt.Term{an.vs.is("vobj", x), b.Eq(an.vs.field("vo", smt.Int, x), an.count(c, s))}
+		for _, e := range c.elems {
+			ks, isStr := constString(e.key)
+			if !isStr {
+				return an.uf("eq", smt.Bool, &gap{why: "comparing an object with non-constant keys with the input", at: at}, c, y)
+			}
+			mem := an.m.member(n, ks)
+			out = append(out, b.Implies(e.g, b.And(an.m.d(mem), an.eqVals(e.v, mem, s, at))))
+		}
+		return b.And(out...)
 	}
-	return b.And(out...)
+	return b.False() // the input holds no sets
 }
 
 // cmpVals is Rego's order (ast.Compare) of two values, as op: <, <=, >, >=.
@@ -673,7 +680,10 @@ func (an *analysis) cmpVals(op string, x, y val, s int, at string) *smt.Term {
 		within = b.Ite(vs.is("vbool", tx), bl, within)
 	}
 	if both.has(mStr) {
-		str := b.App("str."+op, smt.Bool, vs.str(tx), vs.str(ty)) // str.< or str.<=
+		str := b.App("str.<=", smt.Bool, vs.str(tx), vs.str(ty))
+		if strict {
+			str = b.App("str.<", smt.Bool, vs.str(tx), vs.str(ty))
+		}
 		if both == mStr {
 			within = str
 		} else {
@@ -700,7 +710,11 @@ func (an *analysis) cmpVals(op string, x, y val, s int, at string) *smt.Term {
 
 // intOf reads an integer constant.
 func intOf(v val) (*big.Int, bool) {
-	n, ok := constOf[ast.Number](v)
+	c, ok := v.(conc)
+	if !ok {
+		return nil, false
+	}
+	n, ok := c.t.Value.(ast.Number)
 	if !ok {
 		return nil, false
 	}

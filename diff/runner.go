@@ -148,15 +148,16 @@ func (r *Runner) queue(slot int, old, new *engine.Snapshot) {
 	}
 	r.cancelSlot(slot)
 	now := time.Now().UTC()
-	j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now}, oldHash: old.Hash, newHash: new.Hash}
-	r.slots[slot] = j
 	if rep, ok := Carried(old, new); ok {
 		// One proof per revision, made where it was built.
-		j.st.State, j.st.Started, j.st.Finished, j.st.Report, j.st.Carried = StateDone, &now, &now, rep, true
+		j := &job{st: Status{Old: old.Revision, New: new.Revision, State: StateDone, Queued: now, Started: &now, Finished: &now, Report: rep, Carried: true},
+			oldHash: old.Hash, newHash: new.Hash}
+		r.slots[slot] = j
 		r.keep(j)
 		return
 	}
-	j.old, j.new = old, new
+	r.slots[slot] = &job{st: Status{Old: old.Revision, New: new.Revision, State: StateQueued, Queued: now},
+		oldHash: old.Hash, newHash: new.Hash, old: old, new: new}
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -213,12 +214,17 @@ func (r *Runner) work() {
 // whether there was one.
 func (r *Runner) runNext() bool {
 	r.mu.Lock()
-	i := slices.IndexFunc(r.slots[:], func(j *job) bool { return j != nil && j.st.State == StateQueued })
-	if i < 0 || r.ctx.Err() != nil {
+	var j *job
+	for _, s := range r.slots {
+		if s != nil && s.st.State == StateQueued {
+			j = s
+			break
+		}
+	}
+	if j == nil || r.ctx.Err() != nil {
 		r.mu.Unlock()
 		return false
 	}
-	j := r.slots[i]
 	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 	defer cancel()
 	j.cancel = cancel
@@ -308,8 +314,9 @@ func (r *Runner) Get(old, new string) (Status, bool) {
 // (shadow.Prover).
 func (r *Runner) Proofs(cand *engine.Snapshot) shadow.Proofs {
 	r.mu.Lock()
+	live := r.live
 	var st Status
-	if j := r.slots[slotShadow]; j != nil && r.live != nil && cand != nil && j.of(r.live, cand) {
+	if j := r.slots[slotShadow]; j != nil && live != nil && cand != nil && j.of(live, cand) {
 		st = j.st
 	}
 	r.mu.Unlock()

@@ -31,12 +31,11 @@ func (q *qelem) guarded(b *smt.Builder, g *smt.Term) *qelem {
 	return &qelem{vars: q.vars, cond: b.And(g, q.cond), key: q.key, v: q.v}
 }
 
-// boundElem is array node n's element at the index a quantifier binds:
-// the variable named by the element's template and the quantifiers around
-// it, so that the same quantifier in both revisions is the same term.
-func (an *analysis) boundElem(prefix string, n *node) (*smt.Term, *node) {
-	i := an.vs.b.Bound(fmt.Sprintf("%s!%d!%d", prefix, an.m.element(n.t).id, an.depth), smt.Int)
-	return i, an.m.at(n, i)
+// boundFor is the variable a quantifier over the elements of array
+// template t binds: named by the template and the quantifiers around it,
+// so that the same quantifier in both revisions is the same term.
+func (an *analysis) boundFor(prefix string, t *tmpl) *smt.Term {
+	return an.vs.b.Bound(fmt.Sprintf("%s!%d!%d", prefix, t.id, an.depth), smt.Int)
 }
 
 // qmember is "x is a member of q".
@@ -51,7 +50,10 @@ func (an *analysis) qmember(q *qelem, x val, s int, at string) *smt.Term {
 func (an *analysis) qcount(c *coll, plain *smt.Term) *smt.Term {
 	b := an.vs.b
 	n := b.Fresh("count", smt.Int)
-	some := mapped(c.elems, func(e *elem) *smt.Term { return e.g })
+	var some []*smt.Term
+	for _, e := range c.elems {
+		some = append(some, e.g)
+	}
 	for _, q := range c.q {
 		some = append(some, b.Exists(q.vars, q.cond))
 	}
@@ -64,7 +66,7 @@ func (an *analysis) qcount(c *coll, plain *smt.Term) *smt.Term {
 }
 
 // elementRead notes an element of an input array that a revision reads at
-// an index no loop binds: its items schema is assumed there (schema.go).
+// an index no loop binds: its items schema is assumed there (validity.go).
 func (an *analysis) elementRead(e *node) {
 	if !slices.ContainsFunc(e.idx, func(i *smt.Term) bool { return i.Sort() == smt.Int && i.IsBoundTerm() }) {
 		an.elements = append(an.elements, e)
@@ -75,7 +77,8 @@ func (an *analysis) elementRead(e *node) {
 // assumed valid against side s's items schema.
 func (an *analysis) elemExists(n *node, s int, p func(e *node) *smt.Term) *smt.Term {
 	b := an.vs.b
-	i, e := an.boundElem("m", n)
+	i := an.boundFor("m", an.m.element(n.t))
+	e := an.m.at(n, i)
 	e.touch()
 	return b.Exists([]*smt.Term{i}, b.And(an.m.d(e), an.assumeValid(e, s), p(e)))
 }
@@ -84,10 +87,12 @@ func (an *analysis) elemExists(n *node, s int, p func(e *node) *smt.Term) *smt.T
 func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 	an, b := f.sd.an, f.b()
 	src := st.get(s.Source)
+	var outs []*state
 	var fl flow
-	outs := []*state{st.where(b.Not(an.def(src)))} // where the source is undefined, the loop does nothing
+	// Where the source is undefined, the loop does nothing.
+	outs = append(outs, st.with(st.pc.and(b, b.Not(an.def(src)))))
 	for _, a := range src.alts {
-		cur := st.where(a.g)
+		cur := st.with(st.pc.and(b, a.g))
 		if cur.pc.dead() {
 			continue
 		}
@@ -116,11 +121,11 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 					continue
 				}
 				prev := cur.pc
-				in := cur.where(e.g).set(s.Key, an.one(keys[j])).set(s.Value, an.one(e.v))
+				in := cur.with(cur.pc.and(b, e.g)).set(s.Key, an.one(keys[j])).set(s.Value, an.one(e.v))
 				body := f.block(s.Block, in)
 				fl.ret = append(fl.ret, body.ret...)
-				skip := cur.where(b.Not(e.g))
-				cur = f.merge(append(append([]*state{skip}, body.exits[-1]...), body.exits[0]...), true).with(prev)
+				skip := cur.with(cur.pc.and(b, b.Not(e.g)))
+				cur = f.merge(append(append([]*state{skip}, body.exits[-1]...), body.exits[0]...), true).withPC(prev)
 				if cur == nil {
 					break
 				}
@@ -137,31 +142,47 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 				}
 				cur = f.qscan(s, cur, q.vars, q.cond, key, q.v)
 			}
-			outs = append(outs, cur) // merge leaves out nil
+			if cur != nil {
+				outs = append(outs, cur)
+			}
 		case *node:
 			x.touch()
 			xt := an.m.x(x)
 			m := x.t.mask[f.sd.s]
 			if m.has(mObj) {
 				g := &gap{why: fmt.Sprintf("a loop over the members of input%s", x.t.pointer()), at: f.loc(s)}
-				outs = append(outs, f.opaqueScan(s, cur.where(an.vs.is("vobj", xt)), x, g))
+				if r := f.opaqueScan(s, cur.with(cur.pc.and(b, an.vs.is("vobj", xt))), x, g); r != nil {
+					outs = append(outs, r)
+				}
 			}
 			if m.has(mArr) {
-				arr := cur.where(an.vs.is("varr", xt))
-				i, e := an.boundElem("i", x)
+				arr := cur.with(cur.pc.and(b, an.vs.is("varr", xt)))
+				i := an.boundFor("i", an.m.element(x.t))
+				e := an.m.at(x, i)
 				e.touch()
 				cond := b.And(an.m.d(e), an.assumeValid(e, f.sd.s))
 				key := sym{t: an.vs.numV(b.App("to_real", smt.Real, i)), m: mNum}
-				outs = append(outs, f.qscan(s, arr, []*smt.Term{i}, cond, key, e))
+				if r := f.qscan(s, arr, []*smt.Term{i}, cond, key, e); r != nil {
+					outs = append(outs, r)
+				}
 			}
 			// A scalar has no members.
-			outs = append(outs, cur.where(b.Not(b.Or(an.vs.is("varr", xt), an.vs.is("vobj", xt)))))
+			outs = append(outs, cur.with(cur.pc.and(b, b.Not(b.Or(an.vs.is("varr", xt), an.vs.is("vobj", xt))))))
 		default:
 			g := &gap{why: "a loop over " + describe(v), at: f.loc(s)}
-			outs = append(outs, f.opaqueScan(s, cur, v, g))
+			if r := f.opaqueScan(s, cur, v, g); r != nil {
+				outs = append(outs, r)
+			}
 		}
 	}
-	return f.merge(outs, true).with(st.pc), fl
+	return f.merge(outs, true).withPC(st.pc), fl
+}
+
+func (st *state) withPC(p *pc) *state {
+	if st == nil {
+		return nil
+	}
+	return &state{pc: p, locals: st.locals}
 }
 
 // qscan runs the loop body once on the bound variables vars (members where
@@ -169,10 +190,13 @@ func (f *frame) scan(s *ir.ScanStmt, st *state) (*state, flow) {
 func (f *frame) qscan(s *ir.ScanStmt, cur *state, vars []*smt.Term, cond *smt.Term, key, value val) *state {
 	an, b := f.sd.an, f.b()
 	sub := &frame{sd: f.sd, fn: f.fn}
-	entry := &state{pc: (&pc{}).and(cond), locals: cur.locals}
+	root := &pc{}
+	entry := &state{pc: root.and(b, cond), locals: cur.locals}
 	entry = entry.set(s.Key, an.one(key)).set(s.Value, an.one(value))
 	an.depth++
+	an.binders = append(an.binders, vars...)
 	body := sub.block(s.Block, entry)
+	an.binders = an.binders[:len(an.binders)-len(vars)]
 	an.depth--
 	if len(body.ret) > 0 {
 		panic("a return inside a loop")
@@ -209,33 +233,49 @@ func (f *frame) lift(before, after *slot, ran *smt.Term, vars []*smt.Term, s ir.
 	if len(changed) == 0 {
 		return before
 	}
-	// The one collection it held, which an iteration added members to:
-	// each is there where some iteration added it.
-	a := changed[0]
-	c, isColl := a.v.(*coll)
-	var base *coll
-	if isColl && len(changed) == 1 && len(before.alts) == 1 {
-		base, _ = before.alts[0].v.(*coll)
-	}
-	if base != nil && base.alloc == c.alloc && len(c.elems) >= len(base.elems) && slices.Equal(c.elems[:len(base.elems)], base.elems) {
-		nc := &coll{kind: base.kind, alloc: base.alloc, elems: base.elems, q: append([]*qelem(nil), base.q...)}
-		for _, e := range c.elems[len(base.elems):] {
-			cond := b.And(ran, a.g, e.g)
-			if !an.mentions(e.v, vars) && (e.key == nil || !an.mentions(e.key, vars)) {
-				nc.elems = append(nc.elems, &elem{g: b.Exists(vars, cond), key: e.key, v: e.v})
-				continue
+	// Collections one iteration added members to.
+	{
+		allColl := true
+		var out []alt
+		for _, a := range changed {
+			c, ok := a.v.(*coll)
+			if !ok {
+				allColl = false
+				break
 			}
-			nc.q = append(nc.q, &qelem{vars: vars, cond: cond, key: e.key, v: e.v})
+			var base *coll
+			for _, o := range before.alts {
+				if bc, ok := o.v.(*coll); ok && bc.alloc == c.alloc {
+					base = bc
+				}
+			}
+			if base == nil || len(c.elems) < len(base.elems) || !slices.Equal(c.elems[:len(base.elems)], base.elems) {
+				allColl = false
+				break
+			}
+			n := len(base.elems)
+			nc := &coll{kind: base.kind, alloc: base.alloc, elems: base.elems, q: append([]*qelem(nil), base.q...)}
+			for _, e := range c.elems[n:] {
+				cond := b.And(ran, a.g, e.g)
+				if !an.mentions(e.v, vars) && (e.key == nil || !an.mentions(e.key, vars)) {
+					nc.elems = append(nc.elems, &elem{g: b.Exists(vars, cond), key: e.key, v: e.v})
+					continue
+				}
+				nc.q = append(nc.q, &qelem{vars: vars, cond: cond, key: e.key, v: e.v})
+			}
+			for _, q := range c.q[len(base.q):] {
+				nc.q = append(nc.q, &qelem{vars: append(append([]*smt.Term(nil), vars...), q.vars...), cond: b.And(ran, a.g, q.cond), key: q.key, v: q.v})
+			}
+			out = append(out, alt{g: b.True(), v: nc})
 		}
-		for _, q := range c.q[len(base.q):] {
-			nc.q = append(nc.q, &qelem{vars: append(append([]*smt.Term(nil), vars...), q.vars...), cond: b.And(ran, a.g, q.cond), key: q.key, v: q.v})
+		if allColl && len(out) == 1 && len(before.alts) == 1 {
+			return &slot{alts: []alt{{g: before.alts[0].g, v: out[0].v}}}
 		}
-		return &slot{alts: []alt{{g: before.alts[0].g, v: nc}}}
 	}
 	// One value, the same in every iteration that set it.
-	if len(changed) == 1 && !an.mentions(a.v, vars) {
-		set := b.Exists(vars, b.And(ran, a.g))
-		return an.joinAlts(otherwise(b, alt{g: set, v: a.v}, before))
+	if len(changed) == 1 && !an.mentions(changed[0].v, vars) {
+		set := b.Exists(vars, b.And(ran, changed[0].g))
+		return an.joinAlts(otherwise(b, alt{g: set, v: changed[0].v}, before))
 	}
 	g := &gap{why: "a value a loop over the input sets differently per member", at: f.loc(s)}
 	set := b.Exists(vars, b.And(ran, b.Or(altGuards(changed)...)))
@@ -247,7 +287,13 @@ func otherwise(b *smt.Builder, a alt, before *slot) []alt {
 	return append([]alt{a}, mapped(before.alts, func(o alt) alt { return alt{g: b.And(b.Not(a.g), o.g), v: o.v} })...)
 }
 
-func altGuards(alts []alt) []*smt.Term { return mapped(alts, func(a alt) *smt.Term { return a.g }) }
+func altGuards(alts []alt) []*smt.Term {
+	out := make([]*smt.Term, len(alts))
+	for i, a := range alts {
+		out[i] = a.g
+	}
+	return out
+}
 
 // opaqueScan is a loop over members the analysis does not model: the body
 // runs once on a bound index whose member, key and value are

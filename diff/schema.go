@@ -24,9 +24,10 @@ type schemaCtx struct {
 
 func newSchemaCtx(doc any) *schemaCtx {
 	c := &schemaCtx{root: doc, draft: 7}
-	obj, _ := doc.(map[string]any)
-	if s, _ := obj["$schema"].(string); strings.Contains(s, "2019-09") || strings.Contains(s, "2020-12") {
-		c.draft = 2019
+	if obj, ok := doc.(map[string]any); ok {
+		if s, _ := obj["$schema"].(string); strings.Contains(s, "2019-09") || strings.Contains(s, "2020-12") {
+			c.draft = 2019
+		}
 	}
 	return c
 }
@@ -93,6 +94,9 @@ func (c *schemaCtx) resolve(ref string) (any, bool) {
 // maskAt is what kinds of value the schema admits at path (member keys
 // and elemKey steps): an over-approximation, mAny where it cannot tell.
 func (c *schemaCtx) maskAt(path []string) mask {
+	if c == nil {
+		return mAny
+	}
 	schemas, _ := c.follow(path, false)
 	m := mAny
 	for _, s := range schemas {
@@ -212,8 +216,9 @@ func typeMask(t any) mask {
 	case []any:
 		m := mask(0)
 		for _, x := range t {
-			s, _ := x.(string) // typeMasks[""] is 0
-			m |= typeMasks[s]
+			if s, ok := x.(string); ok {
+				m |= typeMasks[s]
+			}
 		}
 		return m
 	}
@@ -307,10 +312,11 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 	isObj, isArr := kindIs(mObj), kindIs(mArr)
 	for _, k := range slices.Sorted(maps.Keys(o)) {
 		kw := o[k]
-		// Keywords not named here are annotations to the schema library, or
-		// handled with another one ($ref, allOf, then, else, additionalItems,
-		// patternProperties, additionalProperties).
 		switch k {
+		case "$schema", "$id", "$comment", "title", "description", "default", "examples", "definitions", "$defs",
+			"readOnly", "writeOnly", "deprecated", "$ref", "allOf", "then", "else", "additionalItems",
+			"patternProperties", "additionalProperties":
+			// Annotations, or handled with another keyword.
 		case "type":
 			m := typeMask(kw)
 			t := kindIs(m)
@@ -345,13 +351,21 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 			num := vs.num(xt)
 			c := b.RealLit(r)
 			var t *smt.Term
-			switch op, isBound := boundOps[k]; {
-			case isBound:
-				t = b.Cmp(op, num, c)
-			case r.Sign() <= 0: // multipleOf
-				t = v.gapBool("multipleOf that is not positive", x)
+			switch k {
+			case "minimum":
+				t = b.Cmp(">=", num, c)
+			case "maximum":
+				t = b.Cmp("<=", num, c)
+			case "exclusiveMinimum":
+				t = b.Cmp(">", num, c)
+			case "exclusiveMaximum":
+				t = b.Cmp("<", num, c)
 			default:
-				t = vs.intReal(b.App("/", smt.Real, num, c))
+				if r.Sign() <= 0 {
+					t = v.gapBool("multipleOf that is not positive", x)
+				} else {
+					t = vs.intReal(b.App("/", smt.Real, num, c))
+				}
 			}
 			out = append(out, b.Implies(isNum, t))
 		case "pattern":
@@ -444,25 +458,22 @@ func (v *validity) object(o map[string]any, x val, depth int) *smt.Term {
 		case "not":
 			out = append(out, b.Not(v.valid(kw, x, depth+1)))
 		case "if":
-			branch := func(k string) *smt.Term {
-				if s, ok := o[k]; ok {
-					return v.valid(s, x, depth+1)
-				}
-				return b.True()
-			}
 			cond := v.valid(kw, x, depth+1)
-			then := branch("then")
-			out = append(out, b.Ite(cond, then, branch("else")))
+			then, els := b.True(), b.True()
+			if t, ok := o["then"]; ok {
+				then = v.valid(t, x, depth+1)
+			}
+			if e, ok := o["else"]; ok {
+				els = v.valid(e, x, depth+1)
+			}
+			out = append(out, b.Ite(cond, then, els))
 		case "contentMediaType", "contentEncoding", "unevaluatedProperties", "unevaluatedItems", "prefixItems", "dependentSchemas":
 			out = append(out, v.gapBool("keyword "+k, x))
 		}
+		// Other keywords are annotations to the schema library.
 	}
 	return b.And(out...)
 }
-
-// boundOps are the comparisons of a number with its bound that the
-// keywords minimum, maximum, exclusiveMinimum and exclusiveMaximum ask.
-var boundOps = map[string]string{"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
 
 // required is "x has each member the list names".
 func (v *validity) required(list any, x val) *smt.Term {
@@ -492,7 +503,7 @@ func (v *validity) member(x val, key string) *slot {
 			alts = append(alts, alt{g: v.b().And(e.g, an.eqVals(e.key, conc{ast.StringTerm(key)}, v.side, v.where)), v: e.v})
 		}
 		if len(n.q) > 0 {
-			alts = append(alts, an.opaqueMember(&gap{why: "a result member added by a loop over the input", at: v.where}, x, conc{ast.StringTerm(key)}))
+			alts = append(alts, v.opaqueMember(&gap{why: "a result member added by a loop over the input", at: v.where}, x, key))
 		}
 		return &slot{alts: alts}
 	case conc:
@@ -503,9 +514,15 @@ func (v *validity) member(x val, key string) *slot {
 		}
 		return undefined
 	case *opaque:
-		return &slot{alts: []alt{an.opaqueMember(n.gap, x, conc{ast.StringTerm(key)})}}
+		return &slot{alts: []alt{v.opaqueMember(n.gap, x, key)}}
 	}
 	return undefined
+}
+
+// opaqueMember is the member key of a value the analysis does not model.
+func (v *validity) opaqueMember(g *gap, x val, key string) alt {
+	k := conc{ast.StringTerm(key)}
+	return alt{g: v.an.uf("has", smt.Bool, g, x, k), v: v.an.opaqueUF("member", g, x, k)}
 }
 
 // members encodes properties, patternProperties and additionalProperties
@@ -525,10 +542,11 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 		for _, k := range slices.Sorted(maps.Keys(props)) {
 			an.m.member(n, k)
 		}
-		present := an.m.present(n)
-		for _, k := range slices.Clone(n.t.order) {
+		var present []*smt.Term
+		for _, k := range append([]string(nil), n.t.order...) {
 			c := an.m.member(n, k)
 			d := an.m.d(c)
+			present = append(present, b.Ite(d, b.IntLit(1), b.IntLit(0)))
 			ok := mapped(memberSchemas(o, k), func(s any) *smt.Term { return v.valid(s, c, depth+1) })
 			out = append(out, b.Implies(d, b.And(ok...)))
 		}
@@ -547,12 +565,12 @@ func (v *validity) members(o map[string]any, x val, depth int) *smt.Term {
 			return v.gapBool("a result with members added by a loop over the input", x)
 		}
 		for _, e := range n.elems {
-			ks, isStr := constOf[ast.String](e.key)
+			ks, isStr := constString(e.key)
 			if !isStr {
 				out = append(out, b.Implies(e.g, v.gapBool("a result member with a key that is not a constant string", x)))
 				continue
 			}
-			ok := mapped(memberSchemas(o, string(ks)), func(s any) *smt.Term { return v.valid(s, e.v, depth+1) })
+			ok := mapped(memberSchemas(o, ks), func(s any) *smt.Term { return v.valid(s, e.v, depth+1) })
 			out = append(out, b.Implies(e.g, b.And(ok...)))
 		}
 	case conc:
@@ -588,9 +606,9 @@ func (v *validity) items(o map[string]any, x val, depth int) *smt.Term {
 				// (assumeValid): no quantifier here.
 				return b.True()
 			}
-			i, e := an.boundElem("e", n)
+			i := an.boundFor("e", an.m.element(n.t))
 			inRange := b.And(b.Cmp("<=", b.IntLit(int64(from)), i), b.Cmp("<", i, length))
-			return b.Forall([]*smt.Term{i}, b.Implies(inRange, v.valid(s, e, depth+1)))
+			return b.Forall([]*smt.Term{i}, b.Implies(inRange, v.valid(s, an.m.at(n, i), depth+1)))
 		}
 		switch it := o["items"].(type) {
 		case []any:
@@ -641,7 +659,8 @@ func (v *validity) contains(s any, x val, depth int) *smt.Term {
 	an, b := v.an, v.b()
 	switch n := x.(type) {
 	case *node:
-		i, e := an.boundElem("c", n)
+		i := an.boundFor("c", an.m.element(n.t))
+		e := an.m.at(n, i)
 		return b.Exists([]*smt.Term{i}, b.And(an.m.d(e), v.valid(s, e, depth+1)))
 	case conc:
 		if c, ok := an.vs.concColl(n.t); ok {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"sort"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -67,12 +68,14 @@ func mapped[T, U any](xs []T, f func(T) U) []U {
 	return out
 }
 
-// constOf is v's value when it is a constant of type T.
-func constOf[T ast.Value](v val) (t T, ok bool) {
-	if c, isConc := v.(conc); isConc {
-		t, ok = c.t.Value.(T)
+// constString is v's value when it is a constant string.
+func constString(v val) (string, bool) {
+	c, ok := v.(conc)
+	if !ok {
+		return "", false
 	}
-	return t, ok
+	s, ok := c.t.Value.(ast.String)
+	return string(s), ok
 }
 
 type sym struct {
@@ -142,7 +145,7 @@ func (vs *vals) strV(x *smt.Term) *smt.Term  { return vs.b.App("vstr", sV, x) }
 
 // is tests x's constructor, folded when x is an application of one.
 func (vs *vals) is(ctor string, x *smt.Term) *smt.Term {
-	if slices.Contains(ctors, x.Op()) {
+	if isCtor(x.Op()) {
 		return vs.b.BoolLit(x.Op() == ctor)
 	}
 	return vs.b.App("(_ is "+ctor+")", smt.Bool, x)
@@ -159,7 +162,9 @@ func (vs *vals) field(sel string, s smt.Sort, x *smt.Term) *smt.Term {
 var selectorOf = map[string]string{"vb": "vbool", "vn": "vnum", "vs": "vstr", "va": "varr", "vo": "vobj", "vz": "vset", "vt": "vtok"}
 
 // ctors are V's constructors.
-var ctors = append(mapped(kinds, func(k regoKind) string { return k.ctor }), "vtok")
+var ctors = append(slices.Clone(kindCtors), "vtok")
+
+func isCtor(op string) bool { return slices.Contains(ctors, op) }
 
 func (vs *vals) num(x *smt.Term) *smt.Term { return vs.field("vn", smt.Real, x) }
 func (vs *vals) str(x *smt.Term) *smt.Term { return vs.field("vs", smt.String, x) }
@@ -231,21 +236,15 @@ func maskOf(v ast.Value) mask {
 	return mAny
 }
 
-// regoKind is one of Rego's kinds: its mask, V's constructor, type_name's name.
-type regoKind struct {
-	m          mask
-	ctor, name string
-}
-
-// kinds are Rego's kinds in its order: null < boolean < number < string <
+// kindRank is Rego's order of kinds: null < boolean < number < string <
 // array < object < set.
-var kinds = []regoKind{{mNull, "vnull", "null"}, {mBool, "vbool", "boolean"}, {mNum, "vnum", "number"}, {mStr, "vstr", "string"}, {mArr, "varr", "array"}, {mObj, "vobj", "object"}, {mSet, "vset", "set"}}
+var kindCtors = []string{"vnull", "vbool", "vnum", "vstr", "varr", "vobj", "vset"}
 
 // rank is the V term's kind as an integer, in Rego's order of kinds.
 func (vs *vals) rank(x *smt.Term) *smt.Term {
 	r := vs.b.IntLit(7) // vtok: an opaque value, ordered by uninterpreted functions instead
-	for i := len(kinds) - 1; i >= 0; i-- {
-		r = vs.b.Ite(vs.is(kinds[i].ctor, x), vs.b.IntLit(int64(i)), r)
+	for i := len(kindCtors) - 1; i >= 0; i-- {
+		r = vs.b.Ite(vs.is(kindCtors[i], x), vs.b.IntLit(int64(i)), r)
 	}
 	return r
 }
@@ -253,9 +252,9 @@ func (vs *vals) rank(x *smt.Term) *smt.Term {
 // kindTest is the formula that x's kind is in m.
 func (vs *vals) kindTest(x *smt.Term, m mask) *smt.Term {
 	var out []*smt.Term
-	for _, k := range kinds {
-		if m.has(k.m) {
-			out = append(out, vs.is(k.ctor, x))
+	for i, k := range []mask{mNull, mBool, mNum, mStr, mArr, mObj, mSet} {
+		if m.has(k) {
+			out = append(out, vs.is(kindCtors[i], x))
 		}
 	}
 	return vs.b.Or(out...)
@@ -324,21 +323,23 @@ func (c *coll) with(e *elem) *coll {
 func (vs *vals) concColl(t *ast.Term) (*coll, bool) {
 	tt := vs.b.True()
 	// A constant's members never change: its allocation is its own.
-	c := &coll{kind: kArray}
-	add := func(x *ast.Term) { c.elems = append(c.elems, &elem{g: tt, v: conc{x}}) }
 	switch v := t.Value.(type) {
 	case *ast.Array:
-		v.Foreach(add)
+		c := &coll{kind: kArray}
+		for i := 0; i < v.Len(); i++ {
+			c.elems = append(c.elems, &elem{g: tt, v: conc{v.Elem(i)}})
+		}
+		return c, true
 	case ast.Set:
-		c.kind = kSet
-		v.Foreach(add)
+		c := &coll{kind: kSet}
+		v.Foreach(func(x *ast.Term) { c.elems = append(c.elems, &elem{g: tt, v: conc{x}}) })
+		return c, true
 	case ast.Object:
-		c.kind = kObject
+		c := &coll{kind: kObject}
 		v.Foreach(func(k, x *ast.Term) { c.elems = append(c.elems, &elem{g: tt, key: conc{k}, v: conc{x}}) })
-	default:
-		return nil, false
+		return c, true
 	}
-	return c, true
+	return nil, false
 }
 
 // concrete returns the coll's value when every member is concrete and
@@ -347,7 +348,8 @@ func (c *coll) concrete() (*ast.Term, bool) {
 	if len(c.q) > 0 {
 		return nil, false
 	}
-	var terms, keys []*ast.Term
+	var terms []*ast.Term
+	var keys []*ast.Term
 	for _, e := range c.elems {
 		if !e.g.IsTrue() {
 			return nil, false
@@ -379,6 +381,11 @@ func (c *coll) concrete() (*ast.Term, bool) {
 		obj.Insert(keys[i], terms[i])
 	}
 	return ast.NewTerm(obj), true
+}
+
+// sortedConc orders concrete terms as Rego orders them.
+func sortedConc(ts []*ast.Term) {
+	sort.SliceStable(ts, func(i, j int) bool { return ast.Compare(ts[i], ts[j]) < 0 })
 }
 
 // valKey is an identity for memoizing on a value: equal keys, equal

@@ -10,21 +10,25 @@ import (
 // variable, function and shared term is declared or defined once, before
 // its first use, as a solver reading the text in order needs.
 type Script struct {
-	b *Builder
-	// done holds the terms already defined (or inlined leaves) by id, and
-	// the functions declared, function i as ^i.
-	done map[int]bool
-	pre  bool
-	out  strings.Builder
-	// What was done since each open push, forgotten at its pop: a solver
-	// forgets definitions made inside a scope when it is popped.
-	scopes [][]int
+	b       *Builder
+	done    map[int]bool // terms already defined (or inlined leaves)
+	funDone map[string]bool
+	pre     bool
+	out     strings.Builder
+	// What was defined since each open push, forgotten at its pop: a
+	// solver forgets definitions made inside a scope when it is popped.
+	scopes []scope
+}
+
+type scope struct {
+	ids  []int
+	funs []string
 }
 
 // Push opens a scope.
 func (s *Script) Push() {
 	s.Raw("(push 1)")
-	s.scopes = append(s.scopes, nil)
+	s.scopes = append(s.scopes, scope{})
 }
 
 // Pop closes the innermost scope.
@@ -33,23 +37,19 @@ func (s *Script) Pop() {
 	if len(s.scopes) == 0 {
 		return
 	}
-	for _, k := range s.scopes[len(s.scopes)-1] {
-		delete(s.done, k)
-	}
+	top := s.scopes[len(s.scopes)-1]
 	s.scopes = s.scopes[:len(s.scopes)-1]
-}
-
-// mark records k (done's key) as done in the innermost scope.
-func (s *Script) mark(k int) {
-	s.done[k] = true
-	if n := len(s.scopes); n > 0 {
-		s.scopes[n-1] = append(s.scopes[n-1], k)
+	for _, id := range top.ids {
+		delete(s.done, id)
+	}
+	for _, f := range top.funs {
+		delete(s.funDone, f)
 	}
 }
 
 // NewScript starts a script over b's terms.
 func NewScript(b *Builder) *Script {
-	return &Script{b: b, done: map[int]bool{}}
+	return &Script{b: b, done: map[int]bool{}, funDone: map[string]bool{}}
 }
 
 // Take returns the text written since the last Take.
@@ -69,14 +69,18 @@ func (s *Script) Option(cmd string) {
 // Raw writes a command as is.
 func (s *Script) Raw(cmd string) {
 	s.preamble()
-	s.Option(cmd)
+	s.out.WriteString(cmd)
+	s.out.WriteByte('\n')
 }
 
 func (s *Script) preamble() {
-	if !s.pre && s.b.Preamble != "" {
-		s.Option(s.b.Preamble)
+	if !s.pre {
+		s.pre = true
+		if s.b.Preamble != "" {
+			s.out.WriteString(s.b.Preamble)
+			s.out.WriteByte('\n')
+		}
 	}
-	s.pre = true
 }
 
 // Assert writes (assert t), defining what t needs first.
@@ -127,13 +131,19 @@ func (s *Script) define(root *Term) {
 			continue
 		}
 		stack = stack[:len(stack)-1]
-		s.mark(t.id)
+		s.done[t.id] = true
+		if n := len(s.scopes); n > 0 {
+			s.scopes[n-1].ids = append(s.scopes[n-1].ids, t.id)
+		}
 		switch t.kind {
 		case kVar:
 			fmt.Fprintf(&s.out, "(declare-const %s %s)\n", t.lit, t.sort)
 		case kApp:
-			if i, ok := s.b.funIdx[t.op]; ok && !s.done[^i] {
-				s.mark(^i)
+			if i, ok := s.b.funIdx[t.op]; ok && !s.funDone[t.op] {
+				s.funDone[t.op] = true
+				if n := len(s.scopes); n > 0 {
+					s.scopes[n-1].funs = append(s.scopes[n-1].funs, t.op)
+				}
 				fn := s.b.funs[i]
 				fmt.Fprintf(&s.out, "(declare-fun %s (%s) %s)\n", fn.name, strings.Join(fn.args, " "), fn.ret)
 			}
@@ -156,16 +166,16 @@ func (s *Script) inline(t *Term) string {
 	case kQuant:
 		return s.quant(t, map[int]string{})
 	}
-	return app(t.op, mapped(t.args, s.name))
+	return app(t.op, t.args, s.name)
 }
 
-// app writes op applied to the arguments written as args (op alone
-// without arguments).
-func app(op string, args []string) string {
+// app writes op applied to args, each written by name (op alone without
+// arguments).
+func app(op string, args []*Term, name func(*Term) string) string {
 	if len(args) == 0 {
 		return op
 	}
-	return "(" + op + " " + strings.Join(args, " ") + ")"
+	return "(" + op + " " + strings.Join(mapped(args, name), " ") + ")"
 }
 
 // quant writes a quantified term, each subterm of its body that depends
@@ -207,7 +217,7 @@ func (s *Script) quant(q *Term, scope map[int]string) string {
 		if t.kind == kQuant {
 			e = s.quant(t, inner)
 		} else {
-			e = app(t.op, mapped(t.args, ref))
+			e = app(t.op, t.args, ref)
 		}
 		name := fmt.Sprintf("l%d", t.id)
 		fmt.Fprintf(&lets, "(let ((%s %s)) ", name, e)
@@ -251,7 +261,7 @@ func (s *Script) Expr(t *Term) (string, bool) {
 		case kVar:
 			return "", false
 		}
-		if i, isFun := s.b.funIdx[t.op]; isFun && !s.done[^i] {
+		if _, isFun := s.b.funIdx[t.op]; isFun && !s.funDone[t.op] {
 			return "", false
 		}
 		parts := make([]string, len(t.args))
@@ -262,9 +272,14 @@ func (s *Script) Expr(t *Term) (string, bool) {
 			}
 			parts[i] = p
 		}
-		out := app(t.op, parts)
-		if t.kind == kQuant {
+		var out string
+		switch {
+		case t.kind == kQuant:
 			out = fmt.Sprintf("(%s (%s) %s)", t.op, binders(t), parts[0])
+		case len(parts) == 0:
+			out = t.op
+		default:
+			out = "(" + t.op + " " + strings.Join(parts, " ") + ")"
 		}
 		if size += len(out); size > exprLimit {
 			return "", false

@@ -55,12 +55,11 @@ func (s *Solver) OutOfTime() bool { return !s.deadline.IsZero() && !time.Now().B
 // one S-expression at a time, into out (a solver printing an error for a
 // command while it is being written to never fills its pipe).
 type proc struct {
-	cmd    *exec.Cmd
-	out    chan *SExpr // closed when the output ends; then readErr says why
-	name   string
-	stderr LimitedBuffer
-	// readErr is written before out is closed and read only after: the
-	// close orders them.
+	cmd     *exec.Cmd
+	out     chan *SExpr // closed when the output ends; then readErr says why
+	name    string
+	stderr  LimitedBuffer
+	errMu   sync.Mutex
 	readErr error
 	done    chan struct{}
 
@@ -120,13 +119,17 @@ func (p *proc) read(r io.Reader) {
 	for {
 		e, err := ReadSExpr(br)
 		if err != nil {
+			p.errMu.Lock()
 			p.readErr = err
+			p.errMu.Unlock()
 			return
 		}
 		select {
 		case p.out <- e:
 		default:
+			p.errMu.Lock()
 			p.readErr = fmt.Errorf("more than %d answers not asked for, the last %.300s", outBacklog, e)
+			p.errMu.Unlock()
 			_ = p.cmd.Process.Kill()
 			return
 		}
@@ -155,7 +158,10 @@ func (p *proc) next() (*SExpr, error) {
 	if ok {
 		return e, nil
 	}
-	return nil, p.failed(p.readErr)
+	p.errMu.Lock()
+	err := p.readErr
+	p.errMu.Unlock()
+	return nil, p.failed(err)
 }
 
 // Result is what check-sat answered.
@@ -401,13 +407,10 @@ type answer struct {
 // for a proof. unknown is the answer when no solver knows.
 func (s *Solver) Check() (Result, error) { return s.CheckWithin(s.perCheck) }
 
-// CheckWithin is Check with a shorter time (0: Check's own): the solvers
-// still running when it is over are stopped, and started again at the next
-// check.
+// CheckWithin is Check with a shorter time: the solvers still running
+// when it is over are stopped, and started again at the next check.
 func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
-	if limit <= 0 || limit > s.perCheck {
-		limit = s.perCheck
-	}
+	limit = min(limit, s.perCheck)
 	if s.broken != nil {
 		return "", s.broken
 	}
@@ -464,10 +467,11 @@ func (s *Solver) CheckWithin(limit time.Duration) (Result, error) {
 		select {
 		case a = <-answers:
 		case <-timer.C:
-		case <-s.ctx.Done():
-		}
-		if a.res == "" && a.err == nil {
 			unknown = true
+		case <-s.ctx.Done():
+			unknown = true
+		}
+		if unknown && a.res == "" && a.err == nil {
 			break // out of time: what has not answered is stopped below
 		}
 		switch {
@@ -599,20 +603,24 @@ func ReadSExpr(r *bufio.Reader) (*SExpr, error) {
 			stack = stack[:len(stack)-1]
 			atom = &SExpr{List: list}
 		case c == '"':
-			lit := `"`
+			var sb strings.Builder
+			sb.WriteByte('"')
 			for {
-				part, err := r.ReadString('"')
+				d, err := r.ReadByte()
 				if err != nil {
 					return nil, err
 				}
-				lit += part
-				if n, err := r.Peek(1); err != nil || n[0] != '"' {
+				sb.WriteByte(d)
+				if d == '"' {
+					if n, err := r.Peek(1); err == nil && n[0] == '"' {
+						_, _ = r.ReadByte()
+						sb.WriteByte('"')
+						continue
+					}
 					break
 				}
-				_, _ = r.ReadByte() // "" is a quote within the literal
-				lit += `"`
 			}
-			atom = &SExpr{Atom: lit}
+			atom = &SExpr{Atom: sb.String()}
 		case c == '|':
 			s, err := r.ReadString('|')
 			if err != nil {
@@ -634,6 +642,9 @@ func ReadSExpr(r *bufio.Reader) (*SExpr, error) {
 		}
 		if len(stack) == 0 {
 			return atom, nil
+		}
+		if atom.List == nil && atom.Atom == "" {
+			atom.List = []*SExpr{}
 		}
 		stack[len(stack)-1] = append(stack[len(stack)-1], atom)
 	}

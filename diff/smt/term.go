@@ -58,11 +58,17 @@ func (t *Term) Sort() Sort { return t.sort }
 func (t *Term) IsTrue() bool  { return t.kind == kLit && t.lit == "true" }
 func (t *Term) IsFalse() bool { return t.kind == kLit && t.lit == "false" }
 
+// IsLit reports whether t is a constant (a literal).
+func (t *Term) IsLit() bool { return t.kind == kLit }
+
 // Op is t's function symbol ("" for constants and variables).
 func (t *Term) Op() string { return t.op }
 
 // Args are t's arguments.
 func (t *Term) Args() []*Term { return t.args }
+
+// Lit is a constant's SMT-LIB text.
+func (t *Term) Lit() string { return t.lit }
 
 // Name is a variable's name.
 func (t *Term) Name() string {
@@ -130,12 +136,23 @@ func (b *Builder) intern(t *Term) *Term {
 		panic(ErrTooLarge)
 	}
 	t.id = len(b.all)
-	t.quant, t.bound = t.kind == kQuant, t.kind == kBound
 	for _, a := range t.args {
+		t.bound = t.bound || a.bound
 		t.quant = t.quant || a.quant
-		// A quantifier's own variables are bound inside it; the quantified
+	}
+	t.quant = t.quant || t.kind == kQuant
+	if t.kind == kBound {
+		t.bound = true
+	}
+	if t.kind == kQuant {
+		// The binder's own variables are bound inside it; the quantified
 		// term itself is closed unless an outer binder's variable occurs.
-		t.bound = t.bound || (a.bound && (t.kind != kQuant || !bindsAll(t, a)))
+		t.bound = false
+		for _, a := range t.args {
+			if a.bound && !bindsAll(t, a) {
+				t.bound = true
+			}
+		}
 	}
 	b.terms[k] = t
 	b.all = append(b.all, t)
@@ -225,14 +242,22 @@ func (b *Builder) True() *Term  { return b.Lit("true", Bool) }
 func (b *Builder) False() *Term { return b.Lit("false", Bool) }
 
 // BoolLit is b as a constant.
-func (b *Builder) BoolLit(v bool) *Term { return b.Lit(strconv.FormatBool(v), Bool) }
+func (b *Builder) BoolLit(v bool) *Term {
+	if v {
+		return b.True()
+	}
+	return b.False()
+}
 
 // IntLit is the integer constant n.
-func (b *Builder) IntLit(n int64) *Term {
-	if n < 0 {
-		return b.App("-", Int, b.Lit(new(big.Int).Neg(big.NewInt(n)).String(), Int))
+func (b *Builder) IntLit(n int64) *Term { return b.IntBig(big.NewInt(n)) }
+
+// IntBig is the integer constant n.
+func (b *Builder) IntBig(n *big.Int) *Term {
+	if n.Sign() < 0 {
+		return b.App("-", Int, b.Lit(new(big.Int).Neg(n).String(), Int))
 	}
-	return b.Lit(strconv.FormatInt(n, 10), Int)
+	return b.Lit(n.String(), Int)
 }
 
 // RealLit is the rational constant r, exactly.
@@ -577,8 +602,10 @@ func (b *Builder) ground(t *Term) bool {
 	case kLit:
 		return true
 	case kApp:
-		if !b.ctors[t.op] && t.op != "-" && t.op != "/" {
-			return false
+		if !b.ctors[t.op] {
+			if t.op != "-" && t.op != "/" {
+				return false
+			}
 		}
 		if g, ok := b.groundMemo[t.id]; ok {
 			return g
