@@ -19,13 +19,8 @@ import (
 func TestDocLinks(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
-	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, filepath.Join(root, "README.md"))
 	checked := 0
-	for _, file := range files {
+	for _, file := range docFiles(t, root) {
 		text, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -59,6 +54,17 @@ func TestDocLinks(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("found no relative link to check")
 	}
+}
+
+// docFiles are the Markdown files the doc tests read: docs/*.md and the
+// README.
+func docFiles(t *testing.T, root string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(files, filepath.Join(root, "README.md"))
 }
 
 func rel(root, path string) string {
@@ -240,10 +246,6 @@ func markdownBlock(t *testing.T, doc, after, fence string) string {
 func TestDocTestCommands(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
-	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	testFunc := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Example)\w*)\(`)
 	namesIn := func(pkg string) []string {
 		var names []string
@@ -261,7 +263,7 @@ func TestDocTestCommands(t *testing.T) {
 	}
 	command := regexp.MustCompile(`go test [^\x60\n]*?-run[ =]('[^']*'|"[^"]*"|\S+)([^\x60\n#]*)`)
 	checked := 0
-	for _, file := range append(files, filepath.Join(root, "README.md")) {
+	for _, file := range docFiles(t, root) {
 		text, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
