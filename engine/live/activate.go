@@ -47,6 +47,11 @@ func (e *Engine) activate(ctx context.Context, st *ReloadStatus, src Source, sna
 	if cur != nil {
 		st.Revision = cur.Revision
 	}
+	e.mu.Lock()
+	if err == nil && e.closed { // whoever asks: a reload, a bundle, a promotion
+		err = errStopping
+	}
+	e.mu.Unlock()
 	promo, isPromo := src.(promotion)
 	if err == nil {
 		st.Candidate, st.Skipped = snap.Revision, snap.Skipped

@@ -44,4 +44,12 @@ func TestPushedEngineActivate(t *testing.T) {
 	if ok, failed := e.ReloadCounts(); ok != 2 || failed != 1 {
 		t.Fatalf("counts ok=%d failed=%d, want 2 and 1", ok, failed)
 	}
+	// After Close nothing goes live, from a bundle or a promotion alike:
+	// the stop lets go of the state folder an activation saves into.
+	e.Close()
+	other := fs
+	other.Revision = "three"
+	if st, err = e.Activate(ctx, "bundle", Files("bundle b", other)); err == nil || st.OK || e.Snapshot().Revision != "one" {
+		t.Fatalf("an activation after Close: %v %+v, serving %s", err, st, e.Snapshot().Revision)
+	}
 }

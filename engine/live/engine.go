@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -206,15 +207,20 @@ func (e *Engine) reloadLoop() {
 
 // Close stops taking reloads, answers those queued without starting them,
 // and waits for the one running to end (within the reload deadline), so
-// that once it returns no reload activates a revision or saves the last
+// that once it returns nothing activates a revision or saves the last
 // good copy: the stop of a server calls it before it lets go of its state
 // folder.
 func (e *Engine) Close() {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
+	e.swap.Lock() // an activation under way ends; every later one is refused (activate)
+	e.swap.Unlock()
 	e.workers.Wait()
 }
+
+// errStopping refuses an activation after Close, from any source.
+var errStopping = errors.New("the server is stopping: no revision goes live")
 
 // stopping is the answer to a reload asked for after Close.
 func (e *Engine) stopping(trigger string) ReloadStatus {

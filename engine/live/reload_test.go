@@ -124,10 +124,10 @@ func TestConcurrentReloadsCoalesce(t *testing.T) {
 }
 
 // TestCloseWaitsForTheRunningReload: Close lets no reload start (one
-// queued behind the running one is answered, not built), and returns only
-// once the running one has ended, its outcome recorded (the
-// stop of a server then lets go of its state folder, into which an
-// activation saves).
+// queued behind the running one is answered, not built), refuses the
+// running one's activation, and returns only once it has ended, its
+// outcome recorded (the stop of a server then lets go of its state
+// folder, into which an activation saves).
 func TestCloseWaitsForTheRunningReload(t *testing.T) {
 	e, bl := blockedEngine(t)
 	go e.Reload(context.Background(), "first")
@@ -158,16 +158,18 @@ func TestCloseWaitsForTheRunningReload(t *testing.T) {
 			default:
 			}
 			buf := make([]byte, 1<<20)
-			if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "(*WaitGroup).Wait") && strings.Contains(stacks, "(*Engine).Close") {
-				return
+			for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") { // one goroutine each
+				if strings.Contains(g, "(*WaitGroup).Wait") && strings.Contains(g, "(*Engine).Close") {
+					return
+				}
 			}
 			time.Sleep(time.Millisecond)
 		}
 	})
 	close(bl.release)
 	wait.Within(t, "Close", func() { <-closed })
-	if st := e.LastReload(); st.Trigger != "first" || !st.OK {
-		t.Errorf("the reload Close waited for: %+v", st)
+	if st := e.LastReload(); st.Trigger != "first" || st.OK || len(st.Problems) != 1 || !strings.Contains(st.Problems[0].Message, "stopping") {
+		t.Errorf("the reload Close waited for, built after Close began: %+v, want its activation refused", st)
 	}
 	if st := <-queued; st.OK || len(st.Problems) != 1 || !strings.Contains(st.Problems[0].Message, "stopping") {
 		t.Errorf("the reload queued behind the running one at Close: %+v", st)
