@@ -355,8 +355,8 @@ func termMentions(t *smt.Term, vars []*smt.Term) bool {
 		if smt.IsQuantifier(t) {
 			// Those of vars bound here are other variables below; the
 			// others may still occur free in the body.
-			free := slices.DeleteFunc(slices.Clone(vars), func(v *smt.Term) bool { return slices.Contains(args[1:], v) })
-			if len(free) < len(vars) {
+			if slices.ContainsFunc(args[1:], func(b *smt.Term) bool { return slices.Contains(vars, b) }) {
+				free := slices.DeleteFunc(slices.Clone(vars), func(v *smt.Term) bool { return slices.Contains(args[1:], v) })
 				return len(free) > 0 && termMentions(args[0], free)
 			}
 			args = args[:1]
