@@ -239,7 +239,11 @@ func (b *Batcher[T]) loop() {
 	for {
 		wait := b.w.Idle()
 		var closed bool
-		recs, closed = b.queue.Take(recs[:0], b.cfg.BatchRecords-len(batch))
+		room := 0 // all
+		if b.cfg.BatchRecords > 0 {
+			room = b.cfg.BatchRecords - len(batch)
+		}
+		recs, closed = b.queue.Take(recs[:0], room)
 		for _, p := range recs {
 			add(p)
 		}

@@ -129,7 +129,8 @@ func (l *fileSink) Refused(Record, error) {}
 func (l *fileSink) Idle() time.Duration   { return time.Hour }
 
 // add encodes rec into the batch, writing the batch first when rec would
-// take it past batchBytes (or past what the file may take in one write).
+// take it past what the file may take in one write (the Batcher bounds
+// the batch at batchBytes).
 // The record's input is copied once, from the request's buffer into the
 // batch; an input of batchBytes or more is not copied at all: it is written
 // alone, from the request's buffer, between its line's head and tail
@@ -154,11 +155,7 @@ func (l *fileSink) add(rec Record) {
 		l.resetBatch()
 		return
 	}
-	limit := min(int64(batchBytes), l.maxWrite)
-	if l.batchN > 0 && int64(len(l.batch)+recordSize(rec)) > limit {
-		l.flush()
-	}
-	start := len(l.batch)
+	start := len(l.batch) // the Batcher bounds a batch by BatchBytes; only the file's own bound is checked here
 	l.batch = appendRecord(slices.Grow(l.batch, recordSize(rec)), rec)
 	switch n := int64(len(l.batch) - start); {
 	case n > l.maxWrite:
@@ -171,9 +168,6 @@ func (l *fileSink) add(rec Record) {
 		l.batchN = 0
 	}
 	l.batchN++
-	if len(l.batch) >= batchBytes {
-		l.flush()
-	}
 }
 
 // tooLarge drops a record of n bytes, more than the log file may hold.
