@@ -228,7 +228,7 @@ func (c *serveConfig) validate(fs *command) (err error) {
 	if !polled {
 		var stray string
 		fs.Visit(func(f *pflag.Flag) {
-			if stray == "" && pollOnly[f.Name] {
+			if stray == "" && pollOnly(f.Name) {
 				stray = f.Name
 			}
 		})
@@ -293,10 +293,15 @@ func (c *serveConfig) validate(fs *command) (err error) {
 	return nil
 }
 
-// pollOnly are the bundle flags that only a polled bundle uses
-// (--bundle-url, --shadow-bundle-url).
-var pollOnly = map[string]bool{"bundle-poll-min-delay": true, "bundle-poll-max-delay": true,
-	"bundle-long-poll-timeout": true, "bundle-download-timeout": true, "bundle-download-stall-timeout": true}
+// pollOnly says whether a bundle flag is one only a polled bundle uses
+// (--bundle-url, --shadow-bundle-url): every --bundle-* flag but the URL,
+// the name, the size limits and the verification key, so that a polling
+// flag added later is refused without a URL too (fail closed).
+func pollOnly(name string) bool {
+	everyBundle := name == "bundle-url" || name == "bundle-name" ||
+		strings.HasPrefix(name, "bundle-max-") || strings.HasPrefix(name, "bundle-verification-key-")
+	return strings.HasPrefix(name, "bundle-") && !everyBundle
+}
 
 // forbidden parses --shadow-forbid: the promotion gate's classes.
 func forbidden(list string) ([]shadow.Class, error) {
