@@ -175,6 +175,16 @@ func (rec Record) Summary(outcomeKey string) (outcome string, reasons []string) 
 	return outcome, reasons
 }
 
+// SummaryBy is Summary with the outcome member keyOf gives rec's decision
+// (nil: the default), asked only when the record does not carry its
+// summary already (every live decision's does).
+func (rec Record) SummaryBy(keyOf func(decision string) string) (outcome string, reasons []string) {
+	if rec.Summarized || keyOf == nil {
+		return rec.Summary("")
+	}
+	return rec.Summary(keyOf(rec.Decision))
+}
+
 // Complete reports whether rec holds the whole request as received, so
 // that deciding it again means something, and why not otherwise.
 func (rec Record) Complete() (bool, string) {

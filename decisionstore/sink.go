@@ -343,11 +343,7 @@ const (
 // Encode is rec's row: its values, in the order of columns. Its size is
 // not bounded (BatchRecords is).
 func (s *Sink) Encode(rec decisionlog.Record) ([]any, int, error) {
-	key := ""
-	if s.cfg.OutcomeKey != nil {
-		key = s.cfg.OutcomeKey(rec.Decision)
-	}
-	outcome, reasons := rec.Summary(key)
+	outcome, reasons := rec.SummaryBy(s.cfg.OutcomeKey)
 	kind, revision, duration, code := KindDecision, rec.Revision, rec.DurationNS, ""
 	if rec.Error != nil {
 		code = rec.Error.Code

@@ -179,11 +179,7 @@ func (r *Ring) Add(rec decisionlog.Record) {
 	if len(rec.Result) > r.cfg.MaxKeptInput {
 		e.Record.Result = nil // a result schema keeps results small; never seen
 	}
-	key := ""
-	if r.cfg.OutcomeKey != nil && !rec.Summarized { // a summarized record needs no key
-		key = r.cfg.OutcomeKey(rec.Decision)
-	}
-	e.Outcome, e.Reasons = rec.Summary(key)
+	e.Outcome, e.Reasons = rec.SummaryBy(r.cfg.OutcomeKey)
 
 	r.mu.Lock()
 	r.seq++
