@@ -186,8 +186,12 @@ func newAnalysis(policy *ir.Policy) *analysis {
 }
 
 func analyzeInput(p *Program) *Projection {
-	plan, a := planNamed(p.policy, p.entry), newAnalysis(p.policy)
-	if plan == nil || !a.run(plan.Blocks) {
+	plan := planNamed(p.policy, p.entry)
+	if plan == nil {
+		return &Projection{All: true}
+	}
+	a := newAnalysis(p.policy)
+	if !a.run(plan.Blocks) {
 		return &Projection{All: true}
 	}
 	return a.projection()
