@@ -200,3 +200,20 @@ func counterValue(t *testing.T, c prometheus.Collector, metric string) float64 {
 	t.Fatalf("no %s", metric)
 	return 0
 }
+
+// TestStopOfASourceNeverStarted: a start that fails before the polls
+// begin still stops every part, this Source too; its Stop must return
+// (OPA's downloader, never started, would wait for its loop forever).
+func TestStopOfASourceNeverStarted(t *testing.T) {
+	eng, err := live.New(context.Background(), engine.Config{EvalTimeout: slowEval}, live.Pushed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(SourceConfig{URL: "http://127.0.0.1:9/bundle.tar.gz", MinDelay: time.Second, MaxDelay: time.Second}, Activator(eng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wait.Within(t, "Stop of a Source never started", func() { src.Stop(ctx) })
+}
