@@ -211,10 +211,10 @@ func (e *Engine) reloadLoop() {
 // good copy: the stop of a server calls it before it lets go of its state
 // folder.
 func (e *Engine) Close() {
+	e.swap.Lock() // an activation under way ends first; every later one is refused (activate)
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
-	e.swap.Lock() // an activation under way ends; every later one is refused (activate)
 	e.swap.Unlock()
 	e.workers.Wait()
 }
